@@ -1,0 +1,24 @@
+"""The runner's error family. Bad input is a SpecError (the CLI turns it into a usage error,
+exit 2); an operational failure is a RunnerError whose message names the next command."""
+
+from __future__ import annotations
+
+
+class RunnerError(Exception):
+    """Something went wrong while running; the message says what to do next."""
+
+
+class SpecError(ValueError):
+    """Invalid user input; `param` names the option or argument to change."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class RunNotFound(RunnerError):
+    pass
+
+
+class BackendUnavailable(RunnerError):
+    pass

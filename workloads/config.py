@@ -1,0 +1,214 @@
+"""The resolved training configuration: one frozen value saying exactly what a run trains.
+
+It is the contract between the runner, which resolves it from the benchmark registry plus
+`--set key=value` overrides, and the workload, which receives it as JSON. It is validated
+here, once, so a bad value fails before anything is submitted. It is not the registry (see
+runner/benchmarks.py) and imports no torch: the runner loads it on its start-up path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, get_args, get_origin
+
+Strategy = Literal["ddp", "allreduce"]
+Optimizer = Literal["sgd"]
+LrScaling = Literal["none", "linear"]
+Metric = Literal["top1_accuracy"]
+Model = Literal["cnn-digits"]
+Dataset = Literal["digits"]
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; `key` names it so the caller can say what to change."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Model, data, algorithm and hyperparameters of one run (per worker unless named global)."""
+
+    model: Model
+    dataset: Dataset
+    target_metric: Metric
+    target_value: float
+    max_epochs: int
+    batch_size: int  # per worker; the global batch is batch_size * world size
+    lr: float  # for one worker's batch; see lr_scaling for more workers
+    strategy: Strategy = "ddp"
+    optimizer: Optimizer = "sgd"
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    # "linear": the LR grows from `lr` to `lr * world_size` over warmup_epochs (Goyal et al.).
+    lr_scaling: LrScaling = "none"
+    warmup_epochs: float = 0.0
+    lr_milestones: tuple[int, ...] = ()  # epochs at which the LR is multiplied by lr_gamma
+    lr_gamma: float = 0.1
+    seed: int = 0
+    eval_every_epochs: int = 1
+    stop_at_target: bool = True
+    time_budget_s: float | None = None  # "accuracy after time": stop at this wall time
+    data_dir: str | None = None
+    dist_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _check_type(f.name, getattr(self, f.name), _field_types()[f.name])
+        _positive(self, "max_epochs", "batch_size", "lr", "eval_every_epochs", "dist_timeout_s")
+        _non_negative(self, "momentum", "weight_decay", "warmup_epochs", "seed")
+        if not 0.0 < self.target_value <= 1.0:
+            raise ConfigError("target_value", f"must be in (0, 1] for {self.target_metric}")
+        if self.nesterov and self.momentum <= 0:
+            raise ConfigError("nesterov", "Nesterov momentum needs momentum > 0")
+        if self.warmup_epochs > self.max_epochs:
+            raise ConfigError("warmup_epochs", f"must not exceed max_epochs={self.max_epochs}")
+        if list(self.lr_milestones) != sorted(set(self.lr_milestones)):
+            raise ConfigError("lr_milestones", "must be strictly increasing epochs")
+        if not 0.0 < self.lr_gamma <= 1.0:
+            raise ConfigError("lr_gamma", "must be in (0, 1]")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            raise ConfigError("time_budget_s", "must be positive (or unset)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        unknown = sorted(set(data) - set(field_names()))
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown key; valid keys: {', '.join(field_names())}")
+        types_ = _field_types()
+        return cls(**{k: _from_json(v, types_[k]) for k, v in data.items()})
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        return cls.from_dict(json.loads(text))
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(TrainConfig))
+
+
+def describe_type(key: str) -> str:
+    """A human description of what `key` accepts, for error messages and help."""
+    return _describe(_field_types()[key])
+
+
+def with_overrides(config: TrainConfig, overrides: Mapping[str, str]) -> TrainConfig:
+    """`config` with string overrides (as typed on a command line) parsed by field type."""
+    types_ = _field_types()
+    parsed: dict[str, Any] = {}
+    for key, text in overrides.items():
+        if key not in types_:
+            raise ConfigError(key, f"unknown key; valid keys: {', '.join(field_names())}")
+        parsed[key] = parse_value(key, text, types_[key])
+    return dataclasses.replace(config, **parsed)
+
+
+def parse_value(key: str, text: str, tp: Any) -> Any:
+    """Parse one command-line string into the type `tp`; ConfigError says what was expected."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if text.lower() in ("none", "null", "") and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return parse_value(key, text, inner[0])
+    if origin is Literal:
+        if text not in args:
+            raise ConfigError(key, f"expected one of {', '.join(map(str, args))}, got {text!r}")
+        return text
+    if origin is tuple:
+        parts = [p for p in text.replace(" ", "").split(",") if p]
+        return tuple(parse_value(key, p, args[0]) for p in parts)
+    if tp is bool:
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(key, f"expected true or false, got {text!r}")
+    try:
+        return tp(text)
+    except ValueError:
+        raise ConfigError(key, f"expected {_describe(tp)}, got {text!r}") from None
+
+
+# ---- internals -------------------------------------------------------------------------
+
+
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(TrainConfig)
+
+
+def _describe(tp: Any) -> str:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [_describe(a) for a in args if a is not type(None)]
+        return " or ".join(inner) + (" or none" if type(None) in args else "")
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin is tuple:
+        return f"a comma-separated list of {_describe(args[0])}s"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        tp, str(tp)
+    )
+
+
+def _check_type(key: str, value: Any, tp: Any) -> None:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        _check_type(key, value, next(a for a in args if a is not type(None)))
+        return
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(key, f"expected one of {', '.join(map(str, args))}, got {value!r}")
+        return
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            raise ConfigError(key, f"expected {_describe(tp)}, got {value!r}")
+        for item in value:
+            _check_type(key, item, args[0])
+        return
+    ok = isinstance(value, tp) and not (tp is not bool and isinstance(value, bool))
+    if tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok:
+        raise ConfigError(key, f"expected {_describe(tp)}, got {value!r}")
+
+
+def _from_json(value: Any, tp: Any) -> Any:
+    if get_origin(tp) is tuple and isinstance(value, list):
+        return tuple(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _positive(config: TrainConfig, *keys: str) -> None:
+    for key in keys:
+        if getattr(config, key) <= 0:
+            raise ConfigError(key, f"must be positive, got {getattr(config, key)!r}")
+
+
+def _non_negative(config: TrainConfig, *keys: str) -> None:
+    for key in keys:
+        if getattr(config, key) < 0:
+            raise ConfigError(key, f"must not be negative, got {getattr(config, key)!r}")
