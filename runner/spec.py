@@ -64,7 +64,7 @@ class JobSpec:
             "benchmark": self.benchmark,
             "division": self.division,
             "open_keys": list(self.open_keys),
-            "overrides": dict(self.overrides),
+            "overrides": [list(pair) for pair in self.overrides],  # ordered: later wins
             "placement": {
                 "num_nodes": self.placement.num_nodes,
                 "procs_per_node": self.placement.procs_per_node,
@@ -84,7 +84,7 @@ class JobSpec:
             benchmark=data["benchmark"],
             config=TrainConfig.from_dict(data["config"]),
             placement=Placement(**data["placement"]),
-            overrides=tuple(data.get("overrides", {}).items()),
+            overrides=tuple((k, v) for k, v in data.get("overrides", ())),
             division=data["division"],
             open_keys=tuple(data.get("open_keys", ())),
             created_at=data["created_at"],

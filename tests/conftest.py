@@ -1,0 +1,26 @@
+"""Shared fixtures: one real local run of the quickstart, reused by the tests that read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner import api
+from runner.backends.local import LocalBackend
+from runner.spec import Placement, resolve
+
+
+def submit_local(results: Path, overrides: list[str], workers: int = 2) -> api.Run:
+    spec = resolve("cnn-digits", overrides, Placement(procs_per_node=workers))
+    return api.submit(spec, LocalBackend(results), results, "local")
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, api.Run]:
+    """A real 2-worker cnn-digits run on gloo, followed to the end (about 10 s)."""
+    results = tmp_path_factory.mktemp("results")
+    run = submit_local(results, [])
+    status = api.wait(results, run)
+    assert status.state.value == "SUCCEEDED", status
+    return results, run

@@ -1,0 +1,55 @@
+import json
+
+import pytest
+
+from runner import rundir
+from runner.backends.base import JobState, JobStatus
+from runner.errors import RunNotFound
+from runner.spec import resolve
+
+
+def _make(root, run_id):
+    spec = resolve("cnn-digits", run_id=run_id)
+    return rundir.create(root, rundir.RunRecord(spec, "local", f"local://{run_id}"))
+
+
+def test_create_refuses_to_reuse_a_run_directory(tmp_path):
+    _make(tmp_path, "cnn-digits-a")
+    with pytest.raises(FileExistsError):
+        _make(tmp_path, "cnn-digits-a")
+
+
+def test_find_accepts_an_unambiguous_prefix_and_explains_ambiguity(tmp_path):
+    _make(tmp_path, "cnn-digits-20260101-000000-aaaa")
+    _make(tmp_path, "cnn-digits-20260101-000000-bbbb")
+    assert rundir.find(tmp_path, "cnn-digits-20260101-000000-a").name.endswith("aaaa")
+    with pytest.raises(RunNotFound, match="matches several runs"):
+        rundir.find(tmp_path, "cnn-digits-2026")
+    with pytest.raises(RunNotFound, match="runner runs"):
+        rundir.find(tmp_path, "nothing-like-it")
+
+
+def test_record_and_state_round_trip(tmp_path):
+    run_dir = _make(tmp_path, "cnn-digits-x")
+    record = rundir.read_record(run_dir)
+    assert record.handle == "local://cnn-digits-x"
+    status = JobStatus(JobState.FAILED, "rank 1 exited with code -9", failed_rank=1, exit_code=-9)
+    rundir.write_state(run_dir, status)
+    assert rundir.read_state(run_dir) == status
+
+
+def test_missing_results_lists_every_absent_file_and_event(tmp_path):
+    run_dir = _make(tmp_path, "cnn-digits-y")
+    (run_dir / rundir.EVENTS).write_text(json.dumps({"key": "run_start"}) + "\n")
+    missing = rundir.missing_results(run_dir, world_size=2)
+    assert "summary.json" in missing
+    assert "manifest.json" in missing
+    assert "logs/rank-0.log" in missing and "logs/rank-1.log" in missing
+    assert any("run_stop" in item for item in missing)
+    assert "job.json" not in missing
+
+
+def test_write_json_leaves_no_temporary_file_behind(tmp_path):
+    rundir.write_json(tmp_path / "a.json", {"x": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+    assert rundir.read_json(tmp_path / "a.json") == {"x": 1}

@@ -1,0 +1,114 @@
+import json
+
+import pytest
+
+from runner.benchmarks import BENCHMARKS, CNN_DIGITS
+from runner.errors import SpecError
+from runner.spec import JobSpec, Placement, new_run_id, parse_overrides, resolve, workload_argv
+
+
+def test_resolve_applies_overrides_with_their_field_types():
+    spec = resolve("cnn-digits", ["lr=0.2", "batch_size=16", "nesterov=true", "lr_milestones=3,6"])
+    assert spec.config.lr == 0.2
+    assert spec.config.batch_size == 16
+    assert spec.config.nesterov is True
+    assert spec.config.lr_milestones == (3, 6)
+    assert spec.config.model == CNN_DIGITS.config.model  # untouched keys keep the defaults
+
+
+def test_resolve_uses_the_benchmarks_default_workers():
+    assert resolve("cnn-digits").placement.world_size == CNN_DIGITS.default_workers
+
+
+def test_unknown_benchmark_lists_the_valid_names():
+    with pytest.raises(SpecError) as err:
+        resolve("resnet-imaginary")
+    assert err.value.param == "BENCHMARK"
+    for name in BENCHMARKS:
+        assert name in str(err.value)
+
+
+def test_unknown_set_key_lists_the_valid_keys():
+    with pytest.raises(SpecError) as err:
+        resolve("cnn-digits", ["learning_rate=0.1"])
+    assert err.value.param == "--set"
+    assert "learning_rate" in str(err.value)
+    assert "lr" in str(err.value) and "batch_size" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("lr=fast", "expected a number"),
+        ("batch_size=3.5", "expected an integer"),
+        ("nesterov=maybe", "expected true or false"),
+        ("strategy=carrier-pigeon", "expected one of ddp, allreduce"),
+        ("lr_milestones=a,b", "expected an integer"),
+    ],
+)
+def test_wrong_value_type_says_what_is_expected(item, expected):
+    with pytest.raises(SpecError) as err:
+        resolve("cnn-digits", [item])
+    assert expected in str(err.value)
+    assert item.split("=")[0] in str(err.value)
+
+
+def test_invalid_value_names_the_key_and_the_constraint():
+    with pytest.raises(SpecError, match=r"batch_size: must be positive"):
+        resolve("cnn-digits", ["batch_size=0"])
+
+
+@pytest.mark.parametrize("item", ["lr", "=3", ""])
+def test_malformed_set_item_shows_the_expected_form(item):
+    with pytest.raises(SpecError, match="expected key=value"):
+        parse_overrides([item])
+
+
+def test_tunable_overrides_stay_closed_division():
+    spec = resolve("cnn-digits", ["lr=0.1", "batch_size=64"])
+    assert spec.division == "closed"
+    assert spec.open_keys == ()
+
+
+def test_non_tunable_override_makes_the_run_open_division_and_names_the_key():
+    spec = resolve("cnn-digits", ["momentum=0.5", "lr=0.1"])
+    assert spec.division == "open"
+    assert spec.open_keys == ("momentum",)
+
+
+def test_run_controls_such_as_the_seed_do_not_change_the_division():
+    assert resolve("cnn-digits", ["seed=7", "max_epochs=3"]).division == "closed"
+
+
+def test_later_set_items_win():
+    assert resolve("cnn-digits", ["lr=0.1", "lr=0.3"]).config.lr == 0.3
+
+
+def test_placement_rejects_zero_workers_naming_the_option():
+    with pytest.raises(SpecError) as err:
+        Placement(procs_per_node=0)
+    assert err.value.param == "--workers"
+
+
+def test_jobspec_round_trips_through_json():
+    spec = resolve("cnn-digits", ["momentum=0.5", "lr_milestones=2,4"])
+    assert JobSpec.from_dict(json.loads(spec.to_json())) == spec
+
+
+def test_run_ids_are_unique_kubernetes_names():
+    ids = {new_run_id("cnn-digits") for _ in range(50)}
+    assert len(ids) == 50
+    for run_id in ids:
+        assert len(run_id) <= 63
+        assert run_id == run_id.lower()
+        assert all(c.isalnum() or c == "-" for c in run_id)
+
+
+def test_workload_argv_carries_the_whole_resolved_config():
+    spec = resolve("cnn-digits", ["momentum=0.5"])
+    argv = workload_argv(spec, output_dir="/out", python="python")
+    assert argv[:3] == ["python", "-m", "workloads.train"]
+    config = json.loads(argv[argv.index("--config") + 1])
+    assert config == spec.config.to_dict()
+    assert "--open-division" in argv
+    assert argv[argv.index("--output-dir") + 1] == "/out"

@@ -1,0 +1,51 @@
+import dataclasses
+
+import pytest
+
+from runner.benchmarks import CNN_DIGITS
+from workloads.config import ConfigError, TrainConfig, parse_value, with_overrides
+
+BASE = CNN_DIGITS.config
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"max_epochs": 0}, "max_epochs"),
+        ({"lr": -0.1}, "lr"),
+        ({"momentum": -1.0}, "momentum"),
+        ({"target_value": 1.5}, "target_value"),
+        ({"momentum": 0.0, "nesterov": True}, "nesterov"),
+        ({"warmup_epochs": 100.0}, "warmup_epochs"),
+        ({"lr_milestones": (5, 3)}, "lr_milestones"),
+        ({"lr_gamma": 0.0}, "lr_gamma"),
+        ({"time_budget_s": -5.0}, "time_budget_s"),
+        ({"batch_size": True}, "batch_size"),
+        ({"strategy": "nope"}, "strategy"),
+    ],
+)
+def test_invalid_values_raise_an_error_naming_the_key(changes, key):
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(BASE, **changes)
+    assert err.value.key == key
+
+
+def test_json_round_trip_keeps_tuples_and_floats():
+    config = dataclasses.replace(BASE, lr_milestones=(2, 5), time_budget_s=30.0)
+    assert TrainConfig.from_json(config.to_json()) == config
+
+
+def test_from_dict_rejects_unknown_keys():
+    data = BASE.to_dict() | {"bogus": 1}
+    with pytest.raises(ConfigError, match="bogus"):
+        TrainConfig.from_dict(data)
+
+
+def test_optional_values_parse_none():
+    assert with_overrides(BASE, {"time_budget_s": "none"}).time_budget_s is None
+    assert with_overrides(BASE, {"time_budget_s": "60"}).time_budget_s == 60.0
+
+
+def test_parse_value_reads_booleans_in_common_spellings():
+    assert parse_value("k", "yes", bool) is True
+    assert parse_value("k", "Off", bool) is False
