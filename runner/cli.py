@@ -74,7 +74,12 @@ def benchmarks() -> None:
 @click.option(
     "--local", "local", is_flag=True, help="Run on this machine with torchrun (the default)."
 )
-@click.option("--workers", type=int, default=None, help="Processes (default: the benchmark's).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes (default: the benchmark's).",
+)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option(
     "--set",
@@ -106,7 +111,9 @@ def submit(
     from runner.spec import Placement, get_benchmark, resolve, workload_argv
 
     bench = get_benchmark(benchmark)
-    placement = Placement(procs_per_node=workers or bench.default_workers, device=device)  # type: ignore[arg-type]
+    placement = Placement(
+        procs_per_node=workers if workers is not None else bench.default_workers, device=device
+    )  # type: ignore[arg-type]
     spec = resolve(benchmark, overrides, placement)
     if dry_run:
         console.print_json(spec.to_json())

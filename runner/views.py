@@ -9,7 +9,7 @@ from rich.table import Table
 from runner.api import RunInfo
 from runner.backends.base import JobState, JobStatus
 from runner.benchmarks import Benchmark
-from workloads.timing import PHASES
+from workloads.mllog import STEP_PHASES as PHASES
 
 STATE_STYLE = {
     JobState.PENDING: "yellow",
@@ -22,7 +22,8 @@ STATE_STYLE = {
 
 def benchmarks_table(benchmarks: list[Benchmark]) -> Table:
     table = Table(title="Benchmarks", title_justify="left")
-    for column in ("name", "task", "target", "light", "workers", "batch", "strategy", "runs"):
+    table.add_column("name", no_wrap=True)  # identifiers are copied: never wrap them
+    for column in ("task", "target", "light", "workers", "batch", "strategy", "runs"):
         table.add_column(column)
     for b in benchmarks:
         c = b.config
@@ -46,7 +47,8 @@ def headline(summary: dict[str, Any] | None) -> str:
 
 def runs_table(infos: list[RunInfo]) -> Table:
     table = Table(title="Runs", title_justify="left")
-    for column in ("run", "benchmark", "backend", "workers", "state", "result"):
+    table.add_column("run", no_wrap=True)
+    for column in ("benchmark", "backend", "workers", "state", "result"):
         table.add_column(column)
     for info in infos:
         spec = info.run.record.spec

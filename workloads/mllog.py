@@ -29,6 +29,8 @@ GLOBAL_BATCH_SIZE, OPT_BASE_LR = "global_batch_size", "opt_base_learning_rate"
 TRAIN_SAMPLES, EVAL_SAMPLES = "train_samples", "eval_samples"
 TRAIN_LOSS = "train_loss"
 EPOCH_PHASES = "epoch_phase_times"  # stackbench: seconds per step phase over one epoch
+# The phases of a training step, in order; they add up to the step time (workloads/timing.py).
+STEP_PHASES = ("data", "forward", "backward", "communication", "optimizer")
 # stackbench: the manifest and the summary also travel as events, so that a run directory can
 # be rebuilt from rank 0's log alone when a cluster has no results store.
 MANIFEST, SUMMARY = "stackbench_manifest", "stackbench_summary"

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-PHASES = ("data", "forward", "backward", "communication", "optimizer")
+from workloads.mllog import STEP_PHASES as PHASES
 
 
 class Clock(Protocol):

@@ -1,0 +1,123 @@
+"""stackbench's own overhead, printed as JSON figures (not a pass/fail test).
+
+- `runner --help` wall time (the CLI must start without importing torch);
+- cnn-digits step throughput in one process: stackbench's training path (workloads.train.run,
+  with its phase timers, strategy and event log) against a bare hand-written PyTorch loop on
+  the same model, data, batch and optimizer. Rounds alternate between the two so machine
+  noise hits both alike; the ratio of medians is our overhead.
+
+Usage: python bench/overhead.py [--rounds 5] [--epochs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from runner.benchmarks import CNN_DIGITS
+from workloads import dist as wdist
+from workloads.data.digits import load_digits
+from workloads.models.cnn import DigitsCNN
+from workloads.train import parse_args, run
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli_help_s(repeats: int = 5) -> float:
+    runner = Path(sys.executable).with_name("runner")
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([str(runner), "--help"], check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def stackbench_samples_per_s(epochs: int, strategy: str) -> float:
+    config = CNN_DIGITS.config.__class__.from_dict(
+        CNN_DIGITS.config.to_dict()
+        | {"max_epochs": epochs, "stop_at_target": False, "strategy": strategy}
+    )
+    with tempfile.TemporaryDirectory() as out:
+        args = parse_args(["--config", config.to_json(), "--run-id", "bench", "--output-dir", out])
+        devnull = open(os.devnull, "w")  # noqa: SIM115
+        stdout, sys.stdout = sys.stdout, devnull
+        try:
+            summary = run(config, wdist.DistEnv(0, 0, 1), args)
+        finally:
+            sys.stdout = stdout
+            devnull.close()
+    return summary["throughput_samples_per_s"]
+
+
+def bare_samples_per_s(epochs: int) -> float:
+    """The loop a person would write by hand: same model, data, batch, optimizer, shuffling."""
+    cfg = CNN_DIGITS.config
+    torch.manual_seed(cfg.seed)
+    splits = load_digits(torch.device("cpu"))
+    model = DigitsCNN()
+    opt = torch.optim.SGD(
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+    samples, elapsed, first = 0, 0.0, True
+    for epoch in range(epochs):
+        order = torch.randperm(splits.num_train, generator=torch.Generator().manual_seed(epoch))
+        for index in torch.split(order, cfg.batch_size):
+            t0 = time.perf_counter()
+            loss = F.cross_entropy(model(splits.train_x[index]), splits.train_y[index])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if first:  # warm-up step excluded, as stackbench's summary does
+                first = False
+                continue
+            elapsed += time.perf_counter() - t0
+            samples += len(index)
+    return samples / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=15)
+    args = parser.parse_args()
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    figures: dict[str, list[float]] = {"bare": [], "stackbench_ddp": [], "stackbench_allreduce": []}
+    for _ in range(args.rounds):
+        figures["bare"].append(bare_samples_per_s(args.epochs))
+        figures["stackbench_ddp"].append(stackbench_samples_per_s(args.epochs, "ddp"))
+        figures["stackbench_allreduce"].append(stackbench_samples_per_s(args.epochs, "allreduce"))
+    medians = {k: statistics.median(v) for k, v in figures.items()}
+    print(json.dumps({
+        "runner_help_s": round(cli_help_s(), 3),
+        "runner_help_target_s": 0.5,
+        "cnn_digits_one_process_samples_per_s": {k: round(v) for k, v in medians.items()},
+        "ratio_stackbench_ddp_to_bare": round(medians["stackbench_ddp"] / medians["bare"], 3),
+        "ratio_stackbench_allreduce_to_bare": round(
+            medians["stackbench_allreduce"] / medians["bare"], 3
+        ),
+        "ratio_target": 0.95,
+        "rounds": args.rounds,
+        "epochs_per_round": args.epochs,
+        "torch_threads": torch.get_num_threads(),
+    }, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from runner.benchmarks import BENCHMARKS
+from runner.cli import main
+
+
+def invoke(*args, results=None):
+    prefix = ["--results-dir", str(results)] if results is not None else []
+    # A wide terminal, so that table cells are not wrapped mid-word.
+    return CliRunner(env={"COLUMNS": "200"}).invoke(main, [*prefix, *args], catch_exceptions=False)
+
+
+def test_help_lists_the_commands_with_examples():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("benchmarks", "submit", "runs", "status", "logs", "fetch", "cancel"):
+        assert command in result.output
+    assert "runner submit cnn-digits" in result.output
+
+
+def test_benchmarks_lists_every_registered_benchmark():
+    result = invoke("benchmarks")
+    assert result.exit_code == 0
+    for name in BENCHMARKS:
+        assert name in result.output
+
+
+def test_submit_unknown_benchmark_is_a_usage_error_listing_the_names(tmp_path):
+    result = invoke("submit", "resnet-imaginary", results=tmp_path)
+    assert result.exit_code == 2
+    assert "cnn-digits" in result.output
+    assert not any(tmp_path.iterdir())  # nothing was created
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [("learning_rate=1", "valid keys"), ("lr=abc", "expected a number"), ("lr", "key=value")],
+)
+def test_submit_bad_set_is_a_usage_error_saying_what_to_change(tmp_path, item, expected):
+    result = invoke("submit", "cnn-digits", "--set", item, results=tmp_path)
+    assert result.exit_code == 2
+    assert "--set" in result.output and expected in result.output
+
+
+def test_submit_zero_workers_is_a_usage_error(tmp_path):
+    result = invoke("submit", "cnn-digits", "--workers", "0", results=tmp_path)
+    assert result.exit_code == 2
+    assert "--workers" in result.output
+
+
+def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):
+    result = invoke("submit", "cnn-digits", "--dry-run", "--set", "momentum=0.5", results=tmp_path)
+    assert result.exit_code == 0
+    job, _ = json.JSONDecoder().raw_decode(result.output)
+    assert job["division"] == "open"
+    assert job["config"]["momentum"] == 0.5
+    assert "torchrun --standalone --nproc-per-node 2" in result.output
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_submit_runs_locally_and_prints_the_summary(tmp_path):
+    result = invoke("submit", "cnn-digits", "--local", "--workers", "2", results=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "Summary of cnn-digits-" in result.output
+    assert "time to target" in result.output
+    assert "communication share" in result.output
+    assert "SUCCEEDED" in result.output
+
+
+def test_runs_json_reports_state_and_headline_metric(finished_run):
+    results, run = finished_run
+    result = invoke("runs", "--json", results=results)
+    assert result.exit_code == 0
+    (entry,) = [r for r in json.loads(result.output) if r["run_id"] == run.run_id]
+    assert entry["status"]["state"] == "SUCCEEDED"
+    assert entry["summary"]["target_reached"] is True
+    table = invoke("runs", results=results).output
+    assert "target in" in table
+
+
+def test_status_logs_and_fetch_work_on_a_finished_run(finished_run):
+    results, run = finished_run
+    assert "SUCCEEDED" in invoke("status", run.run_id, results=results).output
+    logs = invoke("logs", run.run_id, "--rank", "0", results=results)
+    assert logs.exit_code == 0 and "run_stop" in logs.output
+    fetched = invoke("fetch", run.run_id[:-2], results=results)  # a prefix is enough
+    assert fetched.exit_code == 0 and "complete" in fetched.output
+
+
+def test_logs_of_a_rank_that_does_not_exist_names_the_valid_ranks(finished_run):
+    results, run = finished_run
+    result = invoke("logs", run.run_id, "--rank", "5", results=results)
+    assert result.exit_code == 1
+    assert "ranks 0-1" in result.output
+
+
+def test_unknown_run_says_how_to_list_runs(tmp_path):
+    result = invoke("status", "no-such-run", results=tmp_path)
+    assert result.exit_code == 1
+    assert "runner runs" in result.output
+
+
+def test_cancel_of_a_finished_run_changes_nothing(finished_run):
+    results, run = finished_run
+    assert "SUCCEEDED" in invoke("cancel", run.run_id, results=results).output
+
+
+def test_the_cli_starts_without_importing_torch():
+    code = (
+        "import sys; from click.testing import CliRunner; from runner.cli import main; "
+        "CliRunner().invoke(main, ['--help']); CliRunner().invoke(main, ['benchmarks']); "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
