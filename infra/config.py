@@ -1,0 +1,335 @@
+"""StackConfig: the stack's settings, parsed and validated before any resource exists.
+
+Keys, types, defaults and descriptions are declared once, in Pulumi.yaml; the Pulumi CLI
+applies the defaults and hands every value over as a string. This module turns those strings
+into one frozen, typed value and checks the combinations (GPU model and count against the
+machine type, node counts, CIDRs, versions). Every error names the key and the `pulumi config
+set` command that fixes it. It creates no resources and reads nothing but the mapping given.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from infra.catalog import EC2_INSTANCE_RE, GKE_MACHINE_RE, NO_GPUS, GpuOffer, eks_offer, gke_offer
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
+NAMESPACE = "stackbench"  # the Pulumi project name, so keys read `stackbench:KEY`
+Provider = Literal["kind", "gke", "eks"]
+JobApi = Literal["trainjob", "pytorchjob"]
+PROVIDERS: tuple[Provider, ...] = ("kind", "gke", "eks")
+JOB_APIS: tuple[JobApi, ...] = ("trainjob", "pytorchjob")
+GKE_DRIVER_VERSIONS = ("DEFAULT", "LATEST")
+MAX_NODES = 1000  # a guard against typos (80 for 8), not a cloud quota
+# Used when systemMachineType is empty: small general-purpose machines, no GPU.
+SYSTEM_MACHINE = {"gke": "e2-standard-4", "eks": "m6i.large", "kind": ""}
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_K8S_MINOR = re.compile(r"^1\.(\d+)(\.\d+)?$")
+_GCP_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+_AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+
+
+class ConfigError(ValueError):
+    """A stack setting is invalid; the message names the key and the command that fixes it."""
+
+    def __init__(self, key: str, problem: str, example: str) -> None:
+        self.key = key
+        path = "--path " if "[" in example else ""
+        target = f"'{NAMESPACE}:{key}{example}'" if path else f"{NAMESPACE}:{key} {example}"
+        super().__init__(f"{NAMESPACE}:{key} {problem}; fix: pulumi config set {path}{target}")
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """One stack's validated settings; see Pulumi.yaml for what each means."""
+
+    stack: str
+    provider: Provider
+    region: str
+    zone: str
+    gcp_project: str
+    kubernetes_version: str
+    system_node_count: int
+    system_machine_type: str
+    node_machine_type: str
+    min_nodes: int
+    max_nodes: int
+    gpu_type: str
+    gpus_per_node: int
+    gpu_driver_version: str
+    spot: bool
+    api_allowed_cidrs: tuple[str, ...]
+    job_api: JobApi
+    namespace: str
+    trainer_version: str
+    training_operator_version: str
+    device_plugin_version: str
+    results_dir: str
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpus_per_node > 0
+
+    @property
+    def image_variant(self) -> Literal["cuda", "cpu"]:
+        return "cuda" if self.has_gpus else "cpu"
+
+
+# --- one parser per key: raw CLI string -> typed value, or ConfigError ---------------------
+
+
+def _text(key: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _integer(lo: int, hi: int, example: int) -> Callable[[str, str], int]:
+    def parse(key: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(key, f"must be an integer, got {raw!r}", str(example)) from None
+        if not lo <= value <= hi:
+            raise ConfigError(key, f"must be between {lo} and {hi}, got {value}", str(example))
+        return value
+
+    return parse
+
+
+def _boolean(key: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(key, f"must be true or false, got {raw!r}", "false")
+    return value == "true"
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(key: str, raw: str) -> str:
+        if raw.strip() not in options:
+            raise ConfigError(key, f"must be one of {', '.join(options)}, got {raw!r}", options[0])
+        return raw.strip()
+
+    return parse
+
+
+def _semver(key: str, raw: str) -> str:
+    if not _SEMVER.match(raw.strip()):
+        raise ConfigError(key, f"must be a pinned version x.y.z, got {raw!r}", "2.3.0")
+    return raw.strip()
+
+
+def _cidrs(key: str, raw: str) -> tuple[str, ...]:
+    example = "[0]' 203.0.113.7/32"
+    try:
+        items = json.loads(raw)
+    except json.JSONDecodeError:
+        raise ConfigError(key, f"must be a list of CIDRs, got {raw!r}", example) from None
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ConfigError(key, f"must be a list of CIDR strings, got {raw!r}", example)
+    for item in items:
+        try:
+            net = ipaddress.ip_network(item, strict=True)
+        except ValueError:
+            raise ConfigError(key, f"has {item!r}, which is not a CIDR", example) from None
+        if net.version != 4:
+            raise ConfigError(key, f"has {item!r}; only IPv4 CIDRs are supported", example)
+    return tuple(items)
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "provider": _choice(PROVIDERS),
+    "region": _text,
+    "zone": _text,
+    "gcpProject": _text,
+    "kubernetesVersion": _text,
+    "systemNodeCount": _integer(1, 10, 1),
+    "systemMachineType": _text,
+    "nodeMachineType": _text,
+    "minNodes": _integer(0, MAX_NODES, 0),
+    "maxNodes": _integer(1, MAX_NODES, 8),
+    "gpuType": _text,
+    "gpusPerNode": _integer(0, 16, 1),
+    "gpuDriverVersion": _choice(GKE_DRIVER_VERSIONS),
+    "spot": _boolean,
+    "apiAllowedCidrs": _cidrs,
+    "jobApi": _choice(JOB_APIS),
+    "namespace": _text,
+    "trainerVersion": _semver,
+    "trainingOperatorVersion": _semver,
+    "devicePluginVersion": _semver,
+    "resultsDir": _text,
+}
+KEYS: tuple[str, ...] = tuple(_PARSERS)
+EXAMPLES = {"provider": "gke", "region": "us-central1", "zone": "us-central1-a"}
+
+
+def parse_stack_config(raw: Mapping[str, str | None], stack: str, project_root: str) -> StackConfig:
+    """Parse the CLI's strings (key -> value, None when unset) and check them together."""
+    values: dict[str, Any] = {}
+    for key, parse in _PARSERS.items():
+        text = raw.get(key)
+        if text is None:
+            example = EXAMPLES.get(key, "VALUE")
+            raise ConfigError(key, "is not set (Pulumi.yaml declares every key)", example)
+        values[key] = parse(key, text)
+    _check_location(values)
+    _check_names(values)
+    _check_pools(values)
+    _check_gpus(values)
+    _check_job_api(values)
+    cfg = StackConfig(
+        stack=stack,
+        provider=values["provider"],
+        region=values["region"],
+        zone=values["zone"],
+        gcp_project=values["gcpProject"],
+        kubernetes_version=values["kubernetesVersion"],
+        system_node_count=values["systemNodeCount"],
+        system_machine_type=values["systemMachineType"] or SYSTEM_MACHINE[values["provider"]],
+        node_machine_type=values["nodeMachineType"],
+        min_nodes=values["minNodes"],
+        max_nodes=values["maxNodes"],
+        gpu_type=values["gpuType"],
+        gpus_per_node=values["gpusPerNode"],
+        gpu_driver_version=values["gpuDriverVersion"],
+        spot=values["spot"],
+        api_allowed_cidrs=values["apiAllowedCidrs"],
+        job_api=values["jobApi"],
+        namespace=values["namespace"],
+        trainer_version=values["trainerVersion"],
+        training_operator_version=values["trainingOperatorVersion"],
+        device_plugin_version=values["devicePluginVersion"],
+        results_dir=_results_dir(values, stack, project_root),
+    )
+    return cfg
+
+
+def _check_location(v: dict[str, Any]) -> None:
+    provider, region, zone = v["provider"], v["region"], v["zone"]
+    if provider == "gke":
+        if not _GCP_REGION.match(region):
+            raise ConfigError(
+                "region", f"must be a GCP region for gke, got {region!r}", "us-central1"
+            )
+        if not re.fullmatch(rf"{re.escape(region)}-[a-z]", zone):
+            raise ConfigError("zone", f"must be a zone of {region}, got {zone!r}", f"{region}-a")
+    if provider == "eks" and not _AWS_REGION.match(region):
+        raise ConfigError("region", f"must be an AWS region for eks, got {region!r}", "us-east-1")
+    if provider != "kind" and not v["apiAllowedCidrs"]:
+        raise ConfigError(
+            "apiAllowedCidrs",
+            "is empty: list who may reach the Kubernetes API (it is never opened to everyone)",
+            "[0]' 203.0.113.7/32",
+        )
+    version = v["kubernetesVersion"]
+    match = _K8S_MINOR.match(version)
+    if not match or int(match.group(1)) < 29:
+        raise ConfigError("kubernetesVersion", f"must be 1.29 or later, got {version!r}", "1.33")
+    if provider == "kind" and not match.group(2):
+        raise ConfigError(
+            "kubernetesVersion", f"needs a patch version on kind, got {version!r}", "1.33.1"
+        )
+
+
+def _check_names(v: dict[str, Any]) -> None:
+    if not _DNS_LABEL.match(v["namespace"]) or v["namespace"].startswith("kube-"):
+        raise ConfigError("namespace", f"must be a DNS label, got {v['namespace']!r}", "stackbench")
+    for key in ("systemMachineType", "nodeMachineType"):
+        name = v[key]
+        if v["provider"] == "kind" or (key == "systemMachineType" and not name):
+            continue
+        pattern = GKE_MACHINE_RE if v["provider"] == "gke" else EC2_INSTANCE_RE
+        example = "n1-standard-4" if v["provider"] == "gke" else "g5.xlarge"
+        if not pattern.match(name):
+            raise ConfigError(key, f"must be a {v['provider']} machine type, got {name!r}", example)
+    project = v["gcpProject"]
+    if project and not re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", project):
+        raise ConfigError("gcpProject", f"must be a GCP project id, got {project!r}", "my-project")
+
+
+def _check_pools(v: dict[str, Any]) -> None:
+    if v["minNodes"] > v["maxNodes"]:
+        raise ConfigError(
+            "minNodes", f"({v['minNodes']}) exceeds maxNodes ({v['maxNodes']})", str(v["maxNodes"])
+        )
+    if v["provider"] == "kind" and v["maxNodes"] > 16:
+        raise ConfigError("maxNodes", "is over 16, too many kind nodes for one host", "2")
+
+
+def _offer(v: dict[str, Any]) -> GpuOffer:
+    if v["provider"] == "gke":
+        return gke_offer(v["nodeMachineType"])
+    if v["provider"] == "eks":
+        return eks_offer(v["nodeMachineType"])
+    return NO_GPUS
+
+
+def _check_gpus(v: dict[str, Any]) -> None:
+    gpu, count, machine, offer = v["gpuType"], v["gpusPerNode"], v["nodeMachineType"], _offer(v)
+    if v["provider"] == "kind" and (gpu or count):
+        raise ConfigError("gpusPerNode", "must be 0: kind stacks are CPU-only here", "0")
+    if bool(gpu) != bool(count):
+        key, example = ("gpuType", "nvidia-tesla-t4") if count else ("gpusPerNode", "1")
+        raise ConfigError(key, "must be set together with gpuType/gpusPerNode", example)
+    if not gpu:
+        if offer.built_in:
+            raise ConfigError(
+                "gpuType",
+                f"is empty but {machine} carries GPUs ({offer.describe()})",
+                next(iter(offer.counts)),
+            )
+        return
+    if gpu not in offer.counts:
+        options = offer.describe() or "none; pick a GPU machine type"
+        raise ConfigError(
+            "gpuType",
+            f"{gpu!r} is not offered on {machine} ({options})",
+            next(iter(offer.counts), "''"),
+        )
+    if count not in offer.counts[gpu]:
+        allowed = ", ".join(str(c) for c in sorted(offer.counts[gpu]))
+        raise ConfigError(
+            "gpusPerNode",
+            f"must be {allowed} for {gpu} on {machine}, got {count}",
+            str(max(offer.counts[gpu])),
+        )
+
+
+def _check_job_api(v: dict[str, Any]) -> None:
+    if v["jobApi"] == "trainjob" and not v["trainerVersion"].startswith("2.3."):
+        raise ConfigError(
+            "trainerVersion",
+            f"must be 2.3.x (the TrainJob API the runner renders), got {v['trainerVersion']}",
+            "2.3.0",
+        )
+    if v["jobApi"] == "pytorchjob" and not v["trainingOperatorVersion"].startswith("1.9."):
+        raise ConfigError(
+            "trainingOperatorVersion",
+            f"must be 1.9.x (PyTorchJob kubeflow.org/v1), got {v['trainingOperatorVersion']}",
+            "1.9.4",
+        )
+
+
+def _results_dir(v: dict[str, Any], stack: str, project_root: str) -> str:
+    """kind's host directory for results: absolute, since it becomes a file:// URI."""
+    if v["provider"] != "kind":
+        return ""
+    path = v["resultsDir"] or f"{project_root}/results/.kind-store/{stack}"
+    if not PurePosixPath(path).is_absolute() or any(c in path for c in "\n\"':,"):
+        raise ConfigError("resultsDir", f"must be an absolute path, got {path!r}", "/srv/results")
+    return path
+
+
+def load_stack_config() -> StackConfig:
+    """Read this stack's settings from the Pulumi runtime and validate them."""
+    import pulumi  # here, so the parser above stays importable and testable without a runtime
+
+    config = pulumi.Config(NAMESPACE)
+    raw = {key: config.get(key) for key in KEYS}
+    return parse_stack_config(raw, pulumi.get_stack(), str(PROJECT_ROOT))

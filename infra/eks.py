@@ -1,0 +1,124 @@
+"""EksCluster: an EKS cluster (pulumi-eks) with a system node group and a training node group.
+
+Both node groups are EKS managed node groups sharing one node role. The training group runs
+the EKS-optimized AL2023 NVIDIA AMI when the stack has GPUs (drivers and container toolkit
+included; addons.py installs the device plugin, which that AMI lacks), is tainted
+nvidia.com/gpu and labelled nvidia.com/gpu.present=true, and may run on spot capacity. An
+IAM OIDC provider is created for IRSA (results.py binds the job service account). The API
+endpoint is public but limited to apiAllowedCidrs. It uses the account's default VPC: a
+dedicated VPC is not built here. The group is sized to maxNodes (no cluster autoscaler).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+
+from infra.cluster import ClusterComponent
+from infra.config import StackConfig
+
+NODE_POLICIES = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+)
+GPU_AMI = "AL2023_x86_64_NVIDIA"
+CPU_AMI = "AL2023_x86_64_STANDARD"
+
+
+class EksCluster(ClusterComponent):
+    """An EKS cluster; fills the ClusterComponent contract plus the OIDC provider."""
+
+    def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
+        super().__init__("stackbench:index:EksCluster", name, cfg, opts)
+        self.cloud_provider = aws.Provider(
+            f"{name}-aws", region=cfg.region, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self._opts = pulumi.ResourceOptions(parent=self, provider=self.cloud_provider)
+        node_role = self._node_role(name)
+        self.cluster_resource = eks.Cluster(
+            f"{name}-cluster",
+            version=cfg.kubernetes_version,
+            skip_default_node_group=True,
+            instance_roles=[node_role],
+            create_oidc_provider=True,
+            endpoint_public_access=True,
+            endpoint_private_access=True,
+            public_access_cidrs=list(cfg.api_allowed_cidrs),
+            opts=pulumi.ResourceOptions(parent=self, providers={"aws": self.cloud_provider}),
+        )
+        self.system_group = self._node_group(
+            f"{name}-system",
+            node_role,
+            instance_type=cfg.system_machine_type,
+            ami_type=CPU_AMI,
+            sizes=(cfg.system_node_count, cfg.system_node_count),
+            spot=False,
+            labels={},
+            taints=[],
+        )
+        self.training_group = self._node_group(
+            f"{name}-training",
+            node_role,
+            instance_type=cfg.node_machine_type,
+            ami_type=GPU_AMI if cfg.has_gpus else CPU_AMI,
+            sizes=(cfg.min_nodes, cfg.max_nodes),
+            spot=cfg.spot,
+            labels=self.gpu_labels(),
+            taints=self.gpu_taints("NO_SCHEDULE"),
+        )
+        self.oidc_provider_arn = self.cluster_resource.oidc_provider_arn
+        self.oidc_provider_url = self.cluster_resource.oidc_provider_url
+        self._make_k8s_provider(self.cluster_resource.kubeconfig_json)
+        self._finish(
+            oidc_provider_arn=self.oidc_provider_arn, oidc_provider_url=self.oidc_provider_url
+        )
+
+    def _node_role(self, name: str) -> aws.iam.Role:
+        role = aws.iam.Role(
+            f"{name}-nodes",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            opts=self._opts,
+        )
+        for arn in NODE_POLICIES:
+            aws.iam.RolePolicyAttachment(
+                f"{name}-nodes-{arn.rsplit('/', 1)[1]}",
+                role=role.name,
+                policy_arn=arn,
+                opts=self._opts,
+            )
+        return role
+
+    def _node_group(
+        self, name, node_role, *, instance_type, ami_type, sizes, spot, labels, taints
+    ) -> eks.ManagedNodeGroup:
+        min_size, max_size = sizes
+        return eks.ManagedNodeGroup(
+            name,
+            cluster=self.cluster_resource,
+            node_role=node_role,
+            instance_types=[instance_type],
+            ami_type=ami_type,
+            capacity_type="SPOT" if spot else "ON_DEMAND",
+            # Without a cluster autoscaler nothing would grow the group, so it starts at its
+            # maximum: the nodes a job asks for are there when it is submitted.
+            scaling_config={"min_size": min_size, "max_size": max_size, "desired_size": max_size},
+            disk_size=200,
+            labels=labels,
+            taints=taints,
+            opts=pulumi.ResourceOptions(parent=self, providers={"aws": self.cloud_provider}),
+        )

@@ -1,0 +1,92 @@
+"""TrainingImage: the registry for the stack and the training image built from images/.
+
+The registry is Artifact Registry on gke, ECR (force delete, so destroy removes pushed
+images) on eks, and kind's local registry container on kind. The image is built by BuildKit
+(pulumi-docker-build) with the CUDA or CPU variant chosen by the stack's GPUs, pushed, and
+exported as `repo@sha256:...`: a digest, never a tag, so every job of the stack runs the same
+bytes. Building needs Docker on the machine running `pulumi up`; previews do not build.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_docker_build as docker_build
+import pulumi_gcp as gcp
+
+from infra.cluster import ClusterComponent
+from infra.config import PROJECT_ROOT, StackConfig
+
+IMAGE_NAME = "stackbench-train"
+DOCKERFILE = PROJECT_ROOT / "images" / "Dockerfile"
+
+
+class TrainingImage(pulumi.ComponentResource):
+    """Registry plus pushed image; `ref` is the digest-pinned reference jobs use."""
+
+    def __init__(self, name: str, cfg: StackConfig, cluster: ClusterComponent, opts=None):
+        super().__init__("stackbench:index:TrainingImage", name, None, opts)
+        self._opts = pulumi.ResourceOptions(parent=self, provider=cluster.cloud_provider)
+        if cfg.provider == "gke":
+            repository, registries = self._artifact_registry(name, cfg)
+        elif cfg.provider == "eks":
+            repository, registries = self._ecr(name, cfg)
+        else:
+            repository, registries = f"{cluster.registry_address}/{IMAGE_NAME}", []
+        # On kind the push needs the registry container up; clouds' repos are inputs already.
+        needs = [cluster.registry] if cfg.provider == "kind" else []
+        self.repository = pulumi.Output.from_input(repository)
+        self.image = docker_build.Image(
+            f"{name}-build",
+            context={"location": str(PROJECT_ROOT)},
+            dockerfile={"location": str(DOCKERFILE)},
+            build_args={"VARIANT": cfg.image_variant},
+            platforms=["linux/amd64"],
+            # A stack-named tag keeps the registry readable; jobs use the digest below.
+            tags=[pulumi.Output.concat(self.repository, ":", cfg.stack)],
+            push=True,
+            registries=registries,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
+        )
+        self.ref = pulumi.Output.concat(self.repository, "@", self.image.digest)
+        self.register_outputs({"repository": self.repository, "ref": self.ref})
+
+    def _artifact_registry(self, name: str, cfg: StackConfig):
+        repo = gcp.artifactregistry.Repository(
+            f"{name}-repo",
+            repository_id=f"stackbench-{cfg.stack}",
+            location=cfg.region,
+            format="DOCKER",
+            description=f"stackbench training images for stack {cfg.stack}",
+            opts=self._opts,
+        )
+        host = f"{cfg.region}-docker.pkg.dev"
+        url = pulumi.Output.concat(host, "/", repo.project, "/", repo.repository_id, "/")
+        client = gcp.organizations.get_client_config_output(
+            opts=pulumi.InvokeOutputOptions(provider=self._opts.provider)
+        )
+        login = {
+            "address": host,
+            "username": "oauth2accesstoken",
+            "password": pulumi.Output.secret(client.access_token),
+        }
+        return pulumi.Output.concat(url, IMAGE_NAME), [login]
+
+    def _ecr(self, name: str, cfg: StackConfig):
+        repo = aws.ecr.Repository(
+            f"{name}-repo",
+            name=f"stackbench-{cfg.stack}/{IMAGE_NAME}",
+            force_delete=True,
+            image_scanning_configuration={"scan_on_push": True},
+            opts=self._opts,
+        )
+        token = aws.ecr.get_authorization_token_output(
+            registry_id=repo.registry_id,
+            opts=pulumi.InvokeOutputOptions(provider=self._opts.provider),
+        )
+        login = {
+            "address": repo.repository_url.apply(lambda url: url.split("/", 1)[0]),
+            "username": token.user_name,
+            "password": pulumi.Output.secret(token.password),
+        }
+        return repo.repository_url, [login]

@@ -1,0 +1,109 @@
+"""KindCluster: a local kind cluster with a local registry and a host results directory.
+
+Runs `kind` and `docker` on the machine that runs `pulumi up` (pulumi-command), so both must
+be installed there; nothing is reached over the network but Docker Hub for the node and
+registry images. The nodes mount the host results directory at /results (extraMounts), which
+is how jobs on kind write results the runner reads as file:///host/dir. Not a cloud cluster:
+CPU only, one kind stack per host (the registry port is fixed).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pulumi
+import pulumi_command as command
+
+from infra.cluster import ClusterComponent
+from infra.config import StackConfig
+from infra.outputs import RESULTS_MOUNT_PATH
+
+REGISTRY_IMAGE = "registry:2.8.3"
+REGISTRY_PORT = 5001  # host port; pods pull localhost:5001/..., which containerd maps below
+REGISTRY_HOST = f"localhost:{REGISTRY_PORT}"
+
+
+def kind_config(cfg: StackConfig) -> dict:
+    """The kind cluster config: one control plane and maxNodes workers, all mounting results."""
+    mount = [{"hostPath": cfg.results_dir, "containerPath": RESULTS_MOUNT_PATH}]
+    nodes = [{"role": "control-plane", "extraMounts": mount}]
+    nodes += [{"role": "worker", "extraMounts": mount} for _ in range(cfg.max_nodes)]
+    return {
+        "kind": "Cluster",
+        "apiVersion": "kind.x-k8s.io/v1alpha4",
+        "name": cluster_name(cfg),
+        # The API server listens on loopback only: nothing outside this host reaches it.
+        "networking": {"apiServerAddress": "127.0.0.1"},
+        # containerd reads per-registry hosts.toml files; create_script writes the one that
+        # sends localhost:5001 to the registry container.
+        "containerdConfigPatches": [
+            '[plugins."io.containerd.grpc.v1.cri".registry]\n'
+            '  config_path = "/etc/containerd/certs.d"\n'
+        ],
+        "nodes": nodes,
+    }
+
+
+def cluster_name(cfg: StackConfig) -> str:
+    return f"stackbench-{cfg.stack}"
+
+
+def registry_name(cfg: StackConfig) -> str:
+    return f"{cluster_name(cfg)}-registry"
+
+
+def create_script(cfg: StackConfig) -> str:
+    """Create the cluster, point every node at the registry, print the kubeconfig (only)."""
+    name, registry = shlex.quote(cluster_name(cfg)), shlex.quote(registry_name(cfg))
+    image = shlex.quote(f"kindest/node:v{cfg.kubernetes_version}")
+    hosts_dir = f"/etc/containerd/certs.d/{REGISTRY_HOST}"
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"mkdir -p {shlex.quote(cfg.results_dir)}",
+            f'printf "%s" "$KIND_CONFIG" | kind create cluster --name {name} --image {image}'
+            " --config - --wait 180s >&2",
+            f"for node in $(kind get nodes --name {name}); do",
+            f'  docker exec "$node" mkdir -p {hosts_dir}',
+            f"  printf '[host.\"http://%s:5000\"]\\n' {registry}"
+            f' | docker exec -i "$node" cp /dev/stdin {hosts_dir}/hosts.toml',
+            "done",
+            f"docker network connect kind {registry} >&2 2>/dev/null || true",
+            f"kind get kubeconfig --name {name}",
+        ]
+    )
+
+
+class KindCluster(ClusterComponent):
+    """A kind cluster plus its local registry; fills the ClusterComponent contract."""
+
+    def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
+        super().__init__("stackbench:index:KindCluster", name, cfg, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        registry = shlex.quote(registry_name(cfg))
+        self.registry = command.local.Command(
+            f"{name}-registry",
+            create=(
+                f"docker inspect {registry} >/dev/null 2>&1 || docker run -d --restart=always"
+                f" -p 127.0.0.1:{REGISTRY_PORT}:5000 --name {registry} {REGISTRY_IMAGE}"
+            ),
+            delete=f"docker rm -f {registry}",
+            opts=child,
+        )
+        self.cluster_resource = command.local.Command(
+            f"{name}-cluster",
+            create=create_script(cfg),
+            delete=f"kind delete cluster --name {shlex.quote(cluster_name(cfg))}",
+            environment={"KIND_CONFIG": json.dumps(kind_config(cfg), indent=2)},
+            # A changed config means a new cluster: kind cannot edit one in place.
+            triggers=[json.dumps(kind_config(cfg), sort_keys=True)],
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.registry], additional_secret_outputs=["stdout"]
+            ),
+        )
+        self.cloud_provider = None
+        self.registry_address = REGISTRY_HOST
+        self.results_uri = f"file://{cfg.results_dir}"
+        self._make_k8s_provider(self.cluster_resource.stdout)
+        self._finish(registry_address=self.registry_address, results_uri=self.results_uri)

@@ -1,0 +1,50 @@
+"""images/Dockerfile: pinned base, both variants, non-root, the workload package copied last.
+
+No Docker engine here, so these read the Dockerfile the way a reviewer would; the build
+itself runs on `pulumi up` (infra/image.py).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from infra_harness import REPO
+
+from infra.image import DOCKERFILE
+
+LINES = [line.strip() for line in DOCKERFILE.read_text().splitlines()]
+INSTRUCTIONS = [line for line in LINES if line and not line.startswith("#")]
+
+
+def test_the_program_builds_the_dockerfile_in_images():
+    assert Path(DOCKERFILE) == REPO / "images" / "Dockerfile"
+
+
+def test_base_image_is_pinned_to_a_full_version():
+    [base] = [line for line in INSTRUCTIONS if line.startswith("FROM ")]
+    image = base.split()[1]
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", image), image
+
+
+def test_variant_build_argument_selects_cuda_or_cpu_and_rejects_others():
+    text = DOCKERFILE.read_text()
+    assert "ARG VARIANT=cuda" in text
+    assert "download.pytorch.org/whl/cpu" in text and "exit 2" in text
+
+
+def test_runs_as_a_non_root_user():
+    users = [line.split()[1] for line in INSTRUCTIONS if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+
+
+def test_workload_package_is_copied_after_dependencies_are_installed():
+    copies = [i for i, line in enumerate(INSTRUCTIONS) if line.startswith("COPY ")]
+    runs = [i for i, line in enumerate(INSTRUCTIONS) if line.startswith("RUN ")]
+    assert "workloads/" in INSTRUCTIONS[copies[-1]]
+    assert copies[-1] > max(runs)
+
+
+def test_build_context_sends_only_what_the_image_copies():
+    ignore = (REPO / "images" / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "*" in ignore and "!workloads/" in ignore
