@@ -106,9 +106,7 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
 
 def missing_results(run_dir: Path, world_size: int) -> list[str]:
     """What a complete successful run has and this one lacks, as human-readable items."""
-    missing = [
-        name for name in (JOB, EVENTS, SUMMARY, MANIFEST) if not (run_dir / name).is_file()
-    ]
+    missing = [name for name in (JOB, EVENTS, SUMMARY, MANIFEST) if not (run_dir / name).is_file()]
     missing += [
         f"{LOGS}/rank-{r}.log" for r in range(world_size) if not rank_log(run_dir, r).is_file()
     ]
