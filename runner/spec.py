@@ -143,18 +143,31 @@ def new_run_id(benchmark: str, now: datetime | None = None) -> str:
     return f"{benchmark}-{stamp}-{secrets.token_hex(2)}"
 
 
+WORKLOAD_MODULE = "workloads.train"
+
+
+def workload_args(spec: JobSpec, output_dir: str, log_dir: str | None = None) -> list[str]:
+    """The workload module's arguments: the whole resolved config travels in them."""
+    args = ["--config", spec.config.to_json(), "--run-id", spec.run_id]
+    args += ["--benchmark", spec.benchmark, "--device", spec.placement.device]
+    args += ["--output-dir", output_dir]
+    if spec.division == "open":
+        args += ["--open-division"]
+    if log_dir is not None:
+        args += ["--log-dir", log_dir]
+    return args
+
+
 def workload_argv(
     spec: JobSpec, output_dir: str, log_dir: str | None = None, python: str | None = None
 ) -> list[str]:
     """The command every backend runs in each process (under torchrun or an equivalent)."""
-    argv = [python or sys.executable, "-m", "workloads.train"]
-    argv += ["--config", spec.config.to_json(), "--run-id", spec.run_id]
-    argv += ["--device", spec.placement.device, "--output-dir", output_dir]
-    if spec.division == "open":
-        argv += ["--open-division"]
-    if log_dir is not None:
-        argv += ["--log-dir", log_dir]
-    return argv
+    return [
+        python or sys.executable,
+        "-m",
+        WORKLOAD_MODULE,
+        *workload_args(spec, output_dir, log_dir),
+    ]
 
 
 def _config_message(err: ConfigError) -> str:

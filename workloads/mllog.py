@@ -32,6 +32,7 @@ EPOCH_PHASES = "epoch_phase_times"  # stackbench: seconds per step phase over on
 # stackbench: the manifest and the summary also travel as events, so that a run directory can
 # be rebuilt from rank 0's log alone when a cluster has no results store.
 MANIFEST, SUMMARY = "stackbench_manifest", "stackbench_summary"
+PROGRESS = "stackbench_progress"  # within an epoch, at most every few seconds
 
 
 class EventLog:

@@ -1,0 +1,254 @@
+"""The `runner` command line: a thin shell over runner.api.
+
+Bad input exits 2 with what to change; an operational failure exits 1 with the next command
+to run; a run that fails exits 1, a cancelled one 130.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from runner import api, views
+from runner.errors import RunnerError, SpecError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console()
+errors = Console(stderr=True)
+
+
+def handle_errors(fn: F) -> F:
+    """SpecError -> usage error (exit 2), RunnerError -> message and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as err:
+            raise click.BadParameter(str(err), param_hint=err.param) from None
+        except RunnerError as err:
+            errors.print(f"[red]error:[/red] {err}")
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--results-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+    envvar="STACKBENCH_RESULTS", show_default=True, help="Where run directories live.",
+)  # fmt: skip
+@click.pass_context
+def main(ctx: click.Context, results_dir: Path) -> None:
+    """Run stackbench benchmarks locally or on a cluster and collect comparable results.
+
+    \b
+    Examples:
+      runner benchmarks
+      runner submit cnn-digits --local --workers 2
+      runner submit cnn-digits --set lr=0.1 --set batch_size=64 --dry-run
+      runner runs
+      runner logs RUN --rank 1 --follow
+    """
+    ctx.obj = results_dir
+
+
+@main.command()
+def benchmarks() -> None:
+    """List the benchmarks with their task, target and defaults."""
+    from runner.benchmarks import BENCHMARKS
+
+    console.print(views.benchmarks_table(list(BENCHMARKS.values())))
+
+
+@main.command()
+@click.argument("benchmark")
+@click.option(
+    "--local", "local", is_flag=True, help="Run on this machine with torchrun (the default)."
+)
+@click.option("--workers", type=int, default=None, help="Processes (default: the benchmark's).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config value; repeatable. Non-tunable keys make the run open division.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the resolved job and command; run nothing.")
+@click.option(
+    "--detach", is_flag=True, help="Start the run and return; follow it with `runner logs`."
+)
+@click.pass_obj
+@handle_errors
+def submit(
+    results_dir: Path, benchmark: str, local: bool, workers: int | None, device: str,
+    overrides: tuple[str, ...], dry_run: bool, detach: bool,
+) -> None:  # fmt: skip
+    """Resolve BENCHMARK into a job and run it, following it to the end.
+
+    \b
+    Examples:
+      runner submit cnn-digits --local --workers 2
+      runner submit cnn-digits --set strategy=allreduce --set max_epochs=5
+      runner submit cnn-digits --workers 4 --detach
+    Ctrl-C cancels the run and keeps what it recorded.
+    """
+    from runner.backends.local import LocalBackend
+    from runner.spec import Placement, get_benchmark, resolve, workload_argv
+
+    bench = get_benchmark(benchmark)
+    placement = Placement(procs_per_node=workers or bench.default_workers, device=device)  # type: ignore[arg-type]
+    spec = resolve(benchmark, overrides, placement)
+    if dry_run:
+        console.print_json(spec.to_json())
+        argv = workload_argv(spec, output_dir=str(results_dir / spec.run_id))
+        console.print(
+            f"torchrun --standalone --nproc-per-node {placement.procs_per_node} "
+            + " ".join(_quote(a) for a in argv[1:]),
+            soft_wrap=True,
+            markup=False,
+        )
+        return
+    run = api.submit(spec, LocalBackend(results_dir), results_dir, "local")
+    console.print(f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}")
+    if detach:
+        console.print(f"follow it with: runner logs {run.run_id} --follow")
+        return
+    try:
+        status = _follow(results_dir, run, spec.config.max_epochs)
+    except KeyboardInterrupt:
+        errors.print("cancelling ...")
+        status = api.cancel(results_dir, run)
+        errors.print(f"{views.state_text(status)}; what was recorded is in {run.run_dir}")
+        sys.exit(130)
+    _finish(run, status)
+
+
+def _follow(results_dir: Path, run: api.Run, max_epochs: int) -> Any:
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    )  # fmt: skip
+    with progress:
+        task = progress.add_task("starting", total=max_epochs, info="")
+        state = {"epoch": 0, "acc": None, "loss": None}
+
+        def on_event(event: dict[str, Any]) -> None:
+            key, value, meta = event["key"], event.get("value"), event.get("metadata") or {}
+            if key == "epoch_start":
+                state["epoch"] = meta.get("epoch_num", 0)
+            elif key == "epoch_stop":
+                progress.update(task, completed=meta.get("epoch_num", 0))
+            elif key == "train_loss":
+                state["loss"] = value
+            elif key == "eval_accuracy":
+                state["acc"] = value
+            elif key == "stackbench_progress":
+                progress.update(task, completed=value["epoch"] - 1 + value["step"] / value["steps"])
+            parts = [
+                f"loss {state['loss']:.3f}" if state["loss"] is not None else "",
+                f"acc {state['acc']:.4f}" if state["acc"] is not None else "",
+            ]
+            progress.update(
+                task,
+                description=f"epoch {state['epoch']}/{max_epochs}",
+                info="  ".join(p for p in parts if p),
+            )
+
+        def on_status(status: Any) -> None:
+            progress.update(task, description=status.state.value.lower())
+
+        final = api.wait(results_dir, run, on_event, on_status)
+        progress.update(task, total=max(1, state["epoch"]), completed=state["epoch"])
+        return final
+
+
+def _finish(run: api.Run, status: Any) -> None:
+    from runner import rundir
+
+    summary = rundir.read_summary(run.run_dir)
+    if summary:
+        console.print(views.summary_table(summary))
+    console.print(f"{views.state_text(status)}  results: {run.run_dir}")
+    if status.state.value != "SUCCEEDED":
+        console.print(f"see the logs: runner logs {run.run_id} --rank {status.failed_rank or 0}")
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+@handle_errors
+def runs(results_dir: Path, as_json: bool) -> None:
+    """List runs in the results directory with their state and headline result."""
+    infos = api.list_runs(results_dir)
+    if as_json:
+        click.echo(json.dumps([views.run_json(i) for i in infos], indent=2))
+    elif not infos:
+        console.print(f"no runs under {results_dir}/; start one with `runner submit cnn-digits`")
+    else:
+        console.print(views.runs_table(infos))
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.pass_obj
+@handle_errors
+def status(results_dir: Path, run_id: str) -> None:
+    """Show a run's state (and why it failed or is pending)."""
+    run = api.open_run(results_dir, run_id)
+    state = api.status(results_dir, run)
+    console.print(f"{run.run_id}: {views.state_text(state)}")
+    if state.since:
+        console.print(f"since {state.since}")
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--rank", type=int, default=0, show_default=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")
+@click.pass_obj
+@handle_errors
+def logs(results_dir: Path, run_id: str, rank: int, follow: bool) -> None:
+    """Print one rank's log."""
+    run = api.open_run(results_dir, run_id)
+    for line in api.logs(results_dir, run, rank, follow):
+        click.echo(line)
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.pass_obj
+@handle_errors
+def fetch(results_dir: Path, run_id: str) -> None:
+    """Bring a run's results into its run directory and check they are complete."""
+    run = api.open_run(results_dir, run_id)
+    missing = api.fetch(results_dir, run)
+    if missing:
+        raise RunnerError(f"{run.run_dir} is incomplete; missing: {'; '.join(missing)}")
+    console.print(f"[green]complete[/green]: {run.run_dir}")
+
+
+@main.command()
+@click.argument("run_id", metavar="RUN")
+@click.pass_obj
+@handle_errors
+def cancel(results_dir: Path, run_id: str) -> None:
+    """Stop a run; does nothing to a finished one."""
+    run = api.open_run(results_dir, run_id)
+    console.print(f"{run.run_id}: {views.state_text(api.cancel(results_dir, run))}")
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)

@@ -1,0 +1,121 @@
+"""How the CLI shows things: rich tables and text built from plain data (no I/O here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from runner.api import RunInfo
+from runner.backends.base import JobState, JobStatus
+from runner.benchmarks import Benchmark
+from workloads.timing import PHASES
+
+STATE_STYLE = {
+    JobState.PENDING: "yellow",
+    JobState.RUNNING: "cyan",
+    JobState.SUCCEEDED: "green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "magenta",
+}
+
+
+def benchmarks_table(benchmarks: list[Benchmark]) -> Table:
+    table = Table(title="Benchmarks", title_justify="left")
+    for column in ("name", "task", "target", "light", "workers", "batch", "strategy", "runs"):
+        table.add_column(column)
+    for b in benchmarks:
+        c = b.config
+        table.add_row(
+            b.name, b.task, f"{c.target_metric} >= {c.target_value:g}", f"{b.light_target:g}",
+            str(b.default_workers), str(c.batch_size), c.strategy, str(b.default_runs),
+        )  # fmt: skip
+    return table
+
+
+def headline(summary: dict[str, Any] | None) -> str:
+    """One line of result: the final metric and time to target (or that it was missed)."""
+    if not summary:
+        return "-"
+    final = summary.get("final") or {}
+    metric = f"{summary['target']['metric']} {final.get('value', float('nan')):.4f}"
+    if summary.get("target_reached"):
+        return f"{metric}, target in {summary['time_to_target_s']:.1f} s"
+    return f"{metric}, target {summary['target']['value']:g} not reached"
+
+
+def runs_table(infos: list[RunInfo]) -> Table:
+    table = Table(title="Runs", title_justify="left")
+    for column in ("run", "benchmark", "backend", "workers", "state", "result"):
+        table.add_column(column)
+    for info in infos:
+        spec = info.run.record.spec
+        table.add_row(
+            spec.run_id, spec.benchmark, info.run.record.backend, str(spec.placement.world_size),
+            state_text(info.status), headline(info.summary),
+        )  # fmt: skip
+    return table
+
+
+def state_text(status: JobStatus) -> str:
+    style = STATE_STYLE[status.state]
+    text = f"[{style}]{status.state.value}[/{style}]"
+    return f"{text} ({status.reason})" if status.reason else text
+
+
+def run_json(info: RunInfo) -> dict[str, Any]:
+    return {
+        "run_id": info.run.run_id,
+        "benchmark": info.run.record.spec.benchmark,
+        "backend": info.run.record.backend,
+        "handle": info.run.handle,
+        "world_size": info.run.record.spec.placement.world_size,
+        "division": info.run.record.spec.division,
+        "status": info.status.to_dict(),
+        "run_dir": str(info.run.run_dir),
+        "summary": info.summary,
+    }
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """The end-of-run summary: outcome, throughput, and where the step time went."""
+    table = Table(title=f"Summary of {summary['run_id']}", title_justify="left", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    target = summary["target"]
+    reached = summary["target_reached"]
+    table.add_row(
+        "target",
+        f"{target['metric']} >= {target['value']:g}: "
+        + ("[green]reached[/green]" if reached else "[red]not reached[/red]"),
+    )
+    if reached:
+        table.add_row("time to target", f"{summary['time_to_target_s']:.2f} s")
+    final = summary.get("final") or {}
+    if final:
+        table.add_row("final accuracy", f"{final['value']:.4f} (epoch {final['epoch']})")
+    table.add_row(
+        "run time",
+        f"{summary['run_time_s']:.2f} s ({summary['epochs']} epochs, "
+        f"{summary['steps']} steps; init {summary['init_time_s']:.2f} s outside)",
+    )
+    if summary.get("throughput_samples_per_s"):
+        table.add_row(
+            "throughput",
+            f"{summary['throughput_samples_per_s']:,.0f} samples/s "
+            f"on {summary['world_size']} workers (global batch {summary['global_batch_size']})",
+        )
+    if summary.get("step_time_ms"):
+        table.add_row(
+            "step time",
+            f"{summary['step_time_ms']:.2f} ms (warm-up step "
+            f"{1000 * summary['warmup']['time_s']:.1f} ms, reported apart)",
+        )
+    for phase in PHASES:
+        share = summary["phase_shares"][phase]
+        table.add_row(f"  {phase}", f"{summary['phases_s'][phase]:.3f} s  {100 * share:5.1f} %")
+    table.add_row(
+        "communication share", f"{100 * summary['communication_share']:.1f} % of step time"
+    )
+    table.add_row("division", summary["division"])
+    return table

@@ -1,0 +1,36 @@
+"""Which samples each rank trains on: disjoint shards of one shuffled order per epoch.
+
+Every rank computes the same permutation from (seed, epoch) and keeps its own stride, so
+workers see disjoint samples each epoch with no communication, and every rank gets the same
+number of samples (the remainder of an uneven split is dropped for that epoch), so no rank
+waits in a collective for a peer that has run out of data.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def epoch_shard(
+    num_samples: int, world_size: int, rank: int, epoch: int, seed: int
+) -> torch.Tensor:
+    """Indices of the samples `rank` trains on in `epoch`."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(num_samples, generator=generator)
+    usable = num_samples - num_samples % world_size
+    return order[rank:usable:world_size]
+
+
+def eval_shard(num_samples: int, world_size: int, rank: int) -> torch.Tensor:
+    """Indices `rank` evaluates: a fixed, disjoint split covering every test sample once."""
+    return torch.arange(rank, num_samples, world_size)
+
+
+def batches(indices: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
+    """Consecutive batches; the last one may be smaller (the same size on every rank)."""
+    return list(torch.split(indices, batch_size))
+
+
+def steps_per_epoch(num_samples: int, world_size: int, batch_size: int) -> int:
+    per_rank = num_samples // world_size
+    return -(-per_rank // batch_size)

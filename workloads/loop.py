@@ -1,0 +1,140 @@
+"""One epoch of training and one evaluation, timed per shared/DESIGN.md section 3.
+
+Pure training mechanics: no event logging and no file output here (train.py does that), so
+the same functions serve the entry point, the tests and the overhead benchmark.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from workloads.config import TrainConfig
+from workloads.data import Splits
+from workloads.data.sampling import batches, epoch_shard, eval_shard
+from workloads.schedule import lr_at
+from workloads.strategies import Strategy
+from workloads.timing import StepTimer, add_phases, zero_phases
+
+EVAL_BATCH_SIZE = 1024
+BUDGET_CHECK_EVERY_STEPS = 20  # a tiny broadcast, only when a time budget is set
+
+
+@dataclass
+class EpochStats:
+    steps: int = 0
+    samples: int = 0  # this rank's
+    loss_sum: float = 0.0
+    phases: dict[str, float] = field(default_factory=zero_phases)
+    first_step_s: float | None = None  # the first step of the run (warm-up), when in this epoch
+    out_of_time: bool = False
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss_sum / max(1, self.steps)
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """Everything a step needs; built once per run."""
+
+    config: TrainConfig
+    rank: int
+    world_size: int
+    device: torch.device
+    splits: Splits
+    strategy: Strategy
+    optimizer: torch.optim.Optimizer
+    timer: StepTimer
+    augment_generator: torch.Generator
+
+
+def train_epoch(
+    tr: Trainer,
+    epoch: int,
+    out_of_time: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> EpochStats:
+    """Train one epoch (1-based). `out_of_time` is polled (collectively) to stop early."""
+    cfg = tr.config
+    shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.seed)
+    steps = batches(shard.to(tr.device), cfg.batch_size)
+    stats = EpochStats()
+    loss_sum = torch.zeros((), device=tr.device)
+    tr.strategy.module.train()
+    for i, index in enumerate(steps):
+        loss_sum += _step(tr, index, epoch - 1 + i / len(steps))
+        step_phases = tr.timer.finish()
+        if epoch == 1 and i == 0:
+            stats.first_step_s = sum(step_phases.values())
+        add_phases(stats.phases, step_phases)
+        stats.steps += 1
+        stats.samples += int(index.numel())
+        if on_step is not None:
+            on_step(i + 1, len(steps))
+        if out_of_time is not None and (i + 1) % BUDGET_CHECK_EVERY_STEPS == 0 and out_of_time():
+            stats.out_of_time = True
+            break
+    stats.loss_sum = float(loss_sum)
+    return stats
+
+
+def _step(tr: Trainer, index: torch.Tensor, epochs_done: float) -> torch.Tensor:
+    timer = tr.timer
+    timer.start()
+    x, y = tr.splits.train_x[index], tr.splits.train_y[index]
+    if tr.splits.augment is not None:
+        x = tr.splits.augment(x, tr.augment_generator)
+    timer.lap("data")
+    lr = lr_at(tr.config, tr.world_size, epochs_done)
+    for group in tr.optimizer.param_groups:
+        group["lr"] = lr
+    loss = F.cross_entropy(tr.strategy.module(x), y)
+    timer.lap("forward")
+    tr.strategy.backward(loss, timer)
+    tr.optimizer.step()
+    tr.optimizer.zero_grad(set_to_none=True)
+    timer.lap("optimizer")
+    return loss.detach()
+
+
+@torch.no_grad()
+def evaluate(tr: Trainer) -> float:
+    """Top-1 accuracy over the whole test split: each rank scores a disjoint part, then the
+    counts are summed, so the result is exact and identical on every rank."""
+    tr.strategy.sync_buffers()
+    model = tr.strategy.inner
+    model.eval()
+    index = eval_shard(tr.splits.num_test, tr.world_size, tr.rank).to(tr.device)
+    correct = torch.zeros((), dtype=torch.float64, device=tr.device)
+    for part in batches(index, EVAL_BATCH_SIZE):
+        logits = model(tr.splits.test_x[part])
+        correct += (logits.argmax(dim=1) == tr.splits.test_y[part]).sum()
+    counts = torch.stack([correct, torch.tensor(float(index.numel()), device=tr.device).double()])
+    dist.all_reduce(counts)
+    model.train()
+    return float(counts[0] / counts[1])
+
+
+def agreed_flag(flag: bool, device: torch.device) -> bool:
+    """Rank 0's decision, on every rank (so no rank leaves a loop its peers stay in)."""
+    tensor = torch.tensor([1 if flag else 0], device=device)
+    dist.broadcast(tensor, 0)
+    return bool(tensor.item())
+
+
+class Deadline:
+    """The run's time budget, agreed collectively; never expires when there is none."""
+
+    def __init__(self, budget_s: float | None, start: float, device: torch.device) -> None:
+        self._budget_s, self._start, self._device = budget_s, start, device
+
+    def expired(self) -> bool:
+        if self._budget_s is None:
+            return False
+        return agreed_flag(time.perf_counter() - self._start >= self._budget_s, self._device)

@@ -1,0 +1,88 @@
+"""The environment a run ran in: code version, packages, hardware, seeds, world size.
+
+Enough to tell two runs apart that should not be compared, and to rebuild the setting.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PACKAGES = ("torch", "numpy", "scikit-learn", "stackbench")
+
+
+def build(
+    run_id: str, world_size: int, backend: str, device: torch.device, seed: int
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "code_version": code_version(),
+        "image": os.environ.get("STACKBENCH_IMAGE"),
+        "python": sys.version.split()[0],
+        "packages": {name: _version(name) for name in PACKAGES},
+        "hardware": hardware(device),
+        "world_size": world_size,
+        "dist_backend": backend,
+        "seed": seed,
+        "torch_threads": torch.get_num_threads(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def code_version() -> str:
+    """The commit the workload code came from: baked into images, or asked of git here."""
+    baked = os.environ.get("STACKBENCH_CODE_VERSION")
+    if baked:
+        return baked
+    here = Path(__file__).resolve().parent
+    try:
+        commit = _git(here, "rev-parse", "HEAD")
+        dirty = bool(_git(here, "status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return f"stackbench {_version('stackbench')}"
+    return commit + ("-dirty" if dirty else "")
+
+
+def hardware(device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "device": device.type,
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=5
+    ).stdout.strip()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None

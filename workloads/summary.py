@@ -1,0 +1,79 @@
+"""The run's outcome as one JSON object (summary.json), from what the loop measured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workloads.config import TrainConfig
+from workloads.timing import PHASES, add_phases, shares, zero_phases
+
+
+@dataclass
+class RunTally:
+    """What the run accumulates as it goes (rank-local until `reduce`d)."""
+
+    steps: int = 0
+    samples: int = 0  # global
+    epochs: int = 0
+    phases: dict[str, float] = field(default_factory=zero_phases)
+    first_step_s: float = 0.0
+    eval_s: float = 0.0
+    evals: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
+    time_to_target_s: float | None = None
+    out_of_time: bool = False
+
+    def add_epoch(self, phases: dict[str, float], steps: int, samples: int) -> None:
+        add_phases(self.phases, phases)
+        self.steps += steps
+        self.samples += samples
+        self.epochs += 1
+
+
+def summarize(
+    config: TrainConfig,
+    tally: RunTally,
+    *,
+    run_id: str,
+    benchmark: str,
+    division: str,
+    world_size: int,
+    device: str,
+    run_time_s: float,
+    init_time_s: float,
+) -> dict[str, Any]:
+    train_s = sum(tally.phases.values())
+    steady_s = train_s - tally.first_step_s
+    steady_samples = tally.samples - tally.samples / max(1, tally.steps)  # minus ~one step
+    final = tally.evals[-1] if tally.evals else None
+    best = max(tally.evals, key=lambda e: e["value"]) if tally.evals else None
+    reached = tally.time_to_target_s is not None
+    return {
+        "run_id": run_id,
+        "benchmark": benchmark,
+        "division": division,
+        "world_size": world_size,
+        "device": device,
+        "status": "success" if reached else "aborted",
+        "target": {"metric": config.target_metric, "value": config.target_value},
+        "target_reached": reached,
+        "time_to_target_s": tally.time_to_target_s,
+        "stopped_by_time_budget": tally.out_of_time,
+        "final": final,
+        "best": best,
+        "epochs": tally.epochs,
+        "steps": tally.steps,
+        "train_samples": tally.samples,
+        "global_batch_size": config.batch_size * world_size,
+        "run_time_s": run_time_s,
+        "init_time_s": init_time_s,
+        "train_time_s": train_s,
+        "eval_time_s": tally.eval_s,
+        "warmup": {"steps": 1 if tally.steps else 0, "time_s": tally.first_step_s},
+        # Steady state: the first (warm-up) step is reported above, not averaged in.
+        "throughput_samples_per_s": steady_samples / steady_s if steady_s > 0 else None,
+        "step_time_ms": 1000 * steady_s / (tally.steps - 1) if tally.steps > 1 else None,
+        "phases_s": {p: tally.phases[p] for p in PHASES},
+        "phase_shares": shares({p: tally.phases[p] for p in PHASES}),
+        "communication_share": shares(tally.phases)["communication"],
+    }

@@ -1,0 +1,105 @@
+"""Step timing that splits compute from communication honestly (shared/DESIGN.md section 3).
+
+A step is a sequence of laps: data, forward, backward, communication, optimizer. Each lap ends
+at a clock stamp and lasts from the previous stamp, so the phases add up to the step time by
+construction. On CUDA, stamps are events on the current stream and are read only after a
+synchronize at the end of the step; on CPU they are perf_counter readings. Strategies that
+overlap communication with backward (DDP) end the backward lap at a stamp taken inside their
+communication hook (see workloads/strategies.py), and the rest of backward() is exposed
+communication.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import torch
+
+PHASES = ("data", "forward", "backward", "communication", "optimizer")
+
+
+class Clock(Protocol):
+    def stamp(self) -> Any: ...
+    def elapsed_s(self, start: Any, end: Any) -> float: ...
+    def sync(self) -> None: ...
+
+
+class CpuClock:
+    def stamp(self) -> float:
+        return time.perf_counter()
+
+    def elapsed_s(self, start: float, end: float) -> float:
+        return end - start
+
+    def sync(self) -> None:
+        return None
+
+
+class CudaClock:
+    def stamp(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def elapsed_s(self, start: torch.cuda.Event, end: torch.cuda.Event) -> float:
+        return start.elapsed_time(end) / 1000.0
+
+    def sync(self) -> None:
+        torch.cuda.synchronize()
+
+
+def clock_for(device: torch.device) -> Clock:
+    return CudaClock() if device.type == "cuda" else CpuClock()
+
+
+class StepTimer:
+    """Laps of one step at a time; `finish` returns {phase: seconds} for the step."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._start: Any = None
+        self._laps: list[tuple[str, Any]] = []
+
+    def start(self) -> None:
+        self._start = self.clock.stamp()
+        self._laps = []
+
+    def lap(self, phase: str) -> None:
+        self._laps.append((phase, self.clock.stamp()))
+
+    def lap_at(self, phase: str, stamp: Any) -> None:
+        """End `phase` at a stamp taken earlier (for example inside a communication hook)."""
+        self._laps.append((phase, stamp))
+
+    def finish(self) -> dict[str, float]:
+        self.clock.sync()
+        times = dict.fromkeys(PHASES, 0.0)
+        previous = self._start
+        for phase, stamp in self._laps:
+            times[phase] += max(0.0, self.clock.elapsed_s(previous, stamp))
+            previous = stamp
+        return times
+
+
+def add_phases(total: dict[str, float], step: dict[str, float]) -> None:
+    for phase, seconds in step.items():
+        total[phase] = total.get(phase, 0.0) + seconds
+
+
+def zero_phases() -> dict[str, float]:
+    return dict.fromkeys(PHASES, 0.0)
+
+
+def shares(phases: dict[str, float]) -> dict[str, float]:
+    """Each phase's fraction of their sum (0 when nothing was timed)."""
+    total = sum(phases.values())
+    return {k: (v / total if total > 0 else 0.0) for k, v in phases.items()}
+
+
+def sum_phases(steps: Iterable[dict[str, float]]) -> dict[str, float]:
+    total = zero_phases()
+    for step in steps:
+        add_phases(total, step)
+    return total

@@ -1,0 +1,198 @@
+"""Entry point: `python -m workloads.train --config '<json>'`, one process per rank.
+
+Launch it with torchrun (or anything that sets the torchrun environment). Rank 0 writes the
+MLPerf-style events to <output-dir>/events.jsonl and stdout, then summary.json and
+manifest.json. The clock follows MLPerf: process-group setup, model construction and the
+one-time data preparation happen before run_start and are reported as init time; evaluation
+is inside the clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workloads import data, dist, manifest, mllog, models, strategies
+from workloads.config import TrainConfig
+from workloads.loop import Deadline, Trainer, evaluate, train_epoch
+from workloads.summary import RunTally, summarize
+from workloads.timing import PHASES, StepTimer, clock_for
+
+PROGRESS_INTERVAL_S = 5.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workloads.train", description=__doc__)
+    parser.add_argument("--config", required=True, help="resolved TrainConfig as JSON")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--benchmark", default=None, help="registry name (default: the model)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--output-dir", required=True, type=Path)
+    parser.add_argument("--log-dir", type=Path, default=None, help="write rank-N.log here")
+    parser.add_argument("--open-division", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    env = dist.DistEnv.from_environ()
+    if args.log_dir is not None:
+        dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
+    config = TrainConfig.from_json(args.config)
+    run(config, env, args)
+    return 0
+
+
+def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dict[str, Any] | None:
+    """Train until the target, the epoch limit or the time budget; rank 0 returns the summary."""
+    init_t0 = time.perf_counter()
+    is_writer = env.rank == 0
+    if is_writer:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+    events_path = str(args.output_dir / "events.jsonl")
+    log = mllog.EventLog(events_path) if is_writer else mllog.NullEventLog()
+    log.start(mllog.INIT_START)
+    device = dist.select_device(args.device, env)
+    backend = dist.init(device, config.dist_timeout_s)
+    torch.manual_seed(config.seed)  # the same initial model on every rank
+    splits = data.load(config, device)
+    model = models.build(config, splits.num_classes).to(device)
+    clock = clock_for(device)
+    strategy = strategies.build(config.strategy, model, clock)
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
+    )
+    trainer = Trainer(
+        config,
+        env.rank,
+        env.world_size,
+        device,
+        splits,
+        strategy,
+        optimizer,
+        StepTimer(clock),
+        torch.Generator(device).manual_seed(config.seed * 1_000_003 + env.rank),
+    )
+    env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
+    _log_run_parameters(log, config, args, env, splits, env_manifest)
+    if is_writer:
+        _write_json(args.output_dir / "manifest.json", env_manifest)
+    log.end(mllog.INIT_STOP)
+    torch.distributed.barrier()  # every rank starts the clock together
+    init_time_s = time.perf_counter() - init_t0
+
+    start = time.perf_counter()
+    log.start(mllog.RUN_START)
+    tally = RunTally()
+    try:
+        _train(trainer, tally, log, start, Deadline(config.time_budget_s, start, device))
+    except BaseException as err:
+        log.end(mllog.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
+        raise
+    run_time_s = time.perf_counter() - start
+    tally.phases = _mean_over_ranks(tally.phases, device)
+    summary = summarize(
+        config,
+        tally,
+        run_id=args.run_id,
+        benchmark=args.benchmark or config.model,
+        division="open" if args.open_division else "closed",
+        world_size=env.world_size,
+        device=device.type,
+        run_time_s=run_time_s,
+        init_time_s=init_time_s,
+    )
+    log.point(mllog.SUMMARY, summary)
+    log.end(mllog.RUN_STOP, status=summary["status"])
+    if is_writer:
+        _write_json(args.output_dir / "summary.json", summary)
+    log.close()
+    del trainer, strategy, model, optimizer  # no DDP reducer may outlive the process group
+    dist.shutdown()
+    return summary if is_writer else None
+
+
+def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Phase totals averaged over ranks: ranks wait for each other in different phases."""
+    values = torch.tensor([phases[p] for p in PHASES], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(values)
+    world = torch.distributed.get_world_size()
+    return {p: float(v) / world for p, v in zip(PHASES, values, strict=True)}
+
+
+def _train(
+    tr: Trainer, tally: RunTally, log: mllog.EventLog, start: float, deadline: Deadline
+) -> None:
+    config = tr.config
+    last_progress = [time.perf_counter()]
+
+    def on_step(step: int, steps: int) -> None:
+        now = time.perf_counter()
+        if now - last_progress[0] >= PROGRESS_INTERVAL_S:
+            last_progress[0] = now
+            log.point(mllog.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
+
+    for epoch in range(1, config.max_epochs + 1):
+        log.start(mllog.EPOCH_START, epoch_num=epoch)
+        stats = train_epoch(tr, epoch, deadline.expired, on_step)
+        if stats.first_step_s is not None:
+            tally.first_step_s = stats.first_step_s
+        tally.add_epoch(stats.phases, stats.steps, stats.samples * tr.world_size)
+        log.point(mllog.TRAIN_LOSS, stats.mean_loss, epoch_num=epoch)
+        log.point(mllog.EPOCH_PHASES, stats.phases, epoch_num=epoch)
+        log.end(mllog.EPOCH_STOP, epoch_num=epoch)
+        last = epoch == config.max_epochs or stats.out_of_time
+        if epoch % config.eval_every_epochs == 0 or last:
+            eval_t0 = time.perf_counter()
+            log.start(mllog.EVAL_START, epoch_num=epoch)
+            accuracy = evaluate(tr)
+            log.point(mllog.EVAL_ACCURACY, accuracy, epoch_num=epoch)
+            log.end(mllog.EVAL_STOP, epoch_num=epoch)
+            now = time.perf_counter()
+            tally.eval_s += now - eval_t0
+            tally.evals.append({"epoch": epoch, "value": accuracy, "time_s": now - start})
+            if accuracy >= config.target_value and tally.time_to_target_s is None:
+                tally.time_to_target_s = now - start
+                if config.stop_at_target:
+                    return
+        if stats.out_of_time or deadline.expired():
+            tally.out_of_time = True
+            return
+
+
+def _log_run_parameters(
+    log: mllog.EventLog,
+    config: TrainConfig,
+    args: argparse.Namespace,
+    env: dist.DistEnv,
+    splits: data.Splits,
+    env_manifest: dict[str, Any],
+) -> None:
+    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model)
+    log.point(mllog.MANIFEST, env_manifest)
+    log.point(mllog.SEED, config.seed)
+    log.point(mllog.GLOBAL_BATCH_SIZE, config.batch_size * env.world_size)
+    log.point(mllog.OPT_BASE_LR, config.lr)
+    log.point(mllog.TRAIN_SAMPLES, splits.num_train)
+    log.point(mllog.EVAL_SAMPLES, splits.num_test)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)  # atomic: never a half-written result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
