@@ -14,6 +14,7 @@ kubernetes client; the CLI imports it only for Kubernetes runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from runner.backends import k8s_observe as observe
 from runner.backends.base import JobState, JobStatus
 from runner.backends.k8s_client import KubeApi, NotFound
 from runner.backends.results_store import fetch_results
-from runner.cluster import ClusterConnection
+from runner.cluster import ClusterConnection, connect_reference
 from runner.errors import RunnerError
 from runner.render import render
 from runner.render.common import RUN_ID_LABEL
@@ -55,24 +56,51 @@ def parse_handle(handle: str) -> tuple[str, str]:
 
 
 class KubernetesBackend:
-    """One cluster connection; close() (or `with`) removes the credentials it wrote to disk."""
+    """One cluster connection; close() (or `with`) removes the credentials it wrote to disk.
+
+    With `results_root`, the run directory's state.json is kept current by status() and is the
+    memory of a job once it is deleted (by cancel, the pending timeout, or a complete fetch).
+    `conn` may be a callable, so that a finished run's status needs no cluster at all.
+    """
 
     name = BACKEND_NAME
 
     def __init__(
         self,
-        conn: ClusterConnection,
+        conn: ClusterConnection | Callable[[], ClusterConnection],
+        results_root: Path | None = None,
         pending_timeout_s: float | None = None,
         poll_interval_s: float = 2.0,
-        api: KubeApi | None = None,
+        api_factory: Callable[[ClusterConnection], KubeApi] = KubeApi,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.conn = conn
+        self._conn_source = conn
+        self.results_root = results_root
         self.pending_timeout_s = pending_timeout_s
         self.poll_interval_s = poll_interval_s
-        self.api = api or KubeApi(conn)
-        self.container = observe.CONTAINERS[conn.job_api]
+        self._api_factory = api_factory
+        self._api: KubeApi | None = None
         self._clock = clock
+
+    @functools.cached_property
+    def conn(self) -> ClusterConnection:
+        source = self._conn_source
+        return source if isinstance(source, ClusterConnection) else source()
+
+    @property
+    def api(self) -> KubeApi:
+        if self._api is None:
+            self._api = self._api_factory(self.conn)
+        return self._api
+
+    @property
+    def container(self) -> str:
+        return observe.CONTAINERS[self.conn.job_api]
+
+    @property
+    def reference(self) -> dict[str, Any]:
+        """For job.json's `cluster`: enough to build this backend again (`from_handle`)."""
+        return {**self.conn.reference(), "pending_timeout_s": self.pending_timeout_s}
 
     def __enter__(self) -> KubernetesBackend:
         return self
@@ -81,7 +109,9 @@ class KubernetesBackend:
         self.close()
 
     def close(self) -> None:
-        self.api.close()
+        if self._api is not None:
+            self._api.close()
+            self._api = None
 
     # ---- the Backend protocol --------------------------------------------------------
 
@@ -93,11 +123,14 @@ class KubernetesBackend:
         return handle
 
     def status(self, handle: str) -> JobStatus:
+        recorded = self._recorded_state(handle)
+        if recorded is not None and recorded.state.finished:
+            return recorded  # finished is final; the job itself may be deleted by now
         name = self._name(handle)
-        job = self._get_job(name)
-        status = self._observe(job)
+        status = self._observe(self._get_job(name))
         if status.state is JobState.PENDING and self._pending_too_long(status):
-            return self._cancel_pending(name, status)
+            status = self._cancel_pending(name, status)
+        self._record_state(name, status)
         return status
 
     def logs(self, handle: str, rank: int, follow: bool) -> Iterator[str]:
@@ -139,6 +172,8 @@ class KubernetesBackend:
             return  # already gone: cancelling twice is fine
         if self._observe(job).state.finished:
             return  # a finished job keeps its pods (and logs) for fetch
+        # Recorded first: once deleted, the job can no longer say that it was cancelled.
+        self._record_state(name, JobStatus(JobState.CANCELLED, "cancelled", self._now()))
         with contextlib.suppress(NotFound):
             self.api.delete_job(name)
 
@@ -177,7 +212,7 @@ class KubernetesBackend:
             f"{status.reason}"
         )
         log.warning("%s: %s", name, reason)
-        return JobStatus(JobState.CANCELLED, reason=reason, since=self._clock().isoformat())
+        return JobStatus(JobState.CANCELLED, reason=reason, since=self._now())
 
     # ---- logs --------------------------------------------------------------------------
 
@@ -284,6 +319,41 @@ class KubernetesBackend:
 
     def _pods(self, name: str) -> list[dict[str, Any]]:
         return self.api.list_pods(f"{RUN_ID_LABEL}={name}")
+
+    def _now(self) -> str:
+        return self._clock().isoformat()
+
+    def _run_dir(self, name: str) -> Path | None:
+        if self.results_root is None:
+            return None
+        run_dir = self.results_root / name
+        return run_dir if (run_dir / rundir.JOB).is_file() else None
+
+    def _recorded_state(self, handle: str) -> JobStatus | None:
+        run_dir = self._run_dir(parse_handle(handle)[1])
+        return rundir.read_state(run_dir) if run_dir is not None else None
+
+    def _record_state(self, name: str, status: JobStatus) -> None:
+        run_dir = self._run_dir(name)
+        if run_dir is not None:
+            rundir.write_state(run_dir, status)
+
+
+def from_handle(handle: str, results_root: Path) -> KubernetesBackend:
+    """The backend for a submitted run, from the `cluster` its job.json records."""
+    _, name = parse_handle(handle)
+    record = rundir.read_record(rundir.find(results_root, name))
+    ref = record.cluster
+    if not ref:
+        raise RunnerError(
+            f"{results_root / name}/job.json does not say which cluster ran {handle}; "
+            "it was not submitted by this runner's Kubernetes backend"
+        )
+    return KubernetesBackend(
+        lambda: connect_reference(ref),
+        results_root=results_root,
+        pending_timeout_s=ref.get("pending_timeout_s"),
+    )
 
 
 def rebuild_from_log(rank0_log: Path, dest: Path, wanted: list[str]) -> list[str]:
