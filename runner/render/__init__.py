@@ -24,7 +24,11 @@ def to_yaml(manifest: dict[str, Any]) -> str:
     """The manifest as YAML, keys in the order rendered (the order a person reads them)."""
     import yaml  # only for --dry-run and tests; not on the runner's start-up path
 
-    return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=100)
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True  # a person reads this: repeat the labels rather than &id001 them
+
+    return yaml.dump(manifest, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
 __all__ = ["render", "render_pytorchjob", "render_trainjob", "to_yaml"]
