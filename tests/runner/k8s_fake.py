@@ -42,8 +42,14 @@ class _Emulator(kmock.KubernetesEmulator):
         self.faults: list[Fault] = []
         self.pod_logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> current log
         self.after_log_read: Callable[[str], None] = lambda pod: None
+        self.now = "2030-01-01T00:00:00Z"  # creationTimestamp of what is created
 
     async def _handle(self, request: Any) -> Any:
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            # What the API server adds to every object it creates.
+            meta = request.data.setdefault("metadata", {})
+            meta.setdefault("creationTimestamp", self.now)
+            meta.setdefault("uid", f"uid-{meta.get('name')}")
         for fault in self.faults:
             if (
                 fault.times
@@ -127,10 +133,11 @@ class FakeCluster:
         })  # fmt: skip
 
     def job(self, job_api: str, name: str) -> dict[str, Any] | None:
-        key = (JOB_RESOURCES[job_api], self.namespace, name)
-        if key not in self.emulator.objects or self.emulator.objects[key].deleted:
+        try:
+            obj = self.emulator.objects[JOB_RESOURCES[job_api], self.namespace, name]
+        except KeyError:
             return None
-        return self.emulator.objects[key].raw
+        return None if obj.deleted else obj.raw
 
     def set_job_condition(self, job_api: str, name: str, kind: str, message: str = "") -> None:
         condition = {"type": kind, "status": "True", "message": message,
