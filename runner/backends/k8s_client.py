@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -71,6 +72,8 @@ class KubeApi:
         self.retry_backoff_s = retry_backoff_s
         self.request_timeout_s = request_timeout_s
         self._files = contextlib.ExitStack()
+        # Callers that never close() still leave no credentials behind once this is collected.
+        weakref.finalize(self, self._files.close)
         api_client = self._load(conn)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
