@@ -51,13 +51,18 @@ class RunRecord:
     spec: JobSpec
     backend: str
     handle: str
+    # Cluster runs: how to reach the job again (a stack name or kubeconfig path, no secrets).
+    cluster: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "handle": self.handle, **self.spec.to_dict()}
+        data = {"backend": self.backend, "handle": self.handle, **self.spec.to_dict()}
+        if self.cluster is not None:
+            data["cluster"] = dict(self.cluster)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
-        return cls(JobSpec.from_dict(data), data["backend"], data["handle"])
+        return cls(JobSpec.from_dict(data), data["backend"], data["handle"], data.get("cluster"))
 
 
 def create(root: Path, record: RunRecord) -> Path:

@@ -1,0 +1,76 @@
+"""Shared builders for the Kubernetes tests: specs, connections, and pods as the controllers
+and the kubelet would make them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from runner.cluster import ClusterConnection
+from runner.spec import JobSpec, Placement, resolve
+
+IMAGE = "ghcr.io/stackbench/train@sha256:" + "ab" * 32
+RUN_ID = "cnn-digits-20300101-000000-beef"
+
+
+def make_spec(nodes: int = 2, procs: int = 2, device: str = "cuda") -> JobSpec:
+    placement = Placement(num_nodes=nodes, procs_per_node=procs, device=device)  # type: ignore[arg-type]
+    spec = resolve("cnn-digits", ["seed=7"], placement, run_id=RUN_ID)
+    # A fixed creation time keeps golden files stable.
+    return JobSpec.from_dict({**spec.to_dict(), "created_at": "2030-01-01T00:00:00+00:00"})
+
+
+def stack_connection(
+    job_api: str = "trainjob",
+    store: str | None = "gs://bench-results",
+    kubeconfig: str = "{}",
+    namespace: str = "bench",
+) -> ClusterConnection:
+    return ClusterConnection(
+        kubeconfig=kubeconfig,
+        namespace=namespace,
+        job_api=job_api,  # type: ignore[arg-type]
+        image=IMAGE,
+        provider="gke",
+        gpu_node_selector=MappingProxyType({"cloud.google.com/gke-accelerator": "nvidia-l4"}),
+        gpu_tolerations=(
+            MappingProxyType(
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ),
+        ),
+        gpus_per_node=4,
+        num_nodes=4,
+        results_store=store,
+        service_account="stackbench-runner",
+        stack="gke-gpu-8",
+    )
+
+
+def iso(seconds_after: float = 0.0) -> str:
+    base = datetime(2030, 1, 1, tzinfo=UTC).timestamp()
+    return datetime.fromtimestamp(base + seconds_after, UTC).isoformat().replace("+00:00", "Z")
+
+
+def pod(
+    job_api: str, name: str, node: int, phase: str = "Running", **status: Any
+) -> dict[str, Any]:
+    """A pod of node `node`, labelled as TrainJob (JobSet) or PyTorchJob (operator) pods are."""
+    labels = {"stackbench/run-id": name}
+    annotations = {}
+    if job_api == "trainjob":
+        pod_name = f"{name}-node-0-{node}-x{node}"
+        annotations["batch.kubernetes.io/job-completion-index"] = str(node)
+        container = "node"
+    else:
+        kind, index = ("master", 0) if node == 0 else ("worker", node - 1)
+        pod_name = f"{name}-{kind}-{index}"
+        labels |= {"training.kubeflow.org/replica-type": kind,
+                   "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
+        container = "pytorch"
+    body = {"phase": phase, "startTime": iso(60),
+            "containerStatuses": [{"name": container, "restartCount": 0, "state": {}}]}  # fmt: skip
+    body.update(status)
+    meta = {"name": pod_name, "labels": labels, "annotations": annotations,
+            "creationTimestamp": iso(5)}  # fmt: skip
+    return {"metadata": meta, "status": body}

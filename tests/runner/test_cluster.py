@@ -1,0 +1,177 @@
+"""Cluster connections: the stack-output contract (read through a fake `pulumi` on PATH), the
+--kubeconfig defaults, and the kubeconfig's brief life on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.cluster import connect, connect_reference, kubeconfig_file
+from runner.errors import RunnerError, SpecError
+from tests.runner.k8s_helpers import IMAGE
+
+OUTPUTS: dict[str, Any] = {
+    "kubeconfig": "apiVersion: v1\nkind: Config\n",
+    "provider": "gke",
+    "namespace": "bench",
+    "job_api": "trainjob",
+    "image": IMAGE,
+    "gpu_node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+    "gpu_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "gpus_per_node": 4,
+    "num_nodes": 2,
+    "results_store": "gs://bench-results",
+    "results_mount_path": "/results",
+    "service_account": "stackbench-runner",
+    "training_runtime": "torch-distributed",
+}
+
+
+@pytest.fixture
+def fake_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Install a `pulumi` on PATH that prints the given outputs and records its arguments."""
+
+    def install(outputs: dict[str, Any] | None, exit_code: int = 0, stderr: str = "") -> Path:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        (tmp_path / "outputs.json").write_text(json.dumps(outputs))
+        script = bin_dir / "pulumi"
+        script.write_text(
+            "#!/bin/sh\n"
+            f'echo "$@" > {tmp_path}/args\n'
+            f'echo "{stderr}" >&2\n'
+            f"cat {tmp_path}/outputs.json\n"
+            f"exit {exit_code}\n"
+        )
+        script.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+        return tmp_path / "args"
+
+    return install
+
+
+def test_stack_outputs_become_a_connection(fake_pulumi):
+    args = fake_pulumi(OUTPUTS)
+    conn = connect(stack="gke-gpu-8")
+    assert args.read_text().split() == [
+        "stack", "output", "--json", "--show-secrets", "--stack", "gke-gpu-8"
+    ]  # fmt: skip
+    assert (conn.namespace, conn.job_api, conn.gpus_per_node) == ("bench", "trainjob", 4)
+    assert dict(conn.gpu_node_selector) == OUTPUTS["gpu_node_selector"]
+    assert conn.results_store == "gs://bench-results"
+    assert "apiVersion" not in repr(conn)  # the kubeconfig is a secret
+
+
+def test_job_api_option_overrides_the_stack_output(fake_pulumi):
+    fake_pulumi(OUTPUTS)
+    assert connect(stack="s", job_api="pytorchjob").job_api == "pytorchjob"
+
+
+@pytest.mark.parametrize(
+    ("output", "value", "problem"),
+    [
+        ("kubeconfig", None, "is missing"),
+        ("num_nodes", "2", "must be int"),
+        ("gpus_per_node", True, "must be int"),
+        ("job_api", "mpijob", "must be one of"),
+        ("image", "ghcr.io/stackbench/train:latest", "not pinned"),
+        ("results_store", "ftp://x", "gs://, s3:// or file:///"),
+        ("gpu_tolerations", [{"key": "a"}, "b"], "toleration objects"),
+    ],
+)
+def test_bad_stack_output_names_the_output_and_the_command(fake_pulumi, output, value, problem):
+    outputs = dict(OUTPUTS)
+    if value is None:
+        del outputs[output]
+    else:
+        outputs[output] = value
+    fake_pulumi(outputs)
+    with pytest.raises(RunnerError) as err:
+        connect(stack="gke-gpu-8")
+    message = str(err.value)
+    assert f"output {output!r}" in message and problem in message
+    assert "pulumi stack output --json --stack gke-gpu-8" in message
+
+
+def test_missing_pulumi_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RunnerError, match=r"pulumi is not installed.*--kubeconfig"):
+        connect(stack="gke-gpu-8")
+
+
+def test_failing_pulumi_names_the_next_command(fake_pulumi):
+    fake_pulumi(None, exit_code=255, stderr="error: no stack named 'nope' found")
+    with pytest.raises(RunnerError, match=r"no stack named 'nope'.*pulumi stack ls"):
+        connect(stack="nope")
+
+
+def write_kubeconfig(path: Path, namespace: str | None = "team-a") -> Path:
+    context: dict[str, Any] = {"cluster": "c", "user": "u"}
+    if namespace:
+        context["namespace"] = namespace
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "main",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "main", "context": context},
+                     {"name": "other", "context": {"cluster": "c", "user": "u"}}],
+    }))  # fmt: skip
+    return path
+
+
+def test_kubeconfig_defaults_to_the_context_namespace_and_trainjob(tmp_path: Path):
+    conn = connect(kubeconfig=write_kubeconfig(tmp_path / "kc"), image="repo/train:1.0")
+    assert (conn.namespace, conn.job_api, conn.provider) == ("team-a", "trainjob", "external")
+    assert conn.gpus_per_node is None and conn.results_store is None
+    assert not conn.gpu_node_selector
+
+
+def test_kubeconfig_context_without_namespace_uses_default(tmp_path: Path):
+    kc = write_kubeconfig(tmp_path / "kc")
+    assert connect(kubeconfig=kc, context="other", image="r/t:1").namespace == "default"
+
+
+def test_kubeconfig_needs_a_pinned_image(tmp_path: Path):
+    kc = write_kubeconfig(tmp_path / "kc")
+    with pytest.raises(SpecError) as err:
+        connect(kubeconfig=kc)
+    assert err.value.param == "--image"
+    with pytest.raises(SpecError, match="not pinned"):
+        connect(kubeconfig=kc, image="repo/train:latest")
+    with pytest.raises(SpecError, match="not pinned"):
+        connect(kubeconfig=kc, image="repo/train")
+
+
+def test_unknown_context_lists_the_known_ones(tmp_path: Path):
+    kc = write_kubeconfig(tmp_path / "kc")
+    with pytest.raises(SpecError, match="contexts: main, other"):
+        connect(kubeconfig=kc, context="prod", image="r/t:1")
+
+
+def test_stack_and_kubeconfig_are_exclusive(tmp_path: Path):
+    with pytest.raises(SpecError, match="not both"):
+        connect(stack="s", kubeconfig=tmp_path / "kc")
+
+
+def test_reference_reconnects_to_the_same_cluster(tmp_path: Path):
+    conn = connect(kubeconfig=write_kubeconfig(tmp_path / "kc"), context="other",
+                   job_api="pytorchjob", image="r/t:1")  # fmt: skip
+    ref = json.loads(json.dumps(conn.reference()))  # as stored in job.json
+    assert "token" not in json.dumps(ref)
+    again = connect_reference(ref)
+    assert (again.namespace, again.job_api, again.image) == ("default", "pytorchjob", "r/t:1")
+
+
+def test_kubeconfig_file_is_private_and_removed_after_use(fake_pulumi):
+    fake_pulumi(OUTPUTS)
+    conn = connect(stack="gke-gpu-8")
+    with kubeconfig_file(conn) as (path, directory):
+        assert path.read_text() == OUTPUTS["kubeconfig"]
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert not path.exists() and not directory.exists()

@@ -1,0 +1,404 @@
+"""KubernetesBackend against a fake API server (kmock) through the official kubernetes client:
+submit, status, logs, fetch and cancel for both job APIs, pending reasons and timeout, and the
+API's failures (403, 404, 409, 500, unreachable)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import rundir
+from runner.backends.base import JobState
+from runner.backends.k8s_client import KubeApi
+from runner.backends.kubernetes import KubernetesBackend, from_handle
+from runner.errors import RunnerError
+from runner.spec import JobSpec
+from tests.runner.k8s_fake import FakeCluster
+from tests.runner.k8s_helpers import RUN_ID, iso, make_spec, pod, stack_connection
+from workloads import mllog
+
+pytestmark = pytest.mark.timeout(60)
+APIS = ["trainjob", "pytorchjob"]
+UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    fake = FakeCluster(namespace="bench")
+    yield fake
+    fake.close()
+
+
+def make_backend(
+    cluster: FakeCluster, root: Path, job_api: str, store: str | None = None, **kwargs: Any
+) -> KubernetesBackend:
+    conn = stack_connection(job_api, store, kubeconfig=cluster.kubeconfig())
+    return KubernetesBackend(
+        conn,
+        results_root=root,
+        poll_interval_s=0.01,
+        api_factory=lambda c: KubeApi(c, max_attempts=3, retry_backoff_s=0.001),
+        **kwargs,
+    )
+
+
+def submit(backend: KubernetesBackend, root: Path, spec: JobSpec) -> tuple[str, Path]:
+    """What runner.api.submit does: job.json first, then the backend, then the handle."""
+    record = rundir.RunRecord(spec, "kubernetes", "", cluster=backend.reference)
+    run_dir = rundir.create(root, record)
+    handle = backend.submit(spec, run_dir)
+    record = rundir.RunRecord(spec, "kubernetes", handle, cluster=backend.reference)
+    rundir.write_json(run_dir / rundir.JOB, record.to_dict())
+    return handle, run_dir
+
+
+def rank0_stdout(run_dir: Path | None = None) -> str:
+    """What rank 0 prints (and, given run_dir, writes as a local run does), via mllog itself."""
+    out = io.StringIO()
+    events = mllog.EventLog(str(run_dir / rundir.EVENTS) if run_dir else None, echo=out)
+    events.point(mllog.SUBMISSION_BENCHMARK, "cnn-digits")
+    events.point(mllog.MANIFEST, {"world_size": 4, "image": "img", "seeds": [7]})
+    events.start(mllog.RUN_START)
+    events.point(mllog.EVAL_ACCURACY, 0.96, epoch_num=3)
+    events.end(mllog.RUN_STOP, status="success")
+    events.point(mllog.SUMMARY, {"target_reached": True, "time_to_target_s": 12.5})
+    events.close()
+    return "starting torchrun\n" + out.getvalue()
+
+
+def pod_log(ranks: range, rank0: str) -> str:
+    """One pod's log: torchrun's own line, then each rank's lines with torchrun's prefix."""
+    lines = ["launcher: starting workers"]
+    for rank in ranks:
+        text = rank0 if rank == 0 else f"rank {rank} training\nrank {rank} done\n"
+        lines += [f"[rank{rank}]:{line}" for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def run_pods(cluster: FakeCluster, job_api: str, phase: str = "Running") -> None:
+    """Two nodes with two ranks each, as the controller and kubelet would show them."""
+    for node in (0, 1):
+        ranks = range(node * 2, node * 2 + 2)
+        cluster.add_pod(pod(job_api, RUN_ID, node, phase), log=pod_log(ranks, rank0_stdout()))
+
+
+SUCCESS = {"trainjob": "Complete", "pytorchjob": "Succeeded"}
+
+
+# ---- submit and status ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_submit_creates_the_rendered_job_named_after_the_run(cluster, tmp_path, job_api):
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, _ = submit(backend, tmp_path, make_spec())
+    assert handle == f"k8s://bench/{RUN_ID}"
+    job = cluster.job(job_api, RUN_ID)
+    assert job is not None and job["metadata"]["labels"]["stackbench/run-id"] == RUN_ID
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_status_follows_the_job_from_pending_to_running_to_succeeded(cluster, tmp_path, job_api):
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    pending = backend.status(handle)
+    assert pending.state is JobState.PENDING
+    assert "create the pods" in pending.reason
+    assert pending.since == "2030-01-01T00:00:00Z"
+    run_pods(cluster, job_api)
+    assert backend.status(handle).state is JobState.RUNNING
+    cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
+    assert backend.status(handle).state is JobState.SUCCEEDED
+    assert rundir.read_state(run_dir).state is JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_status_explains_a_failure_with_the_exit_code(cluster, tmp_path, job_api):
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, _ = submit(backend, tmp_path, make_spec())
+    container = "node" if job_api == "trainjob" else "pytorch"
+    terminated = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    statuses = [{"name": container, "restartCount": 0, "state": terminated}]
+    cluster.add_pod(pod(job_api, RUN_ID, 1, "Failed", containerStatuses=statuses), log="")
+    cluster.set_job_condition(job_api, RUN_ID, "Failed", "job failed: node 1")
+    status = backend.status(handle)
+    assert status.state is JobState.FAILED
+    assert status.exit_code == 137
+    assert "node 1" in status.reason and "OOMKilled" in status.reason
+
+
+def test_pending_reason_is_the_schedulers_message(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                   "message": UNSCHEDULABLE}]  # fmt: skip
+    cluster.add_pod(pod("trainjob", RUN_ID, 0, "Pending", conditions=conditions))
+    status = backend.status(handle)
+    assert status.state is JobState.PENDING
+    assert UNSCHEDULABLE in status.reason
+
+
+def test_pending_reason_names_an_image_pull_failure(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "manifest unknown"}}
+    statuses = [{"name": "pytorch", "restartCount": 0, "state": waiting}]
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 0, "Pending", containerStatuses=statuses))
+    reason = backend.status(handle).reason
+    assert "ImagePullBackOff" in reason and "manifest unknown" in reason
+
+
+def test_pending_reason_reports_a_quota_event(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    quota = 'pods "x" is forbidden: exceeded quota: gpu-quota, requested: nvidia.com/gpu=2'
+    cluster.add_event({
+        "metadata": {"name": "ev1", "namespace": "bench"}, "type": "Warning",
+        "reason": "FailedCreate", "message": quota, "lastTimestamp": iso(30),
+        "involvedObject": {"kind": "Job", "name": f"{RUN_ID}-node-0"},
+    })  # fmt: skip
+    cluster.add_event({
+        "metadata": {"name": "ev2", "namespace": "bench"}, "type": "Warning",
+        "reason": "BackOff", "message": "someone else's", "lastTimestamp": iso(40),
+        "involvedObject": {"kind": "Pod", "name": "other-run-pod"},
+    })  # fmt: skip
+    reason = backend.status(handle).reason
+    assert "FailedCreate" in reason and "exceeded quota" in reason
+
+
+def test_pending_timeout_cancels_the_job_and_reports_why(cluster, tmp_path):
+    clock = lambda: datetime.fromisoformat("2030-01-01T00:11:40+00:00")  # noqa: E731
+    backend = make_backend(cluster, tmp_path, "trainjob", pending_timeout_s=600, clock=clock)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    conditions = [{"type": "PodScheduled", "status": "False", "message": UNSCHEDULABLE}]
+    cluster.add_pod(pod("trainjob", RUN_ID, 0, "Pending", conditions=conditions))
+    status = backend.status(handle)
+    assert status.state is JobState.CANCELLED
+    assert "pending for 700 s" in status.reason and "--pending-timeout 600" in status.reason
+    assert UNSCHEDULABLE in status.reason
+    assert cluster.job("trainjob", RUN_ID) is None
+    # The job is gone; its run directory remembers why.
+    assert backend.status(handle).reason == status.reason
+    assert rundir.read_state(run_dir).state is JobState.CANCELLED
+
+
+def test_pending_within_the_timeout_stays_pending(cluster, tmp_path):
+    clock = lambda: datetime.fromisoformat("2030-01-01T00:05:00+00:00")  # noqa: E731
+    backend = make_backend(cluster, tmp_path, "trainjob", pending_timeout_s=600, clock=clock)
+    handle, _ = submit(backend, tmp_path, make_spec())
+    assert backend.status(handle).state is JobState.PENDING
+    assert cluster.job("trainjob", RUN_ID) is not None
+
+
+# ---- logs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_logs_split_a_pods_output_by_rank(cluster, tmp_path, job_api):
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, _ = submit(backend, tmp_path, make_spec())
+    run_pods(cluster, job_api)
+    assert list(backend.logs(handle, 3, follow=False)) == ["rank 3 training", "rank 3 done"]
+    rank0 = list(backend.logs(handle, 0, follow=False))
+    assert rank0[0] == "launcher: starting workers"  # unprefixed: the node's first rank
+    assert any(line.startswith(mllog.PREFIX) for line in rank0)
+
+
+def test_logs_follow_waits_for_the_pod_and_survives_a_restart(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    first = pod("pytorchjob", RUN_ID, 1)
+    threading.Timer(0.1, cluster.add_pod, (first, "[rank2]:epoch 1\n[rank2]:epoch 2\n")).start()
+
+    def restart_once(pod_name: str) -> None:
+        # After the first pod's log is read, it is replaced (same name, new uid) and the job
+        # ends: the follower must stream the new container too, then stop.
+        cluster.emulator.after_log_read = lambda name: None
+        restarted = pod("pytorchjob", RUN_ID, 1)
+        restarted["metadata"]["uid"] = "uid-after-restart"
+        restarted["metadata"]["creationTimestamp"] = iso(120)
+        restarted["status"]["containerStatuses"][0]["restartCount"] = 1
+        cluster.emulator.objects["v1/pods", "bench", pod_name] = restarted
+        cluster.emulator.pod_logs["bench", pod_name] = "[rank2]:resumed\n[rank2]:finished\n"
+        obj = cluster.emulator.objects["kubeflow.org/v1/pytorchjobs", "bench", RUN_ID]
+        obj.patch({"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}})
+
+    cluster.emulator.after_log_read = restart_once
+    lines = list(backend.logs(handle, 2, follow=True))
+    assert lines == ["epoch 1", "epoch 2", "resumed", "finished"]
+
+
+def test_logs_refuse_a_rank_outside_the_job(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    with pytest.raises(RunnerError, match="4 ranks"):
+        list(backend.logs(handle, 4, follow=False))
+
+
+# ---- fetch ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_path, job_api):
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    run_pods(cluster, job_api, phase="Succeeded")
+    cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
+    assert backend.fetch(handle, run_dir) == []
+    assert rundir.read_summary(run_dir) == {"target_reached": True, "time_to_target_s": 12.5}
+    assert rundir.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
+    keys = [e["key"] for e in mllog.read_events(run_dir / rundir.EVENTS)]
+    assert keys.count(mllog.RUN_START) == 1 and mllog.RUN_STOP in keys
+    assert rundir.rank_log(run_dir, 3).read_text() == "rank 3 training\nrank 3 done\n"
+    # torchrun's own lines (unprefixed) go with the node's first rank.
+    assert rundir.rank_log(run_dir, 2).read_text().startswith("launcher: starting workers\n")
+    assert rundir.read_state(run_dir).state is JobState.SUCCEEDED
+    assert cluster.job(job_api, RUN_ID) is None  # TrainJob has no TTL: fetch cleans up
+
+
+def test_fetch_prefers_the_results_store(cluster, tmp_path):
+    store = tmp_path / "store"
+    backend = make_backend(cluster, tmp_path / "results", "trainjob", store=f"file://{store}")
+    handle, run_dir = submit(backend, tmp_path / "results", make_spec())
+    (store / RUN_ID).mkdir(parents=True)
+    (store / RUN_ID / "summary.json").write_text('{"from": "store"}\n')
+    run_pods(cluster, "trainjob", phase="Succeeded")
+    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    assert backend.fetch(handle, run_dir) == []
+    assert rundir.read_summary(run_dir) == {"from": "store"}
+    # What the store lacks comes from the log.
+    assert rundir.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
+
+
+def test_fetch_of_a_running_job_keeps_it_and_reports_what_is_missing(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(pod("trainjob", RUN_ID, 0), log="[rank0]:still going\n")
+    missing = backend.fetch(handle, run_dir)
+    assert "summary.json" in missing and "logs/rank-3.log" in missing
+    assert cluster.job("trainjob", RUN_ID) is not None
+
+
+def test_fetch_after_the_pods_are_gone_is_a_clear_error(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")  # pods cleaned up meanwhile
+    with pytest.raises(RunnerError) as err:
+        backend.fetch(handle, run_dir)
+    message = str(err.value)
+    assert "pods are gone" in message and "logs/rank-0.log" in message
+    assert "rerun" in message
+
+
+def test_fetch_after_the_job_is_deleted_is_a_clear_error(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    backend.api.delete_job(RUN_ID)
+    with pytest.raises(RunnerError, match="no longer on the cluster"):
+        backend.fetch(handle, run_dir)
+
+
+# ---- cancel --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_cancel_deletes_the_job_and_is_idempotent(cluster, tmp_path, job_api):
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    backend.cancel(handle)
+    backend.cancel(handle)
+    assert cluster.job(job_api, RUN_ID) is None
+    assert backend.status(handle).state is JobState.CANCELLED
+    assert rundir.read_state(run_dir).state is JobState.CANCELLED
+
+
+def test_cancel_leaves_a_finished_job_for_fetch(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    backend.cancel(handle)
+    assert cluster.job("trainjob", RUN_ID) is not None
+    assert backend.status(handle).state is JobState.SUCCEEDED
+
+
+# ---- API failures --------------------------------------------------------------------------
+
+
+def test_forbidden_names_rbac_and_how_to_check(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    cluster.fail("post", "/trainjobs$", 403, message='trainjobs is forbidden: User "ci"')
+    with pytest.raises(RunnerError) as err:
+        submit(backend, tmp_path, make_spec())
+    assert "forbidden by RBAC" in str(err.value) and "kubectl auth can-i" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("job_api", "addon"),
+    [("trainjob", "Kubeflow Trainer"), ("pytorchjob", "training-operator")],
+)
+def test_missing_crd_names_the_addon_the_stack_lacks(cluster, tmp_path, job_api, addon):
+    backend = make_backend(cluster, tmp_path, job_api)
+    cluster.fail("post", r"/(trainjobs|pytorchjobs)$", 404, message="the server could not find")
+    with pytest.raises(RunnerError) as err:
+        submit(backend, tmp_path, make_spec())
+    assert addon in str(err.value) and "pulumi up" in str(err.value)
+
+
+def test_name_conflict_says_the_run_exists(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    spec = make_spec()
+    backend.submit(spec, tmp_path)
+    with pytest.raises(RunnerError, match=f"already exists.*runner status {RUN_ID}"):
+        backend.submit(spec, tmp_path)
+
+
+def test_transient_server_errors_are_retried(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    cluster.fail("post", "/trainjobs$", 500, times=2)
+    handle, _ = submit(backend, tmp_path, make_spec())
+    assert handle.endswith(RUN_ID)
+    assert cluster.requests("post", "/trainjobs$") == 3
+
+
+def test_persistent_server_errors_give_up_after_bounded_retries(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    cluster.fail("get", f"/trainjobs/{RUN_ID}$", 503, times=100)
+    with pytest.raises(RunnerError, match="HTTP 503 3 times"):
+        backend.status(handle)
+    assert cluster.requests("get", f"/trainjobs/{RUN_ID}$") == 3
+
+
+def test_unreachable_cluster_says_how_to_check_it(tmp_path):
+    kubeconfig = json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    })  # fmt: skip
+    conn = stack_connection("trainjob", kubeconfig=kubeconfig)
+    api = KubeApi(conn, max_attempts=2, retry_backoff_s=0.001, request_timeout_s=2)
+    backend = KubernetesBackend(conn, api_factory=lambda c: api)
+    with pytest.raises(RunnerError, match=r"unreachable.*pulumi stack output --stack gke-gpu-8"):
+        backend.submit(make_spec(), tmp_path)
+
+
+def test_from_handle_reconnects_through_job_json(cluster, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(cluster.kubeconfig())
+    from runner.cluster import connect
+
+    conn = connect(kubeconfig=kubeconfig, image="repo/train:1.0")
+    backend = KubernetesBackend(conn, results_root=tmp_path, pending_timeout_s=30)
+    handle, _ = submit(backend, tmp_path, make_spec(device="cpu"))
+    again = from_handle(handle, tmp_path)
+    assert again.pending_timeout_s == 30
+    assert again.status(handle).state is JobState.PENDING
+    again.close()
