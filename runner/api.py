@@ -7,6 +7,8 @@ Backends are chosen by a run's handle scheme; the run directory is the only stat
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -52,19 +54,24 @@ def backend_for(handle: str, results_root: Path) -> Backend:
         from runner.backends.local import LocalBackend
 
         return LocalBackend(results_root)
+    if scheme == "k8s":
+        from runner.backends.kubernetes import from_handle
+
+        return from_handle(handle, results_root)  # reconnects from job.json's `cluster`
     raise RunnerError(f"no backend for handle {handle!r}")
 
 
 def submit(spec: JobSpec, backend: Backend, results_root: Path, backend_name: str) -> Run:
     """Create the run directory (job.json first), then hand the job to the backend."""
-    placeholder = rundir.RunRecord(spec, backend_name, handle="")
+    cluster = getattr(backend, "reference", None)  # how to reconnect, for remote backends
+    placeholder = rundir.RunRecord(spec, backend_name, handle="", cluster=cluster)
     run_dir = rundir.create(results_root, placeholder)
     try:
         handle = backend.submit(spec, run_dir)
     except BaseException as err:
         rundir.write_state(run_dir, JobStatus(JobState.FAILED, f"submit failed: {err}"))
         raise
-    record = rundir.RunRecord(spec, backend_name, handle)
+    record = rundir.RunRecord(spec, backend_name, handle, cluster=cluster)
     rundir.write_json(run_dir / rundir.JOB, record.to_dict())
     log.info("submitted %s as %s", spec.run_id, handle)
     return Run(run_dir, record)
@@ -87,7 +94,7 @@ def wait(
 ) -> JobStatus:
     """Follow a run until it ends, passing each new event and status change along."""
     backend = backend_for(run.handle, results_root)
-    events = EventTail(run.run_dir / rundir.EVENTS)
+    events = event_source(run, backend)
     last: JobStatus | None = None
     while True:
         current = backend.status(run.handle)
@@ -136,6 +143,39 @@ def list_runs(results_root: Path) -> list[RunInfo]:
             state = JobStatus(JobState.FAILED, str(err))
         infos.append(RunInfo(run, state, rundir.read_summary(run_dir)))
     return infos
+
+
+def event_source(run: Run, backend: Backend) -> EventTail | LogEvents:
+    """Where a running job's events appear: the run directory's events.jsonl for a local run,
+    rank 0's log for a remote one (its events.jsonl is only complete after fetch)."""
+    if run.handle.startswith("local://"):
+        return EventTail(run.run_dir / rundir.EVENTS)
+    return LogEvents(backend.logs(run.handle, 0, True))
+
+
+class LogEvents:
+    """Events parsed from a followed log, read on a thread so that waiting for pods never
+    blocks status polling (which reports why a job is pending)."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._pump, args=(lines,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, lines: Iterator[str]) -> None:
+        try:
+            for line in lines:
+                event = parse_line(line)
+                if event is not None:
+                    self._queue.put(event)
+        except RunnerError as err:  # the job went away; status() reports why
+            log.warning("stopped following logs: %s", err)
+
+    def read_new(self) -> list[dict[str, Any]]:
+        events = []
+        while not self._queue.empty():
+            events.append(self._queue.get())
+        return events
 
 
 class EventTail:

@@ -71,32 +71,39 @@ def benchmarks() -> None:
 
 @main.command()
 @click.argument("benchmark")
+@click.option("--local", "local", is_flag=True, help="Run here with torchrun (the default).")
+@click.option("--stack", default=None, help="Run on the cluster of this Pulumi stack.")
 @click.option(
-    "--local", "local", is_flag=True, help="Run on this machine with torchrun (the default)."
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Processes (default: the benchmark's).",
-)
+    "--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    help="Run on a cluster made elsewhere (with --image).",
+)  # fmt: skip
+@click.option("--context", default=None, help="Kubeconfig context (with --kubeconfig).")
+@click.option("--job-api", type=click.Choice(["trainjob", "pytorchjob"]), default=None,
+              help="Kubeflow API (default: the stack's, else trainjob).")  # fmt: skip
+@click.option("--image", default=None, help="Training image (digest or version tag).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Nodes (cluster runs).")  # fmt: skip
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes per node (default: the benchmark's).")  # fmt: skip
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option(
     "--set",
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Override a config value; repeatable. Non-tunable keys make the run open division.",
+    help="Override a config value; repeatable (non-tunables: open division).",
 )
-@click.option("--dry-run", is_flag=True, help="Print the resolved job and command; run nothing.")
-@click.option(
-    "--detach", is_flag=True, help="Start the run and return; follow it with `runner logs`."
-)
+@click.option("--pending-timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Cancel a cluster job still pending after this long, saying why.")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Print the resolved job (YAML for a cluster).")
+@click.option("--detach", is_flag=True, help="Start the run and return; follow with `runner logs`.")
 @click.pass_obj
 @handle_errors
 def submit(
-    results_dir: Path, benchmark: str, local: bool, workers: int | None, device: str,
-    overrides: tuple[str, ...], dry_run: bool, detach: bool,
+    results_dir: Path, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
+    context: str | None, job_api: str | None, image: str | None, nodes: int,
+    workers: int | None, device: str, overrides: tuple[str, ...],
+    pending_timeout: float | None, dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it, following it to the end.
 
@@ -105,27 +112,67 @@ def submit(
       runner submit cnn-digits --local --workers 2
       runner submit cnn-digits --set strategy=allreduce --set max_epochs=5
       runner submit cnn-digits --workers 4 --detach
+      runner submit cnn-digits --stack kind --dry-run
+      runner submit cnn-digits --kubeconfig ~/.kube/config --image REG/stackbench@sha256:...
     Ctrl-C cancels the run and keeps what it recorded.
     """
-    from runner.backends.local import LocalBackend
-    from runner.spec import Placement, get_benchmark, resolve, workload_argv
+    from runner.spec import Placement, get_benchmark, resolve
 
+    remote = stack is not None or kubeconfig is not None
+    if local and remote:
+        raise click.UsageError("--local runs here; drop it to use --stack or --kubeconfig")
+    if not remote:
+        for name, value in (("--context", context), ("--job-api", job_api), ("--image", image),
+                            ("--pending-timeout", pending_timeout)):  # fmt: skip
+            if value is not None:
+                raise click.UsageError(f"{name} applies to cluster runs (--stack/--kubeconfig)")
+        if nodes != 1:
+            raise click.UsageError("--nodes applies to cluster runs; locally use --workers")
     bench = get_benchmark(benchmark)
-    placement = Placement(
-        procs_per_node=workers if workers is not None else bench.default_workers, device=device
-    )  # type: ignore[arg-type]
+    per_node = workers if workers is not None else bench.default_workers
+    placement = Placement(num_nodes=nodes, procs_per_node=per_node, device=device)  # type: ignore[arg-type]
     spec = resolve(benchmark, overrides, placement)
+    if remote:
+        _submit_remote(results_dir, spec, (stack, kubeconfig, context, job_api, image),
+                       pending_timeout, dry_run, detach)  # fmt: skip
+    else:
+        _submit_local(results_dir, spec, dry_run, detach)
+
+
+def _submit_local(results_dir: Path, spec: Any, dry_run: bool, detach: bool) -> None:
+    from runner.backends.local import LocalBackend
+    from runner.spec import workload_argv
+
     if dry_run:
         console.print_json(spec.to_json())
         argv = workload_argv(spec, output_dir=str(results_dir / spec.run_id))
-        console.print(
-            f"torchrun --standalone --nproc-per-node {placement.procs_per_node} "
-            + " ".join(_quote(a) for a in argv[1:]),
-            soft_wrap=True,
-            markup=False,
-        )
+        console.print(f"torchrun --standalone --nproc-per-node {spec.placement.procs_per_node} "
+                      + " ".join(_quote(a) for a in argv[1:]),
+                      soft_wrap=True, markup=False)  # fmt: skip
         return
-    run = api.submit(spec, LocalBackend(results_dir), results_dir, "local")
+    _run(results_dir, api.submit(spec, LocalBackend(results_dir), results_dir, "local"), detach)
+
+
+def _submit_remote(
+    results_dir: Path, spec: Any, where: tuple[Any, ...], pending_timeout: float | None,
+    dry_run: bool, detach: bool,
+) -> None:  # fmt: skip
+    from runner.backends.kubernetes import KubernetesBackend
+    from runner.cluster import connect
+    from runner.render import render, to_yaml
+
+    conn = connect(*where)
+    manifest = render(spec, conn)  # validates placement against the cluster before any change
+    if dry_run:
+        click.echo(to_yaml(manifest), nl=False)
+        return
+    with KubernetesBackend(conn, results_root=results_dir, pending_timeout_s=pending_timeout) as b:
+        run = api.submit(spec, b, results_dir, "kubernetes")
+    _run(results_dir, run, detach)
+
+
+def _run(results_dir: Path, run: api.Run, detach: bool) -> None:
+    spec = run.record.spec
     console.print(f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}")
     if detach:
         console.print(f"follow it with: runner logs {run.run_id} --follow")
@@ -137,6 +184,10 @@ def submit(
         status = api.cancel(results_dir, run)
         errors.print(f"{views.state_text(status)}; what was recorded is in {run.run_dir}")
         sys.exit(130)
+    if not run.handle.startswith("local://") and status.state.value == "SUCCEEDED":
+        missing = api.fetch(results_dir, run)  # results home, then the job is deleted
+        if missing:
+            errors.print(f"[yellow]incomplete results[/yellow]: {'; '.join(missing)}")
     _finish(run, status)
 
 

@@ -1,0 +1,87 @@
+"""The CLI's cluster path: option rules, --dry-run YAML from stack outputs (fake `pulumi`),
+and a detached submit to a kmock API server followed by status and cancel, which reconnect
+from the cluster recorded in job.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from runner import rundir
+from runner.cli import main
+from tests.runner.k8s_fake import FakeCluster
+from tests.runner.k8s_helpers import IMAGE
+from tests.runner.test_cluster import OUTPUTS, fake_pulumi  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def invoke(results, *args):
+    return CliRunner(env={"COLUMNS": "200"}).invoke(
+        main, ["--results-dir", str(results), *args], catch_exceptions=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--local", "--stack", "kind"], "--local runs here"),
+        (["--image", IMAGE], "--image applies to cluster runs"),
+        (["--pending-timeout", "60"], "--pending-timeout applies to cluster runs"),
+        (["--nodes", "2"], "--nodes applies to cluster runs"),
+    ],
+)
+def test_cluster_options_without_a_cluster_are_usage_errors(tmp_path, args, message):
+    result = invoke(tmp_path, "submit", "cnn-digits", *args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_dry_run_on_a_stack_prints_the_trainjob_and_creates_nothing(tmp_path, fake_pulumi):  # noqa: F811
+    args_file = fake_pulumi(OUTPUTS)
+    result = invoke(
+        tmp_path / "results", "submit", "cnn-digits", "--stack", "gke-gpu-8",
+        "--nodes", "2", "--workers", "4", "--device", "cuda", "--dry-run",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(result.output)
+    assert manifest["kind"] == "TrainJob"
+    assert manifest["spec"]["trainer"]["numNodes"] == 2
+    assert "--stack gke-gpu-8" in args_file.read_text()
+    assert not (tmp_path / "results").exists()
+
+
+def test_dry_run_refuses_more_nodes_than_the_stack_has(tmp_path, fake_pulumi):  # noqa: F811
+    fake_pulumi(OUTPUTS)  # num_nodes: 2
+    result = invoke(tmp_path, "submit", "cnn-digits", "--stack", "gke-gpu-8", "--nodes", "3",
+                    "--device", "cuda", "--workers", "1", "--dry-run")  # fmt: skip
+    assert result.exit_code == 2
+    assert "--nodes" in result.output
+
+
+def test_detached_submit_then_status_and_cancel_reconnect_from_job_json(tmp_path):
+    cluster = FakeCluster(namespace="bench")
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(cluster.kubeconfig())
+        results = tmp_path / "results"
+        submitted = invoke(results, "submit", "cnn-digits", "--kubeconfig", str(kubeconfig),
+                           "--image", IMAGE, "--workers", "1", "--detach")  # fmt: skip
+        assert submitted.exit_code == 0, submitted.output
+        (run_dir,) = rundir.list_dirs(results)
+        record = json.loads((run_dir / rundir.JOB).read_text())
+        assert record["handle"] == f"k8s://bench/{run_dir.name}"
+        assert record["cluster"]["kubeconfig"] == str(kubeconfig)
+        assert "token" not in json.dumps(record)  # no credentials in the run directory
+        assert cluster.job("trainjob", run_dir.name) is not None
+
+        assert "PENDING" in invoke(results, "status", run_dir.name).output
+        cancelled = invoke(results, "cancel", run_dir.name)
+        assert "CANCELLED" in cancelled.output
+        assert cluster.job("trainjob", run_dir.name) is None
+        assert "CANCELLED" in invoke(results, "runs").output
+    finally:
+        cluster.close()
