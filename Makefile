@@ -3,7 +3,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PIP := $(BIN)/python -m pip install --quiet --constraint constraints.txt
+# -qq: errors only (this machine's pip config otherwise warns about every missing index path).
+PIP := $(BIN)/python -m pip install -qq --constraint constraints.txt
 DEPS := pyproject.toml constraints.txt
 
 .PHONY: demo test lint bench clean
@@ -13,14 +14,17 @@ $(BIN)/python:
 
 # torch first, pinned, so that no later resolution can pull a CUDA build.
 $(VENV)/.torch: $(BIN)/python constraints.txt
+	@echo "installing torch 2.13.0 (CPU) into $(VENV) ..."
 	$(PIP) torch==2.13.0
 	touch $@
 
 $(VENV)/.demo: $(VENV)/.torch $(DEPS)
+	@echo "installing stackbench[workloads] ..."
 	$(PIP) -e '.[workloads]'
 	touch $@
 
 $(VENV)/.test: $(VENV)/.torch $(DEPS)
+	@echo "installing stackbench with every extra (workloads, kubernetes, infra, test) ..."
 	$(PIP) -e '.[workloads,kubernetes,infra,test]'
 	touch $@
 
@@ -37,6 +41,7 @@ lint: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/infra_eval.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
