@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 Strategy = Literal[
     "ddp",
@@ -119,6 +119,9 @@ class TrainConfig:
         return cls.from_dict(json.loads(text))
 
 
+C = TypeVar("C")
+
+
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(TrainConfig))
 
@@ -128,13 +131,14 @@ def describe_type(key: str) -> str:
     return _describe(_field_types()[key])
 
 
-def with_overrides(config: TrainConfig, overrides: Mapping[str, str]) -> TrainConfig:
-    """`config` with string overrides (as typed on a command line) parsed by field type."""
-    types_ = _field_types()
+def with_overrides(config: C, overrides: Mapping[str, str]) -> C:
+    """`config` (any config dataclass) with string overrides, as typed on a command line,
+    parsed by field type."""
+    types_ = typing.get_type_hints(type(config))
     parsed: dict[str, Any] = {}
     for key, text in overrides.items():
         if key not in types_:
-            raise ConfigError(key, f"unknown key; valid keys: {', '.join(field_names())}")
+            raise ConfigError(key, f"unknown key; valid keys: {', '.join(types_)}")
         parsed[key] = parse_value(key, text, types_[key])
     return dataclasses.replace(config, **parsed)
 
