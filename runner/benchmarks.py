@@ -9,10 +9,13 @@ of a base. No torch here: `runner benchmarks` must start instantly.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 
 from workloads.config import TrainConfig
+from workloads.microconfig import AllReduceMicroConfig
+
+TRAIN_MODULE = "workloads.train"  # the workload entry of training benchmarks
 
 # MLPerf's tunables: batch size and the LR schedule's parameters (shared/BENCHMARKS.md).
 SGD_TUNABLES = frozenset({"batch_size", "lr", "warmup_epochs", "lr_milestones", "lr_gamma"})
@@ -20,6 +23,10 @@ SGD_TUNABLES = frozenset({"batch_size", "lr", "warmup_epochs", "lr_milestones", 
 RUN_CONTROLS = frozenset(
     {"seed", "data_dir", "dist_timeout_s", "time_budget_s", "stop_at_target", "max_epochs"}
 )
+# Strategies that give every worker the mean gradient, as DDP does: choosing among them changes
+# the system, not the algorithm (the strategy is a dimension the suite compares), so it keeps a
+# run closed. Compressed strategies and model averaging change the math: open division.
+EXACT_STRATEGIES = frozenset({"ddp", "allreduce", "allreduce-per-param", "gather-scatter"})
 
 
 @dataclass(frozen=True)
@@ -32,11 +39,33 @@ class Benchmark:
     tunables: frozenset[str]
     default_workers: int = 1
     default_runs: int = 1
+    module: str = TRAIN_MODULE
 
     def __post_init__(self) -> None:
         unknown = self.tunables - set(self.config.to_dict())
         if unknown:
             raise ValueError(f"{self.name}: tunables name unknown keys {sorted(unknown)}")
+
+
+@dataclass(frozen=True)
+class MicroBenchmark:
+    """A measurement of the stack itself, not a training task: no model, target or division
+    rules (every setting is a tunable, so every run is closed division)."""
+
+    name: str
+    task: str
+    description: str
+    config: AllReduceMicroConfig
+    module: str
+    default_workers: int = 2
+    default_runs: int = 1
+
+    @property
+    def tunables(self) -> frozenset[str]:
+        return frozenset(f.name for f in fields(self.config))
+
+
+AnyBenchmark = Benchmark | MicroBenchmark
 
 
 CNN_DIGITS = Benchmark(
@@ -63,4 +92,14 @@ CNN_DIGITS = Benchmark(
     default_runs=1,
 )
 
-BENCHMARKS: Mapping[str, Benchmark] = MappingProxyType({b.name: b for b in (CNN_DIGITS,)})
+ALLREDUCE_MICRO = MicroBenchmark(
+    name="allreduce-micro",
+    task="communication micro-benchmark (0a)",
+    description="All-reduce latency, algorithm and bus bandwidth per tensor size and dtype.",
+    config=AllReduceMicroConfig(),
+    module="workloads.micro",
+)
+
+BENCHMARKS: Mapping[str, AnyBenchmark] = MappingProxyType(
+    {b.name: b for b in (CNN_DIGITS, ALLREDUCE_MICRO)}
+)

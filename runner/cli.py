@@ -114,6 +114,7 @@ def submit(
       runner submit cnn-digits --workers 4 --detach
       runner submit cnn-digits --stack kind --dry-run
       runner submit cnn-digits --kubeconfig ~/.kube/config --image REG/stackbench@sha256:...
+      runner submit allreduce-micro --workers 2 --set max_elements=1000000
     Ctrl-C cancels the run and keeps what it recorded.
     """
     from runner.spec import Placement, get_benchmark, resolve
@@ -172,13 +173,18 @@ def _submit_remote(
 
 
 def _run(results_dir: Path, run: api.Run, detach: bool) -> None:
+    from workloads.microconfig import AllReduceMicroConfig
+
     spec = run.record.spec
     console.print(f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}")
     if detach:
         console.print(f"follow it with: runner logs {run.run_id} --follow")
         return
     try:
-        status = _follow(results_dir, run, spec.config.max_epochs)
+        if isinstance(spec.config, AllReduceMicroConfig):
+            status = _follow_measurements(results_dir, run)
+        else:
+            status = _follow(results_dir, run, spec.config.max_epochs)
     except KeyboardInterrupt:
         errors.print("cancelling ...")
         status = api.cancel(results_dir, run)
@@ -230,11 +236,31 @@ def _follow(results_dir: Path, run: api.Run, max_epochs: int) -> Any:
         return final
 
 
+def _follow_measurements(results_dir: Path, run: api.Run) -> Any:
+    """Progress of allreduce-micro: one step per measured size and dtype."""
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    )  # fmt: skip
+    with progress:
+        task = progress.add_task("measuring", total=None, info="")
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event["key"] == "allreduce_result":
+                r, meta = event["value"], event.get("metadata") or {}
+                info = f"{r['dtype']} {r['elements']:,} elements: busbw {r['busbw_gbps']:.3f} GB/s"
+                progress.update(task, total=meta.get("total"), advance=1, info=info)
+
+        return api.wait(results_dir, run, on_event)
+
+
 def _finish(run: api.Run, status: Any) -> None:
     from runner import rundir
 
     summary = rundir.read_summary(run.run_dir)
-    if summary:
+    if summary and summary.get("kind") == "allreduce-micro":
+        console.print(views.allreduce_table(summary))
+    elif summary:
         console.print(views.summary_table(summary))
     console.print(f"{views.state_text(status)}  results: {run.run_dir}")
     if status.state.value != "SUCCEEDED":

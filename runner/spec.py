@@ -15,9 +15,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from runner.benchmarks import BENCHMARKS, RUN_CONTROLS, Benchmark
+from runner.benchmarks import (
+    BENCHMARKS,
+    EXACT_STRATEGIES,
+    RUN_CONTROLS,
+    TRAIN_MODULE,
+    AnyBenchmark,
+)
 from runner.errors import SpecError
 from workloads.config import ConfigError, TrainConfig, describe_type, field_names, with_overrides
+from workloads.microconfig import AllReduceMicroConfig
 
 Device = Literal["cpu", "cuda"]
 Division = Literal["closed", "open"]
@@ -50,7 +57,7 @@ class Placement:
 class JobSpec:
     run_id: str
     benchmark: str
-    config: TrainConfig
+    config: TrainConfig | AllReduceMicroConfig  # the benchmark's kind of config
     placement: Placement
     overrides: tuple[tuple[str, str], ...] = ()  # as the user typed them, for the record
     division: Division = "closed"
@@ -82,7 +89,7 @@ class JobSpec:
         return cls(
             run_id=data["run_id"],
             benchmark=data["benchmark"],
-            config=TrainConfig.from_dict(data["config"]),
+            config=type(get_benchmark(data["benchmark"]).config).from_dict(data["config"]),
             placement=Placement(**data["placement"]),
             overrides=tuple((k, v) for k, v in data.get("overrides", ())),
             division=data["division"],
@@ -91,7 +98,7 @@ class JobSpec:
         )
 
 
-def get_benchmark(name: str) -> Benchmark:
+def get_benchmark(name: str) -> AnyBenchmark:
     try:
         return BENCHMARKS[name]
     except KeyError:
@@ -125,7 +132,7 @@ def resolve(
         config = with_overrides(bench.config, parsed)
     except ConfigError as err:
         raise SpecError("--set", _config_message(err)) from None
-    open_keys = tuple(sorted(k for k in parsed if k not in bench.tunables | RUN_CONTROLS))
+    open_keys = open_division_keys(bench, parsed, config)
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
         benchmark=bench.name,
@@ -137,13 +144,30 @@ def resolve(
     )
 
 
+def open_division_keys(
+    bench: AnyBenchmark, parsed: Mapping[str, str], config: TrainConfig | AllReduceMicroConfig
+) -> tuple[str, ...]:
+    """The overridden keys that make a run open division: those outside the benchmark's
+    tunables and run controls, except a switch between exact strategies (EXACT_STRATEGIES)."""
+    keys = {k for k in parsed if k not in bench.tunables | RUN_CONTROLS}
+    strategies = {getattr(bench.config, "strategy", None), getattr(config, "strategy", None)}
+    if strategies <= EXACT_STRATEGIES:
+        keys.discard("strategy")
+    return tuple(sorted(keys))
+
+
 def new_run_id(benchmark: str, now: datetime | None = None) -> str:
     """`<benchmark>-<UTC time>-<4 hex>`: sortable, unique, and a valid Kubernetes name."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
     return f"{benchmark}-{stamp}-{secrets.token_hex(2)}"
 
 
-WORKLOAD_MODULE = "workloads.train"
+WORKLOAD_MODULE = TRAIN_MODULE  # of training benchmarks; workload_module(spec) for any
+
+
+def workload_module(spec: JobSpec) -> str:
+    """The module every process runs: workloads.train, or a micro-benchmark's own entry."""
+    return get_benchmark(spec.benchmark).module
 
 
 def workload_args(spec: JobSpec, output_dir: str, log_dir: str | None = None) -> list[str]:
@@ -165,7 +189,7 @@ def workload_argv(
     return [
         python or sys.executable,
         "-m",
-        WORKLOAD_MODULE,
+        workload_module(spec),
         *workload_args(spec, output_dir, log_dir),
     ]
 

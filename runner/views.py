@@ -8,7 +8,7 @@ from rich.table import Table
 
 from runner.api import RunInfo
 from runner.backends.base import JobState, JobStatus
-from runner.benchmarks import Benchmark
+from runner.benchmarks import AnyBenchmark, MicroBenchmark
 from workloads.mllog import STEP_PHASES as PHASES
 
 STATE_STYLE = {
@@ -20,12 +20,17 @@ STATE_STYLE = {
 }
 
 
-def benchmarks_table(benchmarks: list[Benchmark]) -> Table:
+def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
     table = Table(title="Benchmarks", title_justify="left")
     table.add_column("name", no_wrap=True)  # identifiers are copied: never wrap them
     for column in ("task", "target", "light", "workers", "batch", "strategy", "runs"):
         table.add_column(column)
     for b in benchmarks:
+        if isinstance(b, MicroBenchmark):
+            table.add_row(
+                b.name, b.task, "-", "-", str(b.default_workers), "-", "-", str(b.default_runs)
+            )
+            continue
         c = b.config
         table.add_row(
             b.name, b.task, f"{c.target_metric} >= {c.target_value:g}", f"{b.light_target:g}",
@@ -38,6 +43,12 @@ def headline(summary: dict[str, Any] | None) -> str:
     """One line of result: the final metric and time to target (or that it was missed)."""
     if not summary:
         return "-"
+    if summary.get("kind") == "allreduce-micro":
+        best = max(summary["results"], key=lambda r: r["busbw_gbps"], default=None)
+        if best is None:
+            return "no measurements"
+        where = f"{best['dtype']}, {best['elements']:,} elements"
+        return f"peak busbw {best['busbw_gbps']:.2f} GB/s ({where})"
     final = summary.get("final") or {}
     metric = f"{summary['target']['metric']} {final.get('value', float('nan')):.4f}"
     if summary.get("target_reached"):
@@ -121,3 +132,35 @@ def summary_table(summary: dict[str, Any]) -> Table:
     )
     table.add_row("division", summary["division"])
     return table
+
+
+def allreduce_table(summary: dict[str, Any]) -> Table:
+    """allreduce-micro's result: one row per tensor size and dtype, as nccl-tests prints."""
+    title = (
+        f"All-reduce on {summary['world_size']} ranks, {summary['backend']} "
+        f"({summary['device']}): {summary['run_id']}"
+    )
+    table = Table(title=title, title_justify="left")
+    for column in (
+        "elements",
+        "bytes",
+        "dtype",
+        "iters",
+        "time (us)",
+        "algbw (GB/s)",
+        "busbw (GB/s)",
+    ):
+        table.add_column(column, justify="right")
+    for r in summary["results"]:
+        table.add_row(
+            f"{r['elements']:,}", _bytes_text(r["size_bytes"]), r["dtype"], str(r["num_iters"]),
+            f"{r['time_us']:,.1f}", f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}",
+        )  # fmt: skip
+    return table
+
+
+def _bytes_text(size: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"

@@ -9,6 +9,7 @@ that raises fails the call with that rank's traceback.
 from __future__ import annotations
 
 import gc
+import io
 import os
 import queue as queue_lib
 import socket
@@ -43,7 +44,7 @@ def run_ranks(
             rank, ok, value = results.get(timeout=timeout_s)
             if not ok:
                 raise AssertionError(f"rank {rank} failed:\n{value}")
-            collected[rank] = value
+            collected[rank] = _loads(value)
     except queue_lib.Empty:
         raise AssertionError(f"ranks did not finish within {timeout_s} s") from None
     finally:
@@ -53,6 +54,22 @@ def run_ranks(
                 p.kill()
                 p.join()
     return [collected[r] for r in range(world_size)]
+
+
+def _dumps(value: Any) -> bytes:
+    # By value: a tensor put on a multiprocessing queue as is travels as shared memory that
+    # dies with the rank's process, which exits right after ("Connection reset by peer").
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _loads(data: bytes) -> Any:
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=False)
 
 
 def _entry(
@@ -77,6 +94,6 @@ def _entry(
         gc.collect()  # see workloads/dist.py shutdown(): no reducer may outlive the group
         dist.barrier()
         dist.destroy_process_group()
-        results.put((rank, True, value))
+        results.put((rank, True, _dumps(value)))
     except BaseException:
         results.put((rank, False, traceback.format_exc()))

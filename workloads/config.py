@@ -14,10 +14,22 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
-Strategy = Literal["ddp", "allreduce"]
-Optimizer = Literal["sgd"]
+Strategy = Literal[
+    "ddp",
+    "allreduce",
+    "allreduce-per-param",
+    "gather-scatter",
+    "powersgd",
+    "fp16-compress",
+    "bf16-compress",
+    "model-averaging",
+]
+Optimizer = Literal[
+    "sgd",
+    "adam",
+]
 LrScaling = Literal["none", "linear"]
 Metric = Literal["top1_accuracy"]
 Model = Literal["cnn-digits"]
@@ -59,6 +71,14 @@ class TrainConfig:
     time_budget_s: float | None = None  # "accuracy after time": stop at this wall time
     data_dir: str | None = None
     dist_timeout_s: float = 300.0
+    # Communication-strategy options (workloads/strategies/); each applies to one strategy.
+    powersgd_rank: int = 1  # matrix approximation rank r (torch's PowerSGDState default)
+    powersgd_start_iter: int = 1000  # plain all-reduce before this step (torch's default)
+    averaging_period: int = 1  # model-averaging: average the weights every this many steps
+    averaging_warmup_steps: int = 0  # model-averaging: all-reduce gradients for these first
+    # Adam ("centralized Adam": all-reduced gradients, then Adam on every worker).
+    adam_betas: tuple[float, ...] = (0.9, 0.999)
+    adam_eps: float = 1e-8
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -77,6 +97,8 @@ class TrainConfig:
             raise ConfigError("lr_gamma", "must be in (0, 1]")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise ConfigError("time_budget_s", "must be positive (or unset)")
+        _check_strategy_options(self)
+        _check_optimizer_options(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
@@ -97,6 +119,9 @@ class TrainConfig:
         return cls.from_dict(json.loads(text))
 
 
+C = TypeVar("C")
+
+
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(TrainConfig))
 
@@ -106,13 +131,14 @@ def describe_type(key: str) -> str:
     return _describe(_field_types()[key])
 
 
-def with_overrides(config: TrainConfig, overrides: Mapping[str, str]) -> TrainConfig:
-    """`config` with string overrides (as typed on a command line) parsed by field type."""
-    types_ = _field_types()
+def with_overrides(config: C, overrides: Mapping[str, str]) -> C:
+    """`config` (any config dataclass) with string overrides, as typed on a command line,
+    parsed by field type."""
+    types_ = typing.get_type_hints(type(config))
     parsed: dict[str, Any] = {}
     for key, text in overrides.items():
         if key not in types_:
-            raise ConfigError(key, f"unknown key; valid keys: {', '.join(field_names())}")
+            raise ConfigError(key, f"unknown key; valid keys: {', '.join(types_)}")
         parsed[key] = parse_value(key, text, types_[key])
     return dataclasses.replace(config, **parsed)
 
@@ -206,6 +232,45 @@ def _positive(config: TrainConfig, *keys: str) -> None:
     for key in keys:
         if getattr(config, key) <= 0:
             raise ConfigError(key, f"must be positive, got {getattr(config, key)!r}")
+
+
+# Which strategy or optimizer each option belongs to: setting one for another is a mistake.
+STRATEGY_OPTIONS = {
+    "powersgd_rank": "powersgd",
+    "powersgd_start_iter": "powersgd",
+    "averaging_period": "model-averaging",
+    "averaging_warmup_steps": "model-averaging",
+}
+OPTIMIZER_OPTIONS = {"momentum": "sgd", "nesterov": "sgd", "adam_betas": "adam", "adam_eps": "adam"}
+
+
+def _check_strategy_options(config: TrainConfig) -> None:
+    _positive(config, "powersgd_rank", "averaging_period")
+    _non_negative(config, "averaging_warmup_steps")
+    if config.powersgd_start_iter < 2:
+        # torch's PowerSGD needs two plain steps before error feedback and warm start work.
+        raise ConfigError("powersgd_start_iter", "must be at least 2 (torch's PowerSGD needs it)")
+    _only_with(config, "strategy", STRATEGY_OPTIONS)
+
+
+def _check_optimizer_options(config: TrainConfig) -> None:
+    if len(config.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in config.adam_betas):
+        raise ConfigError("adam_betas", f"must be two numbers in [0, 1), got {config.adam_betas}")
+    _positive(config, "adam_eps")
+    _only_with(config, "optimizer", OPTIMIZER_OPTIONS)
+
+
+def _only_with(config: TrainConfig, selector: str, options: Mapping[str, str]) -> None:
+    """An option changed from its default must belong to the selected strategy/optimizer."""
+    defaults = {f.name: f.default for f in fields(config)}
+    chosen = getattr(config, selector)
+    for key, owner in options.items():
+        if owner != chosen and getattr(config, key) != defaults[key]:
+            raise ConfigError(
+                key,
+                f"applies to {selector}={owner} only; with {selector}={chosen} leave it at "
+                f"its default (--set {key}={_jsonable(defaults[key])})",
+            )
 
 
 def _non_negative(config: TrainConfig, *keys: str) -> None:

@@ -100,6 +100,7 @@ def _step(tr: Trainer, index: torch.Tensor, epochs_done: float) -> torch.Tensor:
     tr.optimizer.step()
     tr.optimizer.zero_grad(set_to_none=True)
     timer.lap("optimizer")
+    tr.strategy.after_step(timer)  # model averaging communicates here
     return loss.detach()
 
 

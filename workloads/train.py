@@ -22,6 +22,7 @@ import torch
 from workloads import data, dist, manifest, mllog, models, strategies
 from workloads.config import TrainConfig
 from workloads.loop import Deadline, Trainer, evaluate, train_epoch
+from workloads.optim import build_optimizer
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, StepTimer, clock_for
 
@@ -65,14 +66,8 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     splits = data.load(config, device)
     model = models.build(config, splits.num_classes).to(device)
     clock = clock_for(device)
-    strategy = strategies.build(config.strategy, model, clock)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=config.lr,
-        momentum=config.momentum,
-        nesterov=config.nesterov,
-        weight_decay=config.weight_decay,
-    )
+    strategy = strategies.build(config, model, clock)
+    optimizer = build_optimizer(config, model.parameters())
     trainer = Trainer(
         config,
         env.rank,

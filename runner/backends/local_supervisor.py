@@ -24,7 +24,7 @@ import psutil
 
 from runner import rundir
 from runner.backends.base import JobState, JobStatus
-from runner.spec import WORKLOAD_MODULE, JobSpec, workload_args
+from runner.spec import JobSpec, workload_args, workload_module
 
 POLL_S = 0.2
 GRACE_S = 10.0
@@ -37,7 +37,7 @@ def torchrun_argv(spec: JobSpec, run_dir: Path) -> list[str]:
         "--standalone",
         f"--nproc-per-node={spec.placement.procs_per_node}",
         "--monitor-interval=0.5",
-        "-m", WORKLOAD_MODULE,
+        "-m", workload_module(spec),
         *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / rundir.LOGS)),
     ]  # fmt: skip
 

@@ -112,3 +112,28 @@ def test_workload_argv_carries_the_whole_resolved_config():
     assert config == spec.config.to_dict()
     assert "--open-division" in argv
     assert argv[argv.index("--output-dir") + 1] == "/out"
+
+
+def test_switching_between_exact_strategies_keeps_the_run_closed():
+    spec = resolve("cnn-digits", ["strategy=gather-scatter"])
+    assert (spec.division, spec.open_keys) == ("closed", ())
+
+
+def test_a_compressing_strategy_makes_the_run_open_division():
+    spec = resolve("cnn-digits", ["strategy=powersgd", "powersgd_rank=2"])
+    assert spec.division == "open"
+    assert spec.open_keys == ("powersgd_rank", "strategy")
+
+
+def test_strategy_option_for_another_strategy_is_rejected_with_the_fix():
+    with pytest.raises(SpecError, match=r"powersgd_rank: applies to strategy=powersgd only"):
+        resolve("cnn-digits", ["powersgd_rank=4"])
+
+
+def test_allreduce_micro_runs_its_own_workload_module_with_its_config():
+    spec = resolve("allreduce-micro", ["max_elements=1000", "dtypes=float32,bfloat16"])
+    argv = workload_argv(spec, output_dir="/out", python="python")
+    assert argv[:3] == ["python", "-m", "workloads.micro"]
+    assert json.loads(argv[argv.index("--config") + 1])["dtypes"] == ["float32", "bfloat16"]
+    assert spec.division == "closed"
+    assert JobSpec.from_dict(json.loads(spec.to_json())) == spec

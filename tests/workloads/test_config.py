@@ -49,3 +49,27 @@ def test_optional_values_parse_none():
 def test_parse_value_reads_booleans_in_common_spellings():
     assert parse_value("k", "yes", bool) is True
     assert parse_value("k", "Off", bool) is False
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"strategy": "powersgd", "powersgd_start_iter": 1}, "powersgd_start_iter"),
+        ({"strategy": "powersgd", "powersgd_rank": 0}, "powersgd_rank"),
+        ({"strategy": "model-averaging", "averaging_period": 0}, "averaging_period"),
+        ({"averaging_period": 4}, "averaging_period"),  # the strategy is ddp
+        ({"optimizer": "adam"}, "momentum"),  # the benchmark's SGD momentum would be ignored
+        ({"optimizer": "adam", "momentum": 0.0, "adam_betas": (0.9,)}, "adam_betas"),
+        ({"optimizer": "adam", "momentum": 0.0, "adam_betas": (0.9, 1.0)}, "adam_betas"),
+        ({"adam_eps": 1e-6}, "adam_eps"),  # the optimizer is sgd
+    ],
+)
+def test_strategy_and_optimizer_options_are_validated_with_the_key(changes, key):
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(BASE, **changes)
+    assert err.value.key == key
+
+
+def test_adam_betas_parse_from_the_command_line():
+    config = with_overrides(BASE, {"optimizer": "adam", "momentum": "0", "adam_betas": "0.9,0.98"})
+    assert config.adam_betas == (0.9, 0.98)

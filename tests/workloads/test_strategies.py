@@ -1,0 +1,171 @@
+"""Every strategy against DDP on real 2-rank gloo steps (one spawn per scenario, shared by
+the parametrized assertions)."""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+from tests.distributed import run_ranks
+from tests.workloads.strategy_harness import (
+    backward_gradients,
+    config_for,
+    local_gradients,
+    mean_over_ranks,
+    small_bn_net,
+    step,
+    trainer,
+)
+from workloads.strategies.averaging import averaging_due
+
+EXACT = ("allreduce", "allreduce-per-param", "gather-scatter")
+COMPRESSED = {"fp16-compress": torch.float16, "bf16-compress": torch.bfloat16}
+
+
+def _first_step_gradients(rank: int, world_size: int) -> dict[str, list[torch.Tensor]]:
+    template = small_bn_net()
+    out = {"local": local_gradients(rank, template)}
+    for name in ("ddp", *EXACT, *COMPRESSED):
+        tr = trainer(rank, world_size, config_for(name), copy.deepcopy(template), 1)
+        out[name] = backward_gradients(tr)
+        del tr
+        gc.collect()  # no DDP reducer may outlive its use (see tests/distributed.py)
+    return out
+
+
+@pytest.fixture(scope="module")
+def first_step() -> list[dict[str, list[torch.Tensor]]]:
+    return run_ranks(_first_step_gradients, world_size=2)
+
+
+def test_local_gradients_differ_between_ranks_so_averaging_is_observable(first_step):
+    assert not torch.allclose(first_step[0]["local"][-1], first_step[1]["local"][-1])
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ddp_gives_the_mean_of_the_local_gradients(first_step, rank):
+    local0, local1 = first_step[0]["local"], first_step[1]["local"]
+    for ddp, g0, g1 in zip(first_step[rank]["ddp"], local0, local1, strict=True):
+        torch.testing.assert_close(ddp, (g0 + g1) / 2)
+
+
+@pytest.mark.parametrize("name", EXACT)
+@pytest.mark.parametrize("rank", [0, 1])
+def test_exact_strategies_give_the_same_gradients_as_ddp(first_step, name, rank):
+    for ours, ddp in zip(first_step[rank][name], first_step[rank]["ddp"], strict=True):
+        torch.testing.assert_close(ours, ddp, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", COMPRESSED)
+@pytest.mark.parametrize("rank", [0, 1])
+def test_compressed_all_reduce_stays_within_its_rounding_bound(first_step, name, rank):
+    # Each rank's g_i/2 is rounded to the compressed type (relative error <= u, the unit
+    # roundoff eps/2) and the sum of the two rounded halves once more; casting back is exact.
+    # So |error| <= u(|g_0| + |g_1|)/2 + u|sum| <= 3u mean|g_i|, plus the absolute spacing of
+    # subnormals (fp16 flushes tiny gradients) for each of the 3 roundings, plus fp32's own
+    # rounding of the DDP reference.
+    info = torch.finfo(COMPRESSED[name])
+    u, tiny = info.eps / 2, info.smallest_normal * info.eps
+    ours_all, ddp_all = first_step[rank][name], first_step[rank]["ddp"]
+    for i, (ours, ddp) in enumerate(zip(ours_all, ddp_all, strict=True)):
+        mean_abs = (first_step[0]["local"][i].abs() + first_step[1]["local"][i].abs()) / 2
+        bound = 3 * u * mean_abs + 3 * tiny + 1e-7
+        assert ((ours - ddp).abs() <= bound).all(), f"{name}: parameter {i} outside the bound"
+    # And compression really happened (a bound met by exact equality would prove nothing).
+    assert any(not torch.equal(o, d) for o, d in zip(ours_all, ddp_all, strict=True))
+
+
+def _powersgd_step3(rank: int, world_size: int) -> dict[str, list[torch.Tensor]]:
+    template = small_bn_net()
+    config = config_for("powersgd", powersgd_rank=1, powersgd_start_iter=2)
+    tr = trainer(rank, world_size, config, copy.deepcopy(template), 1)
+    plain = [backward_gradients(tr) for _ in range(2)][-1]  # torch's all-reduce warm-up steps
+    compressed = backward_gradients(tr)
+    del tr
+    gc.collect()
+    mean = mean_over_ranks(local_gradients(rank, template))
+    return {"plain": plain, "compressed": compressed, "mean": mean}
+
+
+@pytest.fixture(scope="module")
+def powersgd_steps() -> list[dict[str, list[torch.Tensor]]]:
+    return run_ranks(_powersgd_step3, world_size=2)
+
+
+def test_powersgd_warm_up_steps_are_plain_all_reduce(powersgd_steps):
+    for plain, mean in zip(powersgd_steps[0]["plain"], powersgd_steps[0]["mean"], strict=True):
+        torch.testing.assert_close(plain, mean)
+
+
+def test_powersgd_is_a_rank_r_orthogonal_projection_of_the_mean_gradient(powersgd_steps):
+    # PowerSGD returns P P^T M for the averaged gradient matrix M and an orthonormal P with r
+    # columns (error feedback is zero on the first compressed step). That is the bound: the
+    # result has rank <= r, the error is orthogonal to it, so |M - P P^T M| <= |M| (and
+    # <M, result> = |result|^2). Vectors (biases, BatchNorm) are sent uncompressed: exact.
+    compressed, mean = powersgd_steps[0]["compressed"], powersgd_steps[0]["mean"]
+    matrices = 0
+    for ours, exact in zip(compressed, mean, strict=True):
+        if exact.dim() == 1:
+            torch.testing.assert_close(ours, exact)
+            continue
+        matrices += 1
+        m, approx = exact.reshape(exact.shape[0], -1), ours.reshape(exact.shape[0], -1)
+        assert torch.linalg.matrix_rank(approx) <= 1
+        assert float(torch.dot(m.flatten(), approx.flatten())) == pytest.approx(
+            float(approx.norm() ** 2), rel=1e-4
+        )
+        assert (m - approx).norm() < m.norm()
+        assert not torch.allclose(approx, m, atol=1e-6)  # it did compress
+    assert matrices == 2
+    for a, b in zip(compressed, powersgd_steps[1]["compressed"], strict=True):
+        torch.testing.assert_close(a, b)  # the same update on every rank
+
+
+def _model_averaging(rank: int, world_size: int, period: int) -> dict[str, object]:
+    """Two steps of model averaging vs. the same two steps taken locally, then averaged."""
+    template = small_bn_net()
+    config = config_for("model-averaging", averaging_period=period, momentum=0.0, lr=0.1)
+    tr = trainer(rank, world_size, config, copy.deepcopy(template), 2)
+    local = trainer(rank, world_size, config_for("allreduce", momentum=0.0, lr=0.1), template, 2)
+    local.strategy.backward = _local_backward  # type: ignore[method-assign]
+    out: dict[str, object] = {}
+    for i in range(2):
+        step(tr, i)
+        step(local, i)
+        out[f"after_{i + 1}"] = _state(tr.strategy.inner)
+        out[f"local_{i + 1}"] = _state(local.strategy.inner)
+    out["local_mean_2"] = mean_over_ranks(out["local_2"])  # type: ignore[arg-type]
+    return out
+
+
+def _local_backward(loss: torch.Tensor, timer: object) -> None:
+    loss.backward()  # no communication: what each worker would do alone
+
+
+def _state(model: nn.Module) -> list[torch.Tensor]:
+    return [
+        t.detach().clone() for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()
+    ]
+
+
+def test_model_averaging_steps_locally_then_equals_the_mean_of_the_local_models():
+    ranks = run_ranks(_model_averaging, world_size=2, period=2)
+    for r in ranks:
+        for ours, local in zip(r["after_1"], r["local_1"], strict=True):
+            torch.testing.assert_close(ours, local)  # step 1 of period 2: purely local
+        for ours, mean in zip(r["after_2"], r["local_mean_2"], strict=True):
+            torch.testing.assert_close(ours, mean)  # step 2: the average, BatchNorm included
+    assert not torch.allclose(ranks[0]["after_1"][0], ranks[1]["after_1"][0])
+
+
+@pytest.mark.parametrize(
+    ("steps_done", "warmup", "period", "due"),
+    [(1, 0, 1, True), (1, 0, 2, False), (2, 0, 2, True), (3, 2, 1, True), (2, 2, 1, False),
+     (6, 2, 2, True), (5, 2, 2, False)],
+)  # fmt: skip
+def test_averaging_is_due_every_period_after_the_warm_up(steps_done, warmup, period, due):
+    assert averaging_due(steps_done, warmup, period) is due

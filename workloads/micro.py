@@ -1,0 +1,148 @@
+"""Entry point of `allreduce-micro` (task 0a): `python -m workloads.micro --config '<json>'`.
+
+Launched exactly like workloads.train (torchrun, same arguments), so every backend runs it
+unchanged. For each tensor size (log-spaced elements) and dtype it times back-to-back
+all-reduces as nccl-tests does: after warm-up, `n` all-reduces between two synchronized clock
+readings, time = elapsed / n, the slowest rank's time counts. Reported per size:
+latency, algorithm bandwidth (bytes / time) and bus bandwidth (algbw * 2(n-1)/n, the traffic
+each link carries in a ring all-reduce, comparable across world sizes). Rank 0 writes one
+`allreduce_result` event per measurement, then summary.json and manifest.json. It is not a
+training run: no model, no target; the summary's `kind` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+from workloads import dist, manifest, mllog
+from workloads.microconfig import AllReduceMicroConfig, log_sizes
+from workloads.train import _write_json, parse_args
+
+RESULT = "allreduce_result"  # stackbench event key: one measurement
+KIND = "allreduce-micro"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    elements: int
+    dtype: str
+    size_bytes: int
+    num_iters: int
+    time_us: float  # per all-reduce, the slowest rank's
+    algbw_gbps: float  # GB/s, 1e9 bytes
+    busbw_gbps: float
+
+
+def bus_bandwidth(algbw: float, world_size: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce: each rank sends and receives 2(n-1)/n of
+    the data in a ring, so this is what the slowest link carried."""
+    return algbw * 2 * (world_size - 1) / world_size
+
+
+def measurement(
+    elements: int, dtype: str, element_bytes: int, num_iters: int, time_s: float, world: int
+) -> Measurement:
+    size_bytes = elements * element_bytes
+    algbw = size_bytes / time_s / 1e9 if time_s > 0 else math.inf
+    return Measurement(
+        elements, dtype, size_bytes, num_iters, time_s * 1e6, algbw, bus_bandwidth(algbw, world)
+    )
+
+
+def measure(
+    config: AllReduceMicroConfig, elements: int, dtype: str, device: torch.device
+) -> Measurement:
+    tensor = torch.ones(elements, dtype=getattr(torch, dtype), device=device)
+    first_s = _timed(tensor, 1, device)  # the first call sets up buffers: warm-up, not timed
+    iters = _agreed_iters(config, first_s, device)
+    for _ in range(min(config.num_warmup_iters, iters)):
+        tdist.all_reduce(tensor)
+    time_s = _timed(tensor, iters, device) / iters
+    slowest = torch.tensor([time_s], dtype=torch.float64, device=device)
+    tdist.all_reduce(slowest, op=tdist.ReduceOp.MAX)
+    world = tdist.get_world_size()
+    return measurement(elements, dtype, tensor.element_size(), iters, float(slowest), world)
+
+
+def _timed(tensor: torch.Tensor, iters: int, device: torch.device) -> float:
+    _sync(device)
+    tdist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        tdist.all_reduce(tensor)
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _agreed_iters(config: AllReduceMicroConfig, first_s: float, device: torch.device) -> int:
+    """num_iters, fewer where they would not fit the time budget; rank 0's choice for all."""
+    fit = int(config.max_time_per_size_s / max(first_s, 1e-9))
+    iters = torch.tensor([max(1, min(config.num_iters, fit))], device=device)
+    tdist.broadcast(iters, 0)
+    return int(iters.item())
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    env = dist.DistEnv.from_environ()
+    if args.log_dir is not None:
+        dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
+    config = AllReduceMicroConfig.from_json(args.config)
+    run(config, env, args)
+    return 0
+
+
+def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str, Any] | None:
+    is_writer = env.rank == 0
+    if is_writer:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+    log = (
+        mllog.EventLog(str(args.output_dir / "events.jsonl")) if is_writer else mllog.NullEventLog()
+    )
+    log.start(mllog.INIT_START)
+    device = dist.select_device(args.device, env)
+    backend = dist.init(device, config.dist_timeout_s)
+    env_manifest = manifest.build(args.run_id, env.world_size, backend, device, seed=0)
+    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or KIND)
+    log.point(mllog.MANIFEST, env_manifest)
+    if is_writer:
+        _write_json(args.output_dir / "manifest.json", env_manifest)
+    log.end(mllog.INIT_STOP)
+    start = time.perf_counter()
+    log.start(mllog.RUN_START)
+    results = []
+    sizes = log_sizes(config.min_elements, config.max_elements, config.sizes_per_decade)
+    for dtype in config.dtypes:
+        for elements in sizes:
+            result = measure(config, elements, dtype, device)
+            results.append(asdict(result))
+            log.point(RESULT, results[-1], backend=backend, total=len(sizes) * len(config.dtypes))
+    summary = {
+        "kind": KIND, "run_id": args.run_id, "benchmark": args.benchmark or KIND,
+        "division": "open" if args.open_division else "closed", "status": "success",
+        "world_size": env.world_size, "device": device.type, "backend": backend,
+        "run_time_s": time.perf_counter() - start, "results": results,
+    }  # fmt: skip
+    log.point(mllog.SUMMARY, summary)
+    log.end(mllog.RUN_STOP, status="success")
+    if is_writer:
+        _write_json(args.output_dir / "summary.json", summary)
+    log.close()
+    dist.shutdown()
+    return summary if is_writer else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

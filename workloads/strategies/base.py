@@ -1,0 +1,110 @@
+"""The pieces every communication strategy shares: the Strategy protocol and Collectives.
+
+`Collectives` is the network boundary: every collective a strategy issues goes through it
+(or, for collectives a torch library issues itself, its completion does: `delivered`), so a
+test can pass one that delays communication and check that only the communication phase grows.
+Not here: the strategies themselves (ddp.py, gradients.py, averaging.py in this package).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from workloads.timing import StepTimer
+
+
+class Collectives:
+    """Collectives over the default process group; means divide before summing (as DDP does,
+    so that fp16 buffers do not overflow)."""
+
+    def all_reduce_mean(self, tensor: torch.Tensor) -> None:
+        tensor.div_(dist.get_world_size())
+        dist.all_reduce(tensor)
+
+    def all_reduce_mean_async(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        tensor.div_(dist.get_world_size())
+        work = dist.all_reduce(tensor, async_op=True)
+        assert work is not None
+        return work.get_future().then(lambda fut: fut.value()[0])
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        dist.broadcast(tensor, src)
+
+    def gather(self, tensor: torch.Tensor, dst: int = 0) -> list[torch.Tensor] | None:
+        """Every rank's `tensor`, in rank order, on `dst`; None on the other ranks."""
+        is_dst = dist.get_rank() == dst
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())] if is_dst else None
+        dist.gather(tensor, parts, dst=dst)
+        return parts
+
+    def scatter(self, tensor: torch.Tensor, parts: list[torch.Tensor] | None, src: int = 0) -> None:
+        """Rank r receives parts[r] (given on `src` only) into `tensor`."""
+        dist.scatter(tensor, parts, src=src)
+
+    def delivered(
+        self, future: torch.futures.Future[torch.Tensor]
+    ) -> torch.futures.Future[torch.Tensor]:
+        """A future of collectives that a torch library issued itself (PowerSGD's hook calls
+        dist.all_reduce directly): passed through here so that a slower network, as a test
+        simulates it, can delay its completion."""
+        return future
+
+
+class Strategy(Protocol):
+    module: nn.Module  # the model to train (possibly wrapped)
+    inner: nn.Module  # the plain model, for evaluation and checkpoints
+
+    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
+        """Run backward and gradient synchronization, ending laps backward and communication."""
+        ...
+
+    def after_step(self, timer: StepTimer) -> None:
+        """Communicate after optimizer.step (model averaging), ending a communication lap if it
+        did; a no-op for strategies that synchronize gradients."""
+        ...
+
+    def sync_buffers(self) -> None:
+        """Make the model state that evaluation reads (BatchNorm statistics) identical."""
+        ...
+
+
+def trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def gradients(params: Iterable[nn.Parameter]) -> list[torch.Tensor]:
+    return [p.grad for p in params if p.grad is not None]
+
+
+def flat_all_reduce_mean(tensors: list[torch.Tensor], collectives: Collectives) -> None:
+    """Average `tensors` in place across ranks with one all-reduce of a flattened copy."""
+    if not tensors:
+        return
+    flat = _flatten_dense_tensors(tensors)
+    collectives.all_reduce_mean(flat)
+    for tensor, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors), strict=True):
+        tensor.copy_(synced)
+
+
+@torch.no_grad()
+def broadcast_state(model: nn.Module, collectives: Collectives) -> None:
+    """Rank 0's parameters and buffers everywhere: the same start DDP guarantees."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        collectives.broadcast(tensor)
+
+
+@torch.no_grad()
+def broadcast_buffers(model: nn.Module, collectives: Collectives) -> None:
+    """Rank 0's BatchNorm statistics everywhere, the ones DDP broadcasts at each forward."""
+    for buffer in model.buffers():
+        collectives.broadcast(buffer)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device

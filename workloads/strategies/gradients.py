@@ -1,0 +1,87 @@
+"""Strategies that average gradients after backward, on the plain model (no DDP).
+
+Nothing overlaps backward here, so timing is direct: the backward lap ends when
+loss.backward() returns, and the communication lap spans the gradient exchange, including
+flattening, averaging on rank 0 and copying back. The exchanges are pure functions of the
+gradients and a Collectives:
+- `allreduce`: one all-reduce of all gradients flattened into one buffer (MLBench's
+  CentralizedSGD, by_layer=False).
+- `allreduce-per-param`: one all-reduce per parameter tensor (CS744 task 2b).
+- `gather-scatter`: per parameter tensor, rank 0 gathers every rank's gradient, averages and
+  scatters the mean back (CS744 task 2a).
+BatchNorm buffers are explicitly broadcast from rank 0 before evaluation: the statistics DDP
+evaluates with, at a fraction of DDP's cost (a broadcast at every forward), since
+training-mode BatchNorm never reads its running statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from workloads.strategies.base import (
+    Collectives,
+    broadcast_buffers,
+    broadcast_state,
+    flat_all_reduce_mean,
+    gradients,
+    trainable,
+)
+from workloads.timing import StepTimer
+
+GradientExchange = Callable[[list[torch.Tensor], Collectives], None]
+
+
+def per_tensor_all_reduce_mean(grads: list[torch.Tensor], collectives: Collectives) -> None:
+    for grad in grads:
+        collectives.all_reduce_mean(grad)
+
+
+def gather_scatter_mean(grads: list[torch.Tensor], collectives: Collectives) -> None:
+    for grad in grads:
+        gathered = collectives.gather(grad, dst=0)
+        parts = None if gathered is None else mean_for_each(gathered)
+        collectives.scatter(grad, parts, src=0)
+
+
+def mean_for_each(gathered: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The mean of the gathered tensors, once per rank (scatter sends parts[r] to rank r)."""
+    mean = torch.stack(gathered).mean(dim=0)
+    return [mean] * len(gathered)
+
+
+class GradientSyncStrategy:
+    def __init__(
+        self, model: nn.Module, collectives: Collectives, exchange: GradientExchange
+    ) -> None:
+        self.inner = self.module = model
+        self._collectives = collectives
+        self._exchange = exchange
+        self._params = trainable(model)
+        broadcast_state(model, collectives)
+
+    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
+        loss.backward()
+        timer.lap("backward")
+        self._exchange(gradients(self._params), self._collectives)
+        timer.lap("communication")
+
+    def after_step(self, timer: StepTimer) -> None:
+        return None
+
+    def sync_buffers(self) -> None:
+        broadcast_buffers(self.inner, self._collectives)
+
+
+def flat_all_reduce(model: nn.Module, collectives: Collectives) -> GradientSyncStrategy:
+    return GradientSyncStrategy(model, collectives, flat_all_reduce_mean)
+
+
+def per_param_all_reduce(model: nn.Module, collectives: Collectives) -> GradientSyncStrategy:
+    return GradientSyncStrategy(model, collectives, per_tensor_all_reduce_mean)
+
+
+def gather_scatter(model: nn.Module, collectives: Collectives) -> GradientSyncStrategy:
+    return GradientSyncStrategy(model, collectives, gather_scatter_mean)
