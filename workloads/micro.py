@@ -109,7 +109,9 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     log = (
-        mllog.EventLog(str(args.output_dir / "events.jsonl")) if is_writer else mllog.NullEventLog()
+        mllog.EventLog(str(args.output_dir / "events.jsonl"), sys.stdout)
+        if is_writer
+        else mllog.NullEventLog()
     )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)

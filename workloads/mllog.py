@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, Literal
@@ -40,7 +39,9 @@ PROGRESS = "stackbench_progress"  # within an epoch, at most every few seconds
 class EventLog:
     """Writes events from rank 0 to a file and stdout; on other ranks it writes nothing."""
 
-    def __init__(self, path: str | None, echo: IO[str] | None = sys.stdout) -> None:
+    # No default stream: a default of sys.stdout would be bound at import and miss a later
+    # redirect; callers pass the stream they mean.
+    def __init__(self, path: str | None, echo: IO[str] | None) -> None:
         self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
         self._echo = echo
 

@@ -58,7 +58,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     events_path = str(args.output_dir / "events.jsonl")
-    log = mllog.EventLog(events_path) if is_writer else mllog.NullEventLog()
+    log = mllog.EventLog(events_path, sys.stdout) if is_writer else mllog.NullEventLog()
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.dist_timeout_s)
