@@ -48,10 +48,10 @@ def cli_help_s(repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def stackbench_samples_per_s(epochs: int, strategy: str) -> float:
+def stackbench_samples_per_s(epochs: int) -> float:
+    """In one process the configured strategy runs as `local` (workloads/strategies/local.py)."""
     config = CNN_DIGITS.config.__class__.from_dict(
-        CNN_DIGITS.config.to_dict()
-        | {"max_epochs": epochs, "stop_at_target": False, "strategy": strategy}
+        CNN_DIGITS.config.to_dict() | {"max_epochs": epochs, "stop_at_target": False}
     )
     with tempfile.TemporaryDirectory() as out:
         args = parse_args(["--config", config.to_json(), "--run-id", "bench", "--output-dir", out])
@@ -98,20 +98,17 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    figures: dict[str, list[float]] = {"bare": [], "stackbench_ddp": [], "stackbench_allreduce": []}
+    figures: dict[str, list[float]] = {"bare": [], "stackbench": []}
     for _ in range(args.rounds):
         figures["bare"].append(bare_samples_per_s(args.epochs))
-        figures["stackbench_ddp"].append(stackbench_samples_per_s(args.epochs, "ddp"))
-        figures["stackbench_allreduce"].append(stackbench_samples_per_s(args.epochs, "allreduce"))
+        figures["stackbench"].append(stackbench_samples_per_s(args.epochs))
     medians = {k: statistics.median(v) for k, v in figures.items()}
     print(json.dumps({
         "runner_help_s": round(cli_help_s(), 3),
         "runner_help_target_s": 0.5,
         "cnn_digits_one_process_samples_per_s": {k: round(v) for k, v in medians.items()},
-        "ratio_stackbench_ddp_to_bare": round(medians["stackbench_ddp"] / medians["bare"], 3),
-        "ratio_stackbench_allreduce_to_bare": round(
-            medians["stackbench_allreduce"] / medians["bare"], 3
-        ),
+        "per_round_samples_per_s": {k: [round(x) for x in v] for k, v in figures.items()},
+        "ratio_stackbench_to_bare": round(medians["stackbench"] / medians["bare"], 3),
         "ratio_target": 0.95,
         "rounds": args.rounds,
         "epochs_per_round": args.epochs,

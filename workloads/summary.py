@@ -37,6 +37,7 @@ def summarize(
     run_id: str,
     benchmark: str,
     division: str,
+    strategy: str,
     world_size: int,
     device: str,
     run_time_s: float,
@@ -52,6 +53,7 @@ def summarize(
         "run_id": run_id,
         "benchmark": benchmark,
         "division": division,
+        "strategy": strategy,  # as run: `local` in a single process
         "world_size": world_size,
         "device": device,
         "status": "success" if reached else "aborted",

@@ -103,6 +103,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         run_id=args.run_id,
         benchmark=args.benchmark or config.model,
         division="open" if args.open_division else "closed",
+        strategy=strategies.effective_name(config, env.world_size),
         world_size=env.world_size,
         device=device.type,
         run_time_s=run_time_s,

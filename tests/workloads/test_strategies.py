@@ -169,3 +169,39 @@ def test_model_averaging_steps_locally_then_equals_the_mean_of_the_local_models(
 )  # fmt: skip
 def test_averaging_is_due_every_period_after_the_warm_up(steps_done, warmup, period, due):
     assert averaging_due(steps_done, warmup, period) is due
+
+
+class _CountingCollectives:
+    """A network boundary that only counts: any call means something was communicated."""
+
+    calls = 0
+
+    def __getattr__(self, name: str):  # every collective
+        def record(*args, **kwargs):
+            type(self).calls += 1
+            raise AssertionError(f"{name} called in a single process")
+
+        return record
+
+
+def _single_process_step(rank: int, world_size: int) -> tuple[str, int, str]:
+    from runner.benchmarks import CNN_DIGITS
+    from workloads.strategies import build, effective_name
+    from workloads.timing import CpuClock, StepTimer
+
+    model = torch.nn.Linear(4, 2)
+    strategy = build(CNN_DIGITS.config, model, CpuClock(), _CountingCollectives())
+    timer = StepTimer(CpuClock())
+    timer.start()
+    strategy.backward(model(torch.ones(3, 4)).sum(), timer)
+    strategy.after_step(timer)
+    strategy.sync_buffers()
+    assert model.weight.grad is not None
+    return type(strategy).__name__, _CountingCollectives.calls, effective_name(CNN_DIGITS.config, 1)
+
+
+def test_one_process_runs_the_local_strategy_and_communicates_nothing():
+    (name, calls, effective) = run_ranks(_single_process_step, world_size=1)[0]
+    assert name == "LocalStrategy"
+    assert effective == "local"
+    assert calls == 0

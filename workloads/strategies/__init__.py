@@ -8,6 +8,7 @@ buffers:
 - ddp.py: `ddp`, `fp16-compress`, `bf16-compress`, `powersgd` (DDP communication hooks).
 - gradients.py: `allreduce`, `allreduce-per-param`, `gather-scatter` (after backward).
 - averaging.py: `model-averaging` (post-local SGD).
+- local.py: what any of them becomes in a single process (nothing to communicate).
 Exact strategies (ddp, allreduce, allreduce-per-param, gather-scatter) give every worker the
 mean gradient, as DDP does; the compressed ones approximate it; model averaging averages
 weights instead. The optimizer is separate (workloads/optim.py): "centralized Adam" is Adam
@@ -16,14 +17,21 @@ after any gradient-averaging strategy.
 
 from __future__ import annotations
 
+import torch.distributed as dist
 from torch import nn
 
 from workloads.config import TrainConfig
 from workloads.strategies import averaging, ddp, gradients
 from workloads.strategies.base import Collectives, Strategy
+from workloads.strategies.local import LocalStrategy
 from workloads.timing import Clock
 
 __all__ = ["Collectives", "Strategy", "build"]
+
+
+def effective_name(config: TrainConfig, world_size: int) -> str:
+    """The strategy that runs: the configured one, or `local` in a single process."""
+    return "local" if world_size == 1 else config.strategy
 
 
 def build(
@@ -32,6 +40,8 @@ def build(
     """The configured strategy around `model` (collectives: the network boundary, for tests)."""
     comm = collectives or Collectives()
     name = config.strategy
+    if effective_name(config, dist.get_world_size()) == "local":
+        return LocalStrategy(model)
     if name == "ddp":
         return ddp.ddp(model, clock, comm)
     if name == "fp16-compress":

@@ -1,0 +1,31 @@
+"""`local`: what every strategy becomes in a single process: nothing to communicate.
+
+One worker already holds the mean gradient, so wrapping it in DDP (a reducer, bucket copies
+and an all-reduce over a group of one) would charge the single-process baseline for
+machinery it does not need. The summary records the strategy that actually ran.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workloads.timing import StepTimer
+
+
+class LocalStrategy:
+    name = "local"
+
+    def __init__(self, model: nn.Module) -> None:
+        self.inner = self.module = model
+
+    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
+        loss.backward()
+        timer.lap("backward")
+        timer.lap("communication")  # zero-length: phases keep the same shape everywhere
+
+    def after_step(self, timer: StepTimer) -> None:
+        return None
+
+    def sync_buffers(self) -> None:
+        return None
