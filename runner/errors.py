@@ -17,8 +17,8 @@ class SpecError(ValueError):
 
 
 class RunNotFound(RunnerError):
-    pass
+    """No run directory matches the given id."""
 
 
 class BackendUnavailable(RunnerError):
-    pass
+    """The backend cannot run here (a missing dependency or tool); the message says which."""

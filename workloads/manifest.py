@@ -5,6 +5,7 @@ Enough to tell two runs apart that should not be compared, and to rebuild the se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
@@ -66,12 +67,10 @@ def hardware(device: torch.device) -> dict[str, Any]:
 
 
 def _cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):  # not Linux: fall back to platform
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or "unknown"
 
 

@@ -53,7 +53,7 @@ class NotFound(RunnerError):
 
 
 class NameConflict(RunnerError):
-    pass
+    """An object of that name exists already (409)."""
 
 
 class KubeApi:

@@ -17,8 +17,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -268,7 +266,9 @@ class KubernetesBackend:
             for rank, text in observe.split_ranks(lines, first):
                 per_rank.setdefault(rank, []).append(text)
             for rank, rank_lines in per_rank.items():
-                _write_text(rundir.rank_log(dest, rank), "".join(f"{t}\n" for t in rank_lines))
+                rundir.write_text(
+                    rundir.rank_log(dest, rank), "".join(f"{t}\n" for t in rank_lines)
+                )
                 archived.add(rank)
         return archived
 
@@ -367,7 +367,7 @@ def rebuild_from_log(rank0_log: Path, dest: Path, wanted: list[str]) -> list[str
     written = []
     if events and rundir.EVENTS in wanted:
         text = "".join(json.dumps(e, separators=(", ", ": ")) + "\n" for e in events)
-        _write_text(dest / rundir.EVENTS, text)
+        rundir.write_text(dest / rundir.EVENTS, text)
         written.append(rundir.EVENTS)
     for key, filename in ((mllog.MANIFEST, rundir.MANIFEST), (mllog.SUMMARY, rundir.SUMMARY)):
         values = [e.get("value") for e in events if e.get("key") == key]
@@ -375,16 +375,3 @@ def rebuild_from_log(rank0_log: Path, dest: Path, wanted: list[str]) -> list[str
             rundir.write_json(dest / filename, values[-1])
             written.append(filename)
     return written
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Atomic, like rundir.write_json: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

@@ -137,11 +137,9 @@ class ProcessTree:
     def refresh(self) -> None:
         if self._root is None:
             return
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # it ended: keep what was seen
             for p in [self._root, *self._root.children(recursive=True)]:
                 self._known.setdefault(p.pid, p)
-        except psutil.NoSuchProcess:
-            pass
 
     def terminate(self, grace_s: float) -> None:
         """SIGTERM all, then SIGKILL whatever outlives grace_s."""
