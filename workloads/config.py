@@ -18,10 +18,25 @@ from typing import Any, Literal, get_args, get_origin
 
 Strategy = Literal["ddp", "allreduce"]
 Optimizer = Literal["sgd"]
-LrScaling = Literal["none", "linear"]
 Metric = Literal["top1_accuracy"]
-Model = Literal["cnn-digits"]
-Dataset = Literal["digits"]
+
+# ---- models, data, losses and LR schedules of the reference workloads --------------------
+Model = Literal["cnn-digits", "resnet-cifar", "vgg11-bn", "logreg"]
+Dataset = Literal["digits", "cifar10", "epsilon"]
+# m1: post-activation residual blocks (He et al. 2015); m2: pre-activation (He et al. 2016).
+ResnetVariant = Literal["m1", "m2"]
+Loss = Literal["cross-entropy", "logistic"]
+LrSchedule = Literal["multistep", "inverse-sqrt"]
+# "table": the peak LR is lr * lr_scale_table[i] at world size 2**i (see workloads/schedule.py).
+LrScaling = Literal["none", "linear", "table"]
+MemoryFormat = Literal["contiguous", "channels_last"]
+# Which datasets each model is built for (its input shape and number of outputs).
+MODEL_DATASETS: dict[str, tuple[str, ...]] = {
+    "cnn-digits": ("digits",),
+    "resnet-cifar": ("cifar10",),
+    "vgg11-bn": ("cifar10",),
+    "logreg": ("epsilon",),
+}
 
 
 class ConfigError(ValueError):
@@ -59,6 +74,16 @@ class TrainConfig:
     time_budget_s: float | None = None  # "accuracy after time": stop at this wall time
     data_dir: str | None = None
     dist_timeout_s: float = 300.0
+    # ---- model, loss, schedule and step-speed options of the reference workloads ----
+    resnet_depth: int = 20  # 6n+2 layers; He et al. report 20, 32, 44, 56 (and 110)
+    resnet_variant: ResnetVariant = "m1"
+    loss: Loss = "cross-entropy"  # "logistic": binary, one logit per sample (labels 0/1)
+    l2_rate: float = 0.0  # adds l2_rate / 2 * ||params||^2 to the loss (MLBench's definition)
+    # "multistep": warm-up then x lr_gamma at lr_milestones; "inverse-sqrt": peak / sqrt(t),
+    # t the 1-based step (MLBench's logistic-regression schedule).
+    lr_schedule: LrSchedule = "multistep"
+    lr_scale_table: tuple[float, ...] = ()  # lr_scaling="table": multiplier at world size 2**i
+    memory_format: MemoryFormat = "contiguous"  # of the model and its input batches
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -77,6 +102,7 @@ class TrainConfig:
             raise ConfigError("lr_gamma", "must be in (0, 1]")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise ConfigError("time_budget_s", "must be positive (or unset)")
+        _check_workload_options(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
@@ -200,6 +226,34 @@ def _from_json(value: Any, tp: Any) -> Any:
 
 def _jsonable(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def _check_workload_options(c: TrainConfig) -> None:
+    """Model, loss and schedule options: combinations that would train something else."""
+    if c.dataset not in MODEL_DATASETS[c.model]:
+        raise ConfigError(
+            "dataset", f"model {c.model} trains on {' or '.join(MODEL_DATASETS[c.model])}"
+        )
+    if c.resnet_depth < 8 or (c.resnet_depth - 2) % 6:
+        raise ConfigError("resnet_depth", f"must be 6n+2 (20, 32, 44, 56), got {c.resnet_depth}")
+    if (c.loss == "logistic") != (c.model == "logreg"):
+        wanted = "logistic" if c.model == "logreg" else "cross-entropy"
+        raise ConfigError("loss", f"model {c.model} is trained with loss={wanted}")
+    _non_negative(c, "l2_rate")
+    if c.l2_rate and c.loss != "logistic":
+        raise ConfigError("l2_rate", "regularizes the logistic loss; other models use weight_decay")
+    if c.lr_schedule == "inverse-sqrt" and (c.lr_milestones or c.warmup_epochs):
+        raise ConfigError(
+            "lr_schedule", "inverse-sqrt has no warm-up or milestones; unset those two"
+        )
+    if (c.lr_scaling == "table") != bool(c.lr_scale_table):
+        raise ConfigError(
+            "lr_scale_table", "give it (multipliers at 1, 2, 4, ... workers) iff lr_scaling=table"
+        )
+    if any(m <= 0 for m in c.lr_scale_table):
+        raise ConfigError("lr_scale_table", "multipliers must be positive")
+    if c.memory_format == "channels_last" and c.model == "logreg":
+        raise ConfigError("memory_format", "channels_last applies to image models only")
 
 
 def _positive(config: TrainConfig, *keys: str) -> None:
