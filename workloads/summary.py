@@ -8,6 +8,11 @@ from typing import Any
 from workloads.config import TrainConfig
 from workloads.timing import PHASES, add_phases, shares, zero_phases
 
+STEP_TIMES_KEPT = 100  # the run's first steps, timed one by one (rank 0's)
+# The CS744 study's figure: the mean step time over steps 2 to 40 (1-based), which leaves
+# out the first, warm-up step.
+ITERATION_WINDOW = (2, 40)
+
 
 @dataclass
 class RunTally:
@@ -22,6 +27,10 @@ class RunTally:
     evals: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
     time_to_target_s: float | None = None
     out_of_time: bool = False
+    step_times_s: list[float] = field(default_factory=list)  # the first STEP_TIMES_KEPT
+
+    def add_step_times(self, times_s: list[float]) -> None:
+        self.step_times_s.extend(times_s[: STEP_TIMES_KEPT - len(self.step_times_s)])
 
     def add_epoch(self, phases: dict[str, float], steps: int, samples: int) -> None:
         add_phases(self.phases, phases)
@@ -76,4 +85,13 @@ def summarize(
         "phases_s": {p: tally.phases[p] for p in PHASES},
         "phase_shares": shares({p: tally.phases[p] for p in PHASES}),
         "communication_share": shares(tally.phases)["communication"],
+        "first_step_times_ms": [1000 * t for t in tally.step_times_s],
+        "iteration_time_ms_2_to_40": window_mean_ms(tally.step_times_s, *ITERATION_WINDOW),
     }
+
+
+def window_mean_ms(step_times_s: list[float], first: int, last: int) -> float | None:
+    """Mean of steps first..last (1-based, inclusive) in ms; of those there are when the run
+    was shorter; None without any."""
+    window = step_times_s[first - 1 : last]
+    return 1000 * sum(window) / len(window) if window else None

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from workloads import data, dist, manifest, mllog, models, strategies
+from workloads import data, dist, manifest, mllog, models, objectives, strategies
 from workloads.config import TrainConfig
-from workloads.loop import Deadline, Trainer, evaluate, train_epoch
+from workloads.loop import Deadline, Trainer, evaluate_metrics, train_epoch
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, StepTimer, clock_for
 
@@ -62,8 +62,9 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.dist_timeout_s)
     torch.manual_seed(config.seed)  # the same initial model on every rank
-    splits = data.load(config, device)
-    model = models.build(config, splits.num_classes).to(device)
+    splits = data.load(config, device, env.rank, env.world_size)
+    model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
+    objective = objectives.build(config, model)
     clock = clock_for(device)
     strategy = strategies.build(config.strategy, model, clock)
     optimizer = torch.optim.SGD(
@@ -83,6 +84,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         optimizer,
         StepTimer(clock),
         torch.Generator(device).manual_seed(config.seed * 1_000_003 + env.rank),
+        objective,
     )
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
     _log_run_parameters(log, config, args, env, splits, env_manifest)
@@ -148,6 +150,7 @@ def _train(
         stats = train_epoch(tr, epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:
             tally.first_step_s = stats.first_step_s
+        tally.add_step_times(stats.step_times_s)
         tally.add_epoch(stats.phases, stats.steps, stats.samples * tr.world_size)
         log.point(mllog.TRAIN_LOSS, stats.mean_loss, epoch_num=epoch)
         log.point(mllog.EPOCH_PHASES, stats.phases, epoch_num=epoch)
@@ -156,12 +159,16 @@ def _train(
         if epoch % config.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
             log.start(mllog.EVAL_START, epoch_num=epoch)
-            accuracy = evaluate(tr)
+            metrics = evaluate_metrics(tr)
+            accuracy = metrics.accuracy
             log.point(mllog.EVAL_ACCURACY, accuracy, epoch_num=epoch)
+            log.point(mllog.EVAL_LOSS, metrics.loss, epoch_num=epoch)
             log.end(mllog.EVAL_STOP, epoch_num=epoch)
             now = time.perf_counter()
             tally.eval_s += now - eval_t0
-            tally.evals.append({"epoch": epoch, "value": accuracy, "time_s": now - start})
+            tally.evals.append(
+                {"epoch": epoch, "value": accuracy, "loss": metrics.loss, "time_s": now - start}
+            )
             if accuracy >= config.target_value and tally.time_to_target_s is None:
                 tally.time_to_target_s = now - start
                 if config.stop_at_target:
