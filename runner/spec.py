@@ -11,7 +11,7 @@ import json
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -125,6 +125,8 @@ def resolve(
         config = with_overrides(bench.config, parsed)
     except ConfigError as err:
         raise SpecError("--set", _config_message(err)) from None
+    if bench.global_batch_size is not None and "batch_size" not in parsed:
+        config = replace(config, batch_size=_split_batch(bench, placement.world_size))
     open_keys = tuple(sorted(k for k in parsed if k not in bench.tunables | RUN_CONTROLS))
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
@@ -135,6 +137,18 @@ def resolve(
         division="open" if open_keys else "closed",
         open_keys=open_keys,
     )
+
+
+def _split_batch(bench: Benchmark, world_size: int) -> int:
+    """The per-worker batch of a benchmark whose task fixes the global batch."""
+    assert bench.global_batch_size is not None
+    if bench.global_batch_size % world_size:
+        raise SpecError(
+            "--workers",
+            f"{bench.name} splits a global batch of {bench.global_batch_size} over the workers; "
+            f"use a worker count that divides it (1, 2, 4, 8, ...), not {world_size}",
+        )
+    return bench.global_batch_size // world_size
 
 
 def new_run_id(benchmark: str, now: datetime | None = None) -> str:
