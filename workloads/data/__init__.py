@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 DATA_DIR_ENV = "STACKBENCH_DATA"
 # Where each data set lives under the data root; `runner data fetch NAME` puts it there.
 CIFAR10_SUBDIR = "cifar-10-batches-py"  # the published archive's own top-level directory
+CIFAR10_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 EPSILON_SUBDIR = "epsilon"
+EPSILON_NUM_FEATURES = 2000
+
+
+def epsilon_cache_dir(root: Path) -> Path:
+    """Where epsilon's converted, memory-mappable cache lives (workloads/data/libsvm.py)."""
+    return root / EPSILON_SUBDIR / "cache"
 
 
 def default_data_dir() -> Path:

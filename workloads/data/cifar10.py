@@ -22,10 +22,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from workloads.data import CIFAR10_SUBDIR, DataError, Splits
+from workloads.data import CIFAR10_FILES, CIFAR10_SUBDIR, DataError, Splits
 
-TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
-TEST_FILE = "test_batch"
+TRAIN_FILES, TEST_FILE = CIFAR10_FILES[:5], CIFAR10_FILES[5]
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
 CROP_PADDING_PX = 4

@@ -15,16 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workloads.data import EPSILON_SUBDIR, DataError, Splits
+from workloads.data import EPSILON_NUM_FEATURES, DataError, Splits, epsilon_cache_dir
 from workloads.data.libsvm import open_split
 from workloads.data.sampling import static_shard
 
-NUM_FEATURES = 2000
-CACHE_DIRNAME = "cache"
-
-
-def cache_dir(root: Path) -> Path:
-    return root / EPSILON_SUBDIR / CACHE_DIRNAME
+NUM_FEATURES = EPSILON_NUM_FEATURES
+cache_dir = epsilon_cache_dir
 
 
 def load_epsilon(root: Path, device: torch.device, rank: int = 0, world_size: int = 1) -> Splits:
