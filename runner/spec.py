@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from runner.benchmarks import BENCHMARKS, RUN_CONTROLS, Benchmark
+from runner.benchmarks import BENCHMARKS, EXECUTION_CONTROLS, RUN_CONTROLS, Benchmark
 from runner.errors import SpecError
 from workloads.config import ConfigError, TrainConfig, describe_type, field_names, with_overrides
 
@@ -127,7 +127,8 @@ def resolve(
         raise SpecError("--set", _config_message(err)) from None
     if bench.global_batch_size is not None and "batch_size" not in parsed:
         config = replace(config, batch_size=_split_batch(bench, placement.world_size))
-    open_keys = tuple(sorted(k for k in parsed if k not in bench.tunables | RUN_CONTROLS))
+    free = bench.tunables | RUN_CONTROLS | EXECUTION_CONTROLS
+    open_keys = tuple(sorted(k for k in parsed if k not in free))
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
         benchmark=bench.name,

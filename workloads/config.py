@@ -72,7 +72,7 @@ class TrainConfig:
     eval_every_epochs: int = 1
     stop_at_target: bool = True
     time_budget_s: float | None = None  # "accuracy after time": stop at this wall time
-    data_dir: str | None = None
+    data_dir: str | None = None  # None: $STACKBENCH_DATA or ~/.cache (workloads.data)
     dist_timeout_s: float = 300.0
     # ---- model, loss, schedule and step-speed options of the reference workloads ----
     resnet_depth: int = 20  # 6n+2 layers; He et al. report 20, 32, 44, 56 (and 110)
