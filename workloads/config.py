@@ -84,6 +84,8 @@ class TrainConfig:
     lr_schedule: LrSchedule = "multistep"
     lr_scale_table: tuple[float, ...] = ()  # lr_scaling="table": multiplier at world size 2**i
     memory_format: MemoryFormat = "contiguous"  # of the model and its input batches
+    # A training-loss goal reported next to the accuracy target (2a: 0.2828); never stops a run.
+    target_train_loss: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -240,6 +242,8 @@ def _check_workload_options(c: TrainConfig) -> None:
         wanted = "logistic" if c.model == "logreg" else "cross-entropy"
         raise ConfigError("loss", f"model {c.model} is trained with loss={wanted}")
     _non_negative(c, "l2_rate")
+    if c.target_train_loss is not None and c.target_train_loss <= 0:
+        raise ConfigError("target_train_loss", "must be positive (or unset)")
     if c.l2_rate and c.loss != "logistic":
         raise ConfigError("l2_rate", "regularizes the logistic loss; other models use weight_decay")
     if c.lr_schedule == "inverse-sqrt" and (c.lr_milestones or c.warmup_epochs):

@@ -28,6 +28,7 @@ class RunTally:
     time_to_target_s: float | None = None
     out_of_time: bool = False
     step_times_s: list[float] = field(default_factory=list)  # the first STEP_TIMES_KEPT
+    train_losses: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
 
     def add_step_times(self, times_s: list[float]) -> None:
         self.step_times_s.extend(times_s[: STEP_TIMES_KEPT - len(self.step_times_s)])
@@ -87,6 +88,18 @@ def summarize(
         "communication_share": shares(tally.phases)["communication"],
         "first_step_times_ms": [1000 * t for t in tally.step_times_s],
         "iteration_time_ms_2_to_40": window_mean_ms(tally.step_times_s, *ITERATION_WINDOW),
+        "train_loss": train_loss_report(tally.train_losses, config.target_train_loss),
+    }
+
+
+def train_loss_report(losses: list[dict[str, float]], target: float | None) -> dict[str, Any]:
+    """The last epoch's mean training loss and, given a target, when it was first reached."""
+    reached = [e for e in losses if target is not None and e["value"] <= target]
+    return {
+        "final": losses[-1]["value"] if losses else None,
+        "target": target,
+        "time_to_target_s": reached[0]["time_s"] if reached else None,
+        "target_epoch": reached[0]["epoch"] if reached else None,
     }
 
 

@@ -128,6 +128,13 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     return summary if is_writer else None
 
 
+def _mean_loss_over_ranks(loss_sum: float, steps: int, device: torch.device) -> float:
+    """The epoch's mean training loss over every rank's batches, not rank 0's alone."""
+    sums = torch.tensor([loss_sum, float(steps)], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(sums)
+    return float(sums[0] / sums[1]) if sums[1] > 0 else 0.0
+
+
 def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str, float]:
     """Phase totals averaged over ranks: ranks wait for each other in different phases."""
     values = torch.tensor([phases[p] for p in PHASES], dtype=torch.float64, device=device)
@@ -155,7 +162,11 @@ def _train(
             tally.first_step_s = stats.first_step_s
         tally.add_step_times(stats.step_times_s)
         tally.add_epoch(stats.phases, stats.steps, stats.samples * tr.world_size)
-        log.point(mllog.TRAIN_LOSS, stats.mean_loss, epoch_num=epoch)
+        train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, tr.device)
+        log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
+        tally.train_losses.append(
+            {"epoch": epoch, "value": train_loss, "time_s": time.perf_counter() - start}
+        )
         log.point(mllog.EPOCH_PHASES, stats.phases, epoch_num=epoch)
         log.end(mllog.EPOCH_STOP, epoch_num=epoch)
         last = epoch == config.max_epochs or stats.out_of_time

@@ -78,3 +78,5 @@ def test_two_worker_logreg_run_trains_each_rank_on_its_shard_to_high_accuracy(tm
     assert losses[-1] < losses[0]
     assert summary["steps"] == 4 * 2  # 200 samples in each rank's shard, batches of 100
     assert summary["final"]["value"] >= 0.9
+    assert summary["train_loss"]["final"] == losses[-1]  # the mean over both ranks
+    assert summary["train_loss"]["target"] == 0.2828

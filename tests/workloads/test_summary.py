@@ -1,7 +1,13 @@
 import pytest
 
 from runner.benchmarks import BENCHMARKS
-from workloads.summary import STEP_TIMES_KEPT, RunTally, summarize, window_mean_ms
+from workloads.summary import (
+    STEP_TIMES_KEPT,
+    RunTally,
+    summarize,
+    train_loss_report,
+    window_mean_ms,
+)
 
 
 def test_iteration_mean_covers_steps_2_to_40_and_leaves_out_the_first():
@@ -32,3 +38,18 @@ def test_summary_reports_the_cs744_iteration_time():
     )  # fmt: skip
     assert summary["iteration_time_ms_2_to_40"] == 1500.0
     assert summary["first_step_times_ms"][:2] == [3000.0, 1500.0]
+
+
+def test_train_loss_target_is_reported_at_the_first_epoch_that_meets_it():
+    losses = [
+        {"epoch": 1, "value": 0.5, "time_s": 10.0},
+        {"epoch": 2, "value": 0.28, "time_s": 20.0},
+        {"epoch": 3, "value": 0.27, "time_s": 30.0},
+    ]
+    report = train_loss_report(losses, 0.2828)
+    assert report == {"final": 0.27, "target": 0.2828, "time_to_target_s": 20.0, "target_epoch": 2}
+
+
+def test_train_loss_without_a_target_reports_the_final_value_only():
+    report = train_loss_report([{"epoch": 1, "value": 0.4, "time_s": 1.0}], None)
+    assert report["final"] == 0.4 and report["time_to_target_s"] is None
