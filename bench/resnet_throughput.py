@@ -186,8 +186,9 @@ def report(results: dict[str, dict[str, Any]], batch_sizes: list[int], args: Any
         "workload_uses": {
             "memory_format": "channels_last (registry)",
             "optimizer": "SGD(fused=True) (workloads/train.py)",
-            "torch_compile": "no: it recompiles per batch shape and for evaluation, inside "
-            "the benchmark clock; its gain is reported here",
+            "torch_compile": "opt-in: --set compile_model=true compiles every batch shape "
+            "before the clock (workloads/compiling.py); off by default, as images may lack a "
+            "C++ compiler and the first compilation takes tens of seconds",
         },
         "results": results,
         "speedups": gains,

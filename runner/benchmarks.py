@@ -21,7 +21,7 @@ RUN_CONTROLS = frozenset(
     {"seed", "data_dir", "dist_timeout_s", "time_budget_s", "stop_at_target", "max_epochs"}
 )
 # How a step is executed, not what it computes: also free in the closed division.
-EXECUTION_CONTROLS = frozenset({"memory_format"})
+EXECUTION_CONTROLS = frozenset({"memory_format", "compile_model"})
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ class TrainConfig:
     lr_schedule: LrSchedule = "multistep"
     lr_scale_table: tuple[float, ...] = ()  # lr_scaling="table": multiplier at world size 2**i
     memory_format: MemoryFormat = "contiguous"  # of the model and its input batches
+    compile_model: bool = False  # torch.compile, compiled before the clock (workloads/compiling)
     # A training-loss goal reported next to the accuracy target (2a: 0.2828); never stops a run.
     target_train_loss: float | None = None
 

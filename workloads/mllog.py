@@ -33,6 +33,7 @@ EPOCH_PHASES = "epoch_phase_times"  # stackbench: seconds per step phase over on
 # stackbench: the manifest and the summary also travel as events, so that a run directory can
 # be rebuilt from rank 0's log alone when a cluster has no results store.
 MANIFEST, SUMMARY = "stackbench_manifest", "stackbench_summary"
+COMPILE_TIME = "stackbench_compile_time_s"  # torch.compile, before run_start
 PROGRESS = "stackbench_progress"  # within an epoch, at most every few seconds
 
 

@@ -21,7 +21,7 @@ import torch
 
 from workloads import data, dist, manifest, mllog, models, objectives, strategies
 from workloads.config import TrainConfig
-from workloads.loop import Deadline, Trainer, evaluate_metrics, train_epoch
+from workloads.loop import EVAL_BATCH_SIZE, Deadline, Trainer, evaluate_metrics, train_epoch
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, StepTimer, clock_for
 
@@ -65,6 +65,8 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     splits = data.load(config, device, env.rank, env.world_size)
     model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
     objective = objectives.build(config, model)
+    if config.compile_model:
+        model = _compiled(model, config, env, splits, log)
     clock = clock_for(device)
     strategy = strategies.build(config.strategy, model, clock)
     optimizer = torch.optim.SGD(
@@ -126,6 +128,34 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     del trainer, strategy, model, optimizer  # no DDP reducer may outlive the process group
     dist.shutdown()
     return summary if is_writer else None
+
+
+def _compiled(
+    model: torch.nn.Module,
+    config: TrainConfig,
+    env: dist.DistEnv,
+    splits: data.Splits,
+    log: mllog.EventLog,
+) -> torch.nn.Module:
+    """The model compiled for every batch shape this rank will see, before the clock."""
+    from workloads import compiling
+    from workloads.data.sampling import eval_shard
+
+    compiled = compiling.compile_model(model)
+    per_rank = (
+        splits.num_train if splits.train_is_rank_shard else splits.num_train // env.world_size
+    )
+    num_eval = int(eval_shard(splits.num_test, env.world_size, env.rank).numel())
+    channels_last = config.memory_format == "channels_last"
+    seconds = compiling.precompile(
+        compiled,
+        splits.sample_shape,
+        compiling.batch_sizes(per_rank, config.batch_size),
+        compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
+        torch.channels_last if channels_last else torch.contiguous_format,
+    )
+    log.point(mllog.COMPILE_TIME, seconds)
+    return compiled
 
 
 def _mean_loss_over_ranks(loss_sum: float, steps: int, device: torch.device) -> float:
