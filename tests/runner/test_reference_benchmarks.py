@@ -44,6 +44,7 @@ def test_logreg_is_the_2a_spec():
         ("resnet20-cifar10", "resnet_variant=m2", "open"),
         ("resnet20-cifar10", "lr=0.025", "closed"),  # a schedule tunable
         ("resnet20-cifar10", "memory_format=channels_last", "closed"),  # same math, faster
+        ("resnet20-cifar10", "compile_model=true", "closed"),
         ("logreg-epsilon", "lr_scale_table=1,2,3", "closed"),
         ("logreg-epsilon", "l2_rate=0", "open"),
         ("vgg11-cifar10", "batch_size=64", "open"),  # the study fixes the global batch
