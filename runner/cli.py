@@ -15,7 +15,16 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 
 from runner import api, views
 from runner.errors import RunnerError, SpecError
@@ -57,6 +66,7 @@ def main(ctx: click.Context, results_dir: Path) -> None:
       runner submit cnn-digits --set lr=0.1 --set batch_size=64 --dry-run
       runner runs
       runner logs RUN --rank 1 --follow
+      runner data fetch cifar10
     """
     ctx.obj = results_dir
 
@@ -330,6 +340,77 @@ def cancel(results_dir: Path, run_id: str) -> None:
     """Stop a run; does nothing to a finished one."""
     run = api.open_run(results_dir, run_id)
     console.print(f"{run.run_id}: {views.state_text(api.cancel(results_dir, run))}")
+
+
+@main.group()
+def data() -> None:
+    """Download and prepare data sets (outside any benchmark's clock).
+
+    \b
+    Examples:
+      runner data fetch cifar10
+      runner data fetch epsilon --dir /mnt/data
+      runner data fetch cifar10 --mirror http://mirror.internal/datasets
+    """
+
+
+@data.command("fetch")
+@click.argument("name", metavar="NAME")
+@click.option(
+    "--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Data directory (default: $STACKBENCH_DATA, else ~/.cache/stackbench/data); "
+    "runs read it through config data_dir.",
+)  # fmt: skip
+@click.option(
+    "--mirror", metavar="URL", default=None,
+    help="Download URL/<file name> instead of the published URL; checksums are still checked.",
+)  # fmt: skip
+@click.option("--force", is_flag=True, help="Download and prepare again even if present.")
+@handle_errors
+def fetch_data(name: str, directory: Path | None, mirror: str | None, force: bool) -> None:
+    """Download data set NAME (cifar10 or epsilon), verify its checksum and prepare it.
+
+    Verified downloads stay in DIR/downloads, so preparing again never downloads again.
+    """
+    from runner import datasets
+    from workloads.data import default_data_dir
+
+    if name not in datasets.DATASETS:
+        raise click.BadParameter(
+            f"unknown data set {name!r}; choose one of: {', '.join(datasets.DATASETS)}",
+            param_hint="NAME",
+        )
+    root = directory or default_data_dir()
+    if datasets.is_prepared(name, root) and not force:
+        console.print(f"{name} is already prepared in {datasets.prepared_path(name, root)}")
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), _AmountColumn())
+    tasks: dict[str, Any] = {}
+    with Progress(*columns, TimeElapsedColumn(), console=console) as bar:
+
+        def on_progress(what: str, done: int, total: int | None, unit: str) -> None:
+            if what not in tasks:
+                tasks[what] = bar.add_task(what, total=total, unit=unit)
+            bar.update(tasks[what], completed=done)
+
+        path = datasets.fetch(name, root, mirror=mirror, force=force, progress=on_progress)
+    console.print(f"[green]ready[/green]: {path}")
+    if root != default_data_dir():
+        console.print(f"runs read it with: --set data_dir={root}")
+
+
+class _AmountColumn(ProgressColumn):
+    """Bytes (with speed) for downloads, counts for conversions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bytes, self._speed = DownloadColumn(), TransferSpeedColumn()
+        self._count = MofNCompleteColumn()
+
+    def render(self, task: Any) -> Any:
+        if task.fields.get("unit") == "bytes":
+            return f"{self._bytes.render(task)} {self._speed.render(task)}"
+        return self._count.render(task)
 
 
 def _quote(arg: str) -> str:

@@ -11,16 +11,18 @@ import json
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runner.benchmarks import (
     BENCHMARKS,
     EXACT_STRATEGIES,
+    EXECUTION_CONTROLS,
     RUN_CONTROLS,
     TRAIN_MODULE,
     AnyBenchmark,
+    Benchmark,
 )
 from runner.errors import SpecError
 from workloads.config import ConfigError, TrainConfig, describe_type, field_names, with_overrides
@@ -132,6 +134,8 @@ def resolve(
         config = with_overrides(bench.config, parsed)
     except ConfigError as err:
         raise SpecError("--set", _config_message(err)) from None
+    if isinstance(bench, Benchmark) and bench.global_batch_size and "batch_size" not in parsed:
+        config = replace(config, batch_size=_split_batch(bench, placement.world_size))
     open_keys = open_division_keys(bench, parsed, config)
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
@@ -148,12 +152,25 @@ def open_division_keys(
     bench: AnyBenchmark, parsed: Mapping[str, str], config: TrainConfig | AllReduceMicroConfig
 ) -> tuple[str, ...]:
     """The overridden keys that make a run open division: those outside the benchmark's
-    tunables and run controls, except a switch between exact strategies (EXACT_STRATEGIES)."""
-    keys = {k for k in parsed if k not in bench.tunables | RUN_CONTROLS}
+    tunables, run controls and execution controls, except a switch between exact strategies
+    (EXACT_STRATEGIES)."""
+    keys = {k for k in parsed if k not in bench.tunables | RUN_CONTROLS | EXECUTION_CONTROLS}
     strategies = {getattr(bench.config, "strategy", None), getattr(config, "strategy", None)}
     if strategies <= EXACT_STRATEGIES:
         keys.discard("strategy")
     return tuple(sorted(keys))
+
+
+def _split_batch(bench: Benchmark, world_size: int) -> int:
+    """The per-worker batch of a benchmark whose task fixes the global batch."""
+    assert bench.global_batch_size is not None
+    if bench.global_batch_size % world_size:
+        raise SpecError(
+            "--workers",
+            f"{bench.name} splits a global batch of {bench.global_batch_size} over the workers; "
+            f"use a worker count that divides it (1, 2, 4, 8, ...), not {world_size}",
+        )
+    return bench.global_batch_size // world_size
 
 
 def new_run_id(benchmark: str, now: datetime | None = None) -> str:

@@ -30,10 +30,25 @@ Optimizer = Literal[
     "sgd",
     "adam",
 ]
-LrScaling = Literal["none", "linear"]
 Metric = Literal["top1_accuracy"]
-Model = Literal["cnn-digits"]
-Dataset = Literal["digits"]
+
+# ---- models, data, losses and LR schedules of the reference workloads --------------------
+Model = Literal["cnn-digits", "resnet-cifar", "vgg11-bn", "logreg"]
+Dataset = Literal["digits", "cifar10", "epsilon"]
+# m1: post-activation residual blocks (He et al. 2015); m2: pre-activation (He et al. 2016).
+ResnetVariant = Literal["m1", "m2"]
+Loss = Literal["cross-entropy", "logistic"]
+LrSchedule = Literal["multistep", "inverse-sqrt"]
+# "table": the peak LR is lr * lr_scale_table[i] at world size 2**i (see workloads/schedule.py).
+LrScaling = Literal["none", "linear", "table"]
+MemoryFormat = Literal["contiguous", "channels_last"]
+# Which datasets each model is built for (its input shape and number of outputs).
+MODEL_DATASETS: dict[str, tuple[str, ...]] = {
+    "cnn-digits": ("digits",),
+    "resnet-cifar": ("cifar10",),
+    "vgg11-bn": ("cifar10",),
+    "logreg": ("epsilon",),
+}
 
 
 class ConfigError(ValueError):
@@ -69,7 +84,7 @@ class TrainConfig:
     eval_every_epochs: int = 1
     stop_at_target: bool = True
     time_budget_s: float | None = None  # "accuracy after time": stop at this wall time
-    data_dir: str | None = None
+    data_dir: str | None = None  # None: $STACKBENCH_DATA or ~/.cache (workloads.data)
     dist_timeout_s: float = 300.0
     # Communication-strategy options (workloads/strategies/); each applies to one strategy.
     powersgd_rank: int = 1  # matrix approximation rank r (torch's PowerSGDState default)
@@ -79,6 +94,19 @@ class TrainConfig:
     # Adam ("centralized Adam": all-reduced gradients, then Adam on every worker).
     adam_betas: tuple[float, ...] = (0.9, 0.999)
     adam_eps: float = 1e-8
+    # ---- model, loss, schedule and step-speed options of the reference workloads ----
+    resnet_depth: int = 20  # 6n+2 layers; He et al. report 20, 32, 44, 56 (and 110)
+    resnet_variant: ResnetVariant = "m1"
+    loss: Loss = "cross-entropy"  # "logistic": binary, one logit per sample (labels 0/1)
+    l2_rate: float = 0.0  # adds l2_rate / 2 * ||params||^2 to the loss (MLBench's definition)
+    # "multistep": warm-up then x lr_gamma at lr_milestones; "inverse-sqrt": peak / sqrt(t),
+    # t the 1-based step (MLBench's logistic-regression schedule).
+    lr_schedule: LrSchedule = "multistep"
+    lr_scale_table: tuple[float, ...] = ()  # lr_scaling="table": multiplier at world size 2**i
+    memory_format: MemoryFormat = "contiguous"  # of the model and its input batches
+    compile_model: bool = False  # torch.compile, compiled before the clock (workloads/compiling)
+    # A training-loss goal reported next to the accuracy target (2a: 0.2828); never stops a run.
+    target_train_loss: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -99,6 +127,7 @@ class TrainConfig:
             raise ConfigError("time_budget_s", "must be positive (or unset)")
         _check_strategy_options(self)
         _check_optimizer_options(self)
+        _check_workload_options(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
@@ -226,6 +255,36 @@ def _from_json(value: Any, tp: Any) -> Any:
 
 def _jsonable(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def _check_workload_options(c: TrainConfig) -> None:
+    """Model, loss and schedule options: combinations that would train something else."""
+    if c.dataset not in MODEL_DATASETS[c.model]:
+        raise ConfigError(
+            "dataset", f"model {c.model} trains on {' or '.join(MODEL_DATASETS[c.model])}"
+        )
+    if c.resnet_depth < 8 or (c.resnet_depth - 2) % 6:
+        raise ConfigError("resnet_depth", f"must be 6n+2 (20, 32, 44, 56), got {c.resnet_depth}")
+    if (c.loss == "logistic") != (c.model == "logreg"):
+        wanted = "logistic" if c.model == "logreg" else "cross-entropy"
+        raise ConfigError("loss", f"model {c.model} is trained with loss={wanted}")
+    _non_negative(c, "l2_rate")
+    if c.target_train_loss is not None and c.target_train_loss <= 0:
+        raise ConfigError("target_train_loss", "must be positive (or unset)")
+    if c.l2_rate and c.loss != "logistic":
+        raise ConfigError("l2_rate", "regularizes the logistic loss; other models use weight_decay")
+    if c.lr_schedule == "inverse-sqrt" and (c.lr_milestones or c.warmup_epochs):
+        raise ConfigError(
+            "lr_schedule", "inverse-sqrt has no warm-up or milestones; unset those two"
+        )
+    if (c.lr_scaling == "table") != bool(c.lr_scale_table):
+        raise ConfigError(
+            "lr_scale_table", "give it (multipliers at 1, 2, 4, ... workers) iff lr_scaling=table"
+        )
+    if any(m <= 0 for m in c.lr_scale_table):
+        raise ConfigError("lr_scale_table", "multipliers must be positive")
+    if c.memory_format == "channels_last" and c.model == "logreg":
+        raise ConfigError("memory_format", "channels_last applies to image models only")
 
 
 def _positive(config: TrainConfig, *keys: str) -> None:

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from workloads.config import TrainConfig
 from workloads.data import Splits
-from workloads.data.sampling import batches, epoch_shard, eval_shard
+from workloads.data.sampling import batches, epoch_shard, eval_shard, shard_epoch_order
+from workloads.objectives import CrossEntropy, Objective
 from workloads.schedule import lr_at
 from workloads.strategies import Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
@@ -32,6 +32,7 @@ class EpochStats:
     loss_sum: float = 0.0
     phases: dict[str, float] = field(default_factory=zero_phases)
     first_step_s: float | None = None  # the first step of the run (warm-up), when in this epoch
+    step_times_s: list[float] = field(default_factory=list)  # this rank's, in order
     out_of_time: bool = False
 
     @property
@@ -52,6 +53,13 @@ class Trainer:
     optimizer: torch.optim.Optimizer
     timer: StepTimer
     augment_generator: torch.Generator
+    objective: Objective = field(default_factory=CrossEntropy)
+
+
+@dataclass(frozen=True)
+class EvalMetrics:
+    accuracy: float
+    loss: float  # mean per-sample loss over the test split (no regularizer)
 
 
 def train_epoch(
@@ -62,14 +70,20 @@ def train_epoch(
 ) -> EpochStats:
     """Train one epoch (1-based). `out_of_time` is polled (collectively) to stop early."""
     cfg = tr.config
-    shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.seed)
+    if tr.splits.train_is_rank_shard:  # the rank holds only its own samples
+        shard = shard_epoch_order(tr.splits.num_train, tr.rank, epoch - 1, cfg.seed)
+    else:
+        shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.seed)
     steps = batches(shard.to(tr.device), cfg.batch_size)
     stats = EpochStats()
     loss_sum = torch.zeros((), device=tr.device)
     tr.strategy.module.train()
     for i, index in enumerate(steps):
-        loss_sum += _step(tr, index, epoch - 1 + i / len(steps))
+        # Every epoch has the same number of steps, so this is the run's step count so far.
+        steps_done = (epoch - 1) * len(steps) + i
+        loss_sum += train_step(tr, index, epoch - 1 + i / len(steps), steps_done)
         step_phases = tr.timer.finish()
+        stats.step_times_s.append(sum(step_phases.values()))
         if epoch == 1 and i == 0:
             stats.first_step_s = sum(step_phases.values())
         add_phases(stats.phases, step_phases)
@@ -84,17 +98,20 @@ def train_epoch(
     return stats
 
 
-def _step(tr: Trainer, index: torch.Tensor, epochs_done: float) -> torch.Tensor:
+def train_step(
+    tr: Trainer, index: torch.Tensor, epochs_done: float, steps_done: int
+) -> torch.Tensor:
+    """One timed step on the samples `index`; returns the loss (detached)."""
     timer = tr.timer
     timer.start()
     x, y = tr.splits.train_x[index], tr.splits.train_y[index]
     if tr.splits.augment is not None:
         x = tr.splits.augment(x, tr.augment_generator)
     timer.lap("data")
-    lr = lr_at(tr.config, tr.world_size, epochs_done)
+    lr = lr_at(tr.config, tr.world_size, epochs_done, steps_done)
     for group in tr.optimizer.param_groups:
         group["lr"] = lr
-    loss = F.cross_entropy(tr.strategy.module(x), y)
+    loss = tr.objective.loss(tr.strategy.module(x), y)
     timer.lap("forward")
     tr.strategy.backward(loss, timer)
     tr.optimizer.step()
@@ -104,22 +121,28 @@ def _step(tr: Trainer, index: torch.Tensor, epochs_done: float) -> torch.Tensor:
     return loss.detach()
 
 
-@torch.no_grad()
 def evaluate(tr: Trainer) -> float:
-    """Top-1 accuracy over the whole test split: each rank scores a disjoint part, then the
-    counts are summed, so the result is exact and identical on every rank."""
+    """Top-1 accuracy over the whole test split (see evaluate_metrics)."""
+    return evaluate_metrics(tr).accuracy
+
+
+@torch.no_grad()
+def evaluate_metrics(tr: Trainer) -> EvalMetrics:
+    """Accuracy and loss over the whole test split: each rank scores a disjoint part, then the
+    sums are added up, so the result is exact and identical on every rank."""
     tr.strategy.sync_buffers()
     model = tr.strategy.inner
     model.eval()
     index = eval_shard(tr.splits.num_test, tr.world_size, tr.rank).to(tr.device)
-    correct = torch.zeros((), dtype=torch.float64, device=tr.device)
+    sums = torch.zeros(3, dtype=torch.float64, device=tr.device)  # loss, correct, samples
     for part in batches(index, EVAL_BATCH_SIZE):
-        logits = model(tr.splits.test_x[part])
-        correct += (logits.argmax(dim=1) == tr.splits.test_y[part]).sum()
-    counts = torch.stack([correct, torch.tensor(float(index.numel()), device=tr.device).double()])
-    dist.all_reduce(counts)
+        loss_sum, correct = tr.objective.eval_sums(
+            model(tr.splits.test_x[part]), tr.splits.test_y[part]
+        )
+        sums += torch.stack([loss_sum.double(), correct.double(), sums.new_tensor(part.numel())])
+    dist.all_reduce(sums)
     model.train()
-    return float(counts[0] / counts[1])
+    return EvalMetrics(accuracy=float(sums[1] / sums[2]), loss=float(sums[0] / sums[2]))
 
 
 def agreed_flag(flag: bool, device: torch.device) -> bool:

@@ -23,6 +23,7 @@ RUN_START, RUN_STOP = "run_start", "run_stop"
 INIT_START, INIT_STOP = "init_start", "init_stop"
 EPOCH_START, EPOCH_STOP = "epoch_start", "epoch_stop"
 EVAL_START, EVAL_STOP, EVAL_ACCURACY = "eval_start", "eval_stop", "eval_accuracy"
+EVAL_LOSS = "eval_loss"  # mean test loss, next to eval_accuracy
 SUBMISSION_BENCHMARK, SEED = "submission_benchmark", "seed"
 GLOBAL_BATCH_SIZE, OPT_BASE_LR = "global_batch_size", "opt_base_learning_rate"
 TRAIN_SAMPLES, EVAL_SAMPLES = "train_samples", "eval_samples"
@@ -33,6 +34,7 @@ STEP_PHASES = ("data", "forward", "backward", "communication", "optimizer")
 # stackbench: the manifest and the summary also travel as events, so that a run directory can
 # be rebuilt from rank 0's log alone when a cluster has no results store.
 MANIFEST, SUMMARY = "stackbench_manifest", "stackbench_summary"
+COMPILE_TIME = "stackbench_compile_time_s"  # torch.compile, before run_start
 PROGRESS = "stackbench_progress"  # within an epoch, at most every few seconds
 
 

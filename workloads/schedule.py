@@ -1,20 +1,58 @@
-"""Learning-rate schedules as pure functions of training progress."""
+"""Learning-rate schedules as pure functions of training progress.
+
+Two schedules (TrainConfig.lr_schedule), each scaled to the number of workers by
+TrainConfig.lr_scaling:
+- "multistep" (task 1a): linear-scaling warm-up, then x lr_gamma at each milestone epoch;
+- "inverse-sqrt" (task 2a): alpha / sqrt(t), with alpha from a per-worker-count table.
+No optimizer here: the loop sets the value on the optimizer each step.
+"""
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 
 from workloads.config import TrainConfig
 
 
-def lr_at(config: TrainConfig, world_size: int, epochs_done: float) -> float:
-    """The LR after `epochs_done` (fractional) epochs.
+def lr_at(config: TrainConfig, world_size: int, epochs_done: float, steps_done: int = 0) -> float:
+    """The LR for the step after `epochs_done` (fractional) epochs, `steps_done` steps."""
+    if config.lr_schedule == "inverse-sqrt":
+        return inverse_sqrt_lr(peak_lr(config, world_size), steps_done + 1)
+    return multistep_lr(config, world_size, epochs_done)
 
-    With linear scaling, the LR ramps linearly from `lr` (one worker's) to `lr * world_size`
+
+def peak_lr(config: TrainConfig, world_size: int) -> float:
+    """`lr` (one worker's) scaled to `world_size` workers as lr_scaling says."""
+    if config.lr_scaling == "linear":
+        return config.lr * world_size
+    if config.lr_scaling == "table":
+        return config.lr * table_multiplier(config.lr_scale_table, world_size)
+    return config.lr
+
+
+def table_multiplier(table: tuple[float, ...], world_size: int) -> float:
+    """table[i] is the multiplier at 2**i workers. A count between two entries takes the
+    lower one (the conservative LR); beyond the table, the last entry holds."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    index = world_size.bit_length() - 1  # floor(log2(world_size))
+    return table[min(index, len(table) - 1)]
+
+
+def multistep_lr(config: TrainConfig, world_size: int, epochs_done: float) -> float:
+    """With linear scaling, the LR ramps linearly from `lr` (one worker's) to `lr * world_size`
     over `warmup_epochs` (Goyal et al. 2017); then it is multiplied by `lr_gamma` once for
     every milestone already reached (epochs_done >= milestone, as MultiStepLR stepped per epoch).
     """
-    peak = config.lr * world_size if config.lr_scaling == "linear" else config.lr
+    peak = peak_lr(config, world_size)
     if epochs_done < config.warmup_epochs:
         return config.lr + (peak - config.lr) * epochs_done / config.warmup_epochs
     return peak * config.lr_gamma ** bisect_right(config.lr_milestones, epochs_done)
+
+
+def inverse_sqrt_lr(alpha: float, step: int) -> float:
+    """alpha / sqrt(step), `step` counted from 1."""
+    if step < 1:
+        raise ValueError(f"step counts from 1, got {step}")
+    return alpha / math.sqrt(step)

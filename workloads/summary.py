@@ -8,6 +8,11 @@ from typing import Any
 from workloads.config import TrainConfig
 from workloads.timing import PHASES, add_phases, shares, zero_phases
 
+STEP_TIMES_KEPT = 100  # the run's first steps, timed one by one (rank 0's)
+# The CS744 study's figure: the mean step time over steps 2 to 40 (1-based), which leaves
+# out the first, warm-up step.
+ITERATION_WINDOW = (2, 40)
+
 
 @dataclass
 class RunTally:
@@ -22,6 +27,11 @@ class RunTally:
     evals: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
     time_to_target_s: float | None = None
     out_of_time: bool = False
+    step_times_s: list[float] = field(default_factory=list)  # the first STEP_TIMES_KEPT
+    train_losses: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
+
+    def add_step_times(self, times_s: list[float]) -> None:
+        self.step_times_s.extend(times_s[: STEP_TIMES_KEPT - len(self.step_times_s)])
 
     def add_epoch(self, phases: dict[str, float], steps: int, samples: int) -> None:
         add_phases(self.phases, phases)
@@ -78,4 +88,25 @@ def summarize(
         "phases_s": {p: tally.phases[p] for p in PHASES},
         "phase_shares": shares({p: tally.phases[p] for p in PHASES}),
         "communication_share": shares(tally.phases)["communication"],
+        "first_step_times_ms": [1000 * t for t in tally.step_times_s],
+        "iteration_time_ms_2_to_40": window_mean_ms(tally.step_times_s, *ITERATION_WINDOW),
+        "train_loss": train_loss_report(tally.train_losses, config.target_train_loss),
     }
+
+
+def train_loss_report(losses: list[dict[str, float]], target: float | None) -> dict[str, Any]:
+    """The last epoch's mean training loss and, given a target, when it was first reached."""
+    reached = [e for e in losses if target is not None and e["value"] <= target]
+    return {
+        "final": losses[-1]["value"] if losses else None,
+        "target": target,
+        "time_to_target_s": reached[0]["time_s"] if reached else None,
+        "target_epoch": reached[0]["epoch"] if reached else None,
+    }
+
+
+def window_mean_ms(step_times_s: list[float], first: int, last: int) -> float | None:
+    """Mean of steps first..last (1-based, inclusive) in ms; of those there are when the run
+    was shorter; None without any."""
+    window = step_times_s[first - 1 : last]
+    return 1000 * sum(window) / len(window) if window else None

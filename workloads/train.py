@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from workloads import data, dist, manifest, mllog, models, strategies
+from workloads import data, dist, manifest, mllog, models, objectives, strategies
 from workloads.config import TrainConfig
-from workloads.loop import Deadline, Trainer, evaluate, train_epoch
+from workloads.loop import EVAL_BATCH_SIZE, Deadline, Trainer, evaluate_metrics, train_epoch
 from workloads.optim import build_optimizer
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, StepTimer, clock_for
@@ -63,8 +63,11 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.dist_timeout_s)
     torch.manual_seed(config.seed)  # the same initial model on every rank
-    splits = data.load(config, device)
-    model = models.build(config, splits.num_classes).to(device)
+    splits = data.load(config, device, env.rank, env.world_size)
+    model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
+    objective = objectives.build(config, model)
+    if config.compile_model:
+        model = _compiled(model, config, env, splits, log)
     clock = clock_for(device)
     strategy = strategies.build(config, model, clock)
     optimizer = build_optimizer(config, model.parameters())
@@ -78,6 +81,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         optimizer,
         StepTimer(clock),
         torch.Generator(device).manual_seed(config.seed * 1_000_003 + env.rank),
+        objective,
     )
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
     _log_run_parameters(log, config, args, env, splits, env_manifest)
@@ -119,6 +123,41 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     return summary if is_writer else None
 
 
+def _compiled(
+    model: torch.nn.Module,
+    config: TrainConfig,
+    env: dist.DistEnv,
+    splits: data.Splits,
+    log: mllog.EventLog,
+) -> torch.nn.Module:
+    """The model compiled for every batch shape this rank will see, before the clock."""
+    from workloads import compiling
+    from workloads.data.sampling import eval_shard
+
+    compiled = compiling.compile_model(model)
+    per_rank = (
+        splits.num_train if splits.train_is_rank_shard else splits.num_train // env.world_size
+    )
+    num_eval = int(eval_shard(splits.num_test, env.world_size, env.rank).numel())
+    channels_last = config.memory_format == "channels_last"
+    seconds = compiling.precompile(
+        compiled,
+        splits.sample_shape,
+        compiling.batch_sizes(per_rank, config.batch_size),
+        compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
+        torch.channels_last if channels_last else torch.contiguous_format,
+    )
+    log.point(mllog.COMPILE_TIME, seconds)
+    return compiled
+
+
+def _mean_loss_over_ranks(loss_sum: float, steps: int, device: torch.device) -> float:
+    """The epoch's mean training loss over every rank's batches, not rank 0's alone."""
+    sums = torch.tensor([loss_sum, float(steps)], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(sums)
+    return float(sums[0] / sums[1]) if sums[1] > 0 else 0.0
+
+
 def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str, float]:
     """Phase totals averaged over ranks: ranks wait for each other in different phases."""
     values = torch.tensor([phases[p] for p in PHASES], dtype=torch.float64, device=device)
@@ -144,20 +183,29 @@ def _train(
         stats = train_epoch(tr, epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:
             tally.first_step_s = stats.first_step_s
+        tally.add_step_times(stats.step_times_s)
         tally.add_epoch(stats.phases, stats.steps, stats.samples * tr.world_size)
-        log.point(mllog.TRAIN_LOSS, stats.mean_loss, epoch_num=epoch)
+        train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, tr.device)
+        log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
+        tally.train_losses.append(
+            {"epoch": epoch, "value": train_loss, "time_s": time.perf_counter() - start}
+        )
         log.point(mllog.EPOCH_PHASES, stats.phases, epoch_num=epoch)
         log.end(mllog.EPOCH_STOP, epoch_num=epoch)
         last = epoch == config.max_epochs or stats.out_of_time
         if epoch % config.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
             log.start(mllog.EVAL_START, epoch_num=epoch)
-            accuracy = evaluate(tr)
+            metrics = evaluate_metrics(tr)
+            accuracy = metrics.accuracy
             log.point(mllog.EVAL_ACCURACY, accuracy, epoch_num=epoch)
+            log.point(mllog.EVAL_LOSS, metrics.loss, epoch_num=epoch)
             log.end(mllog.EVAL_STOP, epoch_num=epoch)
             now = time.perf_counter()
             tally.eval_s += now - eval_t0
-            tally.evals.append({"epoch": epoch, "value": accuracy, "time_s": now - start})
+            tally.evals.append(
+                {"epoch": epoch, "value": accuracy, "loss": metrics.loss, "time_s": now - start}
+            )
             if accuracy >= config.target_value and tally.time_to_target_s is None:
                 tally.time_to_target_s = now - start
                 if config.stop_at_target:

@@ -19,7 +19,7 @@ from runner.benchmarks import CNN_DIGITS
 from workloads import strategies
 from workloads.config import TrainConfig
 from workloads.data import Splits
-from workloads.loop import Trainer, _step
+from workloads.loop import Trainer, train_step
 from workloads.optim import build_optimizer
 from workloads.timing import CpuClock, StepTimer
 
@@ -78,7 +78,7 @@ def trainer(
 
 def step(tr: Trainer, i: int) -> dict[str, float]:
     """Train on batch i; returns the step's phase times."""
-    _step(tr, torch.arange(i * BATCH, (i + 1) * BATCH), 0.0)
+    train_step(tr, torch.arange(i * BATCH, (i + 1) * BATCH), 0.0, i)
     return tr.timer.finish()
 
 

@@ -1,20 +1,63 @@
 """Datasets as tensors prepared once, and how each rank draws its batches from them.
 
-`load(config, device)` returns the train/test split of the configured dataset, preprocessed
-once (outside the benchmark clock, as MLPerf does) and placed on the training device, so a
-step's data phase is an index and not per-sample Python.
+`load(config, device, rank, world_size)` returns the train/test split of the configured
+dataset, preprocessed once (outside the benchmark clock, as MLPerf does) and placed on the
+training device, so a step's data phase is an index plus batched on-device augmentation, and
+not per-sample Python. Datasets too large to hold per rank (epsilon) load only the rank's
+static shard of the training split (`Splits.train_is_rank_shard`).
+
+Where data sets live is decided here and only here (`data_root`). This module imports no
+torch at import time: the runner's `runner data fetch` uses the same paths.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from workloads.config import TrainConfig
+    from workloads.config import TrainConfig
 
-Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+    Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+DATA_DIR_ENV = "STACKBENCH_DATA"
+# Where each data set lives under the data root; `runner data fetch NAME` puts it there.
+CIFAR10_SUBDIR = "cifar-10-batches-py"  # the published archive's own top-level directory
+CIFAR10_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
+EPSILON_SUBDIR = "epsilon"
+EPSILON_NUM_FEATURES = 2000
+
+
+def epsilon_cache_dir(root: Path) -> Path:
+    """Where epsilon's converted, memory-mappable cache lives (workloads/data/libsvm.py)."""
+    return root / EPSILON_SUBDIR / "cache"
+
+
+def default_data_dir() -> Path:
+    """$STACKBENCH_DATA, else the XDG cache: $XDG_CACHE_HOME (or ~/.cache)/stackbench/data.
+
+    Data sets are a cache (they can always be fetched again), hence the cache directory and
+    not the results directory; on clusters, point $STACKBENCH_DATA (or config data_dir) at a
+    mounted volume.
+    """
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(cache) / "stackbench" / "data"
+
+
+def data_root(configured: str | None) -> Path:
+    """The data directory of a run: config `data_dir` when set, else default_data_dir()."""
+    return Path(configured).expanduser() if configured else default_data_dir()
+
+
+class DataError(RuntimeError):
+    """A data file is missing, corrupt or truncated; the message names it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +68,9 @@ class Splits:
     test_y: torch.Tensor
     num_classes: int
     augment: Augment | None = None  # batched, on-device training augmentation
+    # True when train_x/train_y hold only this rank's static shard (every rank's the same
+    # size); the loop then shuffles within it instead of sharding one global order.
+    train_is_rank_shard: bool = False
 
     @property
     def num_train(self) -> int:
@@ -34,10 +80,22 @@ class Splits:
     def num_test(self) -> int:
         return int(self.test_y.shape[0])
 
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.train_x.shape[1:])
 
-def load(config: TrainConfig, device: torch.device) -> Splits:
+
+def load(config: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> Splits:
     if config.dataset == "digits":
         from workloads.data.digits import load_digits
 
         return load_digits(device)
+    if config.dataset == "cifar10":
+        from workloads.data.cifar10 import load_cifar10
+
+        return load_cifar10(data_root(config.data_dir), device, config.memory_format)
+    if config.dataset == "epsilon":
+        from workloads.data.epsilon import load_epsilon
+
+        return load_epsilon(data_root(config.data_dir), device, rank, world_size)
     raise ValueError(f"no loader for dataset {config.dataset!r}")

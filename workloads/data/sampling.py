@@ -4,6 +4,9 @@ Every rank computes the same permutation from (seed, epoch) and keeps its own st
 workers see disjoint samples each epoch with no communication, and every rank gets the same
 number of samples (the remainder of an uneven split is dropped for that epoch), so no rank
 waits in a collective for a peer that has run out of data.
+
+Data sets too large for every rank to hold (epsilon) are split once instead: each rank owns a
+static contiguous shard, the same size on every rank, and reshuffles it each epoch.
 """
 
 from __future__ import annotations
@@ -34,3 +37,19 @@ def batches(indices: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
 def steps_per_epoch(num_samples: int, world_size: int, batch_size: int) -> int:
     per_rank = num_samples // world_size
     return -(-per_rank // batch_size)
+
+
+def static_shard(num_samples: int, world_size: int, rank: int) -> tuple[int, int]:
+    """[start, stop) of the contiguous block `rank` owns for the whole run; every rank's block
+    has num_samples // world_size samples (the remainder is never trained on), so a rank can
+    read exactly its part of a data set too large to hold whole."""
+    size = num_samples // world_size
+    if size == 0:
+        raise ValueError(f"{num_samples} samples cannot be shared by {world_size} ranks")
+    return rank * size, (rank + 1) * size
+
+
+def shard_epoch_order(num_local: int, rank: int, epoch: int, seed: int) -> torch.Tensor:
+    """A fresh order of a rank's own static shard each epoch (local indices)."""
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_009 + rank)
+    return torch.randperm(num_local, generator=generator)

@@ -2,14 +2,40 @@
 
 from __future__ import annotations
 
+import math
+
+import torch
 from torch import nn
 
 from workloads.config import TrainConfig
 
 
-def build(config: TrainConfig, num_classes: int) -> nn.Module:
+def build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...] = ()) -> nn.Module:
+    """The configured model, in its configured memory format. `sample_shape` is one input
+    sample's shape (logistic regression takes its width from it)."""
+    model = _build(config, num_classes, sample_shape)
+    if config.memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def _build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...]) -> nn.Module:
     if config.model == "cnn-digits":
         from workloads.models.cnn import DigitsCNN
 
         return DigitsCNN(num_classes)
+    if config.model == "resnet-cifar":
+        from workloads.models.resnet import CifarResNet
+
+        return CifarResNet(config.resnet_depth, config.resnet_variant, num_classes)
+    if config.model == "vgg11-bn":
+        from workloads.models.vgg import VGG
+
+        return VGG(num_classes=num_classes)
+    if config.model == "logreg":
+        from workloads.models.logreg import LogisticRegression
+
+        if num_classes != 2:
+            raise ValueError(f"logistic regression is binary; the data has {num_classes} classes")
+        return LogisticRegression(math.prod(sample_shape))
     raise ValueError(f"no builder for model {config.model!r}")

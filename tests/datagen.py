@@ -1,0 +1,89 @@
+"""Small data sets written in the canonical on-disk formats, for tests (no downloads).
+
+- CIFAR-10: the cifar-10-python.tar.gz layout (python pickles of dicts with 'data' uint8
+  [N, 3072] and 'labels'), pickled with protocol 2 as the originals are.
+- epsilon: LIBSVM text ("<+1|-1> 1:v1 2:v2 ..."), plain or bzip2-compressed.
+The images and points are learnable (each class has its own pattern) so short training
+runs can show that the loss goes down.
+"""
+
+from __future__ import annotations
+
+import bz2
+import io
+import pickle
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+CIFAR_DIR = "cifar-10-batches-py"
+CIFAR_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+
+
+def cifar_images(num: int, seed: int) -> tuple[np.ndarray, list[int]]:
+    """`num` uint8 images [num, 3072] whose class sets a coarse colour pattern, plus noise."""
+    rng = np.random.default_rng(seed)
+    patterns = np.random.default_rng(1234).integers(40, 216, size=(10, 3, 4, 4))
+    labels = rng.integers(0, 10, size=num)
+    coarse = patterns[labels].repeat(8, axis=2).repeat(8, axis=3)  # [num, 3, 32, 32]
+    noisy = coarse + rng.normal(0, 25, size=coarse.shape)
+    images = np.clip(noisy, 0, 255).astype(np.uint8).reshape(num, -1)
+    return images, [int(v) for v in labels]
+
+
+def cifar_batch_bytes(num: int, seed: int, name: str = "batch") -> bytes:
+    images, labels = cifar_images(num, seed)
+    batch = {"batch_label": name, "labels": labels, "data": images, "filenames": []}
+    return pickle.dumps(batch, protocol=2)
+
+
+def write_cifar10(root: Path, per_train_batch: int = 20, num_test: int = 20) -> Path:
+    """A CIFAR-10 directory under root (5 x per_train_batch train images); returns it."""
+    directory = root / CIFAR_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, name in enumerate(CIFAR_TRAIN_FILES):
+        (directory / name).write_bytes(cifar_batch_bytes(per_train_batch, seed=i, name=name))
+    (directory / "test_batch").write_bytes(cifar_batch_bytes(num_test, seed=99, name="test"))
+    (directory / "batches.meta").write_bytes(pickle.dumps({"label_names": []}, protocol=2))
+    return directory
+
+
+def cifar_archive(per_train_batch: int = 4, num_test: int = 4) -> bytes:
+    """cifar-10-python.tar.gz's layout, as bytes."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        files = {
+            name: cifar_batch_bytes(per_train_batch, i) for i, name in enumerate(CIFAR_TRAIN_FILES)
+        }
+        files["test_batch"] = cifar_batch_bytes(num_test, 99)
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"{CIFAR_DIR}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def epsilon_points(num: int, num_features: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two Gaussian clouds (labels +-1) shifted apart along a fixed direction; unit-norm rows
+    like epsilon's. Separable from a few hundred samples even with 2,000 features."""
+    rng = np.random.default_rng(seed)
+    direction = np.random.default_rng(77).normal(size=num_features)
+    labels = rng.choice([-1, 1], size=num)
+    x = rng.normal(size=(num, num_features)) + 0.15 * labels[:, None] * direction
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32), labels
+
+
+def libsvm_text(x: np.ndarray, labels: np.ndarray) -> str:
+    lines = []
+    for row, label in zip(x, labels, strict=True):
+        features = " ".join(f"{j + 1}:{v:.7g}" for j, v in enumerate(row) if v != 0.0)
+        lines.append(f"{int(label):+d} {features}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def write_libsvm(path: Path, x: np.ndarray, labels: np.ndarray) -> Path:
+    text = libsvm_text(x, labels).encode()
+    path.write_bytes(bz2.compress(text) if path.suffix == ".bz2" else text)
+    return path

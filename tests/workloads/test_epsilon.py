@@ -1,0 +1,141 @@
+import bz2
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.datagen import epsilon_points, libsvm_text, write_libsvm
+from workloads.data import DataError
+from workloads.data.epsilon import NUM_FEATURES, cache_dir, load_epsilon
+from workloads.data.libsvm import convert, open_split, read_rows
+from workloads.data.sampling import shard_epoch_order, static_shard
+
+CPU = torch.device("cpu")
+
+
+def _prepare(root, num_train=40, num_test=12, suffix=".bz2"):
+    x, y = epsilon_points(num_train, NUM_FEATURES, seed=0)
+    tx, ty = epsilon_points(num_test, NUM_FEATURES, seed=1)
+    sources = {
+        "train": write_libsvm(root / f"train{suffix}", x, y),
+        "test": write_libsvm(root / f"test{suffix}", tx, ty),
+    }
+    convert(sources, cache_dir(root), NUM_FEATURES)
+    return x, y, tx, ty
+
+
+@pytest.mark.parametrize("suffix", [".bz2", ".txt"])
+def test_conversion_round_trips_plain_and_bz2_libsvm_files(tmp_path, suffix):
+    x, y, tx, ty = _prepare(tmp_path, suffix=suffix)
+    train_x, train_y = open_split(cache_dir(tmp_path), "train")
+    test_x, test_y = open_split(cache_dir(tmp_path), "test")
+    assert isinstance(train_x, np.memmap) and train_x.dtype == np.float32
+    assert np.allclose(train_x, x, rtol=1e-6) and np.array_equal(train_y, y)
+    assert np.allclose(test_x, tx, rtol=1e-6) and np.array_equal(test_y, ty)
+
+
+def test_omitted_features_are_zero(tmp_path):
+    path = tmp_path / "sparse.txt"
+    path.write_text("+1 2:0.5 7:-1.5\n-1\n")
+    rows = list(read_rows(path, 8))
+    assert rows[0][0] == 1 and rows[0][1].tolist() == [0, 0.5, 0, 0, 0, 0, -1.5, 0]
+    assert rows[1][0] == -1 and not rows[1][1].any()
+
+
+def test_each_rank_maps_only_its_static_shard(tmp_path):
+    x, y, _, _ = _prepare(tmp_path, num_train=41)
+    shards = [load_epsilon(tmp_path, CPU, rank, 2) for rank in range(2)]
+    assert [s.num_train for s in shards] == [20, 20]  # the 41st sample is never trained on
+    assert all(s.train_is_rank_shard for s in shards)
+    assert torch.allclose(shards[1].train_x, torch.from_numpy(x[20:40]))
+    assert shards[1].train_y.tolist() == [1.0 if v > 0 else 0.0 for v in y[20:40]]
+    assert shards[0].num_test == shards[1].num_test == 12  # each evaluates its part of all
+
+
+def test_cpu_shards_are_views_of_the_mapped_file_not_copies(tmp_path):
+    _prepare(tmp_path, num_train=40)
+    shard = load_epsilon(tmp_path, CPU, 1, 2)
+    mapped, _ = open_split(cache_dir(tmp_path), "train")
+    offset = shard.train_x.data_ptr() - shard.train_x.untyped_storage().data_ptr()
+    assert offset == 0  # its storage starts at its own first row ...
+    assert shard.train_x.untyped_storage().nbytes() == 20 * NUM_FEATURES * 4  # ... and ends there
+    assert torch.equal(shard.train_x[0], torch.from_numpy(np.array(mapped[20])))
+
+
+def test_static_shards_are_disjoint_equal_and_shuffled_per_epoch():
+    bounds = [static_shard(103, 4, r) for r in range(4)]
+    assert bounds == [(0, 25), (25, 50), (50, 75), (75, 100)]
+    first, second = shard_epoch_order(25, 0, 0, 0), shard_epoch_order(25, 0, 1, 0)
+    assert sorted(first.tolist()) == list(range(25)) and not torch.equal(first, second)
+    assert not torch.equal(first, shard_epoch_order(25, 1, 0, 0))
+
+
+def test_missing_cache_names_the_fetch_command(tmp_path):
+    with pytest.raises(DataError, match="runner data fetch epsilon --dir"):
+        load_epsilon(tmp_path, CPU)
+
+
+def test_truncated_bz2_names_the_file(tmp_path):
+    x, y = epsilon_points(30, 50, seed=0)
+    path = write_libsvm(tmp_path / "train.bz2", x, y)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataError, match=r"train\.bz2: truncated or corrupt"):
+        convert({"train": path}, tmp_path / "cache", 50)
+    assert not (tmp_path / "cache").exists()
+    assert list(tmp_path.iterdir()) == [path]  # no half-built cache left behind
+
+
+def test_plain_file_cut_mid_line_is_reported_as_truncated(tmp_path):
+    x, y = epsilon_points(3, 50, seed=0)
+    path = tmp_path / "train.txt"
+    path.write_text(libsvm_text(x, y)[:-40])
+    with pytest.raises(DataError, match=r"train\.txt:3: ends mid-line"):
+        convert({"train": path}, tmp_path / "cache", 50)
+
+
+def test_file_cut_at_a_line_boundary_is_caught_by_the_expected_count(tmp_path):
+    x, y = epsilon_points(5, 10, seed=0)
+    path = write_libsvm(tmp_path / "train.txt", x, y)
+    with pytest.raises(DataError, match="5 samples, expected 6"):
+        convert({"train": path}, tmp_path / "cache", 10, expected_rows={"train": 6})
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("+1 1:0.5 3:abc", "malformed features"),
+        ("+1 1:0.5 3", "malformed features"),
+        ("2 1:0.5", "label must be"),
+        ("+1 3:0.5 2:0.1", "ascend"),
+        ("+1 9:0.5", "within 1..8"),
+        ("+1 0:0.5", "within 1..8"),
+    ],
+)
+def test_malformed_lines_are_reported_with_file_and_line(tmp_path, line, message):
+    path = tmp_path / "bad.txt"
+    path.write_text(f"-1 1:0.25\n{line}\n")
+    with pytest.raises(DataError, match=rf"bad\.txt:2: .*{message}"):
+        list(read_rows(path, 8))
+
+
+def test_damaged_cache_is_detected_before_training(tmp_path):
+    _prepare(tmp_path)
+    data_file = cache_dir(tmp_path) / "train.x.f32"
+    data_file.write_bytes(data_file.read_bytes()[:-4])
+    with pytest.raises(DataError, match=r"expected .* the cache is damaged; run `runner data"):
+        load_epsilon(tmp_path, CPU)
+
+
+def test_conversion_replaces_an_old_cache_atomically(tmp_path):
+    _prepare(tmp_path, num_train=10)
+    _prepare(tmp_path, num_train=20)
+    meta = json.loads((cache_dir(tmp_path) / "meta.json").read_text())
+    assert meta["splits"]["train"]["rows"] == 20
+    assert sorted(p.name for p in cache_dir(tmp_path).parent.iterdir()) == ["cache"]
+
+
+def test_generated_bz2_is_real_bzip2(tmp_path):
+    x, y = epsilon_points(2, 4, seed=0)
+    path = write_libsvm(tmp_path / "f.bz2", x, y)
+    assert bz2.decompress(path.read_bytes()).decode().count("\n") == 2

@@ -1,0 +1,68 @@
+import dataclasses
+import math
+
+import pytest
+
+from runner.benchmarks import BENCHMARKS
+from workloads.config import ConfigError
+from workloads.schedule import inverse_sqrt_lr, lr_at, table_multiplier
+
+RESNET = BENCHMARKS["resnet20-cifar10"].config
+LOGREG = BENCHMARKS["logreg-epsilon"].config
+ETA = 0.1 / 256  # the 1a spec's LR per sample
+
+
+@pytest.mark.parametrize(
+    ("epochs_done", "expected"),
+    [
+        (0.0, ETA * 32),  # warm-up starts at eta * b
+        (2.5, ETA * 32 * (1 + 7 / 2)),  # half-way between eta*b and eta*b*k, k = 8
+        (5.0, ETA * 32 * 8),  # eta * b * k after 5 epochs
+        (81.99, ETA * 32 * 8),
+        (82.0, ETA * 32 * 8 * 0.1),  # x0.1 at 82
+        (108.5, ETA * 32 * 8 * 0.1),
+        (109.0, ETA * 32 * 8 * 0.01),  # x0.1 again at 109
+        (163.9, ETA * 32 * 8 * 0.01),
+    ],
+)
+def test_resnet20_schedule_at_key_epochs_with_8_workers(epochs_done, expected):
+    assert lr_at(RESNET, 8, epochs_done) == pytest.approx(expected)
+
+
+def test_resnet20_schedule_on_one_worker_has_no_ramp():
+    assert lr_at(RESNET, 1, 0.0) == lr_at(RESNET, 1, 4.9) == pytest.approx(0.0125)
+
+
+@pytest.mark.parametrize(
+    ("workers", "alpha"),
+    [(1, 200), (2, 400), (4, 600), (8, 700), (16, 800), (32, 800), (64, 800)],
+)
+def test_logreg_alpha_follows_the_per_worker_count_table(workers, alpha):
+    assert lr_at(LOGREG, workers, 0.0, steps_done=0) == pytest.approx(alpha)
+
+
+@pytest.mark.parametrize(("steps_done", "factor"), [(0, 1.0), (3, 0.5), (99, 0.1), (9999, 0.01)])
+def test_logreg_lr_decays_as_alpha_over_sqrt_t(steps_done, factor):
+    assert lr_at(LOGREG, 4, 3.7, steps_done) == pytest.approx(600 * factor)
+
+
+def test_worker_counts_between_table_entries_take_the_lower_entry():
+    table = (1.0, 2.0, 3.0, 3.5, 4.0)
+    assert [table_multiplier(table, k) for k in (3, 5, 7, 12)] == [2.0, 3.0, 3.0, 3.5]
+
+
+def test_inverse_sqrt_counts_steps_from_one():
+    assert inverse_sqrt_lr(200.0, 1) == 200.0
+    assert inverse_sqrt_lr(200.0, 100) == pytest.approx(200.0 / math.sqrt(100))
+    with pytest.raises(ValueError, match="from 1"):
+        inverse_sqrt_lr(200.0, 0)
+
+
+def test_inverse_sqrt_refuses_milestones_it_would_ignore():
+    with pytest.raises(ConfigError, match="lr_schedule"):
+        dataclasses.replace(LOGREG, lr_milestones=(3,))
+
+
+def test_table_scaling_needs_a_table():
+    with pytest.raises(ConfigError, match="lr_scale_table"):
+        dataclasses.replace(LOGREG, lr_scale_table=())

@@ -1,0 +1,62 @@
+"""torch.compile, with every compilation done before the benchmark clock starts.
+
+A compiled model compiles again for each new input shape and for evaluation mode; left to
+happen on the fly, that would put tens of seconds of compilation inside the clock at the
+first step, at the first short last batch of an epoch and at the first evaluation. So
+`precompile` runs the shapes a run will see (the training batch and the epoch's last, short
+batch; the evaluation batch and its remainder) through the compiled model on random inputs,
+before run_start and without touching the data, then restores the model's state (BatchNorm
+statistics move in training mode). What it cost is reported as compile time.
+It does not choose whether compiling pays: bench/resnet_throughput.py measures that.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+from torch import nn
+
+
+def compile_model(model: nn.Module) -> nn.Module:
+    return torch.compile(model)  # type: ignore[return-value]
+
+
+def precompile(
+    compiled: nn.Module,
+    sample_shape: tuple[int, ...],
+    train_batch_sizes: set[int],
+    eval_batch_sizes: set[int],
+    memory_format: torch.memory_format = torch.contiguous_format,
+) -> float:
+    """Compile `compiled` for every given batch size, training and evaluation; returns the
+    seconds it took. Parameters, buffers and gradients are as they were before."""
+    t0 = time.perf_counter()
+    state = copy.deepcopy(compiled.state_dict())
+    device = next(compiled.parameters()).device
+    was_training = compiled.training
+
+    def batch(n: int) -> torch.Tensor:
+        x = torch.randn(n, *sample_shape, device=device)
+        return x.contiguous(memory_format=memory_format) if x.dim() == 4 else x
+
+    compiled.train()
+    for n in sorted(train_batch_sizes, reverse=True):
+        compiled(batch(n)).float().sum().backward()
+    compiled.eval()
+    with torch.no_grad():
+        for n in sorted(eval_batch_sizes, reverse=True):
+            compiled(batch(n))
+    compiled.load_state_dict(state)
+    compiled.zero_grad(set_to_none=True)
+    compiled.train(was_training)
+    return time.perf_counter() - t0
+
+
+def batch_sizes(num_samples: int, batch_size: int) -> set[int]:
+    """The batch sizes `num_samples` samples split into: full batches and the remainder."""
+    sizes = {min(batch_size, num_samples)} if num_samples else set()
+    if num_samples % batch_size and num_samples > batch_size:
+        sizes.add(num_samples % batch_size)
+    return sizes

@@ -1,0 +1,154 @@
+"""LIBSVM text files (plain or .bz2) converted once into a dense, memory-mapped binary cache.
+
+The text format is one sample a line, `<label> <index>:<value> ...` with 1-based ascending
+indices and zeros omitted. Parsing 400,000 x 2,000 values takes minutes, so it happens once
+(`runner data fetch epsilon` does it) and training memory-maps the result:
+
+    <cache dir>/meta.json       format, number of features, rows per split, sources
+    <cache dir>/<split>.x.f32   rows x features float32, little-endian, row-major
+    <cache dir>/<split>.y.i8    rows labels, int8 (+1 / -1)
+
+Conversion streams: one line is parsed at a time and rows are written in blocks, so memory
+stays small whatever the file size, and the cache appears atomically (built in a temporary
+directory, then renamed). numpy only, no torch: the runner's fetch command calls it.
+"""
+
+from __future__ import annotations
+
+import bz2
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from workloads.data import DataError
+
+FORMAT = "stackbench-libsvm-dense-v1"
+ROWS_PER_WRITE = 1024
+Progress = Callable[[str, int], None]  # (split, rows converted so far)
+
+
+def read_rows(path: Path, num_features: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(label, dense float32 row) per line of a LIBSVM file; DataError names file:line."""
+    opener: Callable[..., IO[bytes]] = bz2.open if path.suffix == ".bz2" else open  # type: ignore[assignment]
+    line_number = 0
+    try:
+        with opener(path, "rb") as f:
+            for line_number, line in enumerate(f, start=1):
+                if not line.endswith(b"\n"):
+                    raise DataError(f"{path}:{line_number}: ends mid-line; the file is truncated")
+                yield parse_line(line, num_features, path, line_number)
+    except (EOFError, OSError) as err:  # bz2: "Compressed file ended before the end..."
+        raise DataError(f"{path}: truncated or corrupt after line {line_number} ({err})") from None
+
+
+def parse_line(
+    line: bytes, num_features: int, path: Path, line_number: int
+) -> tuple[int, np.ndarray]:
+    where = f"{path}:{line_number}"
+    label_text, _, features = line.strip().partition(b" ")
+    if label_text not in (b"+1", b"1", b"-1"):
+        raise DataError(f"{where}: label must be +1 or -1, got {label_text[:20]!r}")
+    pairs = features.replace(b":", b" ")
+    try:
+        values = np.fromstring(pairs, dtype=np.float64, sep=" ")  # C-speed parsing
+    except ValueError:
+        values = np.empty(0)
+    if values.size != 2 * features.count(b":") or values.size % 2:
+        raise DataError(f"{where}: malformed features (expected index:value pairs)")
+    index = values[0::2]
+    if index.size and (
+        index[0] < 1 or index[-1] > num_features or np.any(np.diff(index) <= 0)
+        or np.any(index != np.floor(index))
+    ):  # fmt: skip
+        raise DataError(f"{where}: feature indices must ascend within 1..{num_features}")
+    row = np.zeros(num_features, dtype=np.float32)
+    row[index.astype(np.int64) - 1] = values[1::2]
+    return (1 if label_text != b"-1" else -1), row
+
+
+def convert(
+    sources: dict[str, Path],
+    cache_dir: Path,
+    num_features: int,
+    expected_rows: dict[str, int] | None = None,
+    progress: Progress | None = None,
+) -> Path:
+    """Convert each split's LIBSVM file into cache_dir (replaced atomically); returns it."""
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}-", dir=cache_dir.parent))
+    try:
+        splits = {}
+        for split, source in sources.items():
+            rows = _convert_split(source, tmp, split, num_features, progress)
+            wanted = (expected_rows or {}).get(split)
+            if wanted is not None and rows != wanted:
+                raise DataError(f"{source}: {rows} samples, expected {wanted}; it is truncated")
+            splits[split] = {"rows": rows, "source": source.name}
+        meta = {"format": FORMAT, "num_features": num_features, "splits": splits}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        if cache_dir.exists():
+            shutil.rmtree(cache_dir)
+        os.replace(tmp, cache_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return cache_dir
+
+
+def _convert_split(
+    source: Path, out_dir: Path, split: str, num_features: int, progress: Progress | None
+) -> int:
+    rows, labels, block = 0, [], []
+    with open(out_dir / f"{split}.x.f32", "wb") as x_file:
+        for label, row in read_rows(source, num_features):
+            labels.append(label)
+            block.append(row)
+            rows += 1
+            if len(block) == ROWS_PER_WRITE:
+                x_file.write(np.stack(block).astype("<f4").tobytes())
+                block = []
+                if progress is not None:
+                    progress(split, rows)
+        if block:
+            x_file.write(np.stack(block).astype("<f4").tobytes())
+    np.asarray(labels, dtype=np.int8).tofile(out_dir / f"{split}.y.i8")
+    if progress is not None:
+        progress(split, rows)
+    return rows
+
+
+def read_meta(cache_dir: Path) -> dict:
+    try:
+        meta = json.loads((cache_dir / "meta.json").read_text())
+    except FileNotFoundError:
+        raise DataError(f"{cache_dir}: no converted data (meta.json missing)") from None
+    except json.JSONDecodeError as err:
+        raise DataError(f"{cache_dir / 'meta.json'}: corrupt ({err})") from None
+    if meta.get("format") != FORMAT:
+        raise DataError(f"{cache_dir / 'meta.json'}: format {meta.get('format')!r}, not {FORMAT}")
+    return meta
+
+
+def open_split(cache_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features [rows, num_features] float32, labels [rows] int8) as memory maps.
+
+    Copy-on-write maps: writable arrays (torch.from_numpy accepts them without a copy) whose
+    pages stay shared with the page cache, and with other ranks on the node, unless written.
+    """
+    meta = read_meta(cache_dir)
+    if split not in meta["splits"]:
+        raise DataError(f"{cache_dir}: no split {split!r} (has {', '.join(meta['splits'])})")
+    rows, width = meta["splits"][split]["rows"], meta["num_features"]
+    x_path, y_path = cache_dir / f"{split}.x.f32", cache_dir / f"{split}.y.i8"
+    for path, size in ((x_path, rows * width * 4), (y_path, rows)):
+        actual = path.stat().st_size if path.exists() else None
+        if actual != size:
+            raise DataError(f"{path}: {actual} bytes, expected {size}; the cache is damaged")
+    x = np.memmap(x_path, dtype="<f4", mode="c", shape=(rows, width))
+    y = np.memmap(y_path, dtype=np.int8, mode="c", shape=(rows,))
+    return x, y
