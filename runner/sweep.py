@@ -51,7 +51,9 @@ class Target:
 class Callbacks:
     on_run_start: Callable[[int, studies.PlannedRun, api.Run], None] = lambda i, p, r: None
     on_event: Callable[[dict[str, Any]], None] = lambda event: None
-    on_run_end: Callable[[int, studies.PlannedRun, JobStatus], None] = lambda i, p, s: None
+    on_run_end: Callable[[int, studies.PlannedRun, api.Run, JobStatus], None] = lambda i, p, r, s: (
+        None
+    )
 
 
 def new_study(
@@ -122,7 +124,7 @@ def _run_one(
             log.warning("%s is incomplete: %s", run.run_id, "; ".join(missing))
     study = studies.with_run(study, position, state=status.state.value)
     studies.save(results_root, study)
-    cb.on_run_end(position, planned, status)
+    cb.on_run_end(position, planned, run, status)
     return study
 
 
