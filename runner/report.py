@@ -211,46 +211,44 @@ def _num(value: float | None, fmt: str, missing: str = "-") -> str:
 
 
 def cells_table(report: Report) -> Table:
-    header = ("series", "workers", "runs", "converged", "time to accuracy (s)", "std (s)",
-              "range (s)", "speedup", "efficiency", "compute ms/step", "comm ms/step",
-              "comm share")  # fmt: skip
+    header = ("series", "workers", "converged", "time to accuracy (s)", "range (s)",
+              "speedup", "compute + comm (ms/step)", "comm")  # fmt: skip
     rows, notes = [], []
     for c in report.cells:
         comm = c.phase_ms.get("communication", 0.0)
         compute = sum(v for k, v in c.phase_ms.items() if k != "communication")
         total = comm + compute
         tta = _num(c.tta.mean_s, ".2f", "not converged")
+        if c.tta.std_s is not None:
+            tta += f" ± {c.tta.std_s:.2f}"
         if not c.tta.valid:
             notes.append(f"{c.series}, {c.workers} workers: {c.tta.reason}")
         span = f"{c.tta.min_s:.2f}-{c.tta.max_s:.2f}" if c.tta.kept_s else "-"
-        converged = f"{c.tta.num_converged}/{c.tta.num_runs}"
-        speedup = _num(c.speedup, ".2f") + ("x" if c.speedup else "")
+        speedup = "-" if c.speedup is None else f"{c.speedup:.2f}x ({c.efficiency:.0%})"
         rows.append((
-            c.series, str(c.workers), str(c.tta.num_runs), converged,
-            tta, _num(c.tta.std_s, ".2f"), span, speedup,
-            _num(c.efficiency, ".0%"), f"{compute:.2f}", f"{comm:.2f}",
-            f"{comm / total:.0%}" if total else "-",
+            c.series, str(c.workers), f"{c.tta.num_converged}/{c.tta.num_runs}", tta, span,
+            speedup, f"{compute:.2f} + {comm:.2f}", f"{comm / total:.0%}" if total else "-",
         ))  # fmt: skip
     rules = sorted({c.tta.rule for c in report.cells})
-    notes = [f"aggregation: {r}" for r in rules] + notes
-    notes.append("speedup: time to accuracy at the fewest workers / at this many")
+    notes = [f"aggregation: {r}; ± is the sample std of the runs averaged" for r in rules] + notes
+    notes.append("speedup: time to accuracy at the fewest workers / at this many (efficiency)")
     return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
 
 
 def runs_table(report: Report) -> Table:
     label = series_labeller(report.runs)
-    header = ("run", "series", "workers", "seed", "state", "target", "time to accuracy (s)",
-              "final", "comm share", "division", "cost")  # fmt: skip
+    header = ("run", "series", "workers", "seed", "state", "time to accuracy (s)", "final",
+              "comm", "cost")  # fmt: skip
     rows = []
     for r in report.runs:
         s = r.summary or {}
         final = (s.get("final") or {}).get("value")
-        reached = "reached" if r.converged else "NOT CONVERGED" if s else "no summary"
+        tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
         share = s.get("communication_share")
         rows.append((
-            r.run_id, label(r), str(r.world_size), str(r.seed), r.state, reached,
-            _num(r.time_to_target_s, ".2f"), _num(final, ".4f"), _num(share, ".0%"),
-            r.division, cost_text(report.costs.get(r.run_id), r),
+            r.run_id, label(r), str(r.world_size), str(r.seed), r.state,
+            tta if s else "no summary", _num(final, ".4f"), _num(share, ".0%"),
+            cost_text(report.costs.get(r.run_id), r),
         ))  # fmt: skip
     notes = [f"{r.run_id} is {r.state}: left out of the statistics" for r in report.excluded]
     return Table("Runs", header, tuple(rows), tuple(notes))
@@ -258,7 +256,7 @@ def runs_table(report: Report) -> Table:
 
 def cost_text(cost: Cost | None, run: RunResult) -> str:
     if cost is None:
-        return "local (not priced)" if run.backend == "local" else "unknown price"
+        return "local" if run.backend == "local" else "unknown price"
     if cost.usd is None:
         return f"unknown price ({cost.reason})"
     return f"${cost.usd:.4f} ({cost.node_hours:.3f} node-h)"
@@ -268,7 +266,7 @@ def environment_table(report: Report) -> Table:
     """The manifests: what was the same for every run, and what was not."""
     rows = []
     first = next((r.manifest for r in report.runs if r.manifest), {}) or {}
-    for key in ("code_version", "image", "python", "dist_backend"):
+    for key in ("code_version", "image", "python", "dist_backend", "torch_threads"):
         values = report.env_diffs.get(key) or [str(first.get(key))]
         rows.append((key, ", ".join(values), "DIFFERS" if key in report.env_diffs else "same"))
     for name, version in sorted((first.get("packages") or {}).items()):

@@ -153,6 +153,7 @@ def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
             "image": m.get("image"),
             "python": m.get("python"),
             "dist_backend": m.get("dist_backend"),
+            "torch_threads": m.get("torch_threads"),
             **{f"package {k}": v for k, v in (m.get("packages") or {}).items()},
             **{f"hardware {k}": v for k, v in (m.get("hardware") or {}).items()},
         }
