@@ -69,7 +69,7 @@ def test_teardown_refuses_while_runs_on_the_stack_are_unfetched_and_lists_them(
     assert "running: last recorded state RUNNING" in result.output
     assert "unfetched: SUCCEEDED but summary.json was never fetched" in result.output
     for name in ("fetched", "cancelled", "other-stack"):
-        assert f"{name}:" not in result.output
+        assert f"  {name}:" not in result.output
     assert "--force" in result.output
     assert calls(pulumi_log) == []  # nothing was touched
 
