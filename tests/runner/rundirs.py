@@ -12,8 +12,12 @@ from runner.backends.base import JobState, JobStatus
 from runner.spec import Placement, resolve
 
 PHASES_PER_STEP_S = {
-    "data": 0.0001, "forward": 0.002, "backward": 0.003, "communication": 0.001, "optimizer": 0.0005,
-}  # fmt: skip
+    "data": 0.0001,
+    "forward": 0.002,
+    "backward": 0.003,
+    "communication": 0.001,
+    "optimizer": 0.0005,
+}
 
 
 def make_run(
@@ -93,6 +97,6 @@ def write_events(path: Path, run_s: float) -> None:
     events.append(("run_stop", None, int(run_s * 1000)))
     with open(path, "w", encoding="utf-8") as f:
         for key, value, offset_ms in events:
-            event = {"namespace": "", "time_ms": start_ms + offset_ms, "event_type": "POINT_IN_TIME",
-                     "key": key, "value": value, "metadata": {}}  # fmt: skip
+            event = {"namespace": "", "time_ms": start_ms + offset_ms, "key": key,
+                     "event_type": "POINT_IN_TIME", "value": value, "metadata": {}}  # fmt: skip
             f.write(json.dumps(event) + "\n")

@@ -97,7 +97,8 @@ def test_stack_shape_applies_pulumi_yaml_defaults_and_the_system_pool_default():
 
 def test_report_prices_a_stack_run_from_creation_to_its_final_state(tmp_path):
     make_run(tmp_path, "r", 2, 10.0, stack="gke-gpu-8", num_nodes=2,
-             created_at="2026-01-01T00:00:00+00:00", finished_at="2026-01-01T01:00:00+00:00")  # fmt: skip
+             created_at="2026-01-01T00:00:00+00:00",
+             finished_at="2026-01-01T01:00:00+00:00")  # fmt: skip
     run = load_run(tmp_path / "r")
     (c,) = reports.cluster_costs([run], PROJECT).values()
     s = cost.load_shape("gke-gpu-8", PROJECT)

@@ -115,11 +115,12 @@ def test_forced_teardown_cancels_running_jobs_before_destroy(tmp_path, pulumi_lo
 
 
 def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_path, pulumi_log):
+    types = {"s": "pulumi:pulumi:Stack", "p": "pulumi:providers:gcp",
+             "results": "gcp:storage/bucket:Bucket"}  # fmt: skip
     resources = [
-        {"urn": "urn:pulumi:gke-gpu-8::stackbench::pulumi:pulumi:Stack::s", "type": "pulumi:pulumi:Stack"},
-        {"urn": "urn:pulumi:gke-gpu-8::stackbench::pulumi:providers:gcp::p", "type": "pulumi:providers:gcp"},
-        {"urn": "urn:pulumi:gke-gpu-8::stackbench::gcp:storage/bucket:Bucket::results", "type": "gcp:storage/bucket:Bucket"},
-    ]  # fmt: skip
+        {"urn": f"urn:pulumi:{STACK}::stackbench::{t}::{name}", "type": t}
+        for name, t in types.items()
+    ]
     (tmp_path / "export.json").write_text(json.dumps({"deployment": {"resources": resources}}))
     result = invoke(tmp_path / "results", "teardown", "--stack", STACK)
     assert result.exit_code == 1
