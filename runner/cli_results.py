@@ -158,7 +158,7 @@ def report(
         console.print(plain_table(table))
     if out_dir is None:
         study_file = studies.find(results_dir, ids[0]) if len(ids) == 1 else None
-        slug = title.split(" ")[0] if study_file is None else ""
+        slug = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
         out_dir = study_file.parent / "report" if study_file else results_dir / "reports" / slug
     paths = reports.write_figures(built, out_dir)
     export = out_dir / f"report.{fmt}"
