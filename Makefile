@@ -24,8 +24,8 @@ $(VENV)/.demo: $(VENV)/.torch $(DEPS)
 	touch $@
 
 $(VENV)/.test: $(VENV)/.torch $(DEPS)
-	@echo "installing stackbench with every extra (workloads, kubernetes, infra, test) ..."
-	$(PIP) -e '.[workloads,kubernetes,infra,test]'
+	@echo "installing stackbench with every extra (workloads, kubernetes, infra, report, test) ..."
+	$(PIP) -e '.[workloads,kubernetes,infra,report,test]'
 	touch $@
 
 demo: $(VENV)/.demo

@@ -67,6 +67,9 @@ def main(ctx: click.Context, results_dir: Path) -> None:
       runner runs
       runner logs RUN --rank 1 --follow
       runner data fetch cifar10
+      runner sweep cnn-digits --workers 1,2 --runs 3 --local
+      runner report STUDY
+      runner teardown --stack gke-gpu-8
     """
     ctx.obj = results_dir
 
@@ -417,3 +420,11 @@ def _quote(arg: str) -> str:
     import shlex
 
     return shlex.quote(arg)
+
+
+# sweep, report, cost and teardown live in runner.cli_results, which imports this module's
+# helpers; registered last, once those exist.
+from runner.cli_results import cost, report, sweep, teardown  # noqa: E402
+
+for _command in (sweep, report, cost, teardown):
+    main.add_command(_command)

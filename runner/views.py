@@ -162,6 +162,18 @@ def allreduce_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+def plain_table(table: Any) -> Table:
+    """A runner.report Table (title, header, rows, notes) as a rich table."""
+    out = Table(title=table.title, title_justify="left", caption_justify="left")
+    for i, name in enumerate(table.header):
+        out.add_column(name, no_wrap=i == 0)  # the first column holds ids: never wrap them
+    for row in table.rows:
+        out.add_row(*row, style="red" if any("NOT CONVERGED" in c for c in row) else None)
+    if table.notes:
+        out.caption = "\n".join(table.notes)
+    return out
+
+
 def _bytes_text(size: int) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if size >= scale:

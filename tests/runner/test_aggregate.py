@@ -1,0 +1,60 @@
+import math
+
+import pytest
+
+from runner.aggregate import mean_phase_ms_per_step, mlperf_aggregate, speedups
+
+
+def test_five_runs_drop_the_fastest_and_slowest_and_average_the_rest():
+    agg = mlperf_aggregate([10.0, 1.0, 4.0, 3.0, 2.0])
+    assert agg.mean_s == pytest.approx(3.0)  # mean of 2, 3, 4
+    assert agg.dropped_s == (1.0, 10.0)
+    assert agg.kept_s == (2.0, 3.0, 4.0)
+    assert agg.std_s == pytest.approx(1.0)
+    assert "MLPerf" in agg.rule
+
+
+def test_one_miss_among_five_is_dropped_as_the_slowest():
+    agg = mlperf_aggregate([2.0, None, 4.0, 3.0, 5.0])
+    assert agg.valid
+    assert agg.mean_s == pytest.approx(4.0)  # 3, 4, 5 kept; 2 and the miss dropped
+    assert agg.num_converged == 4
+    assert math.isinf(agg.dropped_s[1])
+
+
+def test_two_misses_among_five_make_the_result_invalid():
+    agg = mlperf_aggregate([2.0, None, 4.0, None, 5.0])
+    assert not agg.valid
+    assert "at most one" in agg.reason
+
+
+def test_fewer_than_five_runs_average_all_and_drop_nothing():
+    agg = mlperf_aggregate([1.0, 2.0, 6.0])
+    assert agg.mean_s == pytest.approx(3.0)
+    assert agg.dropped_s == ()
+    assert "nothing dropped" in agg.rule
+
+
+def test_fewer_than_five_runs_with_a_miss_are_invalid():
+    agg = mlperf_aggregate([1.0, None, 6.0])
+    assert agg.mean_s is None
+    assert agg.num_converged == 2
+    assert "none may be dropped" in agg.reason
+
+
+def test_speedup_is_relative_to_the_fewest_workers_with_a_valid_time():
+    out = {s.workers: s for s in speedups({1: None, 2: 8.0, 4: 4.0, 8: 5.0})}
+    assert out[1].speedup is None
+    assert out[2].speedup == pytest.approx(1.0)
+    assert out[4].speedup == pytest.approx(2.0)
+    assert out[4].efficiency == pytest.approx(1.0)
+    assert out[8].efficiency == pytest.approx(1.6 / 4)
+
+
+def test_phase_means_are_per_step_in_ms_averaged_over_runs():
+    runs = [
+        ({"forward": 1.0, "communication": 0.5}, 100),
+        ({"forward": 3.0, "communication": 0.5}, 100),
+    ]
+    assert mean_phase_ms_per_step(runs) == pytest.approx({"forward": 20.0, "communication": 5.0})
+    assert mean_phase_ms_per_step([({"forward": 1.0}, 0)]) == {}

@@ -1,0 +1,134 @@
+"""Reports over generated run directories: cells and statistics, the closed-division guard,
+figures written and non-empty, exports, and `runner report` on a study."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from runner import report as reports
+from runner import study as studies
+from runner.cli import main
+from runner.results import load_run
+from tests.runner.rundirs import env_manifest, make_run
+
+
+def load(root, *names):
+    return [load_run(root / n) for n in names]
+
+
+def scaling_runs(root):
+    """Five runs at 1 worker, five at 2 (one of which misses the target)."""
+    names = []
+    for i, t in enumerate([10.0, 11.0, 12.0, 13.0, 30.0]):
+        names.append(make_run(root, f"w1-{i}", 1, t, overrides=(f"seed={i}",)).name)
+    for i, t in enumerate([5.0, 6.0, None, 7.0, 4.0]):
+        names.append(make_run(root, f"w2-{i}", 2, t, overrides=(f"seed={i}",)).name)
+    return load(root, *names)
+
+
+def test_cells_aggregate_by_the_mlperf_rule_and_compute_speedup(tmp_path):
+    built = reports.build(scaling_runs(tmp_path), "t")
+    one, two = built.cells
+    assert one.tta.mean_s == pytest.approx(12.0)  # 11, 12, 13 of 10..30
+    assert two.tta.mean_s == pytest.approx(6.0)  # 5, 6, 7; the miss dropped as slowest
+    assert two.speedup == pytest.approx(2.0)
+    assert two.phase_ms["communication"] == pytest.approx(1.0)
+
+
+def test_runs_that_missed_the_target_are_flagged_in_the_runs_table(tmp_path):
+    built = reports.build(scaling_runs(tmp_path), "t")
+    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    assert "NOT CONVERGED" in rows["w2-2"]
+    assert "NOT CONVERGED" not in rows["w2-1"]
+    cells = reports.cells_table(built)
+    assert cells.rows[1][2] == "4/5"
+
+
+def test_cancelled_runs_are_left_out_of_the_statistics_and_said_so(tmp_path):
+    make_run(tmp_path, "a", 1, 10.0)
+    make_run(tmp_path, "b", 1, 1.0, state="CANCELLED")
+    built = reports.build(load(tmp_path, "a", "b"), "t")
+    assert built.cells[0].tta.mean_s == pytest.approx(10.0)
+    assert any("b is CANCELLED" in n for n in reports.runs_table(built).notes)
+
+
+def test_different_closed_division_configurations_are_refused_unless_allowed(tmp_path):
+    make_run(tmp_path, "a", 1, 10.0)
+    make_run(tmp_path, "b", 1, 9.0, overrides=("momentum=0.5",))  # open division
+    runs = load(tmp_path, "a", "b")
+    with pytest.raises(reports.MixedConfigurations, match="momentum"):
+        reports.build(runs, "t")
+    built = reports.build(runs, "t", allow_mixed=True)
+    assert built.conflicts
+
+
+def test_tunables_run_controls_and_exact_strategies_may_stand_side_by_side(tmp_path):
+    make_run(tmp_path, "a", 1, 10.0, overrides=("lr=0.1", "seed=3"))
+    make_run(tmp_path, "b", 1, 9.0, overrides=("strategy=allreduce", "max_epochs=5"))
+    built = reports.build(load(tmp_path, "a", "b"), "t")
+    assert not built.conflicts
+    assert {c.series for c in built.cells} == {
+        "lr=0.05, strategy=allreduce",
+        "lr=0.1, strategy=ddp",
+    }
+
+
+def test_environment_differences_are_shown(tmp_path):
+    make_run(tmp_path, "a", 1, 10.0)
+    make_run(tmp_path, "b", 1, 9.0, manifest=env_manifest("b", 1, code_version="def456"))
+    table = reports.environment_table(reports.build(load(tmp_path, "a", "b"), "t"))
+    row = next(r for r in table.rows if r[0] == "code_version")
+    assert row[1] == "abc123, def456" and row[2] == "DIFFERS"
+
+
+def test_figures_are_written_as_non_empty_png_and_svg(tmp_path):
+    built = reports.build(scaling_runs(tmp_path / "results"), "t")
+    paths = reports.write_figures(built, tmp_path / "out")
+    names = {p.name for p in paths}
+    for stem in ("speedup", "time_to_accuracy", "compute_communication", "curves"):
+        assert {f"{stem}.png", f"{stem}.svg"} <= names
+    for path in paths:
+        assert path.stat().st_size > 1000
+    assert (tmp_path / "out" / "speedup.png").read_bytes().startswith(b"\x89PNG")
+    assert b"<svg" in (tmp_path / "out" / "speedup.svg").read_bytes()[:1000]
+
+
+def test_markdown_and_html_exports_hold_every_table_and_figure(tmp_path):
+    built = reports.build(scaling_runs(tmp_path / "results"), "t")
+    out = tmp_path / "out"
+    paths = reports.write_figures(built, out)
+    md = reports.to_markdown(built, paths, out)
+    assert "## Time to accuracy per cell" in md and "## Reproducibility" in md
+    assert "![speedup](speedup.png)" in md
+    page = reports.to_html(built, paths, out)
+    assert "<img src='compute_communication.svg'" in page and "NOT CONVERGED" in page
+
+
+def test_runner_report_on_a_study_prints_tables_and_writes_the_figures(tmp_path):
+    results = tmp_path / "results"
+    runs = scaling_runs(results)
+    planned = studies.plan((1, 2), {}, 5, 0)
+    planned = tuple(
+        studies.PlannedRun(p.workers, p.sets, p.index, p.seed, r.run_id, "SUCCEEDED")
+        for p, r in zip(planned, runs, strict=True)
+    )
+    study = studies.Study("study-x", "cnn-digits", (1, 2), {}, (), 5, "local", planned, "complete")
+    studies.save(results, study)
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        main, ["--results-dir", str(results), "report", "study-x", "--format", "html"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Time to accuracy per cell" in result.output and "2.00x" in result.output
+    out = results / "studies" / "study-x" / "report"
+    assert (out / "speedup.png").stat().st_size > 0
+    assert (out / "compute_communication.svg").stat().st_size > 0
+    assert "<table>" in (out / "report.html").read_text()
+
+
+def test_runner_report_refusal_exits_1_and_names_the_flag(tmp_path):
+    make_run(tmp_path, "a", 1, 10.0)
+    make_run(tmp_path, "b", 1, 9.0, overrides=("momentum=0.5",))
+    result = CliRunner().invoke(main, ["--results-dir", str(tmp_path), "report", "a", "b"])
+    assert result.exit_code == 1
+    assert "--allow-mixed" in result.output

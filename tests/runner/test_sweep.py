@@ -1,0 +1,87 @@
+"""Studies: the grid and its seeds, the study record, and one real sweep followed by a report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from runner import study as studies
+from runner.cli import main
+from runner.errors import SpecError
+
+
+def test_workers_parse_as_a_list_of_distinct_positive_counts():
+    assert studies.parse_workers("1,2,4,8") == (1, 2, 4, 8)
+    for bad in ("0,1", "a", "", "2,2"):
+        with pytest.raises(SpecError):
+            studies.parse_workers(bad)
+
+
+def test_set_with_commas_sweeps_and_without_applies_to_every_run():
+    grid, fixed = studies.parse_grid(["strategy=ddp,allreduce", "lr=0.1", "lr_milestones=[2,3]"])
+    assert grid == {"strategy": ("ddp", "allreduce")}
+    assert fixed == ("lr=0.1", "lr_milestones=[2,3]")
+
+
+def test_plan_gives_run_i_of_every_cell_seed_base_plus_i():
+    planned = studies.plan((1, 2), {"strategy": ("ddp", "allreduce")}, 3, base_seed=10)
+    assert len(planned) == 2 * 2 * 3
+    cells = {}
+    for run in planned:
+        cells.setdefault(run.cell, []).append(run.seed)
+    assert all(seeds == [10, 11, 12] for seeds in cells.values())
+    assert len(cells) == 4
+
+
+def test_study_record_round_trips_through_study_json(tmp_path):
+    planned = studies.plan((1,), {"strategy": ("ddp",)}, 2, 0)
+    study = studies.Study("study-a", "cnn-digits", (1,), {"strategy": ("ddp",)}, ("lr=0.1",), 2,
+                          "local", planned)  # fmt: skip
+    path = studies.save(tmp_path, studies.with_run(study, 0, run_id="r0", state="SUCCEEDED"))
+    assert path == tmp_path / "studies" / "study-a" / "study.json"
+    loaded = studies.load(studies.find(tmp_path, "study-"))
+    assert loaded.run_ids == ["r0"]
+    assert loaded == studies.with_run(study, 0, run_id="r0", state="SUCCEEDED")
+
+
+def test_sweep_needs_local_or_stack_and_a_valid_grid(tmp_path):
+    runner = CliRunner()
+    args = ["--results-dir", str(tmp_path), "sweep", "cnn-digits", "--workers", "1,2"]
+    assert "--local or --stack" in runner.invoke(main, args).output
+    bad = runner.invoke(main, [*args, "--local", "--set", "lr=a,b"])
+    assert bad.exit_code == 2 and "--set" in bad.output
+    assert not (tmp_path / "studies").exists()  # every cell is checked before anything runs
+
+
+def test_the_cli_starts_without_importing_matplotlib():
+    code = (
+        "import sys; from click.testing import CliRunner; from runner.cli import main; "
+        "CliRunner().invoke(main, ['--help']); CliRunner().invoke(main, ['report', '--help']); "
+        "print('matplotlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_local_sweep_then_report_writes_the_speedup_and_compute_communication_figures(tmp_path):
+    invoke = CliRunner(env={"COLUMNS": "200"}).invoke
+    args = ["sweep", "cnn-digits", "--workers", "1,2", "--runs", "3", "--local"]
+    swept = invoke(main, ["--results-dir", str(tmp_path), *args], catch_exceptions=False)
+    assert swept.exit_code == 0, swept.output
+    (study_dir,) = (tmp_path / "studies").iterdir()
+    record = json.loads((study_dir / "study.json").read_text())
+    assert record["state"] == "complete"
+    assert [r["seed"] for r in record["runs"]] == [0, 1, 2, 0, 1, 2]
+    assert all(r["state"] == "SUCCEEDED" for r in record["runs"])
+    reported = invoke(main, ["--results-dir", str(tmp_path), "report", study_dir.name],
+                      catch_exceptions=False)  # fmt: skip
+    assert reported.exit_code == 0, reported.output
+    for name in ("speedup.png", "speedup.svg", "compute_communication.png", "report.md"):
+        assert (study_dir / "report" / name).stat().st_size > 0
+    assert "3/3" in reported.output

@@ -1,0 +1,136 @@
+"""`runner teardown`: the unfetched-runs guard, and the order of its steps (cancel remaining
+jobs, `pulumi destroy`, leftover check), with a fake `pulumi` on PATH recording each call and
+a kmock API server standing in for the cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner import rundir
+from runner.cli import main
+from tests.runner.k8s_fake import FakeCluster
+from tests.runner.rundirs import make_run
+from tests.runner.test_cluster import OUTPUTS
+
+pytestmark = pytest.mark.timeout(60)
+STACK = "gke-gpu-8"
+
+
+@pytest.fixture
+def pulumi_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A `pulumi` that logs every call (one line each) and answers `stack output`, `destroy`
+    and `stack export` from files the test writes."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "pulumi.log"
+    bin_dir.mkdir()
+    (tmp_path / "outputs.json").write_text(json.dumps(OUTPUTS))
+    (tmp_path / "export.json").write_text(json.dumps({"deployment": {"resources": []}}))
+    (tmp_path / "destroy_rc").write_text("0")
+    script = bin_dir / "pulumi"
+    script.write_text(f"""#!/bin/sh
+echo "$@" >> {log}
+case "$1 $2" in
+  "stack output") cat {tmp_path}/outputs.json ;;
+  "stack export") cat {tmp_path}/export.json ;;
+  destroy*) echo "Destroying (gke-gpu-8):"; echo "Resources: 12 deleted";
+            exit $(cat {tmp_path}/destroy_rc) ;;
+esac
+""")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    return log
+
+
+def invoke(results, *args):
+    return CliRunner(env={"COLUMNS": "200"}).invoke(
+        main, ["--results-dir", str(results), *args], catch_exceptions=False
+    )
+
+
+def calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_teardown_refuses_while_runs_on_the_stack_are_unfetched_and_lists_them(
+    tmp_path, pulumi_log
+):
+    results = tmp_path / "results"
+    make_run(results, "running", 2, None, stack=STACK, state="RUNNING", write_summary=False)
+    make_run(results, "unfetched", 2, None, stack=STACK, write_summary=False)
+    make_run(results, "fetched", 2, 5.0, stack=STACK)
+    make_run(results, "cancelled", 2, None, stack=STACK, state="CANCELLED", write_summary=False)
+    make_run(results, "other-stack", 2, None, stack="eks-gpu-8", state="RUNNING")
+    result = invoke(results, "teardown", "--stack", STACK)
+    assert result.exit_code == 1
+    assert "running: last recorded state RUNNING" in result.output
+    assert "unfetched: SUCCEEDED but summary.json was never fetched" in result.output
+    for name in ("fetched", "cancelled", "other-stack"):
+        assert f"  {name}:" not in result.output
+    assert "--force" in result.output
+    assert calls(pulumi_log) == []  # nothing was touched
+
+
+def test_teardown_of_a_fully_fetched_stack_destroys_and_checks_leftovers_in_order(
+    tmp_path, pulumi_log
+):
+    results = tmp_path / "results"
+    make_run(results, "fetched", 2, 5.0, stack=STACK)
+    result = invoke(results, "teardown", "--stack", STACK)
+    assert result.exit_code == 0, result.output
+    assert calls(pulumi_log) == [f"destroy --stack {STACK} --yes", f"stack export --stack {STACK}"]
+    assert "Resources: 12 deleted" in result.output  # destroy's output is streamed
+    assert "no resources left" in result.output and "not checked" in result.output
+
+
+def test_forced_teardown_cancels_running_jobs_before_destroy(tmp_path, pulumi_log):
+    cluster = FakeCluster(namespace="bench")
+    try:
+        (tmp_path / "outputs.json").write_text(
+            json.dumps(OUTPUTS | {"kubeconfig": cluster.kubeconfig()})
+        )
+        results = tmp_path / "results"
+        submitted = invoke(results, "submit", "cnn-digits", "--stack", STACK, "--device", "cuda",
+                           "--workers", "1", "--detach")  # fmt: skip
+        assert submitted.exit_code == 0, submitted.output
+        (run_dir,) = rundir.list_dirs(results)
+        assert cluster.job("trainjob", run_dir.name) is not None
+        pulumi_log.unlink()
+
+        assert invoke(results, "teardown", "--stack", STACK).exit_code == 1  # guarded
+        result = invoke(results, "teardown", "--stack", STACK, "--force")
+        assert result.exit_code == 0, result.output
+        assert cluster.job("trainjob", run_dir.name) is None
+        assert rundir.read_state(run_dir).state.value == "CANCELLED"
+        log = calls(pulumi_log)
+        # reconnecting to cancel reads the stack outputs; destroy only after; export last
+        assert log[0].startswith("stack output")
+        assert log[-2:] == [f"destroy --stack {STACK} --yes", f"stack export --stack {STACK}"]
+        assert result.output.index(f"cancelled {run_dir.name}") < result.output.index("Destroying")
+    finally:
+        cluster.close()
+
+
+def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_path, pulumi_log):
+    types = {"s": "pulumi:pulumi:Stack", "p": "pulumi:providers:gcp",
+             "results": "gcp:storage/bucket:Bucket"}  # fmt: skip
+    resources = [
+        {"urn": f"urn:pulumi:{STACK}::stackbench::{t}::{name}", "type": t}
+        for name, t in types.items()
+    ]
+    (tmp_path / "export.json").write_text(json.dumps({"deployment": {"resources": resources}}))
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK)
+    assert result.exit_code == 1
+    assert "1 resource(s) still in stack" in result.output
+    assert "Bucket::results" in result.output and "providers:gcp" not in result.output
+
+
+def test_a_failed_destroy_stops_before_the_leftover_check_and_says_what_next(tmp_path, pulumi_log):
+    (tmp_path / "destroy_rc").write_text("255")
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK)
+    assert result.exit_code == 1
+    assert "pulumi destroy --stack gke-gpu-8 --yes` failed (exit 255)" in result.output
+    assert calls(pulumi_log) == [f"destroy --stack {STACK} --yes"]
