@@ -1,4 +1,6 @@
 import json
+import re
+from datetime import UTC, datetime
 
 import pytest
 
@@ -95,13 +97,13 @@ def test_jobspec_round_trips_through_json():
     assert JobSpec.from_dict(json.loads(spec.to_json())) == spec
 
 
-def test_run_ids_are_unique_kubernetes_names():
-    ids = {new_run_id("cnn-digits") for _ in range(50)}
-    assert len(ids) == 50
-    for run_id in ids:
+def test_run_ids_are_sortable_kubernetes_names_with_a_random_suffix():
+    now = datetime(2026, 11, 21, 10, 30, 5, tzinfo=UTC)
+    first, second = new_run_id("transformer-wmt17", now), new_run_id("transformer-wmt17", now)
+    assert first != second  # same second, different runs (1 in 16 million to collide)
+    for run_id in (first, second):
+        assert re.fullmatch(r"transformer-wmt17-20261121-103005-[0-9a-f]{6}", run_id)
         assert len(run_id) <= 63
-        assert run_id == run_id.lower()
-        assert all(c.isalnum() or c == "-" for c in run_id)
 
 
 def test_workload_argv_carries_the_whole_resolved_config():
