@@ -21,7 +21,14 @@ from runner.aggregate import Aggregate, mean_phase_ms_per_step, mlperf_aggregate
 from runner.benchmarks import RUN_CONTROLS
 from runner.cost import Cost
 from runner.errors import RunnerError
-from runner.results import RunResult, config_conflicts, environment_differences, load_run
+from runner.results import (
+    TOTAL_THREADS,
+    RunResult,
+    config_conflicts,
+    environment_differences,
+    load_run,
+    total_threads,
+)
 
 # Runs that cannot count: stopped by a person, or not over yet (failed runs count as misses).
 EXCLUDED_STATES = ("CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
@@ -266,8 +273,9 @@ def environment_table(report: Report) -> Table:
     """The manifests: what was the same for every run, and what was not."""
     rows = []
     first = next((r.manifest for r in report.runs if r.manifest), {}) or {}
-    for key in ("code_version", "image", "python", "dist_backend", "torch_threads"):
-        values = report.env_diffs.get(key) or [str(first.get(key))]
+    for key in ("code_version", "image", "python", "dist_backend", TOTAL_THREADS):
+        same = total_threads(first) if key == TOTAL_THREADS else first.get(key)
+        values = report.env_diffs.get(key) or [str(same)]
         rows.append((key, ", ".join(values), "DIFFERS" if key in report.env_diffs else "same"))
     for name, version in sorted((first.get("packages") or {}).items()):
         key = f"package {name}"

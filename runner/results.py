@@ -142,6 +142,15 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return diffs
 
 
+TOTAL_THREADS = "threads x workers"
+
+
+def total_threads(manifest: dict[str, Any]) -> int | None:
+    """Threads per worker times workers: the compute a run was given."""
+    threads, world = manifest.get("torch_threads"), manifest.get("world_size")
+    return threads * world if threads is not None and world is not None else None
+
+
 def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
     """Manifest fields that take more than one value across the runs (code version, image,
     package versions, hardware): not a refusal, but a reader must see it."""
@@ -153,7 +162,9 @@ def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
             "image": m.get("image"),
             "python": m.get("python"),
             "dist_backend": m.get("dist_backend"),
-            "torch_threads": m.get("torch_threads"),
+            # Threads per worker shrink as workers grow (the local backend gives each run all
+            # cores); what must match across a scaling study is the total.
+            TOTAL_THREADS: total_threads(m),
             **{f"package {k}": v for k, v in (m.get("packages") or {}).items()},
             **{f"hardware {k}": v for k, v in (m.get("hardware") or {}).items()},
         }

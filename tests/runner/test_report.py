@@ -3,6 +3,8 @@ figures written and non-empty, exports, and `runner report` on a study."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from click.testing import CliRunner
 
@@ -132,3 +134,15 @@ def test_runner_report_refusal_exits_1_and_names_the_flag(tmp_path):
     result = CliRunner().invoke(main, ["--results-dir", str(tmp_path), "report", "a", "b"])
     assert result.exit_code == 1
     assert "--allow-mixed" in result.output
+
+
+def test_threads_are_compared_as_the_total_a_run_was_given():
+    from runner.results import environment_differences
+
+    def run(workers, threads):
+        return SimpleNamespace(manifest=env_manifest("r", workers, torch_threads=threads))
+
+    scaling = [run(1, 2), run(2, 1)]  # the same two cores, split differently
+    assert "threads x workers" not in environment_differences(scaling)
+    oversubscribed = [run(1, 2), run(2, 2)]
+    assert environment_differences(oversubscribed)["threads x workers"] == ["2", "4"]
