@@ -40,7 +40,7 @@ StackOutputs(
     namespace=cfg.namespace,
     job_api=cfg.job_api,
     image=image.ref,
-    gpu_node_selector=cluster.gpu_node_selector,
+    node_selector=cluster.node_selector,
     gpu_tolerations=cluster.gpu_tolerations,
     gpus_per_node=cluster.gpus_per_node,
     num_nodes=cluster.num_nodes,

@@ -19,6 +19,7 @@ from infra.outputs import (
     GPU_PRESENT_LABEL,
     GPU_TAINT_KEY,
     GPU_TAINT_VALUE,
+    TRAIN_POOL_LABEL,
     gpu_tolerations,
 )
 
@@ -44,12 +45,14 @@ class ClusterComponent(pulumi.ComponentResource):
         self.provider_name = cfg.provider
         self.gpus_per_node = cfg.gpus_per_node
         self.num_nodes = cfg.max_nodes
-        self.gpu_node_selector = {GPU_PRESENT_LABEL: "true"} if cfg.has_gpus else {}
+        gpu = {GPU_PRESENT_LABEL: "true"} if cfg.has_gpus else {}
+        pool = {TRAIN_POOL_LABEL: "train"} if cfg.provider != "kind" else {}
+        self.node_selector = gpu | pool
         self.gpu_tolerations = gpu_tolerations(cfg.has_gpus)
 
-    def gpu_labels(self) -> dict[str, str]:
-        """Labels of the training pool: the GPU selector's pair on GPU pools, none otherwise."""
-        return dict(self.gpu_node_selector)
+    def pool_labels(self) -> dict[str, str]:
+        """Labels of the training pool: exactly what the exported node selector asks for."""
+        return dict(self.node_selector)
 
     def gpu_taints(self, effect: str) -> list[dict[str, str]]:
         """The training pool's taints in the cloud API's spelling of the effect."""
@@ -73,7 +76,7 @@ class ClusterComponent(pulumi.ComponentResource):
             {
                 "kubeconfig": self.kubeconfig,
                 "provider": self.provider_name,
-                "gpu_node_selector": self.gpu_node_selector,
+                "node_selector": self.node_selector,
                 "gpu_tolerations": self.gpu_tolerations,
                 "gpus_per_node": self.gpus_per_node,
                 "num_nodes": self.num_nodes,

@@ -67,7 +67,7 @@ class EksCluster(ClusterComponent):
             ami_type=GPU_AMI if cfg.has_gpus else CPU_AMI,
             sizes=(cfg.min_nodes, cfg.max_nodes),
             spot=cfg.spot,
-            labels=self.gpu_labels(),
+            labels=self.pool_labels(),
             taints=self.gpu_taints("NO_SCHEDULE"),
         )
         self.oidc_provider_arn = self.cluster_resource.oidc_provider_arn

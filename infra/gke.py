@@ -152,7 +152,7 @@ class GkeCluster(ClusterComponent):
         node_config = self._node_config(cfg.node_machine_type, node_sa)
         node_config |= {
             "spot": cfg.spot,
-            "labels": self.gpu_labels(),
+            "labels": self.pool_labels(),
             "taints": self.gpu_taints("NO_SCHEDULE"),
         }
         if cfg.has_gpus:

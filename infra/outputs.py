@@ -20,6 +20,9 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "present"
 GPU_TAINT_EFFECT = "NoSchedule"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+# On every node of a cloud stack's training pool, so jobs never land on the system pool
+# (which would skew a CPU scaling study); kind has one pool and needs no selector.
+TRAIN_POOL_LABEL = "stackbench/pool"
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,8 @@ class StackOutputs:
     namespace: str
     job_api: str
     image: Any
-    gpu_node_selector: Any
+    # Selects the training pool (named node_selector, not gpu_: CPU stacks need one too).
+    node_selector: Any
     gpu_tolerations: Any
     gpus_per_node: int
     num_nodes: int

@@ -49,7 +49,7 @@ class ClusterConnection:
     image: str
     provider: str = EXTERNAL
     context: str | None = None
-    gpu_node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     gpu_tolerations: tuple[Mapping[str, Any], ...] = ()
     gpus_per_node: int | None = None  # None: unknown (a cluster made elsewhere)
     num_nodes: int | None = None
@@ -172,9 +172,9 @@ def connection_from_outputs(outputs: Mapping[str, Any], stack: str) -> ClusterCo
         image = check_image(get.str("image"), "image")
     except SpecError as err:
         raise get.error("image", str(err)) from None
-    selector = get.typed("gpu_node_selector", dict)
+    selector = get.typed("node_selector", dict)
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
-        raise get.error("gpu_node_selector", "must map label names to string values")
+        raise get.error("node_selector", "must map label names to string values")
     tolerations = get.typed("gpu_tolerations", list)
     if not all(isinstance(t, dict) for t in tolerations):
         raise get.error("gpu_tolerations", "must be a list of toleration objects")
@@ -187,7 +187,7 @@ def connection_from_outputs(outputs: Mapping[str, Any], stack: str) -> ClusterCo
         job_api=job_api,  # type: ignore[arg-type]
         image=image,
         provider=provider,
-        gpu_node_selector=MappingProxyType(dict(selector)),
+        node_selector=MappingProxyType(dict(selector)),
         gpu_tolerations=tuple(MappingProxyType(dict(t)) for t in tolerations),
         gpus_per_node=get.count("gpus_per_node", minimum=0),
         num_nodes=get.count("num_nodes", minimum=1),

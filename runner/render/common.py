@@ -136,13 +136,13 @@ def volume_mounts(conn: ClusterConnection) -> list[dict[str, Any]]:
     ]
 
 
-def scheduling(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
-    """nodeSelector and tolerations of the stack's GPU nodes, for GPU runs only."""
-    if spec.placement.device != "cuda":
-        return {}
+def scheduling(conn: ClusterConnection) -> dict[str, Any]:
+    """Every run goes to the stack's training pool, so that a result always means the same
+    hardware (never the system pool); on a GPU stack that pool is tainted, hence tolerations
+    for CPU runs too. Only GPU runs request GPUs (resources, elsewhere)."""
     result: dict[str, Any] = {}
-    if conn.gpu_node_selector:
-        result["nodeSelector"] = dict(conn.gpu_node_selector)
+    if conn.node_selector:
+        result["nodeSelector"] = dict(conn.node_selector)
     if conn.gpu_tolerations:
         result["tolerations"] = [dict(t) for t in conn.gpu_tolerations]
     return result

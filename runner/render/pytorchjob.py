@@ -80,7 +80,7 @@ def _replica(
         "securityContext": common.pod_security_context(),
         "containers": [container],
         "volumes": common.volumes(spec, conn),
-        **common.scheduling(spec, conn),
+        **common.scheduling(conn),
     }
     if conn.service_account:
         pod_spec["serviceAccountName"] = conn.service_account

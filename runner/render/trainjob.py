@@ -62,7 +62,7 @@ def _pod_patch(spec: JobSpec, conn: ClusterConnection, labels: dict[str, str]) -
                 "volumeMounts": common.volume_mounts(conn),
             }
         ],
-        **common.scheduling(spec, conn),
+        **common.scheduling(conn),
     }
     if conn.service_account:
         pod_spec["serviceAccountName"] = conn.service_account

@@ -33,7 +33,7 @@ def stack_connection(
         job_api=job_api,  # type: ignore[arg-type]
         image=IMAGE,
         provider="gke",
-        gpu_node_selector=MappingProxyType({"cloud.google.com/gke-accelerator": "nvidia-l4"}),
+        node_selector=MappingProxyType({"cloud.google.com/gke-accelerator": "nvidia-l4"}),
         gpu_tolerations=(
             MappingProxyType(
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

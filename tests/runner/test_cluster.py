@@ -21,7 +21,7 @@ OUTPUTS: dict[str, Any] = {
     "namespace": "bench",
     "job_api": "trainjob",
     "image": IMAGE,
-    "gpu_node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+    "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
     "gpu_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     "gpus_per_node": 4,
     "num_nodes": 2,
@@ -62,7 +62,7 @@ def test_stack_outputs_become_a_connection(fake_pulumi):
         "stack", "output", "--json", "--show-secrets", "--stack", "gke-gpu-8"
     ]  # fmt: skip
     assert (conn.namespace, conn.job_api, conn.gpus_per_node) == ("bench", "trainjob", 4)
-    assert dict(conn.gpu_node_selector) == OUTPUTS["gpu_node_selector"]
+    assert dict(conn.node_selector) == OUTPUTS["node_selector"]
     assert conn.results_store == "gs://bench-results"
     assert "apiVersion" not in repr(conn)  # the kubeconfig is a secret
 
@@ -128,7 +128,7 @@ def test_kubeconfig_defaults_to_the_context_namespace_and_trainjob(tmp_path: Pat
     conn = connect(kubeconfig=write_kubeconfig(tmp_path / "kc"), image="repo/train:1.0")
     assert (conn.namespace, conn.job_api, conn.provider) == ("team-a", "trainjob", "external")
     assert conn.gpus_per_node is None and conn.results_store is None
-    assert not conn.gpu_node_selector
+    assert not conn.node_selector
 
 
 def test_kubeconfig_context_without_namespace_uses_default(tmp_path: Path):

@@ -146,10 +146,13 @@ def test_results_volume_follows_the_results_store(store: str | None, source: str
     assert source in next(v for v in volumes if v["name"] == "results")
 
 
-def test_cpu_runs_get_no_gpu_limits_nor_gpu_node_selector():
-    manifest = render(make_spec(device="cpu"), stack_connection("trainjob"))
+def test_cpu_runs_land_on_the_training_pool_without_requesting_gpus():
+    conn = stack_connection("trainjob")
+    manifest = render(make_spec(device="cpu"), conn)
     assert "limits" not in manifest["spec"]["trainer"]["resourcesPerNode"]
-    assert "nodeSelector" not in pod_specs(manifest)[0]["spec"]
+    pod = pod_specs(manifest)[0]["spec"]
+    assert pod["nodeSelector"] == dict(conn.node_selector)
+    assert pod["tolerations"] == [dict(t) for t in conn.gpu_tolerations]
 
 
 def test_render_refuses_more_nodes_than_the_stack_has():
