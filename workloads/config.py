@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, Self, TypeVar, get_args, get_origin
 
 Strategy = Literal[
     "ddp",
@@ -59,8 +59,32 @@ class ConfigError(ValueError):
         self.key = key
 
 
+class JsonConfig:
+    """The JSON round trip of a frozen config dataclass: tuples travel as lists, integral
+    floats come back as floats, and an unknown key is refused naming the valid ones."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown key; valid keys: {', '.join(names)}")
+        types_ = typing.get_type_hints(cls)
+        return cls(**{k: _from_json(v, types_[k]) for k, v in data.items()})
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        return cls.from_dict(json.loads(text))
+
+
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Model, data, algorithm and hyperparameters of one run (per worker unless named global)."""
 
     model: Model
@@ -128,24 +152,6 @@ class TrainConfig:
         _check_strategy_options(self)
         _check_optimizer_options(self)
         _check_workload_options(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
-        unknown = sorted(set(data) - set(field_names()))
-        if unknown:
-            raise ConfigError(unknown[0], f"unknown key; valid keys: {', '.join(field_names())}")
-        types_ = _field_types()
-        return cls(**{k: _from_json(v, types_[k]) for k, v in data.items()})
-
-    @classmethod
-    def from_json(cls, text: str) -> TrainConfig:
-        return cls.from_dict(json.loads(text))
 
 
 C = TypeVar("C")

@@ -7,19 +7,15 @@ measures the network. No torch import (the runner loads it on its start-up path)
 
 from __future__ import annotations
 
-import json
-import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
-from workloads.config import ConfigError
+from workloads.config import ConfigError, JsonConfig
 
 DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
-class AllReduceMicroConfig:
+class AllReduceMicroConfig(JsonConfig):
     min_elements: int = 1
     max_elements: int = 100_000_000  # 400 MB in fp32; on CPU: --set max_elements=1000000
     sizes_per_decade: int = 1  # log-spaced sizes: 1, 10, 100, ... with 1
@@ -45,25 +41,6 @@ class AllReduceMicroConfig:
             if getattr(self, key) <= 0:
                 raise ConfigError(key, "must be positive")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AllReduceMicroConfig:
-        names = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(names))
-        if unknown:
-            raise ConfigError(unknown[0], f"unknown key; valid keys: {', '.join(names)}")
-        types_ = typing.get_type_hints(cls)
-        return cls(**{k: _from_json(v, types_[k]) for k, v in data.items()})
-
-    @classmethod
-    def from_json(cls, text: str) -> AllReduceMicroConfig:
-        return cls.from_dict(json.loads(text))
-
 
 def log_sizes(min_elements: int, max_elements: int, per_decade: int) -> list[int]:
     """Log-spaced element counts from min to max, both included, without repeats."""
@@ -73,15 +50,3 @@ def log_sizes(min_elements: int, max_elements: int, per_decade: int) -> list[int
             sizes.add(size)
         k += 1
     return sorted(sizes | {min_elements, max_elements})
-
-
-def _from_json(value: Any, tp: Any) -> Any:
-    if typing.get_origin(tp) is tuple and isinstance(value, list):
-        return tuple(value)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def _jsonable(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
