@@ -26,7 +26,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from runner import api, views
+from runner import api, progress, views
 from runner.errors import RunnerError, SpecError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -195,9 +195,9 @@ def _run(results_dir: Path, run: api.Run, detach: bool) -> None:
         return
     try:
         if isinstance(spec.config, AllReduceMicroConfig):
-            status = _follow_measurements(results_dir, run)
+            status = progress.follow_measurements(console, results_dir, run)
         else:
-            status = _follow(results_dir, run, spec.config.max_epochs)
+            status = progress.follow_training(console, results_dir, run, spec.config.max_epochs)
     except KeyboardInterrupt:
         errors.print("cancelling ...")
         status = api.cancel(results_dir, run)
@@ -208,63 +208,6 @@ def _run(results_dir: Path, run: api.Run, detach: bool) -> None:
         if missing:
             errors.print(f"[yellow]incomplete results[/yellow]: {'; '.join(missing)}")
     _finish(run, status)
-
-
-def _follow(results_dir: Path, run: api.Run, max_epochs: int) -> Any:
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), console=console, transient=False,
-    )  # fmt: skip
-    with progress:
-        task = progress.add_task("starting", total=max_epochs, info="")
-        state = {"epoch": 0, "acc": None, "loss": None}
-
-        def on_event(event: dict[str, Any]) -> None:
-            key, value, meta = event["key"], event.get("value"), event.get("metadata") or {}
-            if key == "epoch_start":
-                state["epoch"] = meta.get("epoch_num", 0)
-            elif key == "epoch_stop":
-                progress.update(task, completed=meta.get("epoch_num", 0))
-            elif key == "train_loss":
-                state["loss"] = value
-            elif key == "eval_accuracy":
-                state["acc"] = value
-            elif key == "stackbench_progress":
-                progress.update(task, completed=value["epoch"] - 1 + value["step"] / value["steps"])
-            parts = [
-                f"loss {state['loss']:.3f}" if state["loss"] is not None else "",
-                f"acc {state['acc']:.4f}" if state["acc"] is not None else "",
-            ]
-            progress.update(
-                task,
-                description=f"epoch {state['epoch']}/{max_epochs}",
-                info="  ".join(p for p in parts if p),
-            )
-
-        def on_status(status: Any) -> None:
-            progress.update(task, description=status.state.value.lower())
-
-        final = api.wait(results_dir, run, on_event, on_status)
-        progress.update(task, total=max(1, state["epoch"]), completed=state["epoch"])
-        return final
-
-
-def _follow_measurements(results_dir: Path, run: api.Run) -> Any:
-    """Progress of allreduce-micro: one step per measured size and dtype."""
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), console=console, transient=False,
-    )  # fmt: skip
-    with progress:
-        task = progress.add_task("measuring", total=None, info="")
-
-        def on_event(event: dict[str, Any]) -> None:
-            if event["key"] == "allreduce_result":
-                r, meta = event["value"], event.get("metadata") or {}
-                info = f"{r['dtype']} {r['elements']:,} elements: busbw {r['busbw_gbps']:.3f} GB/s"
-                progress.update(task, total=meta.get("total"), advance=1, info=info)
-
-        return api.wait(results_dir, run, on_event)
 
 
 def _finish(run: api.Run, status: Any) -> None:
