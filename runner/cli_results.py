@@ -148,11 +148,11 @@ def report(
     """
     from runner import report as reports
     from runner import study as studies
-    from runner.cluster import _project_dir
+    from runner.pulumi_cli import project_dir
     from runner.views import plain_table
 
     runs, title = reports.collect(results_dir, ids)
-    costs = reports.cluster_costs(runs, _project_dir())
+    costs = reports.cluster_costs(runs, project_dir())
     built = reports.build(runs, title, allow_mixed=allow_mixed, costs=costs)
     for table in reports.tables(built):
         console.print(plain_table(table))
@@ -187,11 +187,11 @@ def cost(results_dir: Path, stack: str, hours: float | None) -> None:
     from runner import cost as costs
     from runner import report as reports
     from runner import teardown as teardowns
-    from runner.cluster import _project_dir
+    from runner.pulumi_cli import project_dir
     from runner.results import load_run
     from runner.views import plain_table
 
-    project = _project_dir()
+    project = project_dir()
     if project is None:
         raise RunnerError("no Pulumi.yaml here or above; run this inside the stackbench checkout")
     shape = costs.load_shape(stack, project)

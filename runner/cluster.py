@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from runner import pulumi_cli
 from runner.errors import RunnerError, SpecError
 
 JobApi = Literal["trainjob", "pytorchjob"]
@@ -36,7 +35,6 @@ EXTERNAL = "external"  # the provider of a cluster given by --kubeconfig
 STORE_SCHEMES = ("gs", "s3", "file")
 DEFAULT_RUNTIME = "torch-distributed"
 DEFAULT_MOUNT_PATH = "/results"
-PULUMI_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -127,33 +125,13 @@ def connect_stack(stack: str) -> ClusterConnection:
 
 def read_stack_outputs(stack: str) -> dict[str, Any]:
     """`pulumi stack output --json --show-secrets --stack NAME`, parsed; RunnerError if not."""
-    pulumi = shutil.which("pulumi")
-    if pulumi is None:
-        raise RunnerError(
-            "pulumi is not installed or not on PATH, so the outputs of stack "
-            f"{stack!r} cannot be read; install it (https://www.pulumi.com/docs/install/) "
-            "or target the cluster with --kubeconfig FILE"
-        )
-    argv = [pulumi, "stack", "output", "--json", "--show-secrets", "--stack", stack]
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=PULUMI_TIMEOUT_S, cwd=_project_dir()
-        )
-    except subprocess.TimeoutExpired:
-        raise RunnerError(
-            f"`pulumi stack output --stack {stack}` did not answer in {PULUMI_TIMEOUT_S:.0f} s; "
-            "check `pulumi whoami` and the state backend"
-        ) from None
-    if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
-        raise RunnerError(
-            f"`pulumi stack output --stack {stack}` failed: {detail[-1] if detail else 'no output'}"
-            f"; list the stacks with `pulumi stack ls` (run it where Pulumi.yaml is)"
-        )
-    try:
-        outputs = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        raise RunnerError(f"`pulumi stack output --json --stack {stack}` printed no JSON") from None
+    outputs = pulumi_cli.run_json(
+        ["stack", "output", "--json", "--show-secrets"],
+        stack,
+        why=f"the outputs of stack {stack!r} cannot be read; {pulumi_cli.INSTALL} "
+        "or target the cluster with --kubeconfig FILE",
+        next_step="list the stacks with `pulumi stack ls` (run it where Pulumi.yaml is)",
+    )
     if not isinstance(outputs, dict):
         raise RunnerError(f"`pulumi stack output --json --stack {stack}` is not a JSON object")
     return outputs
@@ -228,15 +206,6 @@ class _OutputReader:
         if value < minimum:
             raise self.error(name, f"must be at least {minimum}, got {value}")
         return value
-
-
-def _project_dir() -> Path | None:
-    """The nearest directory holding Pulumi.yaml, so the stack name resolves from anywhere."""
-    here = Path.cwd()
-    for candidate in (here, *here.parents):
-        if (candidate / "Pulumi.yaml").is_file():
-            return candidate
-    return None
 
 
 # ---- clusters made elsewhere -------------------------------------------------------------

@@ -12,14 +12,19 @@ from runner import api
 from runner.backends.base import JobStatus
 
 
+def _bar(console: Console) -> Progress:
+    """What a followed run shows: what it is doing, a bar, the latest figures, elapsed time."""
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    )  # fmt: skip
+
+
 def follow_training(
     console: Console, results_dir: Path, run: api.Run, max_epochs: int
 ) -> JobStatus:
     """Epoch progress with the latest loss and accuracy, until the run ends."""
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), console=console, transient=False,
-    )  # fmt: skip
+    progress = _bar(console)
     with progress:
         task = progress.add_task("starting", total=max_epochs, info="")
         state = {"epoch": 0, "acc": None, "loss": None}
@@ -56,10 +61,7 @@ def follow_training(
 
 def follow_measurements(console: Console, results_dir: Path, run: api.Run) -> JobStatus:
     """Progress of allreduce-micro: one step per measured size and dtype."""
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), console=console, transient=False,
-    )  # fmt: skip
+    progress = _bar(console)
     with progress:
         task = progress.add_task("measuring", total=None, info="")
 

@@ -35,7 +35,7 @@ EXCLUDED_STATES = ("CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
 
 
 class MixedConfigurations(RunnerError):
-    pass
+    """Runs with different closed-division configurations were asked to stand side by side."""
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,12 @@ Never prints: steps and destroy output go to a callback.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner import api, rundir
-from runner.cluster import _project_dir
+from runner import api, pulumi_cli, rundir
 from runner.errors import RunnerError
 
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -122,19 +119,17 @@ def cancel_remaining(
 
 
 def _pulumi(stack: str) -> str:
-    pulumi = shutil.which("pulumi")
-    if pulumi is None:
-        raise RunnerError(
-            f"pulumi is not on PATH, so stack {stack!r} cannot be destroyed; install it "
-            "(https://www.pulumi.com/docs/install/)"
-        )
-    return pulumi
+    return pulumi_cli.executable(f"stack {stack!r} cannot be destroyed; {pulumi_cli.INSTALL}")
 
 
 def destroy(stack: str, on_line: Callable[[str], None]) -> None:
     argv = [_pulumi(stack), "destroy", "--stack", stack, "--yes"]
     with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=_project_dir()
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=pulumi_cli.project_dir(),
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -148,18 +143,12 @@ def destroy(stack: str, on_line: Callable[[str], None]) -> None:
 
 def leftovers(stack: str) -> list[str]:
     """URNs the stack's state still lists after destroy (providers and the stack aside)."""
-    argv = [_pulumi(stack), "stack", "export", "--stack", stack]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=_project_dir(), timeout=120)
-    if done.returncode != 0:
-        raise RunnerError(
-            f"`pulumi stack export --stack {stack}` failed after destroy: "
-            f"{(done.stderr or done.stdout).strip()[-300:]}; check with `pulumi stack --stack "
-            f"{stack} --show-urns`"
-        )
-    try:
-        state = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        raise RunnerError(f"`pulumi stack export --stack {stack}` printed no JSON") from None
+    state = pulumi_cli.run_json(
+        ["stack", "export"],
+        stack,
+        why=f"what stack {stack!r} still holds cannot be checked; {pulumi_cli.INSTALL}",
+        next_step=f"check with `pulumi stack --stack {stack} --show-urns`",
+    )
     resources = (state.get("deployment") or {}).get("resources") or []
     return [
         r["urn"]

@@ -23,7 +23,7 @@ import torch.distributed as tdist
 
 from workloads import dist, manifest, mllog
 from workloads.microconfig import AllReduceMicroConfig, log_sizes
-from workloads.train import _write_json, parse_args
+from workloads.train import _write_json, launch
 
 RESULT = "allreduce_result"  # stackbench event key: one measurement
 KIND = "allreduce-micro"
@@ -95,13 +95,7 @@ def _sync(device: torch.device) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    env = dist.DistEnv.from_environ()
-    if args.log_dir is not None:
-        dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
-    config = AllReduceMicroConfig.from_json(args.config)
-    run(config, env, args)
-    return 0
+    return launch(argv, AllReduceMicroConfig, run)
 
 
 def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str, Any] | None:

@@ -14,19 +14,21 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from workloads import data, dist, manifest, mllog, models, objectives, strategies
-from workloads.config import TrainConfig
+from workloads.config import JsonConfig, TrainConfig
 from workloads.loop import EVAL_BATCH_SIZE, Deadline, Trainer, evaluate_metrics, train_epoch
 from workloads.optim import build_optimizer
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, StepTimer, clock_for
 
 PROGRESS_INTERVAL_S = 5.0
+C = TypeVar("C", bound=JsonConfig)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,14 +43,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
+def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., Any]) -> int:
+    """The entry of every workload module: arguments, rank log, config, then run_fn."""
     args = parse_args(argv)
     env = dist.DistEnv.from_environ()
     if args.log_dir is not None:
         dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
-    config = TrainConfig.from_json(args.config)
-    run(config, env, args)
+    run_fn(config_type.from_json(args.config), env, args)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return launch(argv, TrainConfig, run)
 
 
 def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from workloads.data.libsvm import open_split
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
-        pass
+        return None  # keep the test output to what the tests print
 
 
 @pytest.fixture

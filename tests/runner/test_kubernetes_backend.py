@@ -1,11 +1,10 @@
 """KubernetesBackend against a fake API server (kmock) through the official kubernetes client:
-submit, status, logs, fetch and cancel for both job APIs, pending reasons and timeout, and the
-API's failures (403, 404, 409, 500, unreachable)."""
+submit, status, logs, fetch and cancel for both job APIs, pending reasons and timeout. The API's
+failures are in test_kubernetes_errors.py."""
 
 from __future__ import annotations
 
 import io
-import json
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -326,68 +325,6 @@ def test_cancel_leaves_a_finished_job_for_fetch(cluster, tmp_path):
     backend.cancel(handle)
     assert cluster.job("trainjob", RUN_ID) is not None
     assert backend.status(handle).state is JobState.SUCCEEDED
-
-
-# ---- API failures --------------------------------------------------------------------------
-
-
-def test_forbidden_names_rbac_and_how_to_check(cluster, tmp_path):
-    backend = make_backend(cluster, tmp_path, "trainjob")
-    cluster.fail("post", "/trainjobs$", 403, message='trainjobs is forbidden: User "ci"')
-    with pytest.raises(RunnerError) as err:
-        submit(backend, tmp_path, make_spec())
-    assert "forbidden by RBAC" in str(err.value) and "kubectl auth can-i" in str(err.value)
-
-
-@pytest.mark.parametrize(
-    ("job_api", "addon"),
-    [("trainjob", "Kubeflow Trainer"), ("pytorchjob", "training-operator")],
-)
-def test_missing_crd_names_the_addon_the_stack_lacks(cluster, tmp_path, job_api, addon):
-    backend = make_backend(cluster, tmp_path, job_api)
-    cluster.fail("post", r"/(trainjobs|pytorchjobs)$", 404, message="the server could not find")
-    with pytest.raises(RunnerError) as err:
-        submit(backend, tmp_path, make_spec())
-    assert addon in str(err.value) and "pulumi up" in str(err.value)
-
-
-def test_name_conflict_says_the_run_exists(cluster, tmp_path):
-    backend = make_backend(cluster, tmp_path, "trainjob")
-    spec = make_spec()
-    backend.submit(spec, tmp_path)
-    with pytest.raises(RunnerError, match=f"already exists.*runner status {RUN_ID}"):
-        backend.submit(spec, tmp_path)
-
-
-def test_transient_server_errors_are_retried(cluster, tmp_path):
-    backend = make_backend(cluster, tmp_path, "trainjob")
-    cluster.fail("post", "/trainjobs$", 500, times=2)
-    handle, _ = submit(backend, tmp_path, make_spec())
-    assert handle.endswith(RUN_ID)
-    assert cluster.requests("post", "/trainjobs$") == 3
-
-
-def test_persistent_server_errors_give_up_after_bounded_retries(cluster, tmp_path):
-    backend = make_backend(cluster, tmp_path, "trainjob")
-    handle, _ = submit(backend, tmp_path, make_spec())
-    cluster.fail("get", f"/trainjobs/{RUN_ID}$", 503, times=100)
-    with pytest.raises(RunnerError, match="HTTP 503 3 times"):
-        backend.status(handle)
-    assert cluster.requests("get", f"/trainjobs/{RUN_ID}$") == 3
-
-
-def test_unreachable_cluster_says_how_to_check_it(tmp_path):
-    kubeconfig = json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-    })  # fmt: skip
-    conn = stack_connection("trainjob", kubeconfig=kubeconfig)
-    api = KubeApi(conn, max_attempts=2, retry_backoff_s=0.001, request_timeout_s=2)
-    backend = KubernetesBackend(conn, api_factory=lambda c: api)
-    with pytest.raises(RunnerError, match=r"unreachable.*pulumi stack output --stack gke-gpu-8"):
-        backend.submit(make_spec(), tmp_path)
 
 
 def test_from_handle_reconnects_through_job_json(cluster, tmp_path):

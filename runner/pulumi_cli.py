@@ -1,0 +1,60 @@
+"""Talking to the `pulumi` CLI: finding it and the project, and running a command for a stack.
+
+The runner never provisions (shared/DESIGN.md); it reads stack outputs, and teardown asks
+pulumi to destroy. Every failure is a RunnerError that names the command and the next step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from runner.errors import RunnerError
+
+TIMEOUT_S = 120.0
+INSTALL = "install it (https://www.pulumi.com/docs/install/)"
+
+
+def executable(why: str) -> str:
+    """The pulumi executable; `why` completes "pulumi is not on PATH, so ..." if missing."""
+    pulumi = shutil.which("pulumi")
+    if pulumi is None:
+        raise RunnerError(f"pulumi is not installed or not on PATH, so {why}")
+    return pulumi
+
+
+def project_dir() -> Path | None:
+    """The nearest directory holding Pulumi.yaml, so a stack name resolves from anywhere."""
+    here = Path.cwd()
+    for candidate in (here, *here.parents):
+        if (candidate / "Pulumi.yaml").is_file():
+            return candidate
+    return None
+
+
+def run_json(args: list[str], stack: str, why: str, next_step: str) -> Any:
+    """`pulumi ARGS --stack STACK`, its stdout parsed as JSON.
+
+    `why` says what the missing executable prevents; `next_step` is appended to a failure.
+    """
+    argv = [executable(why), *args, "--stack", stack]
+    shown = f"`pulumi {' '.join(args)} --stack {stack}`"
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=project_dir()
+        )
+    except subprocess.TimeoutExpired:
+        raise RunnerError(
+            f"{shown} did not answer in {TIMEOUT_S:.0f} s; check `pulumi whoami` and the state "
+            "backend"
+        ) from None
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        raise RunnerError(f"{shown} failed: {detail[-1] if detail else 'no output'}; {next_step}")
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise RunnerError(f"{shown} printed no JSON") from None
