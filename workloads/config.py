@@ -30,25 +30,49 @@ Optimizer = Literal[
     "sgd",
     "adam",
 ]
-Metric = Literal["top1_accuracy"]
+Metric = Literal["top1_accuracy", "perplexity", "bleu"]
+# Higher is better for every metric except these (a run reaches its target at or below it).
+LOWER_IS_BETTER: frozenset[str] = frozenset({"perplexity"})
 
 # ---- models, data, losses and LR schedules of the reference workloads --------------------
-Model = Literal["cnn-digits", "resnet-cifar", "vgg11-bn", "logreg"]
-Dataset = Literal["digits", "cifar10", "epsilon"]
+Model = Literal[
+    "cnn-digits", "resnet-cifar", "vgg11-bn", "logreg", "awd-lstm", "gnmt", "transformer"
+]
+Dataset = Literal["digits", "cifar10", "epsilon", "wikitext2", "wmt16", "wmt17"]
 # m1: post-activation residual blocks (He et al. 2015); m2: pre-activation (He et al. 2016).
 ResnetVariant = Literal["m1", "m2"]
 Loss = Literal["cross-entropy", "logistic"]
-LrSchedule = Literal["multistep", "inverse-sqrt"]
+LrSchedule = Literal["multistep", "inverse-sqrt", "warmup-inverse-sqrt", "warmup-step-decay"]
 # "table": the peak LR is lr * lr_scale_table[i] at world size 2**i (see workloads/schedule.py).
-LrScaling = Literal["none", "linear", "table"]
+LrScaling = Literal["none", "linear", "sqrt", "table"]
 MemoryFormat = Literal["contiguous", "channels_last"]
+# What batch_size and global_batch count: samples (sentences, sequences) or padded tokens.
+BatchUnit = Literal["samples", "tokens"]
+# "auto": bf16 autocast for the translation models on CUDA, fp32 otherwise (workloads/precision).
+Precision = Literal["auto", "fp32", "bf16"]
+# Beam-search length normalisation: "gnmt" ((5+|Y|)/6)^alpha (Wu et al. 2016), "power" |Y|^alpha
+# (fairseq's lenpen, the MLPerf Transformer reference's).
+LengthPenalty = Literal["gnmt", "power"]
 # Which datasets each model is built for (its input shape and number of outputs).
 MODEL_DATASETS: dict[str, tuple[str, ...]] = {
     "cnn-digits": ("digits",),
     "resnet-cifar": ("cifar10",),
     "vgg11-bn": ("cifar10",),
     "logreg": ("epsilon",),
+    "awd-lstm": ("wikitext2",),
+    "gnmt": ("wmt16", "wmt17"),
+    "transformer": ("wmt16", "wmt17"),
 }
+# The task each model is trained for, which fixes its quality metric (workloads/tasks/).
+LANGUAGE_MODELS = frozenset({"awd-lstm"})
+TRANSLATION_MODELS = frozenset({"gnmt", "transformer"})
+SEQUENCE_MODELS = LANGUAGE_MODELS | TRANSLATION_MODELS
+
+
+def task_metric(model: str) -> str:
+    if model in LANGUAGE_MODELS:
+        return "perplexity"
+    return "bleu" if model in TRANSLATION_MODELS else "top1_accuracy"
 
 
 class ConfigError(ValueError):
@@ -131,14 +155,44 @@ class TrainConfig(JsonConfig):
     compile_model: bool = False  # torch.compile, compiled before the clock (workloads/compiling)
     # A training-loss goal reported next to the accuracy target (2a: 0.2828); never stops a run.
     target_train_loss: float | None = None
+    # ---- sequence tasks: language modelling (3a) and translation (4a, 4b) ----
+    batch_unit: BatchUnit = "samples"  # "tokens": batch_size counts padded tokens per device
+    # Units per optimizer update over all workers, reached by accumulating micro-batches of
+    # batch_size (translation); None: one micro-batch per worker per update.
+    global_batch: int | None = None
+    grad_clip_norm: float | None = None  # clip the global gradient norm to this
+    label_smoothing: float = 0.0
+    warmup_steps: int = 0  # optimizer updates of warm-up (the warmup-* schedules)
+    lr_decay_start: float = 0.4  # warmup-step-decay: first decay at this fraction of training
+    lr_decay_count: int = 4  # ...then this many x lr_gamma decays, evenly spaced to the end
+    bptt: int = 70  # language modelling: the mean truncated-backprop length in tokens
+    max_seq_len: int | None = None  # translation: training pairs longer than this are skipped
+    # Model sizes (0: the model does not use it); each model checks what it needs.
+    embed_dim: int = 0  # awd-lstm embedding
+    hidden_dim: int = 0  # awd-lstm / gnmt LSTM width, transformer d_model
+    ffn_dim: int = 0  # transformer feed-forward width
+    num_layers: int = 0  # awd-lstm layers; encoder and decoder layers each for translation
+    num_heads: int = 0  # transformer attention heads
+    dropout: float = 0.0  # awd-lstm: output dropout
+    lstm_dropout_hidden: float = 0.0  # awd-lstm: between layers
+    lstm_dropout_input: float = 0.0  # awd-lstm: on the embeddings
+    lstm_dropout_embedding: float = 0.0  # awd-lstm: whole words
+    lstm_weight_drop: float = 0.0  # awd-lstm: DropConnect on hidden-to-hidden weights
+    # NT-ASGD (Merity et al. 2017): switch from SGD to averaged SGD once the validation metric
+    # has not improved on the best of all but the last `asgd_nonmono` evaluations (0: never).
+    asgd_nonmono: int = 0
+    beam_size: int = 1  # translation evaluation; 1 is greedy search
+    length_penalty: float = 0.0
+    length_penalty_form: LengthPenalty = "power"
+    decode_extra_len: int = 50  # a translation is at most source length + this many tokens
+    precision: Precision = "auto"
 
     def __post_init__(self) -> None:
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name), _field_types()[f.name])
         _positive(self, "max_epochs", "batch_size", "lr", "eval_every_epochs", "dist_timeout_s")
         _non_negative(self, "momentum", "weight_decay", "warmup_epochs", "seed")
-        if not 0.0 < self.target_value <= 1.0:
-            raise ConfigError("target_value", f"must be in (0, 1] for {self.target_metric}")
+        _check_target(self)
         if self.nesterov and self.momentum <= 0:
             raise ConfigError("nesterov", "Nesterov momentum needs momentum > 0")
         if self.warmup_epochs > self.max_epochs:
@@ -152,6 +206,7 @@ class TrainConfig(JsonConfig):
         _check_strategy_options(self)
         _check_optimizer_options(self)
         _check_workload_options(self)
+        _check_sequence_options(self)
 
 
 C = TypeVar("C")
@@ -291,6 +346,100 @@ def _check_workload_options(c: TrainConfig) -> None:
         raise ConfigError("lr_scale_table", "multipliers must be positive")
     if c.memory_format == "channels_last" and c.model == "logreg":
         raise ConfigError("memory_format", "channels_last applies to image models only")
+
+
+def _check_target(c: TrainConfig) -> None:
+    wanted = task_metric(c.model)
+    if c.target_metric != wanted:
+        raise ConfigError("target_metric", f"model {c.model} is scored by {wanted}")
+    if c.target_metric == "top1_accuracy" and not 0.0 < c.target_value <= 1.0:
+        raise ConfigError("target_value", "must be in (0, 1] for top1_accuracy")
+    if c.target_metric == "bleu" and not 0.0 < c.target_value <= 100.0:
+        raise ConfigError("target_value", "must be in (0, 100] for bleu")
+    if c.target_metric == "perplexity" and not c.target_value > 1.0:
+        raise ConfigError("target_value", "must be above 1 for perplexity")
+
+
+# The sizes and options each sequence model reads; setting one for another model is a mistake.
+MODEL_OPTIONS: dict[str, frozenset[str]] = {
+    "embed_dim": LANGUAGE_MODELS,
+    "hidden_dim": SEQUENCE_MODELS,
+    "ffn_dim": frozenset({"transformer"}),
+    "num_layers": SEQUENCE_MODELS,
+    "num_heads": frozenset({"transformer"}),
+    "dropout": SEQUENCE_MODELS,
+    "lstm_dropout_hidden": LANGUAGE_MODELS,
+    "lstm_dropout_input": LANGUAGE_MODELS,
+    "lstm_dropout_embedding": LANGUAGE_MODELS,
+    "lstm_weight_drop": LANGUAGE_MODELS,
+    "asgd_nonmono": LANGUAGE_MODELS,
+    "bptt": LANGUAGE_MODELS,
+    "global_batch": TRANSLATION_MODELS,
+    "label_smoothing": TRANSLATION_MODELS,
+    "max_seq_len": TRANSLATION_MODELS,
+    "beam_size": TRANSLATION_MODELS,
+    "length_penalty": TRANSLATION_MODELS,
+    "length_penalty_form": TRANSLATION_MODELS,
+    "decode_extra_len": TRANSLATION_MODELS,
+}
+# The sizes each model cannot do without.
+REQUIRED_SIZES: dict[str, tuple[str, ...]] = {
+    "awd-lstm": ("embed_dim", "hidden_dim", "num_layers"),
+    "gnmt": ("hidden_dim", "num_layers"),
+    "transformer": ("hidden_dim", "ffn_dim", "num_layers", "num_heads"),
+}
+
+
+def _check_sequence_options(c: TrainConfig) -> None:
+    """Options of the language-modelling and translation tasks."""
+    defaults = {f.name: f.default for f in fields(c)}
+    for key, models in MODEL_OPTIONS.items():
+        if c.model not in models and getattr(c, key) != defaults[key]:
+            raise ConfigError(
+                key,
+                f"applies to model {' or '.join(sorted(models))} only; with model={c.model} "
+                f"leave it at its default (--set {key}={_jsonable(defaults[key])})",
+            )
+    for key in REQUIRED_SIZES.get(c.model, ()):
+        if getattr(c, key) <= 0:
+            raise ConfigError(key, f"model {c.model} needs a positive {key}")
+    if c.model == "transformer" and c.hidden_dim % c.num_heads:
+        raise ConfigError("num_heads", f"must divide hidden_dim={c.hidden_dim}")
+    for key in (
+        "dropout",
+        "label_smoothing",
+        "lstm_dropout_hidden",
+        "lstm_dropout_input",
+        "lstm_dropout_embedding",
+        "lstm_weight_drop",
+    ):
+        if not 0.0 <= getattr(c, key) < 1.0:
+            raise ConfigError(key, f"must be in [0, 1), got {getattr(c, key)}")
+    _positive(c, "bptt", "beam_size", "lr_decay_count")
+    _non_negative(c, "warmup_steps", "asgd_nonmono", "length_penalty", "decode_extra_len")
+    if c.batch_unit == "tokens" and c.model not in TRANSLATION_MODELS:
+        raise ConfigError("batch_unit", "tokens batches are for the translation models")
+    if c.global_batch is not None and c.global_batch < c.batch_size:
+        raise ConfigError("global_batch", f"must be at least batch_size={c.batch_size} (or unset)")
+    if c.max_seq_len is not None and c.max_seq_len < 1:
+        raise ConfigError("max_seq_len", "must be positive (or unset)")
+    if c.grad_clip_norm is not None and c.grad_clip_norm <= 0:
+        raise ConfigError("grad_clip_norm", "must be positive (or unset)")
+    if not 0.0 <= c.lr_decay_start < 1.0:
+        raise ConfigError("lr_decay_start", "must be a fraction of training in [0, 1)")
+    step_schedule = c.lr_schedule in ("warmup-inverse-sqrt", "warmup-step-decay")
+    if step_schedule and (c.lr_milestones or c.warmup_epochs):
+        raise ConfigError(
+            "lr_schedule",
+            f"{c.lr_schedule} warms up over warmup_steps; unset warmup_epochs and lr_milestones",
+        )
+    if c.lr_schedule == "warmup-inverse-sqrt" and c.warmup_steps < 1:
+        raise ConfigError("warmup_steps", "warmup-inverse-sqrt needs at least 1 warm-up step")
+    if c.model in SEQUENCE_MODELS:
+        if c.memory_format != "contiguous":
+            raise ConfigError("memory_format", "channels_last applies to image models only")
+        if c.compile_model:
+            raise ConfigError("compile_model", "torch.compile is wired for the image models only")
 
 
 def _positive(config: TrainConfig, *keys: str) -> None:

@@ -29,6 +29,7 @@ BUDGET_CHECK_EVERY_STEPS = 20  # a tiny broadcast, only when a time budget is se
 class EpochStats:
     steps: int = 0
     samples: int = 0  # this rank's
+    tokens: int = 0  # this rank's target tokens (sequence tasks; 0 for the others)
     loss_sum: float = 0.0
     phases: dict[str, float] = field(default_factory=zero_phases)
     first_step_s: float | None = None  # the first step of the run (warm-up), when in this epoch
@@ -75,22 +76,50 @@ def train_epoch(
     else:
         shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.seed)
     steps = batches(shard.to(tr.device), cfg.batch_size)
-    stats = EpochStats()
-    loss_sum = torch.zeros((), device=tr.device)
     tr.strategy.module.train()
-    for i, index in enumerate(steps):
+
+    def step(i: int) -> StepResult:
         # Every epoch has the same number of steps, so this is the run's step count so far.
         steps_done = (epoch - 1) * len(steps) + i
-        loss_sum += train_step(tr, index, epoch - 1 + i / len(steps), steps_done)
-        step_phases = tr.timer.finish()
+        loss = train_step(tr, steps[i], epoch - 1 + i / len(steps), steps_done)
+        return StepResult(loss, int(steps[i].numel()))
+
+    return timed_epoch(tr.timer, epoch, len(steps), step, tr.device, out_of_time, on_step)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: torch.Tensor  # detached, this rank's mean over the step's samples or tokens
+    samples: int  # this rank's
+    tokens: int = 0
+
+
+def timed_epoch(
+    timer: StepTimer,
+    epoch: int,
+    num_steps: int,
+    step: Callable[[int], StepResult],
+    device: torch.device,
+    out_of_time: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> EpochStats:
+    """Run `step(i)` for the epoch's steps, each timed by `timer` (the step starts and laps
+    it; this finishes it), and account them: the bookkeeping every task shares."""
+    stats = EpochStats()
+    loss_sum = torch.zeros((), device=device)
+    for i in range(num_steps):
+        result = step(i)
+        loss_sum += result.loss
+        step_phases = timer.finish()
         stats.step_times_s.append(sum(step_phases.values()))
         if epoch == 1 and i == 0:
             stats.first_step_s = sum(step_phases.values())
         add_phases(stats.phases, step_phases)
         stats.steps += 1
-        stats.samples += int(index.numel())
+        stats.samples += result.samples
+        stats.tokens += result.tokens
         if on_step is not None:
-            on_step(i + 1, len(steps))
+            on_step(i + 1, num_steps)
         if out_of_time is not None and (i + 1) % BUDGET_CHECK_EVERY_STEPS == 0 and out_of_time():
             stats.out_of_time = True
             break

@@ -24,6 +24,7 @@ INIT_START, INIT_STOP = "init_start", "init_stop"
 EPOCH_START, EPOCH_STOP = "epoch_start", "epoch_stop"
 EVAL_START, EVAL_STOP, EVAL_ACCURACY = "eval_start", "eval_stop", "eval_accuracy"
 EVAL_LOSS = "eval_loss"  # mean test loss, next to eval_accuracy
+EVAL_DETAILS = "stackbench_eval_details"  # what else an evaluation reports (BLEU's signature)
 SUBMISSION_BENCHMARK, SEED = "submission_benchmark", "seed"
 GLOBAL_BATCH_SIZE, OPT_BASE_LR = "global_batch_size", "opt_base_learning_rate"
 TRAIN_SAMPLES, EVAL_SAMPLES = "train_samples", "eval_samples"

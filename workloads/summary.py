@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads.config import TrainConfig
+from workloads.tasks import best_of
 from workloads.timing import PHASES, add_phases, shares, zero_phases
 
 STEP_TIMES_KEPT = 100  # the run's first steps, timed one by one (rank 0's)
@@ -20,6 +21,7 @@ class RunTally:
 
     steps: int = 0
     samples: int = 0  # global
+    tokens: int = 0  # global target tokens (sequence tasks)
     epochs: int = 0
     phases: dict[str, float] = field(default_factory=zero_phases)
     first_step_s: float = 0.0
@@ -33,10 +35,13 @@ class RunTally:
     def add_step_times(self, times_s: list[float]) -> None:
         self.step_times_s.extend(times_s[: STEP_TIMES_KEPT - len(self.step_times_s)])
 
-    def add_epoch(self, phases: dict[str, float], steps: int, samples: int) -> None:
+    def add_epoch(
+        self, phases: dict[str, float], steps: int, samples: int, tokens: int = 0
+    ) -> None:
         add_phases(self.phases, phases)
         self.steps += steps
         self.samples += samples
+        self.tokens += tokens
         self.epochs += 1
 
 
@@ -50,14 +55,16 @@ def summarize(
     strategy: str,
     world_size: int,
     device: str,
+    precision: str,
     run_time_s: float,
     init_time_s: float,
 ) -> dict[str, Any]:
     train_s = sum(tally.phases.values())
     steady_s = train_s - tally.first_step_s
     steady_samples = tally.samples - tally.samples / max(1, tally.steps)  # minus ~one step
+    steady_tokens = tally.tokens - tally.tokens / max(1, tally.steps)
     final = tally.evals[-1] if tally.evals else None
-    best = max(tally.evals, key=lambda e: e["value"]) if tally.evals else None
+    best = best_of(config.target_metric, tally.evals)
     reached = tally.time_to_target_s is not None
     return {
         "run_id": run_id,
@@ -66,6 +73,7 @@ def summarize(
         "strategy": strategy,  # as run: `local` in a single process
         "world_size": world_size,
         "device": device,
+        "precision": precision,  # what forward passes computed in (workloads/precision.py)
         "status": "success" if reached else "aborted",
         "target": {"metric": config.target_metric, "value": config.target_value},
         "target_reached": reached,
@@ -84,6 +92,9 @@ def summarize(
         "warmup": {"steps": 1 if tally.steps else 0, "time_s": tally.first_step_s},
         # Steady state: the first (warm-up) step is reported above, not averaged in.
         "throughput_samples_per_s": steady_samples / steady_s if steady_s > 0 else None,
+        "throughput_tokens_per_s": (
+            steady_tokens / steady_s if steady_s > 0 and tally.tokens else None
+        ),
         "step_time_ms": 1000 * steady_s / (tally.steps - 1) if tally.steps > 1 else None,
         "phases_s": {p: tally.phases[p] for p in PHASES},
         "phase_shares": shares({p: tally.phases[p] for p in PHASES}),

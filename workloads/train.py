@@ -20,12 +20,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from workloads import data, dist, manifest, mllog, models, objectives, strategies
+from workloads import dist, manifest, mllog, strategies, tasks
 from workloads.config import JsonConfig, TrainConfig
-from workloads.loop import EVAL_BATCH_SIZE, Deadline, Trainer, evaluate_metrics, train_epoch
-from workloads.optim import build_optimizer
+from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
-from workloads.timing import PHASES, StepTimer, clock_for
+from workloads.timing import PHASES, clock_for
 
 PROGRESS_INTERVAL_S = 5.0
 C = TypeVar("C", bound=JsonConfig)
@@ -69,28 +68,11 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.dist_timeout_s)
     torch.manual_seed(config.seed)  # the same initial model on every rank
-    splits = data.load(config, device, env.rank, env.world_size)
-    model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
-    objective = objectives.build(config, model)
-    if config.compile_model:
-        model = _compiled(model, config, env, splits, log)
-    clock = clock_for(device)
-    strategy = strategies.build(config, model, clock)
-    optimizer = build_optimizer(config, model.parameters())
-    trainer = Trainer(
-        config,
-        env.rank,
-        env.world_size,
-        device,
-        splits,
-        strategy,
-        optimizer,
-        StepTimer(clock),
-        torch.Generator(device).manual_seed(config.seed * 1_000_003 + env.rank),
-        objective,
+    task = tasks.build(
+        tasks.Context(config, env.rank, env.world_size, device, clock_for(device), log)
     )
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
-    _log_run_parameters(log, config, args, env, splits, env_manifest)
+    _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
         _write_json(args.output_dir / "manifest.json", env_manifest)
     log.end(mllog.INIT_STOP)
@@ -101,7 +83,9 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     log.start(mllog.RUN_START)
     tally = RunTally()
     try:
-        _train(trainer, tally, log, start, Deadline(config.time_budget_s, start, device))
+        _train(
+            task, config, device, tally, log, start, Deadline(config.time_budget_s, start, device)
+        )
     except BaseException as err:
         log.end(mllog.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
         raise
@@ -116,6 +100,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         strategy=strategies.effective_name(config, env.world_size),
         world_size=env.world_size,
         device=device.type,
+        precision=task.precision,
         run_time_s=run_time_s,
         init_time_s=init_time_s,
     )
@@ -124,37 +109,9 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     if is_writer:
         _write_json(args.output_dir / "summary.json", summary)
     log.close()
-    del trainer, strategy, model, optimizer  # no DDP reducer may outlive the process group
+    task.close()  # no DDP reducer may outlive the process group
     dist.shutdown()
     return summary if is_writer else None
-
-
-def _compiled(
-    model: torch.nn.Module,
-    config: TrainConfig,
-    env: dist.DistEnv,
-    splits: data.Splits,
-    log: mllog.EventLog,
-) -> torch.nn.Module:
-    """The model compiled for every batch shape this rank will see, before the clock."""
-    from workloads import compiling
-    from workloads.data.sampling import eval_shard
-
-    compiled = compiling.compile_model(model)
-    per_rank = (
-        splits.num_train if splits.train_is_rank_shard else splits.num_train // env.world_size
-    )
-    num_eval = int(eval_shard(splits.num_test, env.world_size, env.rank).numel())
-    channels_last = config.memory_format == "channels_last"
-    seconds = compiling.precompile(
-        compiled,
-        splits.sample_shape,
-        compiling.batch_sizes(per_rank, config.batch_size),
-        compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
-        torch.channels_last if channels_last else torch.contiguous_format,
-    )
-    log.point(mllog.COMPILE_TIME, seconds)
-    return compiled
 
 
 def _mean_loss_over_ranks(loss_sum: float, steps: int, device: torch.device) -> float:
@@ -173,9 +130,14 @@ def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str
 
 
 def _train(
-    tr: Trainer, tally: RunTally, log: mllog.EventLog, start: float, deadline: Deadline
+    task: tasks.Task,
+    config: TrainConfig,
+    device: torch.device,
+    tally: RunTally,
+    log: mllog.EventLog,
+    start: float,
+    deadline: Deadline,
 ) -> None:
-    config = tr.config
     last_progress = [time.perf_counter()]
 
     def on_step(step: int, steps: int) -> None:
@@ -184,14 +146,17 @@ def _train(
             last_progress[0] = now
             log.point(mllog.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
 
+    world_size = torch.distributed.get_world_size()
     for epoch in range(1, config.max_epochs + 1):
         log.start(mllog.EPOCH_START, epoch_num=epoch)
-        stats = train_epoch(tr, epoch, deadline.expired, on_step)
+        stats = task.train_epoch(epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:
             tally.first_step_s = stats.first_step_s
         tally.add_step_times(stats.step_times_s)
-        tally.add_epoch(stats.phases, stats.steps, stats.samples * tr.world_size)
-        train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, tr.device)
+        tally.add_epoch(
+            stats.phases, stats.steps, stats.samples * world_size, stats.tokens * world_size
+        )
+        train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, device)
         log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
         tally.train_losses.append(
             {"epoch": epoch, "value": train_loss, "time_s": time.perf_counter() - start}
@@ -202,17 +167,27 @@ def _train(
         if epoch % config.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
             log.start(mllog.EVAL_START, epoch_num=epoch)
-            metrics = evaluate_metrics(tr)
-            accuracy = metrics.accuracy
-            log.point(mllog.EVAL_ACCURACY, accuracy, epoch_num=epoch)
-            log.point(mllog.EVAL_LOSS, metrics.loss, epoch_num=epoch)
+            result = task.evaluate(epoch)
+            # MLPerf logs every benchmark's quality metric as eval_accuracy (BLEU for its
+            # translation tasks); the summary's target names the metric.
+            log.point(mllog.EVAL_ACCURACY, result.value, epoch_num=epoch)
+            log.point(mllog.EVAL_LOSS, result.loss, epoch_num=epoch)
+            if result.details:
+                log.point(mllog.EVAL_DETAILS, dict(result.details), epoch_num=epoch)
             log.end(mllog.EVAL_STOP, epoch_num=epoch)
             now = time.perf_counter()
             tally.eval_s += now - eval_t0
             tally.evals.append(
-                {"epoch": epoch, "value": accuracy, "loss": metrics.loss, "time_s": now - start}
+                {
+                    "epoch": epoch,
+                    "value": result.value,
+                    "loss": result.loss,
+                    "time_s": now - start,
+                    **dict(result.details),
+                }
             )
-            if accuracy >= config.target_value and tally.time_to_target_s is None:
+            met = tasks.reached(config.target_metric, result.value, config.target_value)
+            if met and tally.time_to_target_s is None:
                 tally.time_to_target_s = now - start
                 if config.stop_at_target:
                     return
@@ -226,7 +201,7 @@ def _log_run_parameters(
     config: TrainConfig,
     args: argparse.Namespace,
     env: dist.DistEnv,
-    splits: data.Splits,
+    task: tasks.Task,
     env_manifest: dict[str, Any],
 ) -> None:
     log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model)
@@ -234,8 +209,8 @@ def _log_run_parameters(
     log.point(mllog.SEED, config.seed)
     log.point(mllog.GLOBAL_BATCH_SIZE, config.batch_size * env.world_size)
     log.point(mllog.OPT_BASE_LR, config.lr)
-    log.point(mllog.TRAIN_SAMPLES, splits.num_train)
-    log.point(mllog.EVAL_SAMPLES, splits.num_test)
+    log.point(mllog.TRAIN_SAMPLES, task.num_train)
+    log.point(mllog.EVAL_SAMPLES, task.num_eval)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

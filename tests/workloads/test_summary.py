@@ -34,7 +34,8 @@ def test_summary_reports_the_cs744_iteration_time():
     tally.phases["forward"] = 76.5
     summary = summarize(
         BENCHMARKS["vgg11-cifar10"].config, tally, run_id="r", benchmark="vgg11-cifar10",
-        division="closed", strategy="ddp", world_size=1, device="cpu", run_time_s=80.0,
+        division="closed", strategy="ddp", world_size=1, device="cpu", precision="fp32",
+        run_time_s=80.0,
         init_time_s=1.0,
     )  # fmt: skip
     assert summary["iteration_time_ms_2_to_40"] == 1500.0

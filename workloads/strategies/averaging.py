@@ -26,6 +26,7 @@ from torch import nn
 
 from workloads.strategies.base import (
     Collectives,
+    LocalGradients,
     broadcast_state,
     flat_all_reduce_mean,
     gradients,
@@ -48,7 +49,7 @@ def average_model(model: nn.Module, collectives: Collectives) -> None:
     flat_all_reduce_mean(state, collectives)
 
 
-class ModelAveragingStrategy:
+class ModelAveragingStrategy(LocalGradients):
     def __init__(
         self, model: nn.Module, collectives: Collectives, period: int, warmup_steps: int
     ) -> None:
@@ -63,7 +64,7 @@ class ModelAveragingStrategy:
     def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
         loss.backward()
         timer.lap("backward")
-        if self._steps_done < self._warmup_steps:
+        if self.syncing and self._steps_done < self._warmup_steps:
             flat_all_reduce_mean(gradients(self._params), self._collectives)
         timer.lap("communication")
 

@@ -8,7 +8,8 @@ Not here: the strategies themselves (ddp.py, gradients.py, averaging.py in this 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 import torch
@@ -64,6 +65,12 @@ class Strategy(Protocol):
         """Run backward and gradient synchronization, ending laps backward and communication."""
         ...
 
+    def no_sync(self) -> AbstractContextManager[None]:
+        """Within it, forward and backward() only accumulate local gradients: no communication
+        (the micro-batches of gradient accumulation before an update's last one). Forward is
+        inside too because DDP prepares its reducer there."""
+        ...
+
     def after_step(self, timer: StepTimer) -> None:
         """Communicate after optimizer.step (model averaging), ending a communication lap if it
         did; a no-op for strategies that synchronize gradients."""
@@ -108,3 +115,18 @@ def broadcast_buffers(model: nn.Module, collectives: Collectives) -> None:
 
 def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
+
+
+class LocalGradients:
+    """The no_sync() of strategies that exchange gradients themselves after backward: while
+    `syncing` is false their backward() skips the exchange."""
+
+    syncing: bool = True
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        self.syncing = False
+        try:
+            yield
+        finally:
+            self.syncing = True

@@ -23,6 +23,7 @@ from torch import nn
 
 from workloads.strategies.base import (
     Collectives,
+    LocalGradients,
     broadcast_buffers,
     broadcast_state,
     flat_all_reduce_mean,
@@ -52,7 +53,7 @@ def mean_for_each(gathered: list[torch.Tensor]) -> list[torch.Tensor]:
     return [mean] * len(gathered)
 
 
-class GradientSyncStrategy:
+class GradientSyncStrategy(LocalGradients):
     def __init__(
         self, model: nn.Module, collectives: Collectives, exchange: GradientExchange
     ) -> None:
@@ -65,7 +66,8 @@ class GradientSyncStrategy:
     def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
         loss.backward()
         timer.lap("backward")
-        self._exchange(gradients(self._params), self._collectives)
+        if self.syncing:
+            self._exchange(gradients(self._params), self._collectives)
         timer.lap("communication")
 
     def after_step(self, timer: StepTimer) -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from workloads.strategies.base import LocalGradients
 from workloads.timing import StepTimer
 
 
-class LocalStrategy:
+class LocalStrategy(LocalGradients):
     name = "local"
 
     def __init__(self, model: nn.Module) -> None:

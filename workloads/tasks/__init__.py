@@ -1,0 +1,94 @@
+"""The per-task seam of the training loop: what one epoch of training and one evaluation are.
+
+train.py owns the clock, the event log and the results; a Task owns its data, model,
+communication strategy and optimizer, and is built outside the clock (MLPerf's init phase).
+- classification.py: image classification and logistic regression, scored by top-1 accuracy;
+- language_model.py: AWD-LSTM on WikiText-2, scored by validation perplexity;
+- translation.py: GNMT and the Transformer on WMT en-de, scored by sacreBLEU.
+Which task a config trains follows from its model (workloads.config.task_metric).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from workloads.config import LANGUAGE_MODELS, LOWER_IS_BETTER, TRANSLATION_MODELS, TrainConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from workloads.loop import EpochStats
+    from workloads.mllog import EventLog
+    from workloads.timing import Clock
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    value: float  # the target metric (accuracy, perplexity or BLEU)
+    loss: float  # mean loss per scored unit (sample or token), without regularizers
+    details: Mapping[str, Any] = field(default_factory=dict)  # e.g. sacreBLEU's signature
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every task is built from."""
+
+    config: TrainConfig
+    rank: int
+    world_size: int
+    device: torch.device
+    clock: Clock
+    log: EventLog
+
+
+class Task(Protocol):
+    num_train: int  # training samples per epoch over all ranks (MLPerf's train_samples)
+    num_eval: int  # evaluation samples
+    precision: str  # "fp32" or "bf16": what the forward passes compute in (workloads/precision)
+
+    def train_epoch(
+        self,
+        epoch: int,
+        out_of_time: Callable[[], bool] | None = None,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> EpochStats:
+        """Train epoch `epoch` (1-based); `out_of_time` is polled collectively to stop early."""
+        ...
+
+    def evaluate(self, epoch: int) -> Evaluation:
+        """Score the model; identical on every rank."""
+        ...
+
+    def close(self) -> None:
+        """Drop the model, strategy and optimizer: no DDP reducer may outlive the group."""
+        ...
+
+
+def build(ctx: Context) -> Task:
+    model = ctx.config.model
+    if model in TRANSLATION_MODELS:
+        from workloads.tasks.translation import TranslationTask
+
+        return TranslationTask.build(ctx)
+    if model in LANGUAGE_MODELS:
+        from workloads.tasks.language_model import LanguageModelTask
+
+        return LanguageModelTask.build(ctx)
+    from workloads.tasks.classification import ClassificationTask
+
+    return ClassificationTask.build(ctx)
+
+
+def reached(metric: str, value: float, target: float) -> bool:
+    """Whether `value` of `metric` meets `target` (at or below it for perplexity)."""
+    return value <= target if metric in LOWER_IS_BETTER else value >= target
+
+
+def best_of(metric: str, values: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best of evaluation records {"value": ...} by `metric`'s direction."""
+    if not values:
+        return None
+    pick = min if metric in LOWER_IS_BETTER else max
+    return pick(values, key=lambda e: e["value"])

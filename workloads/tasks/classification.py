@@ -1,0 +1,89 @@
+"""Image classification and logistic regression (tasks 1a, 2a, the CS744 study, cnn-digits).
+
+The training mechanics are workloads/loop.py's (a Trainer over tensors prepared once); this
+builds them and scores by top-1 accuracy over the whole test split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from workloads import data, mllog, models, objectives, strategies
+from workloads.loop import EVAL_BATCH_SIZE, EpochStats, Trainer, evaluate_metrics, train_epoch
+from workloads.optim import build_optimizer
+from workloads.tasks import Context, Evaluation
+from workloads.timing import StepTimer
+
+
+@dataclass
+class ClassificationTask:
+    trainer: Trainer | None
+    num_train: int
+    num_eval: int
+    precision: str = "fp32"
+
+    @classmethod
+    def build(cls, ctx: Context) -> ClassificationTask:
+        config, device = ctx.config, ctx.device
+        splits = data.load(config, device, ctx.rank, ctx.world_size)
+        model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
+        objective = objectives.build(config, model)
+        if config.compile_model:
+            model = _compiled(model, ctx, splits)
+        strategy = strategies.build(config, model, ctx.clock)
+        trainer = Trainer(
+            config,
+            ctx.rank,
+            ctx.world_size,
+            device,
+            splits,
+            strategy,
+            build_optimizer(config, model.parameters()),
+            StepTimer(ctx.clock),
+            torch.Generator(device).manual_seed(config.seed * 1_000_003 + ctx.rank),
+            objective,
+        )
+        return cls(trainer, splits.num_train, splits.num_test)
+
+    def train_epoch(
+        self,
+        epoch: int,
+        out_of_time: Callable[[], bool] | None = None,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> EpochStats:
+        assert self.trainer is not None, "the task is closed"
+        return train_epoch(self.trainer, epoch, out_of_time, on_step)
+
+    def evaluate(self, epoch: int) -> Evaluation:
+        assert self.trainer is not None, "the task is closed"
+        metrics = evaluate_metrics(self.trainer)
+        return Evaluation(value=metrics.accuracy, loss=metrics.loss)
+
+    def close(self) -> None:
+        self.trainer = None
+
+
+def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torch.nn.Module:
+    """The model compiled for every batch shape this rank will see, before the clock."""
+    from workloads import compiling
+    from workloads.data.sampling import eval_shard
+
+    config = ctx.config
+    compiled = compiling.compile_model(model)
+    per_rank = (
+        splits.num_train if splits.train_is_rank_shard else splits.num_train // ctx.world_size
+    )
+    num_eval = int(eval_shard(splits.num_test, ctx.world_size, ctx.rank).numel())
+    channels_last = config.memory_format == "channels_last"
+    seconds = compiling.precompile(
+        compiled,
+        splits.sample_shape,
+        compiling.batch_sizes(per_rank, config.batch_size),
+        compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
+        torch.channels_last if channels_last else torch.contiguous_format,
+    )
+    ctx.log.point(mllog.COMPILE_TIME, seconds)
+    return compiled
