@@ -162,7 +162,7 @@ def curves_figure(
     if target is not None:
         acc_ax.axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
     loss_ax.set(xlabel="time since run_start (s)", ylabel="training loss", yscale="log")
-    acc_ax.set(xlabel="time since run_start (s)", ylabel="evaluation accuracy")
+    acc_ax.set(xlabel="time since run_start (s)", ylabel="quality metric (eval_accuracy)")
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -9,6 +9,7 @@ from rich.table import Table
 from runner.api import RunInfo
 from runner.backends.base import JobState, JobStatus
 from runner.benchmarks import AnyBenchmark, MicroBenchmark
+from workloads.config import LOWER_IS_BETTER
 from workloads.mllog import STEP_PHASES as PHASES
 
 STATE_STYLE = {
@@ -35,7 +36,8 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
         table.add_row(
             b.name,
             b.task,
-            f"{c.target_metric} >= {c.target_value:g} ({b.light_target:g})",
+            f"{c.target_metric} {'<=' if c.target_metric in LOWER_IS_BETTER else '>='} "
+            f"{c.target_value:g} ({b.light_target:g})",
             f"{b.default_workers} workers x batch {c.batch_size}, {c.strategy}, "
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
         )

@@ -11,7 +11,8 @@ from workloads.config import TrainConfig
 
 
 def build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...] = ()) -> nn.Module:
-    """The configured model, in its configured memory format. `sample_shape` is one input
+    """The configured model, in its configured memory format. `num_classes` is the number of
+    outputs (the vocabulary size for the sequence models); `sample_shape` is one input
     sample's shape (logistic regression takes its width from it)."""
     model = _build(config, num_classes, sample_shape)
     if config.memory_format == "channels_last":
@@ -38,4 +39,38 @@ def _build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...])
         if num_classes != 2:
             raise ValueError(f"logistic regression is binary; the data has {num_classes} classes")
         return LogisticRegression(math.prod(sample_shape))
+    if config.model == "awd-lstm":
+        from workloads.models.awd_lstm import AWDLSTM
+
+        return AWDLSTM(
+            num_classes,
+            embed_dim=config.embed_dim,
+            hidden_dim=config.hidden_dim,
+            num_layers=config.num_layers,
+            dropout=config.dropout,
+            dropout_hidden=config.lstm_dropout_hidden,
+            dropout_input=config.lstm_dropout_input,
+            dropout_embedding=config.lstm_dropout_embedding,
+            weight_drop=config.lstm_weight_drop,
+        )
+    if config.model == "gnmt":
+        from workloads.models.gnmt import GNMT
+
+        return GNMT(
+            num_classes,
+            hidden_dim=config.hidden_dim,
+            num_layers=config.num_layers,
+            dropout=config.dropout,
+        )
+    if config.model == "transformer":
+        from workloads.models.transformer import Transformer
+
+        return Transformer(
+            num_classes,
+            d_model=config.hidden_dim,
+            ffn_dim=config.ffn_dim,
+            num_heads=config.num_heads,
+            num_layers=config.num_layers,
+            dropout=config.dropout,
+        )
     raise ValueError(f"no builder for model {config.model!r}")
