@@ -92,13 +92,7 @@ def prepare_parallel(
             seed=seed,
         )
         tokens = SubwordTokenizer.load(tmp / MODEL_FILE)
-        counts = {}
-        for split, (src, tgt) in splits.items():
-            rule = _training_drop_rule(max_tokens_per_sentence) if split == TRAIN_SPLIT else None
-            counts[split] = _write_split(split, Path(src), Path(tgt), tokens, tmp, rule, report)
-            if split != TRAIN_SPLIT:
-                _copy_lines(Path(src), tmp / f"{split}.src.txt")
-                _copy_lines(Path(tgt), tmp / f"{split}.ref.txt")
+        counts = _write_splits(splits, tokens, tmp, max_tokens_per_sentence, report)
         meta = {
             "format": FORMAT,
             "vocab_size": tokens.vocab_size,
@@ -115,6 +109,24 @@ def prepare_parallel(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return cache_dir
+
+
+def _write_splits(
+    splits: Mapping[str, tuple[Path, Path]],
+    tokens: SubwordTokenizer,
+    out_dir: Path,
+    max_tokens_per_sentence: int | None,
+    report: Progress,
+) -> dict[str, dict[str, Any]]:
+    """Every split's token arrays; raw text too for the evaluation (non-train) splits."""
+    counts = {}
+    for split, (src, tgt) in splits.items():
+        rule = _training_drop_rule(max_tokens_per_sentence) if split == TRAIN_SPLIT else None
+        counts[split] = _write_split(split, Path(src), Path(tgt), tokens, out_dir, rule, report)
+        if split != TRAIN_SPLIT:
+            _copy_lines(Path(src), out_dir / f"{split}.src.txt")
+            _copy_lines(Path(tgt), out_dir / f"{split}.ref.txt")
+    return counts
 
 
 def _aligned_inputs(src: Path, tgt: Path) -> dict[str, Any]:
