@@ -3,8 +3,10 @@
 - CIFAR-10: the cifar-10-python.tar.gz layout (python pickles of dicts with 'data' uint8
   [N, 3072] and 'labels'), pickled with protocol 2 as the originals are.
 - epsilon: LIBSVM text ("<+1|-1> 1:v1 2:v2 ..."), plain or bzip2-compressed.
-The images and points are learnable (each class has its own pattern) so short training
-runs can show that the loss goes down.
+- parallel text (WMT-like): line-aligned UTF-8 files `<name>.en` / `<name>.de`.
+The images and points are learnable (each class has its own pattern), and the translations
+follow a fixed rule (word for word, reversed), so short training runs can show that the loss
+goes down.
 """
 
 from __future__ import annotations
@@ -87,3 +89,47 @@ def write_libsvm(path: Path, x: np.ndarray, labels: np.ndarray) -> Path:
     text = libsvm_text(x, labels).encode()
     path.write_bytes(bz2.compress(text) if path.suffix == ".bz2" else text)
     return path
+
+
+# A word-for-word dictionary with German's non-ASCII letters, so tokenizers meet UTF-8.
+EN_DE_WORDS = {
+    "the": "die", "house": "Haus", "is": "ist", "green": "grün", "small": "klein",
+    "big": "groß", "dog": "Hund", "runs": "läuft", "over": "über", "bridge": "Brücke",
+    "quickly": "schnell", "and": "und", "cat": "Katze", "sleeps": "schläft", "tree": "Baum",
+    "beautiful": "schön", "door": "Tür", "opens": "öffnet", "very": "sehr", "today": "heute",
+}  # fmt: skip
+
+
+def parallel_sentences(num: int, seed: int, max_words: int = 8) -> tuple[list[str], list[str]]:
+    """`num` (English, German) sentence pairs: random words, and their German words in
+    reverse order (a copy-and-reverse task), each ending with a full stop."""
+    rng = np.random.default_rng(seed)
+    english = list(EN_DE_WORDS)
+    sources, targets = [], []
+    for _ in range(num):
+        words = [english[i] for i in rng.integers(0, len(english), rng.integers(1, max_words + 1))]
+        sources.append(_sentence(words))
+        targets.append(_sentence([EN_DE_WORDS[w] for w in reversed(words)]))
+    return sources, targets
+
+
+def _sentence(words: list[str]) -> str:
+    text = " ".join(words)
+    return text[0].upper() + text[1:] + "."
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_bytes("".join(line + "\n" for line in lines).encode())
+    return path
+
+
+def write_parallel(
+    directory: Path, name: str, num: int, seed: int, max_words: int = 8
+) -> tuple[Path, Path]:
+    """`<directory>/<name>.en` and `.de`, line-aligned; returns (source, target)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    sources, targets = parallel_sentences(num, seed, max_words)
+    return (
+        write_lines(directory / f"{name}.en", sources),
+        write_lines(directory / f"{name}.de", targets),
+    )
