@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from runner.benchmarks import CNN_DIGITS
+from runner.benchmarks import BENCHMARKS, CNN_DIGITS
 from workloads.config import ConfigError, TrainConfig, parse_value, with_overrides
 
 BASE = CNN_DIGITS.config
@@ -73,3 +73,37 @@ def test_strategy_and_optimizer_options_are_validated_with_the_key(changes, key)
 def test_adam_betas_parse_from_the_command_line():
     config = with_overrides(BASE, {"optimizer": "adam", "momentum": "0", "adam_betas": "0.9,0.98"})
     assert config.adam_betas == (0.9, 0.98)
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "changes", "key"),
+    [
+        ("transformer-wmt17", {"target_metric": "top1_accuracy"}, "target_metric"),
+        ("transformer-wmt17", {"target_value": 120.0}, "target_value"),
+        ("lstm-wikitext2", {"target_value": 0.5}, "target_value"),
+        ("transformer-wmt17", {"num_heads": 15}, "num_heads"),
+        ("transformer-wmt17", {"ffn_dim": 0}, "ffn_dim"),
+        ("transformer-wmt17", {"bptt": 35}, "bptt"),
+        ("transformer-wmt17", {"global_batch": 4096}, "global_batch"),
+        ("transformer-wmt17", {"label_smoothing": 1.0}, "label_smoothing"),
+        ("transformer-wmt17", {"warmup_steps": 0}, "warmup_steps"),
+        ("transformer-wmt17", {"warmup_epochs": 1.0}, "lr_schedule"),
+        ("transformer-wmt17", {"memory_format": "channels_last"}, "memory_format"),
+        ("lstm-wikitext2", {"batch_unit": "tokens"}, "batch_unit"),
+        ("lstm-wikitext2", {"beam_size": 4}, "beam_size"),
+        ("gnmt-wmt16", {"lr_decay_start": 1.0}, "lr_decay_start"),
+        ("gnmt-wmt16", {"grad_clip_norm": 0.0}, "grad_clip_norm"),
+        ("cnn-digits", {"hidden_dim": 64}, "hidden_dim"),
+        ("cnn-digits", {"label_smoothing": 0.1}, "label_smoothing"),
+    ],
+)
+def test_sequence_task_options_are_validated_with_the_key(benchmark, changes, key):
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(BENCHMARKS[benchmark].config, **changes)
+    assert err.value.key == key
+
+
+@pytest.mark.parametrize("name", ["lstm-wikitext2", "gnmt-wmt16", "transformer-wmt17"])
+def test_sequence_benchmarks_round_trip_through_json(name):
+    config = BENCHMARKS[name].config
+    assert type(config).from_json(config.to_json()) == config

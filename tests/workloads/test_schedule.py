@@ -66,3 +66,46 @@ def test_inverse_sqrt_refuses_milestones_it_would_ignore():
 def test_table_scaling_needs_a_table():
     with pytest.raises(ConfigError, match="lr_scale_table"):
         dataclasses.replace(LOGREG, lr_scale_table=())
+
+
+TRANSFORMER = BENCHMARKS["transformer-wmt17"].config
+GNMT = BENCHMARKS["gnmt-wmt16"].config
+LSTM = BENCHMARKS["lstm-wikitext2"].config
+
+
+@pytest.mark.parametrize(
+    ("steps_done", "expected"),
+    [
+        (0, 1.976e-3 / 1000),  # update 1 of the 1000 warm-up updates
+        (499, 1.976e-3 * 0.5),  # linear: half-way at update 500
+        (999, 1.976e-3),  # the peak at the end of warm-up
+        (3999, 1.976e-3 * math.sqrt(1000 / 4000)),  # inverse square root after it
+    ],
+)
+def test_transformer_schedule_warms_up_linearly_then_decays_as_inverse_sqrt(steps_done, expected):
+    assert lr_at(TRANSFORMER, 1, 0.0, steps_done) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("epochs_done", "steps_done", "expected"),
+    [
+        (0.0, 0, 2e-3 * 0.01),  # the exponential warm-up starts at 1%
+        (0.0, 100, 2e-3 * 0.1),  # half-way (in the exponent) at 10%
+        (0.1, 200, 2e-3),  # then the peak...
+        (0.399 * 6, 10_000, 2e-3),  # ...until 40% of training
+        (0.4 * 6, 10_000, 2e-3 * 0.5),  # first x0.5 at 40%
+        (0.55 * 6 + 1e-9, 10_000, 2e-3 * 0.25),  # then every (1 - 0.4) / 4 = 15%
+        (0.85 * 6 + 1e-9, 10_000, 2e-3 * 0.5**4),  # the fourth and last
+        (0.999 * 6, 10_000, 2e-3 * 0.5**4),
+    ],
+)
+def test_gnmt_schedule_warms_up_exponentially_then_halves_four_times_from_40_percent(
+    epochs_done, steps_done, expected
+):
+    assert lr_at(GNMT, 1, epochs_done, steps_done) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4, 8])
+def test_lstm_lr_scales_with_the_square_root_of_the_workers_and_stays_constant(workers):
+    assert lr_at(LSTM, workers, 0.0) == pytest.approx(15 * math.sqrt(workers))
+    assert lr_at(LSTM, workers, 700.0) == pytest.approx(15 * math.sqrt(workers))

@@ -31,6 +31,7 @@ from workloads import decoding, models, precision, strategies, textmetrics
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
+from workloads.data.subword import SubwordTokenizer
 from workloads.data.token_batching import batch_units, length_batches, plan_updates
 from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.optim import build_optimizer
@@ -52,7 +53,7 @@ class TranslationTask:
     train_ids: np.ndarray  # the training pairs used (within max_seq_len)
     test: corpus.ParallelSplit
     references: list[str]
-    tokenizer: corpus.SubwordTokenizer
+    tokenizer: SubwordTokenizer
     strategy: Strategy | None
     optimizer: torch.optim.Optimizer | None
     timer: StepTimer
