@@ -3,6 +3,7 @@
 - CIFAR-10: the cifar-10-python.tar.gz layout (python pickles of dicts with 'data' uint8
   [N, 3072] and 'labels'), pickled with protocol 2 as the originals are.
 - epsilon: LIBSVM text ("<+1|-1> 1:v1 2:v2 ..."), plain or bzip2-compressed.
+- WikiText-2: wikitext-2-v1.zip's layout (wikitext-2/wiki.{train,valid,test}.tokens).
 The images and points are learnable (each class has its own pattern) so short training
 runs can show that the loss goes down.
 """
@@ -13,6 +14,7 @@ import bz2
 import io
 import pickle
 import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -87,3 +89,21 @@ def write_libsvm(path: Path, x: np.ndarray, labels: np.ndarray) -> Path:
     text = libsvm_text(x, labels).encode()
     path.write_bytes(bz2.compress(text) if path.suffix == ".bz2" else text)
     return path
+
+
+def zip_bytes(members: dict[str, bytes], directories: tuple[str, ...] = ()) -> bytes:
+    """A zip archive of `members` (name -> content), with entries for `directories` first."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in directories:
+            z.writestr(zipfile.ZipInfo(name.rstrip("/") + "/"), b"")
+        for name, data in members.items():
+            z.writestr(zipfile.ZipInfo(name), data)  # ZipInfo keeps the name as given
+    return out.getvalue()
+
+
+def wikitext2_zip(train: str, valid: str, test: str) -> bytes:
+    """wikitext-2-v1.zip's layout: a top-level wikitext-2/ holding the three token files."""
+    texts = {"train": train, "valid": valid, "test": test}
+    members = {f"wikitext-2/wiki.{split}.tokens": text.encode() for split, text in texts.items()}
+    return zip_bytes(members, directories=("wikitext-2",))
