@@ -296,6 +296,7 @@ def data() -> None:
     Examples:
       runner data fetch cifar10
       runner data fetch epsilon --dir /mnt/data
+      runner data fetch wmt17 --dir /mnt/data
       runner data fetch cifar10 --mirror http://mirror.internal/datasets
     """
 
@@ -314,9 +315,13 @@ def data() -> None:
 @click.option("--force", is_flag=True, help="Download and prepare again even if present.")
 @handle_errors
 def fetch_data(name: str, directory: Path | None, mirror: str | None, force: bool) -> None:
-    """Download data set NAME (cifar10 or epsilon), verify its checksum and prepare it.
+    """Download data set NAME, verify its published checksums and prepare it.
 
-    Verified downloads stay in DIR/downloads, so preparing again never downloads again.
+    NAME is cifar10, epsilon, wikitext2, wmt16 or wmt17. The WMT en-de sets are large: wmt16
+    downloads about 1.65 GB and wmt17 about 1.74 GB (1.58 GB of it, Europarl v7 and Common
+    Crawl, the same files), then extracts the English and German text to DIR/NAME/raw and
+    tokenizes it into DIR/NAME/cache. Verified downloads stay in DIR/downloads, so preparing
+    again never downloads again.
     """
     from runner import datasets
     from workloads.data import default_data_dir

@@ -2,15 +2,20 @@
 
 Preparing means what the workloads read: CIFAR-10's archive unpacked to
 `<dir>/cifar-10-batches-py/`, epsilon's LIBSVM files converted to the memory-mapped cache in
-`<dir>/epsilon/cache/`. The conversion parses 10^9 numbers once, on one core: about 0.7 ms
-per 2,000-feature line here (number parsing is the cost), so roughly 6 minutes for the
-500,000 lines plus the bzip2 decompression; training then maps the result. Verified downloads
-are kept in `<dir>/downloads/` so that preparing again never downloads again; delete them to
-reclaim the space. Every step is atomic (a `.part` file or a temporary directory renamed
-into place), so an interrupted fetch leaves nothing that looks complete.
+`<dir>/epsilon/cache/`, WikiText-2's zip unpacked to `<dir>/wikitext-2/`, the WMT en-de
+corpora extracted and tokenized into `<dir>/wmt16/` and `<dir>/wmt17/` (runner/wmt.py). The
+epsilon conversion parses 10^9 numbers once, on one core: about 0.7 ms per 2,000-feature line
+here (number parsing is the cost), so roughly 6 minutes for the 500,000 lines plus the bzip2
+decompression; training then maps the result. The WMT archives are large: wmt16 downloads
+about 1.65 GB and wmt17 about 1.74 GB, 1.58 GB of it (Europarl v7, Common Crawl) the same files.
+
+Verified downloads are kept in `<dir>/downloads/` so that preparing again never downloads
+again; delete them to reclaim the space. Every step is atomic (a `.part` file or a temporary
+directory renamed into place), so an interrupted fetch leaves nothing that looks complete.
 
 Standard library only, plus numpy for the epsilon conversion, and no torch: the command runs
 on machines and in images where training never happens. It does not train or load tensors.
+(Tokenizing WMT is workloads/data/translation.py's job, imported only for those data sets.)
 """
 
 from __future__ import annotations
@@ -23,18 +28,24 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from runner import wmt
 from runner.errors import RunnerError
 from workloads.data import (
     CIFAR10_FILES,
     CIFAR10_SUBDIR,
     EPSILON_NUM_FEATURES,
+    WIKITEXT2_FILES,
+    WIKITEXT2_SUBDIR,
+    WMT_SUBDIRS,
     DataError,
     epsilon_cache_dir,
+    translation_cache_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -62,6 +73,32 @@ class DataSource:
     checksum_origin: str  # where the published checksums come from, for the record
     expected_rows: dict[str, int] = field(default_factory=dict)  # LIBSVM splits only
 
+
+# The WMT en-de archives (runner/wmt.py says which members of each it reads); sizes as
+# tensorflow/datasets records them.
+_EUROPARL_V7 = RemoteFile(  # 657,632,379 bytes
+    "http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz",
+    "sha256",
+    "0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7",
+)
+_COMMONCRAWL = RemoteFile(  # 918,311,367 bytes
+    "http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
+    "sha256",
+    "c7a74e2ea01ac6c920123108627e35278d4ccb5701e15428ffa34de86fa3a9e5",
+)
+_NEWS_COMMENTARY_V11 = RemoteFile(  # 75,178,032 bytes
+    "http://data.statmt.org/wmt16/translation-task/training-parallel-nc-v11.tgz",
+    "sha256",
+    "cfe8ab047e05043476e498ee765c98e939c7b7d6d294e856344c84476b619d6a",
+)
+_NEWS_COMMENTARY_V12 = RemoteFile(  # 168,591,139 bytes
+    "http://data.statmt.org/wmt17/translation-task/training-parallel-nc-v12.tgz",
+    "sha256",
+    "2b45f30ef1d550d302fd17dd3a5cbe19134ccc4c2cf50c2dae534aee600101a2",
+)
+_NEWSTEST2014 = RemoteFile(
+    "http://statmt.org/wmt14/test-full.tgz", "md5", "a8cd784e006feb32ac6f3d9ec7eb389a"
+)
 
 DATASETS: dict[str, DataSource] = {
     "cifar10": DataSource(
@@ -94,6 +131,36 @@ DATASETS: dict[str, DataSource] = {
         checksum_origin="SHA-256 pinned by scikit-learn_bench and IBM's dataset loaders",
         expected_rows={"train": 400_000, "test": 100_000},
     ),
+    "wikitext2": DataSource(
+        name="wikitext2",
+        files=(
+            RemoteFile(
+                "https://wikitext.smerity.com/wikitext-2-v1.zip",
+                "md5",
+                "542ccefacc6c27f945fb54453812b3cd",
+            ),
+        ),
+        # The archive was published at s3.amazonaws.com/research.metamind.io/wikitext/, which
+        # has answered 403 Forbidden since early 2024 (pytorch/text#2247, #2255); its author,
+        # Stephen Merity, serves the same file name on his own site. The MD5 is the original's,
+        # so a copy that differs fails verification.
+        checksum_origin="the MD5 pinned by pytorch/text (torchtext/datasets/wikitext2.py) for "
+        "wikitext-2-v1.zip as published on research.metamind.io",
+    ),
+    "wmt16": DataSource(
+        name="wmt16",
+        files=(_EUROPARL_V7, _COMMONCRAWL, _NEWS_COMMENTARY_V11, _NEWSTEST2014),
+        checksum_origin="SHA-256 of the training archives pinned by tensorflow/datasets "
+        "(url_checksums/wmt16_translate.txt); MD5 of test-full.tgz pinned by mjpost/sacrebleu "
+        "(its wmt14/full test set)",
+    ),
+    "wmt17": DataSource(
+        name="wmt17",
+        files=(_NEWS_COMMENTARY_V12, _COMMONCRAWL, _EUROPARL_V7, _NEWSTEST2014),
+        checksum_origin="SHA-256 of the training archives pinned by tensorflow/datasets "
+        "(url_checksums/wmt17_translate.txt); MD5 of test-full.tgz pinned by mjpost/sacrebleu "
+        "(its wmt14/full test set)",
+    ),
 }
 
 
@@ -108,13 +175,23 @@ def source(name: str) -> DataSource:
 
 def prepared_path(name: str, root: Path) -> Path:
     """What the workloads read for data set `name` under `root`."""
-    return root / CIFAR10_SUBDIR if name == "cifar10" else epsilon_cache_dir(root)
+    if name == "cifar10":
+        return root / CIFAR10_SUBDIR
+    if name == "wikitext2":
+        return root / WIKITEXT2_SUBDIR
+    if name in WMT_SUBDIRS:
+        return translation_cache_dir(root, name)
+    return epsilon_cache_dir(root)
 
 
 def is_prepared(name: str, root: Path) -> bool:
     path = prepared_path(name, root)
     if name == "cifar10":
         return all((path / f).is_file() for f in CIFAR10_FILES)
+    if name == "wikitext2":
+        return all((path / f).is_file() for f in WIKITEXT2_FILES)
+    if name in WMT_SUBDIRS:
+        return wmt.is_prepared(name, root)
     return (path / "meta.json").is_file()
 
 
@@ -134,7 +211,11 @@ def fetch(
     downloads = root / "downloads"
     paths = [download(f, downloads, mirror, force, progress) for f in src.files]
     if name == "cifar10":
-        return unpack_cifar10(paths[0], root)
+        return unpack(paths[0], root, CIFAR10_SUBDIR, CIFAR10_FILES)
+    if name == "wikitext2":
+        return unpack(paths[0], root, WIKITEXT2_SUBDIR, WIKITEXT2_FILES)
+    if name in WMT_SUBDIRS:
+        return wmt.prepare(name, {p.name: p for p in paths}, root, force, progress)
     return convert_epsilon(src, paths, root, progress)
 
 
@@ -195,24 +276,45 @@ def file_digest(path: Path, algorithm: str) -> str:
     return hasher.hexdigest()
 
 
-def unpack_cifar10(archive: Path, root: Path) -> Path:
-    """Unpack the archive next to its final place, check it, then rename it into place."""
-    dest = root / CIFAR10_SUBDIR
-    tmp = Path(tempfile.mkdtemp(prefix=".cifar10-", dir=root))
+def unpack(archive: Path, root: Path, subdir: str, required: tuple[str, ...]) -> Path:
+    """Unpack the .tar.gz or .zip `archive` next to its final place, check that its top-level
+    directory `subdir` has the `required` files, then rename that directory into place."""
+    dest = root / subdir
+    tmp = Path(tempfile.mkdtemp(prefix=f".{subdir}-", dir=root))
     try:
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(tmp, filter="data")  # refuses absolute paths, links out, devices
-        missing = [f for f in CIFAR10_FILES if not (tmp / CIFAR10_SUBDIR / f).is_file()]
+        if archive.suffix == ".zip":
+            extract_zip(archive, tmp)
+        else:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(tmp, filter="data")  # refuses absolute paths, links out, devices
+        missing = [f for f in required if not (tmp / subdir / f).is_file()]
         if missing:
-            raise RunnerError(f"{archive}: has no {CIFAR10_SUBDIR}/{missing[0]}; not CIFAR-10")
+            raise RunnerError(
+                f"{archive}: has no {subdir}/{missing[0]}; not the published archive. "
+                "Delete it and fetch again"
+            )
         if dest.exists():
             shutil.rmtree(dest)
-        os.replace(tmp / CIFAR10_SUBDIR, dest)
-    except (tarfile.TarError, EOFError, OSError) as err:
+        os.replace(tmp / subdir, dest)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as err:
         raise RunnerError(f"{archive}: cannot unpack ({err}); delete it and fetch again") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def extract_zip(archive: Path, dest: Path) -> None:
+    """Extract into `dest`, refusing the whole archive if any member would land outside it
+    (an absolute path, a drive, or a `..`): zipfile alone would silently rewrite such names."""
+    with zipfile.ZipFile(archive) as z:
+        for name in z.namelist():
+            path = PurePosixPath(name.replace("\\", "/"))
+            if path.is_absolute() or ".." in path.parts or ":" in next(iter(path.parts), ""):
+                raise RunnerError(
+                    f"{archive}: member {name!r} would unpack outside {dest}; refusing the "
+                    "archive. Delete it and fetch again"
+                )
+        z.extractall(dest)
 
 
 def convert_epsilon(

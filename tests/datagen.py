@@ -4,6 +4,8 @@
   [N, 3072] and 'labels'), pickled with protocol 2 as the originals are.
 - epsilon: LIBSVM text ("<+1|-1> 1:v1 2:v2 ..."), plain or bzip2-compressed.
 - parallel text (WMT-like): line-aligned UTF-8 files `<name>.en` / `<name>.de`.
+- WikiText-2: wikitext-2-v1.zip's layout (wikitext-2/wiki.{train,valid,test}.tokens).
+- WMT: .tgz archives of named members, and test sets in WMT's SGML (one <seg> a line).
 The images and points are learnable (each class has its own pattern), and the translations
 follow a fixed rule (word for word, reversed), so short training runs can show that the loss
 goes down.
@@ -15,6 +17,7 @@ import bz2
 import io
 import pickle
 import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +136,46 @@ def write_parallel(
         write_lines(directory / f"{name}.en", sources),
         write_lines(directory / f"{name}.de", targets),
     )
+
+
+def zip_bytes(members: dict[str, bytes], directories: tuple[str, ...] = ()) -> bytes:
+    """A zip archive of `members` (name -> content), with entries for `directories` first."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in directories:
+            z.writestr(zipfile.ZipInfo(name.rstrip("/") + "/"), b"")
+        for name, data in members.items():
+            z.writestr(zipfile.ZipInfo(name), data)  # ZipInfo keeps the name as given
+    return out.getvalue()
+
+
+def wikitext2_zip(train: str, valid: str, test: str) -> bytes:
+    """wikitext-2-v1.zip's layout: a top-level wikitext-2/ holding the three token files."""
+    texts = {"train": train, "valid": valid, "test": test}
+    members = {f"wikitext-2/wiki.{split}.tokens": text.encode() for split, text in texts.items()}
+    return zip_bytes(members, directories=("wikitext-2",))
+
+
+def tgz_bytes(members: dict[str, bytes]) -> bytes:
+    """A gzip-compressed tar of `members` (name -> content), in the order given."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def wmt_sgml(segments: list[str], lang: str, ref: bool, setid: str = "newstest2014") -> bytes:
+    """A WMT test set file as published up to 2020: SGML-like, one <seg> a line, grouped in
+    <doc>s; `segments` are written as given (escape them to test unescaping)."""
+    root = "refset" if ref else "srcset"
+    trglang = f' trglang="{lang}"' if ref else ""
+    lines = [f'<{root} setid="{setid}" srclang="any"{trglang}>']
+    for start in range(0, len(segments), 2):  # two segments a document
+        lines += [f'<doc sysid="ref" docid="doc{start}" genre="news" origlang="en">', "<p>"]
+        lines += [f'<seg id="{i + 1}">{seg}</seg>' for i, seg in enumerate(segments[start:][:2])]
+        lines += ["</p>", "</doc>"]
+    lines.append(f"</{root}>")
+    return ("\n".join(lines) + "\n").encode()

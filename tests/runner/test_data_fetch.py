@@ -1,16 +1,13 @@
-"""`runner data fetch` against a local HTTP server serving generated files."""
+"""`runner data fetch` against a local HTTP server serving generated files (the `server`
+fixture, tests/runner/conftest.py)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import subprocess
 import sys
-import threading
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
 from runner import datasets
@@ -19,25 +16,6 @@ from runner.datasets import DataSource, RemoteFile
 from tests.datagen import cifar_archive, epsilon_points, write_libsvm
 from workloads.data import epsilon_cache_dir
 from workloads.data.libsvm import open_split
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        return None  # keep the test output to what the tests print
-
-
-@pytest.fixture
-def server(tmp_path):
-    """(directory served, base URL): a real HTTP server on 127.0.0.1."""
-    served = tmp_path / "served"
-    served.mkdir()
-    handler = functools.partial(_QuietHandler, directory=str(served))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def _publish(monkeypatch, name: str, files: dict[str, bytes], algorithm="md5", **extra) -> None:

@@ -31,11 +31,24 @@ CIFAR10_SUBDIR = "cifar-10-batches-py"  # the published archive's own top-level 
 CIFAR10_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 EPSILON_SUBDIR = "epsilon"
 EPSILON_NUM_FEATURES = 2000
+WIKITEXT2_SUBDIR = "wikitext-2"  # the published archive's own top-level directory
+WIKITEXT2_FILES = ("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens")
+# The WMT en-de data sets: raw text in <subdir>/raw, the tokenized cache in <subdir>/cache.
+WMT_SUBDIRS = {"wmt16": "wmt16", "wmt17": "wmt17"}
 
 
 def epsilon_cache_dir(root: Path) -> Path:
     """Where epsilon's converted, memory-mappable cache lives (workloads/data/libsvm.py)."""
     return root / EPSILON_SUBDIR / "cache"
+
+
+def translation_cache_dir(root: Path, name: str) -> Path:
+    """Where WMT data set `name`'s tokenized cache lives (workloads/data/translation.py)."""
+    if name not in WMT_SUBDIRS:
+        raise ValueError(
+            f"no translation data set {name!r}; choose one of: {', '.join(WMT_SUBDIRS)}"
+        )
+    return root / WMT_SUBDIRS[name] / "cache"
 
 
 def default_data_dir() -> Path:
