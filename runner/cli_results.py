@@ -1,8 +1,9 @@
 """The `runner` commands that turn runs into answers: sweep, report, check, cost, teardown.
 
 A thin shell like runner.cli (which registers these commands on its group): options are
-checked here, the work is done by runner.sweep, runner.report, runner.cost and runner.teardown,
-and only this module writes to the terminal. matplotlib is imported by `report` alone.
+checked here, the work is done by runner.sweep, runner.report, runner.api (check),
+runner.cost and runner.teardown, and only this module writes to the terminal. matplotlib is
+imported by `report` alone.
 """
 
 from __future__ import annotations
