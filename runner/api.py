@@ -13,13 +13,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner import rundir
 from runner.backends.base import Backend, JobState, JobStatus
 from runner.errors import RunnerError
 from runner.spec import JobSpec
 from workloads.mllog import parse_line
+
+if TYPE_CHECKING:
+    from workloads.compliance import CheckResult
 
 log = logging.getLogger(__name__)
 WAIT_POLL_S = 0.25
@@ -80,6 +83,22 @@ def submit(spec: JobSpec, backend: Backend, results_root: Path, backend_name: st
 def open_run(results_root: Path, run_id: str) -> Run:
     run_dir = rundir.find(results_root, run_id)
     return Run(run_dir, rundir.read_record(run_dir))
+
+
+def check(results_root: Path, run: Run) -> CheckResult:
+    """The MLPerf compliance check of a run's event log (workloads.compliance)."""
+    from workloads import compliance
+
+    events = run.run_dir / rundir.EVENTS
+    if not events.is_file():
+        raise RunnerError(
+            f"{run.run_id} has no {rundir.EVENTS}; bring its results home first: "
+            f"runner fetch {run.run_id}"
+        )
+    try:
+        return compliance.check_log(events, run.record.spec.benchmark)
+    except (compliance.CheckerUnavailable, compliance.UnknownBenchmark) as err:
+        raise RunnerError(str(err)) from None
 
 
 def status(results_root: Path, run: Run) -> JobStatus:

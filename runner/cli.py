@@ -69,6 +69,7 @@ def main(ctx: click.Context, results_dir: Path) -> None:
       runner data fetch cifar10
       runner sweep cnn-digits --workers 1,2 --runs 3 --local
       runner report STUDY
+      runner check RUN
       runner teardown --stack gke-gpu-8
     """
     ctx.obj = results_dir
@@ -372,7 +373,7 @@ def _quote(arg: str) -> str:
 
 # sweep, report, cost and teardown live in runner.cli_results, which imports this module's
 # helpers; registered last, once those exist.
-from runner.cli_results import cost, report, sweep, teardown  # noqa: E402
+from runner.cli_results import check, cost, report, sweep, teardown  # noqa: E402
 
-for _command in (sweep, report, cost, teardown):
+for _command in (sweep, report, check, cost, teardown):
     main.add_command(_command)

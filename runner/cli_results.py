@@ -1,8 +1,9 @@
-"""The `runner` commands that turn runs into answers: sweep, report, cost, teardown.
+"""The `runner` commands that turn runs into answers: sweep, report, check, cost, teardown.
 
 A thin shell like runner.cli (which registers these commands on its group): options are
-checked here, the work is done by runner.sweep, runner.report, runner.cost and runner.teardown,
-and only this module writes to the terminal. matplotlib is imported by `report` alone.
+checked here, the work is done by runner.sweep, runner.report, runner.api (check),
+runner.cost and runner.teardown, and only this module writes to the terminal. matplotlib is
+imported by `report` alone.
 """
 
 from __future__ import annotations
@@ -166,6 +167,34 @@ def report(
     export.write_text(text, encoding="utf-8")
     console.print("figures: " + ", ".join(str(p) for p in paths if p.suffix == ".png"))
     console.print(f"report: {export}")
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.pass_obj
+@handle_errors
+def check(results_dir: Path, run_id: str) -> None:
+    """Check RUN's event log against the MLPerf compliance rules of its benchmark.
+
+    \b
+    Examples:
+      runner check RUN
+      runner --results-dir /mnt/results check RUN
+    Runs MLCommons' compliance checker (pip install mlperf-logging) with stackbench's rules
+    (workloads/compliance/): a closed-division run against its benchmark's rules and the
+    common ones, an open-division run against the common ones. Exits 1 if a rule fails.
+    """
+    from runner import api
+
+    run = api.open_run(results_dir, run_id)
+    result = api.check(results_dir, run)
+    click.echo(f"rules: {result.ruleset}")
+    for message in result.messages:  # plain text: they quote Python and JSON
+        click.echo(message.strip() + "\n" + "-" * 30)
+    if not result.ok:
+        errors.print(f"[red]not compliant[/red]: {run.run_id} ({len(result.messages)} failed)")
+        sys.exit(1)
+    console.print(f"[green]compliant[/green]: {run.run_id}")
 
 
 @click.command()

@@ -26,8 +26,28 @@ EVAL_START, EVAL_STOP, EVAL_ACCURACY = "eval_start", "eval_stop", "eval_accuracy
 EVAL_LOSS = "eval_loss"  # mean test loss, next to eval_accuracy
 EVAL_DETAILS = "stackbench_eval_details"  # what else an evaluation reports (BLEU's signature)
 SUBMISSION_BENCHMARK, SEED = "submission_benchmark", "seed"
+SUBMISSION_DIVISION = "submission_division"  # "closed" or "open"
 GLOBAL_BATCH_SIZE, OPT_BASE_LR = "global_batch_size", "opt_base_learning_rate"
 TRAIN_SAMPLES, EVAL_SAMPLES = "train_samples", "eval_samples"
+# Hyperparameters (mlperf_logging.mllog.constants; workloads/mlperf_keys.py maps a config).
+GRADIENT_ACCUMULATION_STEPS = "gradient_accumulation_steps"
+MAX_SEQUENCE_LENGTH = "max_sequence_length"
+OPT_NAME, OPT_WEIGHT_DECAY = "opt_name", "opt_weight_decay"
+OPT_ADAM_BETA_1, OPT_ADAM_BETA_2 = "opt_adam_beta_1", "opt_adam_beta_2"
+OPT_ADAM_EPSILON = "opt_adam_epsilon"
+OPT_GRADIENT_CLIP_NORM = "opt_gradient_clip_norm"
+OPT_LR_DECAY_SCHEDULE = "opt_learning_rate_decay_schedule"
+OPT_LR_WARMUP_STEPS = "opt_learning_rate_warmup_steps"
+OPT_LR_WARMUP_EPOCHS = "opt_learning_rate_warmup_epochs"
+OPT_LR_DECAY_BOUNDARY_EPOCHS = "opt_learning_rate_decay_boundary_epochs"
+OPT_LR_DECAY_FACTOR = "opt_learning_rate_decay_factor"
+OPT_LR_DECAY_STEPS = "opt_learning_rate_decay_steps"  # GNMT's meaning: the number of decays
+OPT_LR_ALT_DECAY_FUNC = "opt_learning_rate_alt_decay_func"
+OPT_LR_ALT_WARMUP_FUNC = "opt_learning_rate_alt_warmup_func"
+# stackbench: translation settings that MLPerf's closed division fixes but has no key for.
+LABEL_SMOOTHING = "stackbench_label_smoothing"
+BEAM_SIZE = "stackbench_beam_size"
+LENGTH_PENALTY = "stackbench_length_penalty"  # value: alpha; metadata form: "gnmt" or "power"
 TRAIN_LOSS = "train_loss"
 EPOCH_PHASES = "epoch_phase_times"  # stackbench: seconds per step phase over one epoch
 # The phases of a training step, in order; they add up to the step time (workloads/timing.py).

@@ -1,0 +1,70 @@
+import dataclasses
+
+import pytest
+
+from runner.benchmarks import BENCHMARKS, Benchmark
+from tests.workloads.translation_configs import GNMT, TRANSFORMER
+from workloads import mllog
+from workloads.mlperf_keys import decay_boundary_epochs, hyperparameters, metadata
+
+
+def test_transformer_keys_are_the_mlperf_reference_settings():
+    params = hyperparameters(TRANSFORMER, world_size=4)
+    assert params == {
+        mllog.GLOBAL_BATCH_SIZE: 2**17,  # tokens
+        mllog.GRADIENT_ACCUMULATION_STEPS: 8,  # 2**17 / (4096 tokens x 4 workers)
+        mllog.OPT_NAME: "adam",
+        mllog.OPT_BASE_LR: 1.976e-3,
+        mllog.OPT_WEIGHT_DECAY: 0.0,
+        mllog.OPT_LR_DECAY_SCHEDULE: "warmup-inverse-sqrt",
+        mllog.OPT_ADAM_BETA_1: 0.9,
+        mllog.OPT_ADAM_BETA_2: 0.98,
+        mllog.OPT_ADAM_EPSILON: 1e-9,
+        mllog.OPT_LR_WARMUP_STEPS: 1000,
+        mllog.LABEL_SMOOTHING: 0.1,
+        mllog.BEAM_SIZE: 4,
+        mllog.LENGTH_PENALTY: 0.6,
+        mllog.MAX_SEQUENCE_LENGTH: 256,
+    }
+    assert metadata(TRANSFORMER) == {
+        mllog.GLOBAL_BATCH_SIZE: {"unit": "tokens"},
+        mllog.MAX_SEQUENCE_LENGTH: {"method": "discard"},
+        mllog.LENGTH_PENALTY: {"form": "power"},
+    }
+
+
+def test_gnmt_keys_give_the_step_decay_boundaries_in_epochs():
+    params = hyperparameters(GNMT, world_size=2)
+    assert params[mllog.GRADIENT_ACCUMULATION_STEPS] == 8  # 2048 / (128 x 2)
+    assert params[mllog.OPT_GRADIENT_CLIP_NORM] == 5.0
+    assert params[mllog.OPT_LR_ALT_WARMUP_FUNC] is params[mllog.OPT_LR_ALT_DECAY_FUNC] is True
+    assert (params[mllog.OPT_LR_DECAY_FACTOR], params[mllog.OPT_LR_DECAY_STEPS]) == (0.5, 4)
+    # 8 epochs, first decay at 40%, then every (1 - 0.4) / 4 of training.
+    assert params[mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS] == [3.2, 4.4, 5.6, 6.8]
+    assert mllog.OPT_ADAM_EPSILON in params and mllog.OPT_LR_WARMUP_EPOCHS not in params
+
+
+def test_decay_boundaries_match_where_the_schedule_decays():
+    from workloads.schedule import warmup_step_decay_lr
+
+    for epoch in decay_boundary_epochs(GNMT):  # up to float rounding in the schedule
+        before = warmup_step_decay_lr(GNMT, 1.0, epoch - 1e-6, steps_done=10**6)
+        after = warmup_step_decay_lr(GNMT, 1.0, epoch + 1e-6, steps_done=10**6)
+        assert after == pytest.approx(before * GNMT.lr_gamma)
+
+
+def test_accumulation_reaches_the_global_batch_when_workers_do_not_divide_it():
+    config = dataclasses.replace(GNMT, batch_size=96)
+    assert hyperparameters(config, world_size=3)[mllog.GRADIENT_ACCUMULATION_STEPS] == 8
+    assert hyperparameters(config, world_size=64)[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
+
+
+@pytest.mark.parametrize("name", [n for n, b in BENCHMARKS.items() if isinstance(b, Benchmark)])
+def test_every_training_benchmark_maps_to_json_values(name):
+    import json
+
+    config = BENCHMARKS[name].config
+    params = hyperparameters(config, world_size=4)
+    assert json.loads(json.dumps(params)) == params
+    assert params[mllog.GLOBAL_BATCH_SIZE] == config.batch_size * 4
+    assert params[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
