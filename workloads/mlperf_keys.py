@@ -64,7 +64,10 @@ def global_batch_size(config: TrainConfig, world_size: int) -> int:
 
 
 def gradient_accumulation_steps(config: TrainConfig, world_size: int) -> int:
-    """Micro-batches per worker per update: enough to reach global_batch (1 without one)."""
+    """Micro-batches per worker per update: enough to reach global_batch (1 without one).
+    With token budgets this is the fewest: a batch holds fewer real tokens than its padded
+    budget, and an update accumulates until its real tokens reach global_batch
+    (workloads/data/token_batching.plan_updates), so it may take a round or more beyond."""
     if config.global_batch is None:
         return 1
     return max(1, math.ceil(config.global_batch / (config.batch_size * world_size)))
