@@ -12,7 +12,8 @@ from workloads.models.awd_lstm import (
     embedding_dropout,
     locked_dropout,
 )
-from workloads.models.seq2seq import BOS_ID, make_tgt_in
+from workloads.models.seq2seq import BOS_ID, PAD_ID, Seq2Seq, make_tgt_in
+from workloads.models.transformer import Transformer, sinusoidal_positions
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +33,21 @@ def num_params(model: nn.Module) -> int:
 def meta_params(cls, *args, **kwargs) -> int:
     with torch.device("meta"):
         return num_params(cls(*args, **kwargs))
+
+
+def padded_batch(lengths: list[int], vocab: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Right-padded source (B, S) of real tokens (ids >= 4), its lengths, and a target."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (len(lengths), max(lengths)), generator=g)
+    for row, n in enumerate(lengths):
+        src[row, n:] = PAD_ID
+    target = torch.randint(4, vocab, (len(lengths), 5), generator=g)
+    return src, torch.tensor(lengths), make_tgt_in(target)
+
+
+def tiny_transformer(dropout: float = 0.0) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(37, d_model=16, ffn_dim=32, num_heads=4, num_layers=2, dropout=dropout)
 
 
 # --- AWD-LSTM ---------------------------------------------------------------------------
@@ -145,3 +161,115 @@ def test_detach_hidden_cuts_the_graph_and_keeps_the_values():
 def test_make_tgt_in_shifts_the_target_right_behind_bos():
     target = torch.tensor([[5, 6, 3], [7, 3, 0]])
     assert make_tgt_in(target).tolist() == [[BOS_ID, 5, 6], [BOS_ID, 7, 3]]
+
+
+@pytest.mark.parametrize("build", [tiny_transformer])
+def test_models_implement_the_seq2seq_protocol_and_learn(build):
+    model = build(dropout=0.1)
+    assert isinstance(model, Seq2Seq)
+    src, lengths, tgt_in = padded_batch([6, 3, 5], 37)
+    target = torch.cat((tgt_in[:, 1:], tgt_in[:, :1]), dim=1)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(15):
+        logits = model(src, lengths, tgt_in)
+        assert logits.shape == (3, 5, 37)
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten())
+        opt.zero_grad()
+        loss.backward()
+        assert all(p.grad is not None for p in model.parameters())
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+
+
+@pytest.mark.parametrize("build", [tiny_transformer])
+def test_incremental_decoding_gives_the_teacher_forced_log_probabilities(build):
+    model = build(dropout=0.3).eval()
+    src, lengths, tgt_in = padded_batch([6, 2, 4], 37)
+    expected = F.log_softmax(model(src, lengths, tgt_in), dim=-1)
+    encoded = model.encode(src, lengths)
+    state = model.init_state(encoded)
+    steps = []
+    for t in range(tgt_in.size(1)):
+        log_probs, state = model.decode_step(tgt_in[:, t], encoded, state)
+        steps.append(log_probs)
+    assert torch.allclose(torch.stack(steps, dim=1), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("build", [tiny_transformer])
+def test_reorder_selects_and_repeats_rows_of_the_decoder_state(build):
+    model = build().eval()
+    src, lengths, tgt_in = padded_batch([6, 2, 4], 37)
+    encoded = model.encode(src, lengths)
+    state = model.init_state(encoded)
+    _, state = model.decode_step(tgt_in[:, 0], encoded, state)
+    index = torch.tensor([2, 2, 0])
+    encoded2, state2 = model.reorder(encoded, state, index)
+    picked, _ = model.decode_step(tgt_in[index, 1], encoded2, state2)
+    full, _ = model.decode_step(tgt_in[:, 1], encoded, state)
+    assert torch.allclose(picked, full[index], atol=1e-6)
+
+
+@pytest.mark.parametrize("build", [tiny_transformer])
+def test_a_sentence_gets_the_same_logits_alone_and_in_a_padded_batch(build):
+    model = build().eval()
+    src, lengths, tgt_in = padded_batch([7, 3, 5], 37)
+    batched = model(src, lengths, tgt_in)
+    for row, n in enumerate(lengths.tolist()):
+        alone = model(src[row : row + 1, :n], lengths[row : row + 1], tgt_in[row : row + 1])
+        assert torch.allclose(alone[0], batched[row], atol=1e-5)
+
+
+@pytest.mark.parametrize("build", [tiny_transformer])
+def test_a_decoder_position_does_not_see_later_targets(build):
+    model = build().eval()
+    src, lengths, tgt_in = padded_batch([4, 4], 37)
+    changed = tgt_in.clone()
+    changed[:, 3:] = 9
+    a, b = model(src, lengths, tgt_in), model(src, lengths, changed)
+    assert torch.allclose(a[:, :3], b[:, :3], atol=1e-6)
+    assert not torch.allclose(a[:, 3:], b[:, 3:])
+
+
+# --- Transformer ----------------------------------------------------------------------------
+
+
+# MLPerf's WMT17 en-de vocabulary has 33,708 subwords. One shared embedding (V*1024); per
+# encoder layer attention 4*(1024^2+1024) + FFN 2*1024*4096+4096+1024 + 2 LayerNorms; per
+# decoder layer one more attention and LayerNorm.
+def test_transformer_big_has_the_reference_parameter_count():
+    assert meta_params(Transformer, 33_708) == 210_874_368
+
+
+def test_transformer_shares_one_embedding_matrix_and_has_no_output_bias():
+    # One more word adds exactly one d_model row: no separate decoder or output matrix.
+    assert meta_params(Transformer, 101) - meta_params(Transformer, 100) == 1024
+    model = tiny_transformer()
+    x = torch.randn(2, 3, 16)
+    assert torch.allclose(model.logits(x), x @ model.embedding.weight.T)
+
+
+def test_transformer_layers_are_post_norm():
+    model = tiny_transformer()
+    outputs = []
+    model.encoder[0].register_forward_hook(lambda m, i, o: outputs.append(o))
+    src, lengths, tgt_in = padded_batch([5], 37)
+    model(src, lengths, tgt_in)
+    # A post-norm layer ends in LayerNorm (unit gain, zero bias at init): every position of
+    # its output has mean 0 and variance 1. A pre-norm layer ends in a residual sum.
+    out = outputs[0]
+    assert torch.allclose(out.mean(-1), torch.zeros(1, 5), atol=1e-5)
+    assert torch.allclose(out.var(-1, unbiased=False), torch.ones(1, 5), atol=1e-3)
+
+
+def test_transformer_input_is_scaled_embedding_plus_sinusoids():
+    model = tiny_transformer()
+    tokens = torch.tensor([[5, 6, 7]])
+    expected = 4.0 * model.embedding.weight[tokens] + sinusoidal_positions(3, 16)
+    assert torch.allclose(model.embed(tokens), expected)  # sqrt(16) = 4, no dropout
+    table = sinusoidal_positions(50, 16)
+    assert torch.equal(table[0], torch.cat((torch.zeros(8), torch.ones(8))))
+    assert table[7, 2].item() == pytest.approx(torch.sin(torch.tensor(7 * 1e4 ** (-2 / 7))).item())
+    with pytest.raises(ValueError, match="max_positions"):
+        Transformer(37, 16, 32, 4, 1, max_positions=4).embed(torch.ones(1, 5, dtype=torch.long))
