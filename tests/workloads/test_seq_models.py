@@ -12,6 +12,7 @@ from workloads.models.awd_lstm import (
     embedding_dropout,
     locked_dropout,
 )
+from workloads.models.gnmt import GNMT
 from workloads.models.seq2seq import BOS_ID, PAD_ID, Seq2Seq, make_tgt_in
 from workloads.models.transformer import Transformer, sinusoidal_positions
 
@@ -48,6 +49,11 @@ def padded_batch(lengths: list[int], vocab: int, seed: int = 0) -> tuple[torch.T
 def tiny_transformer(dropout: float = 0.0) -> Transformer:
     torch.manual_seed(0)
     return Transformer(37, d_model=16, ffn_dim=32, num_heads=4, num_layers=2, dropout=dropout)
+
+
+def tiny_gnmt(dropout: float = 0.0) -> GNMT:
+    torch.manual_seed(0)
+    return GNMT(37, hidden_dim=12, num_layers=4, dropout=dropout)
 
 
 # --- AWD-LSTM ---------------------------------------------------------------------------
@@ -163,7 +169,7 @@ def test_make_tgt_in_shifts_the_target_right_behind_bos():
     assert make_tgt_in(target).tolist() == [[BOS_ID, 5, 6], [BOS_ID, 7, 3]]
 
 
-@pytest.mark.parametrize("build", [tiny_transformer])
+@pytest.mark.parametrize("build", [tiny_transformer, tiny_gnmt])
 def test_models_implement_the_seq2seq_protocol_and_learn(build):
     model = build(dropout=0.1)
     assert isinstance(model, Seq2Seq)
@@ -183,7 +189,7 @@ def test_models_implement_the_seq2seq_protocol_and_learn(build):
     assert losses[-1] < 0.7 * losses[0]
 
 
-@pytest.mark.parametrize("build", [tiny_transformer])
+@pytest.mark.parametrize("build", [tiny_transformer, tiny_gnmt])
 def test_incremental_decoding_gives_the_teacher_forced_log_probabilities(build):
     model = build(dropout=0.3).eval()
     src, lengths, tgt_in = padded_batch([6, 2, 4], 37)
@@ -197,7 +203,7 @@ def test_incremental_decoding_gives_the_teacher_forced_log_probabilities(build):
     assert torch.allclose(torch.stack(steps, dim=1), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("build", [tiny_transformer])
+@pytest.mark.parametrize("build", [tiny_transformer, tiny_gnmt])
 def test_reorder_selects_and_repeats_rows_of_the_decoder_state(build):
     model = build().eval()
     src, lengths, tgt_in = padded_batch([6, 2, 4], 37)
@@ -211,7 +217,7 @@ def test_reorder_selects_and_repeats_rows_of_the_decoder_state(build):
     assert torch.allclose(picked, full[index], atol=1e-6)
 
 
-@pytest.mark.parametrize("build", [tiny_transformer])
+@pytest.mark.parametrize("build", [tiny_transformer, tiny_gnmt])
 def test_a_sentence_gets_the_same_logits_alone_and_in_a_padded_batch(build):
     model = build().eval()
     src, lengths, tgt_in = padded_batch([7, 3, 5], 37)
@@ -221,7 +227,7 @@ def test_a_sentence_gets_the_same_logits_alone_and_in_a_padded_batch(build):
         assert torch.allclose(alone[0], batched[row], atol=1e-5)
 
 
-@pytest.mark.parametrize("build", [tiny_transformer])
+@pytest.mark.parametrize("build", [tiny_transformer, tiny_gnmt])
 def test_a_decoder_position_does_not_see_later_targets(build):
     model = build().eval()
     src, lengths, tgt_in = padded_batch([4, 4], 37)
@@ -273,3 +279,57 @@ def test_transformer_input_is_scaled_embedding_plus_sinusoids():
     assert table[7, 2].item() == pytest.approx(torch.sin(torch.tensor(7 * 1e4 ** (-2 / 7))).item())
     with pytest.raises(ValueError, match="max_positions"):
         Transformer(37, 16, 32, 4, 1, max_positions=4).embed(torch.ones(1, 5, dtype=torch.long))
+
+
+# --- GNMT -------------------------------------------------------------------------------------
+
+
+# The reference's 32,317-token vocabulary: shared embedding V*1024, classifier V*1024+V,
+# encoder LSTMs (bidirectional 1024->2x1024, 2048->1024, 2 x 1024->1024), decoder LSTMs
+# (1024->1024, 3 x 2048->1024), attention 2*1024^2 + 2*1024 + 1.
+def test_gnmt_has_the_reference_parameter_count():
+    assert meta_params(GNMT, 32_317) == 160_665_150
+    assert meta_params(GNMT, 32_317, share_embedding=False) == 160_665_150 + 32_317 * 1024
+
+
+def test_gnmt_layout_bidirectional_first_then_context_fed_decoder_layers():
+    model = tiny_gnmt()
+    assert model.encoder_embedding is model.decoder_embedding
+    assert [(m.input_size, m.bidirectional) for m in model.encoder] == [
+        (12, True),
+        (24, False),
+        (12, False),
+        (12, False),
+    ]
+    assert [m.input_size for m in model.decoder] == [12, 24, 24, 24]
+
+
+def test_gnmt_has_residual_connections_from_the_third_layer_on():
+    # An LSTM with all-zero weights and biases outputs zeros (its cell input tanh(0) is 0):
+    # a residual layer then passes its input through, a plain one would output zeros.
+    model = tiny_gnmt().eval()
+    with torch.no_grad():
+        for layer in [*model.encoder[2:], *model.decoder[2:]]:
+            for param in layer.parameters():
+                param.zero_()
+    src, lengths, tgt_in = padded_batch([6, 2, 4], 37)
+    second = {}
+    model.encoder[1].register_forward_hook(lambda m, i, o: second.update(enc=o[0]))
+    model.decoder[1].register_forward_hook(lambda m, i, o: second.update(dec=o[0]))
+    encoded = model.encode(src, lengths)
+    assert torch.equal(encoded.values, second["enc"])
+    logits = model(src, lengths, tgt_in)
+    assert torch.allclose(logits, model.classifier(second["dec"]))
+    assert second["dec"].abs().sum() > 0
+
+
+def test_gnmt_reads_source_lengths_not_what_lies_in_the_padding():
+    # Packing (bidirectional layer) and the attention mask both follow src_lengths: junk
+    # after a sentence's end changes nothing. Without packing the backward direction
+    # would start in the junk.
+    model = tiny_gnmt().eval()
+    src, lengths, tgt_in = padded_batch([6, 2, 4], 37)
+    junk = src.clone()
+    for row, n in enumerate(lengths.tolist()):
+        junk[row, n:] = 11
+    assert torch.allclose(model(src, lengths, tgt_in), model(junk, lengths, tgt_in), atol=1e-6)
