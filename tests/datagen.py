@@ -179,3 +179,20 @@ def wmt_sgml(segments: list[str], lang: str, ref: bool, setid: str = "newstest20
         lines += ["</p>", "</doc>"]
     lines.append(f"</{root}>")
     return ("\n".join(lines) + "\n").encode()
+
+
+def markov_lines(num: int, seed: int, vocab: int = 20) -> list[str]:
+    """WikiText-style lines (space-separated tokens) from a Markov chain in which every word
+    has two equally likely successors: a language model can get its per-word perplexity
+    down to about 2, from about `vocab` untrained."""
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    lines = []
+    for _ in range(num):
+        word = int(rng.integers(vocab))
+        sentence = [word]
+        for _ in range(int(rng.integers(3, 9))):
+            word = (3 * word + 1 + int(rng.integers(2))) % vocab
+            sentence.append(word)
+        lines.append(" " + " ".join(words[w] for w in sentence) + " . ")
+    return lines

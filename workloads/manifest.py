@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-PACKAGES = ("torch", "numpy", "scikit-learn", "stackbench")
+PACKAGES = ("torch", "numpy", "scikit-learn", "sentencepiece", "sacrebleu", "stackbench")
 
 
 def build(

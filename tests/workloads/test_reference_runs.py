@@ -22,11 +22,12 @@ from workloads.mllog import read_events
 pytestmark = pytest.mark.slow
 
 
-def torchrun(config: TrainConfig, out: Path, workers: int = 2) -> dict:
+def torchrun(config: TrainConfig, out: Path, workers: int = 2, benchmark: str = "") -> dict:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={workers}", "-m", "workloads.train", "--config", config.to_json(),
         "--run-id", "test", "--output-dir", str(out),
+        *(["--benchmark", benchmark] if benchmark else []),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from runner.benchmarks import BENCHMARKS
-from tests.datagen import parallel_sentences, write_parallel
+from tests.datagen import markov_lines, write_lines, write_parallel
 from tests.workloads.test_reference_runs import torchrun, train_losses
 from workloads.compliance import check_log
 from workloads.data import WIKITEXT2_SUBDIR, translation_cache_dir
@@ -40,16 +40,16 @@ def test_tiny_transformer_on_2_workers_learns_copy_and_reverse_to_bleu_above_90(
         BENCHMARKS["transformer-wmt17"].config,
         data_dir=str(tmp_path / "data"),
         target_value=90.0,
-        max_epochs=12,
-        batch_size=1024,  # padded tokens per worker...
-        global_batch=3072,  # ...accumulated: every update takes 2 rounds or more
-        lr=3e-3,
-        warmup_steps=40,
+        max_epochs=20,  # it reaches 90 in about 11 (13 s here) and stops there
+        batch_size=512,  # padded tokens per worker...
+        global_batch=1024,  # ...accumulated: as batches hold padding, 2 rounds or more
+        lr=5e-3,
+        warmup_steps=50,
         dropout=0.0,
         **TINY_TRANSFORMER,
     )
     out = tmp_path / "out"
-    summary = torchrun(config, out)
+    summary = torchrun(config, out, benchmark="transformer-wmt17")
     assert summary["target_reached"], summary["final"]
     assert summary["final"]["value"] > 90.0
     assert summary["final"]["bleu_signature"].startswith("nrefs:1|")
@@ -61,37 +61,38 @@ def test_tiny_transformer_on_2_workers_learns_copy_and_reverse_to_bleu_above_90(
     assert result.ok, result.messages
 
 
-def test_tiny_gnmt_on_2_workers_lowers_its_loss_and_scores_bleu(tmp_path):
+def test_tiny_gnmt_on_2_workers_lowers_its_loss_and_logs_compliantly(tmp_path):
     _translation_data(tmp_path / "data", "wmt16", pairs=600)
     config = dataclasses.replace(
         BENCHMARKS["gnmt-wmt16"].config,
         data_dir=str(tmp_path / "data"),
-        max_epochs=3,
+        max_epochs=10,
         stop_at_target=False,
-        batch_size=32,  # sentences per worker, accumulated to 128 a update
-        global_batch=128,
+        batch_size=32,  # sentences per worker, accumulated to 64 an update
+        global_batch=64,
+        lr=1e-2,
         warmup_steps=5,
-        hidden_dim=32,
+        hidden_dim=64,
         num_layers=2,
+        dropout=0.0,
     )
     out = tmp_path / "out"
-    summary = torchrun(config, out)
+    summary = torchrun(config, out, benchmark="gnmt-wmt16")
     losses = train_losses(out)
     assert losses[-1] < 0.8 * losses[0]
-    assert summary["steps"] == 3 * (600 // 128)  # every update holds 128 sentences
+    # Every update holds at least 64 sentences: at most 9 of the 600 an epoch.
+    assert 0 < summary["steps"] <= 10 * (600 // 64)
     assert 0.0 <= summary["final"]["value"] <= 100.0
     result = check_log(out / "events.jsonl", "gnmt-wmt16")
     assert result.ok, result.messages
 
 
 def _wikitext(root: Path) -> None:
-    """WikiText-2's layout; sentences from a tiny grammar, so a model can learn them."""
+    """WikiText-2's layout, with lines from a Markov chain that a model can learn."""
     directory = root / WIKITEXT2_SUBDIR
     directory.mkdir(parents=True)
     for split, num, seed in (("train", 3000, 0), ("valid", 300, 1), ("test", 300, 2)):
-        english, _ = parallel_sentences(num, seed, max_words=6)
-        text = "".join(f" {line.lower().rstrip('.')} . \n" for line in english)
-        (directory / f"wiki.{split}.tokens").write_text(text)
+        write_lines(directory / f"wiki.{split}.tokens", markov_lines(num, seed))
 
 
 def test_tiny_awd_lstm_on_2_workers_lowers_validation_perplexity(tmp_path):
@@ -99,23 +100,30 @@ def test_tiny_awd_lstm_on_2_workers_lowers_validation_perplexity(tmp_path):
     config = dataclasses.replace(
         BENCHMARKS["lstm-wikitext2"].config,
         data_dir=str(tmp_path / "data"),
-        max_epochs=3,
+        max_epochs=8,
         stop_at_target=False,
         batch_size=8,
         bptt=20,
-        lr=5.0,
+        lr=10.0,
         embed_dim=32,
         hidden_dim=64,
         num_layers=2,
+        # The reference's dropouts are for a 33M-parameter model on 2M tokens; a tiny model
+        # on a tiny corpus learns too slowly under them for a test.
+        dropout=0.1,
+        lstm_dropout_input=0.1,
+        lstm_dropout_hidden=0.1,
+        lstm_dropout_embedding=0.0,
+        lstm_weight_drop=0.1,
     )
     out = tmp_path / "out"
     summary = torchrun(config, out)
     perplexities = [
         e["value"] for e in read_events(out / "events.jsonl") if e["key"] == "eval_accuracy"
     ]
-    assert len(perplexities) == 3
-    assert perplexities[-1] < 0.7 * perplexities[0]
-    vocab = 22  # 20 words, "." and <eos>
-    assert np.isfinite(perplexities[-1]) and perplexities[-1] < vocab
+    assert len(perplexities) == 8
+    assert perplexities[-1] < 0.5 * perplexities[0]
+    # 22 words ("." and <eos> too); two successors a word, and "." ends 1 line in 6 or so.
+    assert np.isfinite(perplexities[-1]) and perplexities[-1] < 4.0
     assert summary["target"] == {"metric": "perplexity", "value": 70.0}
     assert summary["target_reached"]  # a tiny grammar is far below 70
