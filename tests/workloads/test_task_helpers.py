@@ -8,7 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from workloads import tasks
-from workloads.tasks.language_model import batchify, bptt_windows, perplexity, rank_share
+from workloads.tasks.language_model import (
+    asgd_due,
+    batchify,
+    bptt_windows,
+    perplexity,
+    rank_share,
+)
 from workloads.tasks.translation import eval_order, label_smoothed_loss
 
 PAD = 0
@@ -98,3 +104,19 @@ def test_the_best_evaluation_follows_the_metrics_direction():
     assert tasks.best_of("perplexity", evals) == {"value": 65.0}
     assert tasks.best_of("bleu", evals) == {"value": 80.0}
     assert tasks.best_of("bleu", []) is None
+
+
+@pytest.mark.parametrize(
+    ("previous", "loss", "due"),
+    [
+        ([5.0, 4.0, 3.0, 2.9, 2.8, 2.7], 5.1, True),  # worse than 5.0, the best before the 5
+        ([5.0, 4.0, 3.0, 2.9, 2.8, 2.7], 5.0, False),  # not worse than it
+        ([5.0, 4.0, 3.0, 2.9, 2.8, 2.7], 4.9, False),
+        ([5.0, 4.0, 3.0, 2.9, 2.8], 9.0, False),  # only 5 so far: never before the 6th
+        ([3.0, 4.0, 4.1, 4.2, 4.3, 4.4, 4.5], 3.5, True),  # stalled since the first
+    ],
+)
+def test_nt_asgd_triggers_when_validation_is_worse_than_the_best_before_the_last_5(
+    previous, loss, due
+):
+    assert asgd_due(previous, loss, 5) is due

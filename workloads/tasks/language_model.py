@@ -163,11 +163,9 @@ class LanguageModelTask:
         return Evaluation(value=perplexity(loss), loss=loss, details=details)
 
     def _maybe_switch_to_asgd(self, val_loss: float) -> None:
-        """NT-ASGD's trigger (the reference's): the validation loss is worse than the best of
-        all evaluations but the last `asgd_nonmono`. Every rank sees the same loss."""
+        """NT-ASGD: every rank sees the same loss, so every rank switches together."""
         n = self.config.asgd_nonmono
-        stalled = len(self.val_losses) > n and val_loss > min(self.val_losses[: -n or None])
-        if n and not self.averaging and stalled:
+        if n and not self.averaging and asgd_due(self.val_losses, val_loss, n):
             self.optimizer = averaged_sgd(self.config, self._strategy().inner)
             self.averaging = True
         self.val_losses.append(val_loss)
@@ -201,6 +199,12 @@ class LanguageModelTask:
 
     def close(self) -> None:
         self.strategy = self.optimizer = None
+
+
+def asgd_due(previous: list[float], val_loss: float, nonmono: int) -> bool:
+    """The reference's non-monotone trigger: more than `nonmono` evaluations so far, and
+    `val_loss` is worse than the best of all of them but the last `nonmono`."""
+    return len(previous) > nonmono and val_loss > min(previous[:-nonmono])
 
 
 def averaged_sgd(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
