@@ -41,6 +41,7 @@ lint: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/transformer_throughput.py
 	$(BIN)/python bench/infra_eval.py
 
 clean:

@@ -104,24 +104,28 @@ def summary_table(summary: dict[str, Any]) -> Table:
     reached = summary["target_reached"]
     table.add_row(
         "target",
-        f"{target['metric']} >= {target['value']:g}: "
+        f"{target['metric']} {'<=' if target['metric'] in LOWER_IS_BETTER else '>='} "
+        f"{target['value']:g}: "
         + ("[green]reached[/green]" if reached else "[red]not reached[/red]"),
     )
     if reached:
         table.add_row("time to target", f"{summary['time_to_target_s']:.2f} s")
     final = summary.get("final") or {}
     if final:
-        table.add_row("final accuracy", f"{final['value']:.4f} (epoch {final['epoch']})")
+        table.add_row(f"final {target['metric']}", f"{final['value']:.4f} (epoch {final['epoch']})")
     table.add_row(
         "run time",
         f"{summary['run_time_s']:.2f} s ({summary['epochs']} epochs, "
         f"{summary['steps']} steps; init {summary['init_time_s']:.2f} s outside)",
     )
     if summary.get("throughput_samples_per_s"):
+        tokens = summary.get("throughput_tokens_per_s")
         table.add_row(
             "throughput",
             f"{summary['throughput_samples_per_s']:,.0f} samples/s "
-            f"on {summary['world_size']} workers (global batch {summary['global_batch_size']})",
+            + (f"({tokens:,.0f} tokens/s) " if tokens else "")
+            + f"on {summary['world_size']} workers (global batch "
+            f"{summary['global_batch_size']} {summary.get('batch_unit', 'samples')})",
         )
     if summary.get("step_time_ms"):
         table.add_row(

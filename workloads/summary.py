@@ -84,7 +84,10 @@ def summarize(
         "epochs": tally.epochs,
         "steps": tally.steps,
         "train_samples": tally.samples,
-        "global_batch_size": config.batch_size * world_size,
+        # Units an update holds over all workers (batch_unit), reached by accumulation when
+        # global_batch is set (the translation tasks).
+        "global_batch_size": config.global_batch or config.batch_size * world_size,
+        "batch_unit": config.batch_unit,
         "run_time_s": run_time_s,
         "init_time_s": init_time_s,
         "train_time_s": train_s,

@@ -66,5 +66,11 @@ def test_every_training_benchmark_maps_to_json_values(name):
     config = BENCHMARKS[name].config
     params = hyperparameters(config, world_size=4)
     assert json.loads(json.dumps(params)) == params
-    assert params[mllog.GLOBAL_BATCH_SIZE] == config.batch_size * 4
-    assert params[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
+    if config.global_batch is None:  # one batch per worker per update
+        assert params[mllog.GLOBAL_BATCH_SIZE] == config.batch_size * 4
+        assert params[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
+    else:  # the translation tasks accumulate to their global batch
+        assert params[mllog.GLOBAL_BATCH_SIZE] == config.global_batch
+        steps = params[mllog.GRADIENT_ACCUMULATION_STEPS]
+        assert steps * config.batch_size * 4 >= config.global_batch
+        assert (steps - 1) * config.batch_size * 4 < config.global_batch
