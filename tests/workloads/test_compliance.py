@@ -16,11 +16,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.workloads.translation_configs import GNMT, TRANSFORMER
+from runner.benchmarks import GNMT_WMT16, TRANSFORMER_WMT17
 from workloads import compliance, mllog
 from workloads.compliance import check_log
 from workloads.config import TrainConfig
 from workloads.train import _log_run_parameters
+
+TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
 
 CONFIGS = {"transformer-wmt17": TRANSFORMER, "gnmt-wmt16": GNMT}
 

@@ -2,17 +2,18 @@ import dataclasses
 
 import pytest
 
-from runner.benchmarks import BENCHMARKS, Benchmark
-from tests.workloads.translation_configs import GNMT, TRANSFORMER
+from runner.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17, Benchmark
 from workloads import mllog
 from workloads.mlperf_keys import decay_boundary_epochs, hyperparameters, metadata
+
+TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
 
 
 def test_transformer_keys_are_the_mlperf_reference_settings():
     params = hyperparameters(TRANSFORMER, world_size=4)
     assert params == {
         mllog.GLOBAL_BATCH_SIZE: 2**17,  # tokens
-        mllog.GRADIENT_ACCUMULATION_STEPS: 8,  # 2**17 / (4096 tokens x 4 workers)
+        mllog.GRADIENT_ACCUMULATION_STEPS: 4,  # 2**17 / (8192 tokens x 4 workers)
         mllog.OPT_NAME: "adam",
         mllog.OPT_BASE_LR: 1.976e-3,
         mllog.OPT_WEIGHT_DECAY: 0.0,
@@ -39,8 +40,8 @@ def test_gnmt_keys_give_the_step_decay_boundaries_in_epochs():
     assert params[mllog.OPT_GRADIENT_CLIP_NORM] == 5.0
     assert params[mllog.OPT_LR_ALT_WARMUP_FUNC] is params[mllog.OPT_LR_ALT_DECAY_FUNC] is True
     assert (params[mllog.OPT_LR_DECAY_FACTOR], params[mllog.OPT_LR_DECAY_STEPS]) == (0.5, 4)
-    # 8 epochs, first decay at 40%, then every (1 - 0.4) / 4 of training.
-    assert params[mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS] == [3.2, 4.4, 5.6, 6.8]
+    # 6 epochs, first decay at 40%, then every (1 - 0.4) / 4 of training.
+    assert params[mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS] == [2.4, 3.3, 4.2, 5.1]
     assert mllog.OPT_ADAM_EPSILON in params and mllog.OPT_LR_WARMUP_EPOCHS not in params
 
 

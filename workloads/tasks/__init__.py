@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from workloads.loop import EpochStats
     from workloads.mllog import EventLog
+    from workloads.strategies import Strategy
     from workloads.timing import Clock
 
 
@@ -64,6 +65,25 @@ class Task(Protocol):
     def close(self) -> None:
         """Drop the model, strategy and optimizer: no DDP reducer may outlive the group."""
         ...
+
+
+class Trains:
+    """The strategy and optimizer a task trains with, released by close() (a mixin of the
+    sequence tasks; classification keeps them in its Trainer)."""
+
+    strategy: Strategy | None
+    optimizer: torch.optim.Optimizer | None
+
+    def _strategy(self) -> Strategy:
+        assert self.strategy is not None, "the task is closed"
+        return self.strategy
+
+    def _optim(self) -> torch.optim.Optimizer:
+        assert self.optimizer is not None, "the task is closed"
+        return self.optimizer
+
+    def close(self) -> None:
+        self.strategy = self.optimizer = None
 
 
 def build(ctx: Context) -> Task:

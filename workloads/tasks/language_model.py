@@ -36,7 +36,7 @@ from workloads.models.awd_lstm import detach_hidden
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
 from workloads.strategies import Strategy
-from workloads.tasks import Context, Evaluation
+from workloads.tasks import Context, Evaluation, Trains
 from workloads.timing import StepTimer
 
 EVAL_BATCH_SIZE = 10  # the reference's eval_batch_size
@@ -45,7 +45,7 @@ MAX_WINDOW_EXTRA = 40  # ...and its cap, bptt + max_seq_len_delta
 
 
 @dataclass
-class LanguageModelTask:
+class LanguageModelTask(Trains):
     config: TrainConfig
     rank: int
     world_size: int
@@ -188,17 +188,6 @@ class LanguageModelTask:
         finally:
             for p, value in saved:
                 p.data.copy_(value)
-
-    def _strategy(self) -> Strategy:
-        assert self.strategy is not None, "the task is closed"
-        return self.strategy
-
-    def _optim(self) -> torch.optim.Optimizer:
-        assert self.optimizer is not None, "the task is closed"
-        return self.optimizer
-
-    def close(self) -> None:
-        self.strategy = self.optimizer = None
 
 
 def asgd_due(previous: list[float], val_loss: float, nonmono: int) -> bool:

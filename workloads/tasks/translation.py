@@ -37,14 +37,14 @@ from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
 from workloads.strategies import Strategy
-from workloads.tasks import Context, Evaluation
+from workloads.tasks import Context, Evaluation, Trains
 from workloads.timing import StepTimer
 
 EVAL_SENTENCES = 128  # sentences per evaluation batch (sorted by length, so little padding)
 
 
 @dataclass
-class TranslationTask:
+class TranslationTask(Trains):
     config: TrainConfig
     rank: int
     world_size: int
@@ -227,17 +227,6 @@ class TranslationTask:
             eos_id=tok.eos_id,
             max_len=max_len,
         )
-
-    def _strategy(self) -> Strategy:
-        assert self.strategy is not None, "the task is closed"
-        return self.strategy
-
-    def _optim(self) -> torch.optim.Optimizer:
-        assert self.optimizer is not None, "the task is closed"
-        return self.optimizer
-
-    def close(self) -> None:
-        self.strategy = self.optimizer = None
 
 
 def trainable_pairs(split: corpus.ParallelSplit, max_seq_len: int | None) -> np.ndarray:
