@@ -48,6 +48,8 @@ OPT_LR_ALT_WARMUP_FUNC = "opt_learning_rate_alt_warmup_func"
 LABEL_SMOOTHING = "stackbench_label_smoothing"
 BEAM_SIZE = "stackbench_beam_size"
 LENGTH_PENALTY = "stackbench_length_penalty"  # value: alpha; metadata form: "gnmt" or "power"
+BPTT = "stackbench_bptt"  # language modelling: the mean truncated-backprop window
+ASGD_NONMONO = "stackbench_asgd_nonmono"  # NT-ASGD's non-monotone interval (0: never)
 TRAIN_LOSS = "train_loss"
 EPOCH_PHASES = "epoch_phase_times"  # stackbench: seconds per step phase over one epoch
 # The phases of a training step, in order; they add up to the step time (workloads/timing.py).

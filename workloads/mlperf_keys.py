@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from workloads import mllog
-from workloads.config import TRANSLATION_MODELS, TrainConfig
+from workloads.config import LANGUAGE_MODELS, TRANSLATION_MODELS, TrainConfig
 from workloads.schedule import peak_lr
 
 # Our translation data pipeline skips training pairs longer than max_seq_len (MLPerf's
@@ -44,6 +44,8 @@ def hyperparameters(config: TrainConfig, world_size: int) -> dict[str, Any]:
         params[mllog.OPT_GRADIENT_CLIP_NORM] = config.grad_clip_norm
     if config.model in TRANSLATION_MODELS:
         params |= _translation(config)
+    if config.model in LANGUAGE_MODELS:
+        params |= {mllog.BPTT: config.bptt, mllog.ASGD_NONMONO: config.asgd_nonmono}
     return params
 
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runner.benchmarks import GNMT_WMT16, TRANSFORMER_WMT17
+from runner.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17
 from workloads import compliance, mllog
 from workloads.compliance import check_log
 from workloads.config import TrainConfig
@@ -25,6 +25,7 @@ from workloads.train import _log_run_parameters
 TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
 
 CONFIGS = {"transformer-wmt17": TRANSFORMER, "gnmt-wmt16": GNMT}
+LSTM = BENCHMARKS["lstm-wikitext2"].config
 
 
 def emit_run(
@@ -120,10 +121,13 @@ def test_a_missing_hyperparameter_fails_naming_it(tmp_path, benchmark, key):
         ("gnmt-wmt16", {"grad_clip_norm": 1.0}, mllog.OPT_GRADIENT_CLIP_NORM),
         ("gnmt-wmt16", {"label_smoothing": 0.2}, mllog.LABEL_SMOOTHING),
         ("gnmt-wmt16", {"optimizer": "sgd", "adam_betas": (0.9, 0.999)}, mllog.OPT_NAME),
+        ("lstm-wikitext2", {"grad_clip_norm": 0.5}, mllog.OPT_GRADIENT_CLIP_NORM),
+        ("lstm-wikitext2", {"asgd_nonmono": 0}, mllog.ASGD_NONMONO),
+        ("lstm-wikitext2", {"lr_milestones": (100,)}, mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS),
     ],
 )
 def test_a_wrong_closed_division_value_fails_naming_it(tmp_path, benchmark, change, key):
-    config = dataclasses.replace(CONFIGS[benchmark], **change)
+    config = dataclasses.replace({**CONFIGS, "lstm-wikitext2": LSTM}[benchmark], **change)
     message = failure(check_log(write_run(tmp_path, benchmark, config), benchmark))
     assert f"CHECK for '{key}' failed" in message
 
@@ -162,6 +166,13 @@ def test_a_closed_run_that_claims_success_below_the_target_fails(tmp_path):
     assert "s['best_bleu'] or 0) >= 25.0" in failure(check_log(path, "transformer-wmt17"))
     aborted = write_run(tmp_path / "b", "transformer-wmt17", bleu=(12.0,), status="aborted")
     assert check_log(aborted, "transformer-wmt17").ok  # stopped by its time budget: a result
+
+
+def test_an_lstm_log_passes_and_its_perplexity_target_is_met_at_or_below_70(tmp_path):
+    passing = write_run(tmp_path / "a", "lstm-wikitext2", LSTM, bleu=(300.0, 69.5))
+    assert check_log(passing, "lstm-wikitext2").ok
+    missed = write_run(tmp_path / "b", "lstm-wikitext2", LSTM, bleu=(300.0, 70.5))
+    assert "s['best'] <= 70.0" in failure(check_log(missed, "lstm-wikitext2"))
 
 
 def test_bleu_is_in_points_not_a_fraction_above_one_hundred(tmp_path):

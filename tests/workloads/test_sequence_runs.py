@@ -117,7 +117,7 @@ def test_tiny_awd_lstm_on_2_workers_lowers_validation_perplexity(tmp_path):
         lstm_weight_drop=0.1,
     )
     out = tmp_path / "out"
-    summary = torchrun(config, out)
+    summary = torchrun(config, out, benchmark="lstm-wikitext2")
     perplexities = [
         e["value"] for e in read_events(out / "events.jsonl") if e["key"] == "eval_accuracy"
     ]
@@ -127,3 +127,5 @@ def test_tiny_awd_lstm_on_2_workers_lowers_validation_perplexity(tmp_path):
     assert np.isfinite(perplexities[-1]) and perplexities[-1] < 4.0
     assert summary["target"] == {"metric": "perplexity", "value": 70.0}
     assert summary["target_reached"]  # a tiny grammar is far below 70
+    result = check_log(out / "events.jsonl", "lstm-wikitext2")
+    assert result.ok, result.messages

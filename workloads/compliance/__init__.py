@@ -35,6 +35,7 @@ RULESETS: Mapping[str, str] = MappingProxyType(
     {
         "transformer-wmt17": "transformer-wmt17.yaml",
         "gnmt-wmt16": "gnmt-wmt16.yaml",
+        "lstm-wikitext2": "lstm-wikitext2.yaml",
         "cnn-digits": "classification.yaml",
         "resnet20-cifar10": "classification.yaml",
         "logreg-epsilon": "classification.yaml",
