@@ -121,6 +121,12 @@ def _mean_loss_over_ranks(loss_sum: float, steps: int, device: torch.device) -> 
     return float(sums[0] / sums[1]) if sums[1] > 0 else 0.0
 
 
+def _sum_over_ranks(counts: list[int], device: torch.device) -> list[int]:
+    values = torch.tensor(counts, dtype=torch.int64, device=device)
+    torch.distributed.all_reduce(values)
+    return [int(v) for v in values]
+
+
 def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str, float]:
     """Phase totals averaged over ranks: ranks wait for each other in different phases."""
     values = torch.tensor([phases[p] for p in PHASES], dtype=torch.float64, device=device)
@@ -146,16 +152,15 @@ def _train(
             last_progress[0] = now
             log.point(mllog.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
 
-    world_size = torch.distributed.get_world_size()
     for epoch in range(1, config.max_epochs + 1):
         log.start(mllog.EPOCH_START, epoch_num=epoch)
         stats = task.train_epoch(epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:
             tally.first_step_s = stats.first_step_s
         tally.add_step_times(stats.step_times_s)
-        tally.add_epoch(
-            stats.phases, stats.steps, stats.samples * world_size, stats.tokens * world_size
-        )
+        # Summed, not rank 0's times the ranks: length-batched ranks see different amounts.
+        samples, tokens = _sum_over_ranks([stats.samples, stats.tokens], device)
+        tally.add_epoch(stats.phases, stats.steps, samples, tokens)
         train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, device)
         log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
         tally.train_losses.append(
