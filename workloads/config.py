@@ -433,6 +433,16 @@ def _check_sequence_options(c: TrainConfig) -> None:
             "lr_schedule",
             f"{c.lr_schedule} warms up over warmup_steps; unset warmup_epochs and lr_milestones",
         )
+    if not step_schedule and c.warmup_steps:
+        raise ConfigError("warmup_steps", f"applies to the warmup-* schedules, not {c.lr_schedule}")
+    decay = (c.lr_decay_start, c.lr_decay_count) != (
+        defaults["lr_decay_start"],
+        defaults["lr_decay_count"],
+    )
+    if c.lr_schedule != "warmup-step-decay" and decay:
+        raise ConfigError(
+            "lr_decay_start", "lr_decay_start and lr_decay_count apply to warmup-step-decay only"
+        )
     if c.lr_schedule == "warmup-inverse-sqrt" and c.warmup_steps < 1:
         raise ConfigError("warmup_steps", "warmup-inverse-sqrt needs at least 1 warm-up step")
     if c.model in SEQUENCE_MODELS:

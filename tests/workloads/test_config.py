@@ -94,6 +94,8 @@ def test_adam_betas_parse_from_the_command_line():
         ("gnmt-wmt16", {"lr_decay_start": 1.0}, "lr_decay_start"),
         ("gnmt-wmt16", {"grad_clip_norm": 0.0}, "grad_clip_norm"),
         ("cnn-digits", {"hidden_dim": 64}, "hidden_dim"),
+        ("cnn-digits", {"warmup_steps": 100}, "warmup_steps"),
+        ("transformer-wmt17", {"lr_decay_count": 2}, "lr_decay_start"),
         ("cnn-digits", {"label_smoothing": 0.1}, "label_smoothing"),
     ],
 )
