@@ -198,7 +198,9 @@ def _run(results_dir: Path, run: api.Run, detach: bool) -> None:
         if isinstance(spec.config, AllReduceMicroConfig):
             status = progress.follow_measurements(console, results_dir, run)
         else:
-            status = progress.follow_training(console, results_dir, run, spec.config.max_epochs)
+            status = progress.follow_training(
+                console, results_dir, run, spec.config.max_epochs, spec.config.target_metric
+            )
     except KeyboardInterrupt:
         errors.print("cancelling ...")
         status = api.cancel(results_dir, run)

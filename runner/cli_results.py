@@ -93,12 +93,16 @@ def _target(results_dir: Path, stack: str | None, per_node: int, device: str) ->
 def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
     from runner import sweep as sweeps
     from runner import views
+    from runner.benchmarks import BENCHMARKS
+    from runner.progress import metric_label
 
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), console=console,
     )  # fmt: skip
     total = len(study.runs)
+    config = BENCHMARKS[study.benchmark].config
+    label = metric_label(getattr(config, "target_metric", "value"))  # micro-benchmarks: none
     with progress:
         task = progress.add_task("starting", total=total, info="")
 
@@ -110,7 +114,7 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
         def on_event(event: dict[str, Any]) -> None:
             if event["key"] == "eval_accuracy":
                 epoch = (event.get("metadata") or {}).get("epoch_num")
-                progress.update(task, info=f"epoch {epoch} acc {event['value']:.4f}")
+                progress.update(task, info=f"epoch {epoch} {label} {event['value']:.4f}")
 
         def on_end(i: int, planned: Any, run: Any, status: Any) -> None:
             from runner import rundir

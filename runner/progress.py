@@ -11,6 +11,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from runner import api
 from runner.backends.base import JobStatus
 
+# How a followed run labels its quality metric (the eval_accuracy events carry it).
+METRIC_LABELS = {"top1_accuracy": "acc", "bleu": "BLEU", "perplexity": "ppl"}
+
+
+def metric_label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric)
+
 
 def _bar(console: Console) -> Progress:
     """What a followed run shows: what it is doing, a bar, the latest figures, elapsed time."""
@@ -21,9 +28,9 @@ def _bar(console: Console) -> Progress:
 
 
 def follow_training(
-    console: Console, results_dir: Path, run: api.Run, max_epochs: int
+    console: Console, results_dir: Path, run: api.Run, max_epochs: int, metric: str
 ) -> JobStatus:
-    """Epoch progress with the latest loss and accuracy, until the run ends."""
+    """Epoch progress with the latest loss and quality metric, until the run ends."""
     progress = _bar(console)
     with progress:
         task = progress.add_task("starting", total=max_epochs, info="")
@@ -43,7 +50,7 @@ def follow_training(
                 progress.update(task, completed=value["epoch"] - 1 + value["step"] / value["steps"])
             parts = [
                 f"loss {state['loss']:.3f}" if state["loss"] is not None else "",
-                f"acc {state['acc']:.4f}" if state["acc"] is not None else "",
+                f"{metric_label(metric)} {state['acc']:.4f}" if state["acc"] is not None else "",
             ]
             progress.update(
                 task,
