@@ -22,8 +22,9 @@ import torch
 import torch.distributed as tdist
 
 from workloads import dist, manifest, mllog
+from workloads.files import write_json
 from workloads.microconfig import AllReduceMicroConfig, log_sizes
-from workloads.train import _write_json, launch
+from workloads.train import launch
 
 RESULT = "allreduce_result"  # stackbench event key: one measurement
 KIND = "allreduce-micro"
@@ -114,7 +115,7 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or KIND)
     log.point(mllog.MANIFEST, env_manifest)
     if is_writer:
-        _write_json(args.output_dir / "manifest.json", env_manifest)
+        write_json(args.output_dir / "manifest.json", env_manifest)
     log.end(mllog.INIT_STOP)
     start = time.perf_counter()
     log.start(mllog.RUN_START)
@@ -134,7 +135,7 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     log.point(mllog.SUMMARY, summary)
     log.end(mllog.RUN_STOP, status="success")
     if is_writer:
-        _write_json(args.output_dir / "summary.json", summary)
+        write_json(args.output_dir / "summary.json", summary)
     log.close()
     dist.shutdown()
     return summary if is_writer else None

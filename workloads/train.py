@@ -2,16 +2,15 @@
 
 Launch it with torchrun (or anything that sets the torchrun environment). Rank 0 writes the
 MLPerf-style events to <output-dir>/events.jsonl and stdout, then summary.json and
-manifest.json. The clock follows MLPerf: process-group setup, model construction and the
-one-time data preparation happen before run_start and are reported as init time; evaluation
-is inside the clock.
+manifest.json (translation tasks also keep each evaluation's output in translations/). The
+clock follows MLPerf: process-group setup, model construction and the one-time data
+preparation happen before run_start and are reported as init time; evaluation is inside the
+clock.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import torch
 
 from workloads import dist, manifest, mllog, strategies, tasks
 from workloads.config import JsonConfig, TrainConfig
+from workloads.files import write_json
 from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, clock_for
@@ -69,12 +69,20 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     backend = dist.init(device, config.dist_timeout_s)
     torch.manual_seed(config.seed)  # the same initial model on every rank
     task = tasks.build(
-        tasks.Context(config, env.rank, env.world_size, device, clock_for(device), log)
+        tasks.Context(
+            config,
+            env.rank,
+            env.world_size,
+            device,
+            clock_for(device),
+            log,
+            args.output_dir if is_writer else None,
+        )
     )
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
-        _write_json(args.output_dir / "manifest.json", env_manifest)
+        write_json(args.output_dir / "manifest.json", env_manifest)
     log.end(mllog.INIT_STOP)
     torch.distributed.barrier()  # every rank starts the clock together
     init_time_s = time.perf_counter() - init_t0
@@ -107,7 +115,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     log.point(mllog.SUMMARY, summary)
     log.end(mllog.RUN_STOP, status=summary["status"])
     if is_writer:
-        _write_json(args.output_dir / "summary.json", summary)
+        write_json(args.output_dir / "summary.json", summary)
     log.close()
     task.close()  # no DDP reducer may outlive the process group
     dist.shutdown()
@@ -221,12 +229,6 @@ def _log_run_parameters(
         log.point(key, value, **meta.get(key, {}))
     log.point(mllog.TRAIN_SAMPLES, task.num_train)
     log.point(mllog.EVAL_SAMPLES, task.num_eval)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)  # atomic: never a half-written result
 
 
 if __name__ == "__main__":

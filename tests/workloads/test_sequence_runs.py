@@ -55,6 +55,9 @@ def test_tiny_transformer_on_2_workers_learns_copy_and_reverse_to_bleu_above_90(
     assert summary["final"]["bleu_signature"].startswith("nrefs:1|")
     assert summary["precision"] == "fp32"  # CPU
     assert summary["throughput_tokens_per_s"] > 0
+    # What was scored is kept: the last evaluation's translations, one per test sentence.
+    last = out / "translations" / f"epoch-{summary['final']['epoch']}.txt"
+    assert len(last.read_text().splitlines()) == 60
     events = list(read_events(out / "events.jsonl"))
     assert any(e["key"] == "gradient_accumulation_steps" for e in events)
     result = check_log(out / "events.jsonl", "transformer-wmt17")

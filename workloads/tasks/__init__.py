@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workloads.config import LANGUAGE_MODELS, LOWER_IS_BETTER, TRANSLATION_MODELS, TrainConfig
@@ -42,6 +43,7 @@ class Context:
     device: torch.device
     clock: Clock
     log: EventLog
+    output_dir: Path | None = None  # the run's results directory, on the writing rank only
 
 
 class Task(Protocol):

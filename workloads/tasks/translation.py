@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import decoding, models, precision, strategies, textmetrics
+from workloads import decoding, files, models, precision, strategies, textmetrics
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
@@ -41,6 +42,9 @@ from workloads.tasks import Context, Evaluation, Trains
 from workloads.timing import StepTimer
 
 EVAL_SENTENCES = 128  # sentences per evaluation batch (sorted by length, so little padding)
+# Each evaluation's detokenized translations of the test split, one a line in its order, in
+# <run dir>/translations/epoch-N.txt.
+TRANSLATIONS_SUBDIR = "translations"
 
 
 @dataclass
@@ -58,6 +62,7 @@ class TranslationTask(Trains):
     optimizer: torch.optim.Optimizer | None
     timer: StepTimer
     precision: str
+    output_dir: Path | None = None  # where rank 0 keeps each evaluation's translations
     updates_done: int = 0
     num_train: int = field(init=False)
     num_eval: int = field(init=False)
@@ -91,6 +96,7 @@ class TranslationTask(Trains):
             build_optimizer(config, model.parameters()),
             StepTimer(ctx.clock),
             precision.resolve(config, ctx.device),
+            ctx.output_dir,
         )
 
     def train_epoch(
@@ -200,9 +206,14 @@ class TranslationTask(Trains):
         dist.all_gather_object(everyone, translated)
         hypotheses = dict(pair for part in everyone for pair in part or [])
         # Every rank scores the same corpus, so the result is identical without a broadcast.
-        bleu = textmetrics.bleu(
-            [hypotheses[i] for i in range(self.test.num_sentences)], self.references
-        )
+        ordered = [hypotheses[i] for i in range(self.test.num_sentences)]
+        bleu = textmetrics.bleu(ordered, self.references)
+        if self.output_dir is not None:  # what was scored, to read or rescore
+            translations = self.output_dir / TRANSLATIONS_SUBDIR
+            translations.mkdir(exist_ok=True)
+            files.write_text(
+                translations / f"epoch-{epoch}.txt", "".join(h + "\n" for h in ordered)
+            )
         model.train()
         details = {"bleu_signature": bleu.signature, "beam_size": cfg.beam_size}
         return Evaluation(value=bleu.score, loss=float(sums[0] / sums[1]), details=details)
