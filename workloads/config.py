@@ -9,6 +9,7 @@ runner/benchmarks.py) and imports no torch: the runner loads it on its start-up 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -188,8 +189,9 @@ class TrainConfig(JsonConfig):
     precision: Precision = "auto"
 
     def __post_init__(self) -> None:
+        types_ = _field_types()
         for f in fields(self):
-            _check_type(f.name, getattr(self, f.name), _field_types()[f.name])
+            _check_type(f.name, getattr(self, f.name), types_[f.name])
         _positive(self, "max_epochs", "batch_size", "lr", "eval_every_epochs", "dist_timeout_s")
         _non_negative(self, "momentum", "weight_decay", "warmup_epochs", "seed")
         _check_target(self)
@@ -264,6 +266,7 @@ def parse_value(key: str, text: str, tp: Any) -> Any:
 # ---- internals -------------------------------------------------------------------------
 
 
+@functools.cache  # resolving the annotations is slow; every config checks every field
 def _field_types() -> dict[str, Any]:
     return typing.get_type_hints(TrainConfig)
 
