@@ -13,29 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from one_process import run_quietly, single_rank_environment
 
 from runner.benchmarks import CNN_DIGITS
-from workloads import dist as wdist
 from workloads.data.digits import load_digits
 from workloads.models.cnn import DigitsCNN
-from workloads.train import parse_args, run
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cli_help_s(repeats: int = 5) -> float:
@@ -53,16 +43,7 @@ def stackbench_samples_per_s(epochs: int) -> float:
     config = CNN_DIGITS.config.__class__.from_dict(
         CNN_DIGITS.config.to_dict() | {"max_epochs": epochs, "stop_at_target": False}
     )
-    with tempfile.TemporaryDirectory() as out:
-        args = parse_args(["--config", config.to_json(), "--run-id", "bench", "--output-dir", out])
-        devnull = open(os.devnull, "w")  # noqa: SIM115
-        stdout, sys.stdout = sys.stdout, devnull
-        try:
-            summary = run(config, wdist.DistEnv(0, 0, 1), args)
-        finally:
-            sys.stdout = stdout
-            devnull.close()
-    return summary["throughput_samples_per_s"]
+    return run_quietly(config)["throughput_samples_per_s"]
 
 
 def bare_samples_per_s(epochs: int) -> float:
@@ -96,8 +77,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=15)
     args = parser.parse_args()
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    single_rank_environment()
     figures: dict[str, list[float]] = {"bare": [], "stackbench": []}
     for _ in range(args.rounds):
         figures["bare"].append(bare_samples_per_s(args.epochs))

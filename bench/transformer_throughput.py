@@ -17,10 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import socket
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,26 +25,19 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from one_process import run_quietly, single_rank_environment
 
 from runner.benchmarks import TRANSFORMER_WMT17
-from workloads import dist as wdist
 from workloads import models
 from workloads.config import TrainConfig
 from workloads.data import translation_cache_dir
 from workloads.data.token_batching import length_batches
 from workloads.data.translation import load_parallel, prepare_parallel, tokenizer
-from workloads.train import parse_args, run
 
 SIZES = {
     "small": {"hidden_dim": 256, "ffn_dim": 1024, "num_heads": 4, "num_layers": 3},
     "big": {},  # the benchmark's own: 1024 / 4096 / 16 / 6
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_corpus(root: Path, pairs: int, seed: int = 0) -> None:
@@ -84,17 +74,7 @@ def bench_config(data_dir: Path, size: str, tokens: int) -> TrainConfig:
 
 
 def stackbench_tokens_per_s(config: TrainConfig, device: str) -> float:
-    with tempfile.TemporaryDirectory() as out:
-        argv = ["--config", config.to_json(), "--run-id", "bench", "--output-dir", out]
-        args = parse_args([*argv, "--device", device])
-        devnull = open(os.devnull, "w")  # noqa: SIM115
-        stdout, sys.stdout = sys.stdout, devnull
-        try:
-            summary = run(config, wdist.DistEnv(0, 0, 1), args)
-        finally:
-            sys.stdout = stdout
-            devnull.close()
-    return summary["throughput_tokens_per_s"]
+    return run_quietly(config, "--device", device)["throughput_tokens_per_s"]
 
 
 def bare_tokens_per_s(config: TrainConfig, device: str) -> float:
@@ -146,8 +126,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3000, help="training sentence pairs")
     parser.add_argument("--tokens", type=int, default=4096, help="padded tokens per batch")
     args = parser.parse_args()
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    single_rank_environment()
     figures: dict[str, list[float]] = {"bare": [], "stackbench": []}
     with tempfile.TemporaryDirectory() as data_dir:
         write_corpus(Path(data_dir), args.pairs)

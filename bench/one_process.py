@@ -1,0 +1,34 @@
+"""What the one-process benches share: stackbench's own training path (workloads.train.run)
+in this process as rank 0 of 1, its event echo silenced, returning the run's summary."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+from typing import Any
+
+from workloads import dist as wdist
+from workloads.config import TrainConfig
+from workloads.train import parse_args, run
+
+
+def single_rank_environment() -> None:
+    """The torchrun variables of a world of one, on a free local port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def run_quietly(config: TrainConfig, *extra_args: str) -> dict[str, Any]:
+    """One run of `config` in this process (call single_rank_environment() first)."""
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["--config", config.to_json(), "--run-id", "bench", "--output-dir", out]
+        args = parse_args([*argv, *extra_args])
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+            summary = run(config, wdist.DistEnv(0, 0, 1), args)
+    assert summary is not None  # rank 0 returns it
+    return summary
