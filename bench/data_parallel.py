@@ -63,7 +63,7 @@ def rank_times(rank: int, world_size: int, strategy: str, args: dict[str, Any]) 
     """Per-iteration step times and communication times of one rank."""
     import torch.distributed as dist
 
-    from runner.benchmarks import CNN_DIGITS
+    from runner.job.benchmarks import CNN_DIGITS
     from workloads import strategies
     from workloads.timing import CpuClock, StepTimer
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from one_process import run_quietly, single_rank_environment
 
-from runner.benchmarks import CNN_DIGITS
+from runner.job.benchmarks import CNN_DIGITS
 from workloads.data.digits import load_digits
 from workloads.models.cnn import DigitsCNN
 

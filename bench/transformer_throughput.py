@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from one_process import run_quietly, single_rank_environment
 
-from runner.benchmarks import TRANSFORMER_WMT17
+from runner.job.benchmarks import TRANSFORMER_WMT17
 from workloads import models
 from workloads.config import TrainConfig
 from workloads.data import translation_cache_dir

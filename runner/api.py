@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner import rundir
 from runner.backends.base import Backend, JobState, JobStatus
 from runner.errors import RunnerError
-from runner.spec import JobSpec
+from runner.job.spec import JobSpec
+from runner.results import rundir
 from workloads.mllog import parse_line
 
 if TYPE_CHECKING:
@@ -54,11 +54,11 @@ class RunInfo:
 def backend_for(handle: str, results_root: Path) -> Backend:
     scheme = handle.partition("://")[0]
     if scheme == "local":
-        from runner.backends.local import LocalBackend
+        from runner.backends.local.backend import LocalBackend
 
         return LocalBackend(results_root)
     if scheme == "k8s":
-        from runner.backends.kubernetes import from_handle
+        from runner.backends.kubernetes.backend import from_handle
 
         return from_handle(handle, results_root)  # reconnects from job.json's `cluster`
     raise RunnerError(f"no backend for handle {handle!r}")

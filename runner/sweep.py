@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from runner import api
-from runner import study as studies
 from runner.backends.base import Backend, JobStatus
 from runner.errors import SpecError
-from runner.spec import Placement, resolve
+from runner.job.spec import Placement, resolve
+from runner.results import study as studies
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from runner import api
-from runner.backends.local import LocalBackend
-from runner.spec import Placement, resolve
+from runner.backends.local.backend import LocalBackend
+from runner.job.spec import Placement, resolve
 
 
 def submit_local(results: Path, overrides: list[str], workers: int = 2) -> api.Run:

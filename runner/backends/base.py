@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runner.spec import JobSpec
+from runner.job.spec import JobSpec
 
 
 class JobState(enum.Enum):

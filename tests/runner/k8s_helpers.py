@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from runner.cluster import ClusterConnection
-from runner.spec import JobSpec, Placement, resolve
+from runner.backends.kubernetes.connection import ClusterConnection
+from runner.job.spec import JobSpec, Placement, resolve
 
 IMAGE = "ghcr.io/stackbench/train@sha256:" + "ab" * 32
 RUN_ID = "cnn-digits-20300101-000000-beef"

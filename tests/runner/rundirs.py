@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner import rundir
 from runner.backends.base import JobState, JobStatus
-from runner.spec import Placement, resolve
+from runner.job.spec import Placement, resolve
+from runner.results import rundir
 
 PHASES_PER_STEP_S = {
     "data": 0.0001,

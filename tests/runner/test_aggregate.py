@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from runner.aggregate import mean_phase_ms_per_step, mlperf_aggregate, speedups
+from runner.results.aggregate import mean_phase_ms_per_step, mlperf_aggregate, speedups
 
 
 def test_five_runs_drop_the_fastest_and_slowest_and_average_the_rest():

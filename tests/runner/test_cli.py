@@ -5,8 +5,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from runner.benchmarks import BENCHMARKS
 from runner.cli import main
+from runner.job.benchmarks import BENCHMARKS
 
 
 def invoke(*args, results=None):

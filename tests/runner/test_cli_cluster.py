@@ -10,8 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from runner import rundir
 from runner.cli import main
+from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import IMAGE
 from tests.runner.test_cluster import OUTPUTS, fake_pulumi  # noqa: F401 (fixture)

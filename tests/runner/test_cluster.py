@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner.cluster import connect, connect_reference, kubeconfig_file
+from runner.backends.kubernetes.connection import connect, connect_reference, kubeconfig_file
 from runner.errors import RunnerError, SpecError
 from tests.runner.k8s_helpers import IMAGE
 

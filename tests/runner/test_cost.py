@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import cost
-from runner import report as reports
-from runner.results import load_run
+from runner.results import report as reports
+from runner.results.runs import load_run
+from runner.stack import cost
 from tests.runner.rundirs import make_run
 
 PROJECT = Path(__file__).resolve().parents[2]

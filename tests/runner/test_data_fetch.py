@@ -10,9 +10,9 @@ import sys
 import numpy as np
 from click.testing import CliRunner
 
-from runner import datasets
 from runner.cli import main
-from runner.datasets import DataSource, RemoteFile
+from runner.datasets import fetch as datasets
+from runner.datasets.fetch import DataSource, RemoteFile
 from tests.datagen import cifar_archive, epsilon_points, write_libsvm
 from workloads.data import epsilon_cache_dir
 from workloads.data.libsvm import open_split
@@ -146,7 +146,7 @@ def test_published_sources_pin_the_canonical_urls_and_checksums():
 
 def test_the_fetch_path_imports_no_torch():
     code = (
-        "import sys, runner.datasets, workloads.data, workloads.data.libsvm; "
+        "import sys, runner.datasets.fetch, workloads.data, workloads.data.libsvm; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

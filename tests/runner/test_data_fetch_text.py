@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner import datasets, wmt
+from runner.datasets import fetch as datasets
+from runner.datasets import wmt
 from tests.datagen import tgz_bytes, wikitext2_zip, wmt_sgml, zip_bytes
 from tests.runner.test_data_fetch import _fetch, _publish
 from workloads.data import DataError, translation_cache_dir
@@ -113,7 +114,7 @@ def test_load_wikitext_names_a_missing_file_and_the_fetch_command(tmp_path):
 
 # --- WMT -------------------------------------------------------------------------------------
 # Member names as the references give them (t2t translate_ende, tensorflow/datasets wmt.py,
-# sacreBLEU wmt14/full), written out here rather than taken from runner.wmt.
+# sacreBLEU wmt14/full), written out here rather than taken from runner.datasets.wmt.
 EUROPARL = ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en")
 COMMONCRAWL = ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en")
 NC11 = ("training-parallel-nc-v11.tgz", "training-parallel-nc-v11/news-commentary-v11.de-en")
@@ -312,7 +313,7 @@ def test_an_unknown_data_set_lists_the_text_ones():
 
 def test_the_text_fetch_path_imports_no_torch():
     code = (
-        "import sys, runner.datasets, runner.wmt, workloads.data.wikitext; "
+        "import sys, runner.datasets.fetch, runner.datasets.wmt, workloads.data.wikitext; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from runner import rundir
 from runner.backends.base import JobState
-from runner.backends.k8s_client import KubeApi
-from runner.backends.kubernetes import KubernetesBackend, from_handle
+from runner.backends.kubernetes.backend import KubernetesBackend, from_handle
+from runner.backends.kubernetes.client import KubeApi
 from runner.errors import RunnerError
-from runner.spec import JobSpec
+from runner.job.spec import JobSpec
+from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, iso, make_spec, pod, stack_connection
 from workloads import mllog
@@ -330,7 +330,7 @@ def test_cancel_leaves_a_finished_job_for_fetch(cluster, tmp_path):
 def test_from_handle_reconnects_through_job_json(cluster, tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(cluster.kubeconfig())
-    from runner.cluster import connect
+    from runner.backends.kubernetes.connection import connect
 
     conn = connect(kubeconfig=kubeconfig, image="repo/train:1.0")
     backend = KubernetesBackend(conn, results_root=tmp_path, pending_timeout_s=30)

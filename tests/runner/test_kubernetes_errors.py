@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner.backends.k8s_client import KubeApi
-from runner.backends.kubernetes import KubernetesBackend
+from runner.backends.kubernetes.backend import KubernetesBackend
+from runner.backends.kubernetes.client import KubeApi
 from runner.errors import RunnerError
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_spec, stack_connection

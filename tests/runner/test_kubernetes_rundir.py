@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import rundir
-from runner.backends.local import SUPERVISOR_FILE
-from runner.backends.local_supervisor import LAUNCHER_LOG
+from runner.backends.local.backend import SUPERVISOR_FILE
+from runner.backends.local.supervisor import LAUNCHER_LOG
+from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_spec, pod
 from tests.runner.test_kubernetes_backend import make_backend, submit

@@ -5,9 +5,10 @@ import time
 import psutil
 import pytest
 
-from runner import api, rundir
+from runner import api
 from runner.backends.base import JobState
-from runner.backends.local_supervisor import parse_root_cause
+from runner.backends.local.supervisor import parse_root_cause
+from runner.results import rundir
 from tests.conftest import submit_local
 from workloads.mllog import read_events
 

@@ -1,8 +1,8 @@
 import pytest
 
-from runner.benchmarks import BENCHMARKS
 from runner.errors import SpecError
-from runner.spec import Placement, resolve
+from runner.job.benchmarks import BENCHMARKS
+from runner.job.spec import Placement, resolve
 
 
 @pytest.mark.parametrize(("workers", "per_worker"), [(1, 256), (2, 128), (4, 64), (8, 32)])

@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
+from runner.backends.kubernetes.render import render, to_yaml
+from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.errors import SpecError
-from runner.render import render, to_yaml
-from runner.render.common import RUN_ID_LABEL
 from tests.runner.k8s_helpers import IMAGE, RUN_ID, make_spec, stack_connection
 
 GOLDEN = Path(__file__).parent / "golden"

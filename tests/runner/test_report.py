@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from runner import report as reports
-from runner import study as studies
 from runner.cli import main
-from runner.results import load_run
+from runner.results import report as reports
+from runner.results import study as studies
+from runner.results.runs import load_run
 from tests.runner.rundirs import env_manifest, make_run
 
 
@@ -137,7 +137,7 @@ def test_runner_report_refusal_exits_1_and_names_the_flag(tmp_path):
 
 
 def test_threads_are_compared_as_the_total_a_run_was_given():
-    from runner.results import environment_differences
+    from runner.results.runs import environment_differences
 
     def run(workers, threads):
         return SimpleNamespace(manifest=env_manifest("r", workers, torch_threads=threads))

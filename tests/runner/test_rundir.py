@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from runner import rundir
 from runner.backends.base import JobState, JobStatus
 from runner.errors import RunNotFound
-from runner.spec import resolve
+from runner.job.spec import resolve
+from runner.results import rundir
 
 
 def _make(root, run_id):

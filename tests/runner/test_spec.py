@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runner.benchmarks import BENCHMARKS, CNN_DIGITS
 from runner.errors import SpecError
-from runner.spec import JobSpec, Placement, new_run_id, parse_overrides, resolve, workload_argv
+from runner.job.benchmarks import BENCHMARKS, CNN_DIGITS
+from runner.job.spec import JobSpec, Placement, new_run_id, parse_overrides, resolve, workload_argv
 
 
 def test_resolve_applies_overrides_with_their_field_types():

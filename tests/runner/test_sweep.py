@@ -9,9 +9,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from runner import study as studies
 from runner.cli import main
 from runner.errors import SpecError
+from runner.results import study as studies
 
 
 def test_workers_parse_as_a_list_of_distinct_positive_counts():

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner import rundir
 from runner.cli import main
+from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.rundirs import make_run
 from tests.runner.test_cluster import OUTPUTS

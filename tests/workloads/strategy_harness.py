@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runner.benchmarks import CNN_DIGITS
+from runner.job.benchmarks import CNN_DIGITS
 from workloads import strategies
 from workloads.config import TrainConfig
 from workloads.data import Splits

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runner.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17
+from runner.job.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17
 from workloads import compliance, mllog
 from workloads.compliance import check_log
 from workloads.config import TrainConfig

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from runner.benchmarks import BENCHMARKS, CNN_DIGITS
+from runner.job.benchmarks import BENCHMARKS, CNN_DIGITS
 from workloads.config import ConfigError, TrainConfig, parse_value, with_overrides
 
 BASE = CNN_DIGITS.config

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from runner.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17, Benchmark
+from runner.job.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17, Benchmark
 from workloads import mllog
 from workloads.mlperf_keys import decay_boundary_epochs, hyperparameters, metadata
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from runner.benchmarks import BENCHMARKS
+from runner.job.benchmarks import BENCHMARKS
 from workloads import models
 from workloads.models.logreg import LogisticRegression
 from workloads.models.resnet import CifarResNet

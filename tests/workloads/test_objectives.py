@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from runner.benchmarks import BENCHMARKS
+from runner.job.benchmarks import BENCHMARKS
 from workloads import objectives
 from workloads.models.logreg import LogisticRegression
 from workloads.objectives import CrossEntropy, RegularizedLogistic

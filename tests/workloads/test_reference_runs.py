@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.benchmarks import BENCHMARKS
+from runner.job.benchmarks import BENCHMARKS
 from tests.datagen import epsilon_points, write_cifar10, write_libsvm
 from workloads.config import TrainConfig
 from workloads.data.epsilon import NUM_FEATURES, cache_dir

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from runner.benchmarks import BENCHMARKS
+from runner.job.benchmarks import BENCHMARKS
 from workloads.config import ConfigError
 from workloads.schedule import inverse_sqrt_lr, lr_at, table_multiplier
 

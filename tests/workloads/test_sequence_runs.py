@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runner.benchmarks import BENCHMARKS
+from runner.job.benchmarks import BENCHMARKS
 from tests.datagen import markov_lines, write_lines, write_parallel
 from tests.workloads.test_reference_runs import torchrun, train_losses
 from workloads.compliance import check_log

@@ -185,7 +185,7 @@ class _CountingCollectives:
 
 
 def _single_process_step(rank: int, world_size: int) -> tuple[str, int, str]:
-    from runner.benchmarks import CNN_DIGITS
+    from runner.job.benchmarks import CNN_DIGITS
     from workloads.strategies import build, effective_name
     from workloads.timing import CpuClock, StepTimer
 

@@ -1,6 +1,6 @@
 import pytest
 
-from runner.benchmarks import BENCHMARKS
+from runner.job.benchmarks import BENCHMARKS
 from workloads.summary import (
     STEP_TIMES_KEPT,
     RunTally,

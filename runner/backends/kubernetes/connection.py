@@ -1,0 +1,298 @@
+"""Where a Kubernetes run goes: a validated ClusterConnection, from a Pulumi stack or a kubeconfig.
+
+A stack's outputs are the only way the infra talks to the runner (shared/DESIGN.md §2); they are
+read with `pulumi stack output --json --show-secrets` and validated here, at the boundary, so a
+missing or ill-typed output fails before anything is submitted, naming the output and the
+command to check it. `--kubeconfig FILE` targets a cluster made elsewhere, with the defaults
+documented on `connect_kubeconfig`.
+
+The kubeconfig is a secret: it is held in memory, never logged (repr=False), and only ever
+written to a 0600 file inside a private temporary directory that `kubeconfig_file` removes after
+use. This module does not import the kubernetes client (the CLI imports it on its start-up path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from runner.errors import RunnerError, SpecError
+from runner.stack import pulumi_cli
+
+JobApi = Literal["trainjob", "pytorchjob"]
+JOB_APIS: tuple[JobApi, ...] = ("trainjob", "pytorchjob")
+PROVIDERS = ("kind", "gke", "eks")
+EXTERNAL = "external"  # the provider of a cluster given by --kubeconfig
+STORE_SCHEMES = ("gs", "s3", "file")
+DEFAULT_RUNTIME = "torch-distributed"
+DEFAULT_MOUNT_PATH = "/results"
+
+
+@dataclass(frozen=True)
+class ClusterConnection:
+    """Everything the renderers and the backend need to know about one cluster."""
+
+    kubeconfig: str = field(repr=False)  # the YAML text; a secret
+    namespace: str
+    job_api: JobApi
+    image: str
+    provider: str = EXTERNAL
+    context: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    gpu_tolerations: tuple[Mapping[str, Any], ...] = ()
+    gpus_per_node: int | None = None  # None: unknown (a cluster made elsewhere)
+    num_nodes: int | None = None
+    results_store: str | None = None  # gs://b, s3://b or file:///host/dir; None: logs only
+    results_mount_path: str = DEFAULT_MOUNT_PATH
+    service_account: str | None = None
+    training_runtime: str = DEFAULT_RUNTIME
+    stack: str | None = None  # the Pulumi stack it came from, for messages and references
+    kubeconfig_path: str | None = None  # the file it came from, for messages and references
+
+    @property
+    def source(self) -> str:
+        """How a person names this cluster on the command line, for messages."""
+        if self.stack:
+            return f"--stack {self.stack}"
+        context = f" --context {self.context}" if self.context else ""
+        return f"--kubeconfig {self.kubeconfig_path}{context}"
+
+    def reference(self) -> dict[str, Any]:
+        """What job.json needs to reconnect later: no secret, just where to read them again."""
+        if self.stack:
+            return {"stack": self.stack, "job_api": self.job_api}
+        return {
+            "kubeconfig": self.kubeconfig_path,
+            "context": self.context,
+            "job_api": self.job_api,
+            "image": self.image,
+        }
+
+
+def connect(
+    stack: str | None = None,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    job_api: str | None = None,
+    image: str | None = None,
+) -> ClusterConnection:
+    """The CLI's one entry point: exactly one of --stack and --kubeconfig."""
+    if stack and kubeconfig:
+        raise SpecError("--stack", "give either --stack or --kubeconfig, not both")
+    if stack:
+        if context:
+            raise SpecError("--context", "only applies with --kubeconfig; a stack names its own")
+        conn = connect_stack(stack)
+        if job_api is not None:
+            conn = _replace(conn, job_api=_job_api(job_api, "--job-api"))
+        if image is not None:
+            conn = _replace(conn, image=check_image(image, "--image"))
+        return conn
+    if kubeconfig:
+        return connect_kubeconfig(kubeconfig, context, job_api, image)
+    raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
+
+
+def connect_reference(ref: Mapping[str, Any]) -> ClusterConnection:
+    """Reconnect from `ClusterConnection.reference()` (as stored in job.json)."""
+    if ref.get("stack"):
+        return connect(stack=ref["stack"], job_api=ref.get("job_api"))
+    if ref.get("kubeconfig"):
+        return connect(
+            kubeconfig=Path(ref["kubeconfig"]),
+            context=ref.get("context"),
+            job_api=ref.get("job_api"),
+            image=ref.get("image"),
+        )
+    raise RunnerError(f"job.json names no cluster ({dict(ref)!r}); pass --stack or --kubeconfig")
+
+
+# ---- Pulumi stacks -----------------------------------------------------------------------
+
+
+def connect_stack(stack: str) -> ClusterConnection:
+    return connection_from_outputs(read_stack_outputs(stack), stack)
+
+
+def read_stack_outputs(stack: str) -> dict[str, Any]:
+    """`pulumi stack output --json --show-secrets --stack NAME`, parsed; RunnerError if not."""
+    outputs = pulumi_cli.run_json(
+        ["stack", "output", "--json", "--show-secrets"],
+        stack,
+        why=f"the outputs of stack {stack!r} cannot be read; {pulumi_cli.INSTALL} "
+        "or target the cluster with --kubeconfig FILE",
+        next_step="list the stacks with `pulumi stack ls` (run it where Pulumi.yaml is)",
+    )
+    if not isinstance(outputs, dict):
+        raise RunnerError(f"`pulumi stack output --json --stack {stack}` is not a JSON object")
+    return outputs
+
+
+def connection_from_outputs(outputs: Mapping[str, Any], stack: str) -> ClusterConnection:
+    """Validate the infra's output contract; every error names the output and the command."""
+    get = _OutputReader(outputs, stack)
+    provider = get.str("provider")
+    if provider not in PROVIDERS:
+        raise get.error("provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
+    job_api = get.str("job_api")
+    if job_api not in JOB_APIS:
+        raise get.error("job_api", f"must be one of {', '.join(JOB_APIS)}, got {job_api!r}")
+    try:
+        image = check_image(get.str("image"), "image")
+    except SpecError as err:
+        raise get.error("image", str(err)) from None
+    selector = get.typed("node_selector", dict)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
+        raise get.error("node_selector", "must map label names to string values")
+    tolerations = get.typed("gpu_tolerations", list)
+    if not all(isinstance(t, dict) for t in tolerations):
+        raise get.error("gpu_tolerations", "must be a list of toleration objects")
+    store = get.str("results_store")
+    if store.partition("://")[0] not in STORE_SCHEMES or not store.partition("://")[2]:
+        raise get.error("results_store", f"must be a gs://, s3:// or file:/// URI, got {store!r}")
+    return ClusterConnection(
+        kubeconfig=get.str("kubeconfig"),
+        namespace=get.str("namespace"),
+        job_api=job_api,  # type: ignore[arg-type]
+        image=image,
+        provider=provider,
+        node_selector=MappingProxyType(dict(selector)),
+        gpu_tolerations=tuple(MappingProxyType(dict(t)) for t in tolerations),
+        gpus_per_node=get.count("gpus_per_node", minimum=0),
+        num_nodes=get.count("num_nodes", minimum=1),
+        results_store=store,
+        results_mount_path=get.str("results_mount_path"),
+        service_account=get.str("service_account"),
+        training_runtime=get.str("training_runtime"),
+        stack=stack,
+    )
+
+
+class _OutputReader:
+    def __init__(self, outputs: Mapping[str, Any], stack: str) -> None:
+        self.outputs, self.stack = outputs, stack
+
+    def error(self, name: str, problem: str) -> RunnerError:
+        return RunnerError(
+            f"stack {self.stack!r}: output {name!r} {problem}; check it with "
+            f"`pulumi stack output --json --stack {self.stack}` (and `pulumi up` if it is stale)"
+        )
+
+    def typed(self, name: str, tp: type) -> Any:
+        if name not in self.outputs:
+            raise self.error(name, "is missing")
+        value = self.outputs[name]
+        if not isinstance(value, tp) or isinstance(value, bool):
+            raise self.error(name, f"must be {tp.__name__}, got {type(value).__name__}")
+        return value
+
+    def str(self, name: str) -> str:
+        value = self.typed(name, str)
+        if not value:
+            raise self.error(name, "is empty")
+        return value
+
+    def count(self, name: str, minimum: int) -> int:
+        value = self.typed(name, int)
+        if value < minimum:
+            raise self.error(name, f"must be at least {minimum}, got {value}")
+        return value
+
+
+# ---- clusters made elsewhere -------------------------------------------------------------
+
+
+def connect_kubeconfig(
+    path: Path, context: str | None, job_api: str | None, image: str | None
+) -> ClusterConnection:
+    """A cluster made elsewhere. Defaults: the context's namespace (else "default"), TrainJob,
+    no GPU node selector or tolerations, GPU and node counts unknown (not checked), no results
+    store (results are rebuilt from rank 0's log), the service account of the namespace, and
+    the `torch-distributed` runtime. `image` is required and must be pinned (not :latest)."""
+    if image is None:
+        raise SpecError("--image", "is required with --kubeconfig (a tag or @sha256 digest)")
+    image = check_image(image, "--image")
+    try:
+        text = path.expanduser().read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError("--kubeconfig", f"cannot read {path}: {err.strerror}") from None
+    namespace = _context_namespace(text, context, path)
+    return ClusterConnection(
+        kubeconfig=text,
+        namespace=namespace,
+        job_api=_job_api(job_api or "trainjob", "--job-api"),
+        image=image,
+        context=context,
+        kubeconfig_path=str(path.expanduser().resolve()),
+    )
+
+
+def _context_namespace(text: str, context: str | None, path: Path) -> str:
+    import yaml  # only for --kubeconfig; not on the runner's start-up path
+
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise SpecError("--kubeconfig", f"{path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise SpecError("--kubeconfig", f"{path} is not a kubeconfig")
+    name = context or data.get("current-context")
+    contexts = {c.get("name"): c.get("context") or {} for c in data.get("contexts") or []}
+    if name not in contexts:
+        known = ", ".join(str(c) for c in contexts) or "none"
+        param = "--context" if context else "--kubeconfig"
+        raise SpecError(param, f"no context {name!r} in {path} (contexts: {known})")
+    return contexts[name].get("namespace") or "default"
+
+
+def check_image(image: str, param: str) -> str:
+    """An image reference pinned by tag or digest; `:latest` and untagged are refused."""
+    name, _, digest = image.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = last.partition(":")[2]
+    if digest:
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise SpecError(param, f"{image!r} has a malformed digest (want @sha256:<64 hex>)")
+        return image
+    if not tag or tag == "latest":
+        raise SpecError(
+            param, f"{image!r} is not pinned; give a version tag or an @sha256 digest, not :latest"
+        )
+    return image
+
+
+def _job_api(value: str, param: str) -> JobApi:
+    if value not in JOB_APIS:
+        raise SpecError(param, f"must be one of {', '.join(JOB_APIS)}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def _replace(conn: ClusterConnection, **changes: Any) -> ClusterConnection:
+    return dataclasses.replace(conn, **changes)
+
+
+# ---- the kubeconfig on disk, briefly -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def kubeconfig_file(conn: ClusterConnection) -> Iterator[tuple[Path, Path]]:
+    """(kubeconfig path, private directory): a 0600 file in a 0700 directory, both removed on
+    exit. The directory is where the kubernetes client may write certificate data too."""
+    directory = Path(tempfile.mkdtemp(prefix="stackbench-kube-"))  # mkdtemp makes it 0700
+    path = directory / "config"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(conn.kubeconfig)
+        yield path, directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

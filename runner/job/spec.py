@@ -1,0 +1,221 @@
+"""JobSpec: a benchmark plus overrides plus placement, resolved and validated before submit.
+
+The whole resolved config travels inside the job (the workload's --config argument), so every
+run directory and every pod is self-describing. Resolution is a pure function; its errors are
+SpecErrors naming the option to change.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from runner.errors import SpecError
+from runner.job.benchmarks import (
+    BENCHMARKS,
+    EXACT_STRATEGIES,
+    EXECUTION_CONTROLS,
+    RUN_CONTROLS,
+    TRAIN_MODULE,
+    AnyBenchmark,
+    Benchmark,
+)
+from workloads.config import ConfigError, TrainConfig, describe_type, field_names, with_overrides
+from workloads.microconfig import AllReduceMicroConfig
+
+Device = Literal["cpu", "cuda"]
+Division = Literal["closed", "open"]
+DEVICES: tuple[Device, ...] = ("cpu", "cuda")
+SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the processes run: nodes x processes per node, on one kind of device."""
+
+    num_nodes: int = 1
+    procs_per_node: int = 1
+    device: Device = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.num_nodes < 1:
+            raise SpecError("--nodes", f"must be at least 1, got {self.num_nodes}")
+        if self.procs_per_node < 1:
+            raise SpecError("--workers", f"must be at least 1, got {self.procs_per_node}")
+        if self.device not in DEVICES:
+            raise SpecError("--device", f"must be one of {', '.join(DEVICES)}")
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.procs_per_node
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    run_id: str
+    benchmark: str
+    config: TrainConfig | AllReduceMicroConfig  # the benchmark's kind of config
+    placement: Placement
+    overrides: tuple[tuple[str, str], ...] = ()  # as the user typed them, for the record
+    division: Division = "closed"
+    open_keys: tuple[str, ...] = ()  # the overridden keys that are not tunables
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec_version": SPEC_VERSION,
+            "run_id": self.run_id,
+            "benchmark": self.benchmark,
+            "division": self.division,
+            "open_keys": list(self.open_keys),
+            "overrides": [list(pair) for pair in self.overrides],  # ordered: later wins
+            "placement": {
+                "num_nodes": self.placement.num_nodes,
+                "procs_per_node": self.placement.procs_per_node,
+                "device": self.placement.device,
+            },
+            "config": self.config.to_dict(),
+            "created_at": self.created_at,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        return cls(
+            run_id=data["run_id"],
+            benchmark=data["benchmark"],
+            config=type(get_benchmark(data["benchmark"]).config).from_dict(data["config"]),
+            placement=Placement(**data["placement"]),
+            overrides=tuple((k, v) for k, v in data.get("overrides", ())),
+            division=data["division"],
+            open_keys=tuple(data.get("open_keys", ())),
+            created_at=data["created_at"],
+        )
+
+
+def get_benchmark(name: str) -> AnyBenchmark:
+    try:
+        return BENCHMARKS[name]
+    except KeyError:
+        raise SpecError(
+            "BENCHMARK", f"unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}"
+        ) from None
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """['lr=0.1', 'batch_size=64'] -> {'lr': '0.1', ...}; later items win, like a CLI should."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError("--set", f"expected key=value, got {item!r} (for example lr=0.1)")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def resolve(
+    benchmark_name: str,
+    overrides: Sequence[str] = (),
+    placement: Placement | None = None,
+    run_id: str | None = None,
+) -> JobSpec:
+    """Resolve and validate a job; raises SpecError naming what to change."""
+    bench = get_benchmark(benchmark_name)
+    placement = placement or Placement(procs_per_node=bench.default_workers)
+    parsed = parse_overrides(overrides)
+    try:
+        config = with_overrides(bench.config, parsed)
+    except ConfigError as err:
+        raise SpecError("--set", _config_message(err)) from None
+    if isinstance(bench, Benchmark) and bench.global_batch_size and "batch_size" not in parsed:
+        config = replace(config, batch_size=_split_batch(bench, placement.world_size))
+    open_keys = open_division_keys(bench, parsed, config)
+    return JobSpec(
+        run_id=run_id or new_run_id(bench.name),
+        benchmark=bench.name,
+        config=config,
+        placement=placement,
+        overrides=tuple(parsed.items()),
+        division="open" if open_keys else "closed",
+        open_keys=open_keys,
+    )
+
+
+def open_division_keys(
+    bench: AnyBenchmark, parsed: Mapping[str, str], config: TrainConfig | AllReduceMicroConfig
+) -> tuple[str, ...]:
+    """The overridden keys that make a run open division: those outside the benchmark's
+    tunables, run controls and execution controls, except a switch between exact strategies
+    (EXACT_STRATEGIES)."""
+    keys = {k for k in parsed if k not in bench.tunables | RUN_CONTROLS | EXECUTION_CONTROLS}
+    strategies = {getattr(bench.config, "strategy", None), getattr(config, "strategy", None)}
+    if strategies <= EXACT_STRATEGIES:
+        keys.discard("strategy")
+    return tuple(sorted(keys))
+
+
+def _split_batch(bench: Benchmark, world_size: int) -> int:
+    """The per-worker batch of a benchmark whose task fixes the global batch."""
+    assert bench.global_batch_size is not None
+    if bench.global_batch_size % world_size:
+        raise SpecError(
+            "--workers",
+            f"{bench.name} splits a global batch of {bench.global_batch_size} over the workers; "
+            f"use a worker count that divides it (1, 2, 4, 8, ...), not {world_size}",
+        )
+    return bench.global_batch_size // world_size
+
+
+def new_run_id(benchmark: str, now: datetime | None = None) -> str:
+    """`<benchmark>-<UTC time>-<6 hex>`: sortable, unique, and a valid Kubernetes name.
+
+    Six hex digits: a sweep submits many runs per second, and with four the chance of two
+    equal ids among 50 in one second was about 2 %.
+    """
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return f"{benchmark}-{stamp}-{secrets.token_hex(3)}"
+
+
+WORKLOAD_MODULE = TRAIN_MODULE  # of training benchmarks; workload_module(spec) for any
+
+
+def workload_module(spec: JobSpec) -> str:
+    """The module every process runs: workloads.train, or a micro-benchmark's own entry."""
+    return get_benchmark(spec.benchmark).module
+
+
+def workload_args(spec: JobSpec, output_dir: str, log_dir: str | None = None) -> list[str]:
+    """The workload module's arguments: the whole resolved config travels in them."""
+    args = ["--config", spec.config.to_json(), "--run-id", spec.run_id]
+    args += ["--benchmark", spec.benchmark, "--device", spec.placement.device]
+    args += ["--output-dir", output_dir]
+    if spec.division == "open":
+        args += ["--open-division"]
+    if log_dir is not None:
+        args += ["--log-dir", log_dir]
+    return args
+
+
+def workload_argv(
+    spec: JobSpec, output_dir: str, log_dir: str | None = None, python: str | None = None
+) -> list[str]:
+    """The command every backend runs in each process (under torchrun or an equivalent)."""
+    return [
+        python or sys.executable,
+        "-m",
+        workload_module(spec),
+        *workload_args(spec, output_dir, log_dir),
+    ]
+
+
+def _config_message(err: ConfigError) -> str:
+    if err.key in field_names() and "expected" not in str(err):
+        return f"{err} ({err.key} takes {describe_type(err.key)})"
+    return str(err)

@@ -1,0 +1,117 @@
+"""N-run statistics: the MLPerf aggregation of time to accuracy, speedups, and step-phase means.
+
+Pure functions over numbers; reading run directories is runner.results.runs' job, showing the
+numbers runner.results.report's. Not here: any notion of files, figures or cost.
+
+The MLPerf training rule (mlcommons/training_policies, "Benchmark results"): with at least five
+runs, drop the fastest and the slowest and take the mean of the rest (an "olympic" mean). A run
+that did not reach the target counts as infinitely slow, so one such run is dropped as the
+slowest; a second one makes the result invalid. With fewer than five runs nothing may be
+dropped: the mean of all runs, valid only if every run converged, and labelled as such.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+MLPERF_MIN_RUNS = 5  # from this many runs on, the fastest and slowest are dropped
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Time to target over N runs of one configuration, by the MLPerf rule."""
+
+    num_runs: int
+    num_converged: int
+    mean_s: float | None  # None: no valid result (reason says why)
+    kept_s: tuple[float, ...]  # the times averaged
+    dropped_s: tuple[float, ...]  # the times dropped (inf: a run that did not converge)
+    rule: str
+    reason: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.mean_s is not None
+
+    @property
+    def std_s(self) -> float | None:
+        """Sample standard deviation of the kept times (None under two)."""
+        return statistics.stdev(self.kept_s) if len(self.kept_s) > 1 else None
+
+    @property
+    def min_s(self) -> float | None:
+        return min(self.kept_s, default=None)
+
+    @property
+    def max_s(self) -> float | None:
+        return max(self.kept_s, default=None)
+
+
+def mlperf_aggregate(times_s: Sequence[float | None]) -> Aggregate:
+    """Aggregate times to target; None (or inf) marks a run that never reached the target."""
+    times = [math.inf if t is None else float(t) for t in times_s]
+    converged = sum(1 for t in times if math.isfinite(t))
+    n = len(times)
+    if n == 0:
+        return Aggregate(0, 0, None, (), (), "no runs", "no runs")
+    if n >= MLPERF_MIN_RUNS:
+        ordered = sorted(times)
+        kept, dropped = ordered[1:-1], (ordered[0], ordered[-1])
+        rule = f"MLPerf: mean of {len(kept)} of {n} runs (fastest and slowest dropped)"
+        failed = n - converged
+        if failed > 1:
+            reason = f"{failed} of {n} runs missed the target; MLPerf allows at most one"
+            return Aggregate(n, converged, None, tuple(kept), dropped, rule, reason)
+        return Aggregate(n, converged, statistics.fmean(kept), tuple(kept), dropped, rule)
+    rule = f"mean of all {n} runs (fewer than {MLPERF_MIN_RUNS}: nothing dropped)"
+    if converged < n:
+        reason = f"{n - converged} of {n} runs missed the target, and with fewer than "
+        reason += f"{MLPERF_MIN_RUNS} runs none may be dropped"
+        kept = tuple(t for t in times if math.isfinite(t))
+        return Aggregate(n, converged, None, kept, (), rule, reason)
+    return Aggregate(n, converged, statistics.fmean(times), tuple(times), (), rule)
+
+
+@dataclass(frozen=True)
+class Speedup:
+    workers: int
+    speedup: float | None  # baseline time / this time
+    efficiency: float | None  # speedup / (workers / baseline workers)
+
+
+def speedups(time_by_workers: Mapping[int, float | None]) -> list[Speedup]:
+    """Speedup of time to target against the fewest workers that have a valid time."""
+    valid = {w: t for w, t in time_by_workers.items() if t is not None and t > 0}
+    if not valid:
+        return [Speedup(w, None, None) for w in sorted(time_by_workers)]
+    base_workers = min(valid)
+    base_s = valid[base_workers]
+    out = []
+    for workers in sorted(time_by_workers):
+        t = valid.get(workers)
+        speedup = base_s / t if t is not None else None
+        scale = workers / base_workers
+        out.append(Speedup(workers, speedup, speedup / scale if speedup is not None else None))
+    return out
+
+
+def mean_phase_ms_per_step(
+    runs: Sequence[tuple[Mapping[str, float], int]],
+) -> dict[str, float]:
+    """Mean over runs of each phase's time per step, in ms, from (phases_s, steps) pairs.
+
+    A plain mean, not the MLPerf rule: the phase split describes where time goes, it is not a
+    result that an outlier could flatter. Runs without steps are left out.
+    """
+    per_run = [
+        {phase: 1000 * seconds / steps for phase, seconds in phases_s.items()}
+        for phases_s, steps in runs
+        if steps > 0
+    ]
+    if not per_run:
+        return {}
+    phases = per_run[0].keys()
+    return {p: statistics.fmean(r.get(p, 0.0) for r in per_run) for p in phases}

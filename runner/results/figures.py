@@ -1,0 +1,170 @@
+"""The report's figures, drawn with matplotlib (Agg) and written as PNG and SVG.
+
+Each function takes plain numbers grouped by series (a series is one line of the grid apart
+from the worker count, such as `strategy=allreduce`) and a path without suffix; it returns the
+files written. matplotlib is imported here only, so that `runner --help` never loads it. Not
+here: reading runs or computing statistics (runner.results.runs, runner.results.aggregate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.results.aggregate import Aggregate
+from workloads.mllog import EVAL_ACCURACY, STEP_PHASES, TRAIN_LOSS
+
+FORMATS = ("png", "svg")
+PHASE_COLORS = {
+    "data": "#bdbdbd",
+    "forward": "#6baed6",
+    "backward": "#3182bd",
+    "optimizer": "#9ecae1",
+    "communication": "#e6550d",
+}
+# Compute first, communication on top, so the communication share reads off the bar's top.
+STACK_ORDER = ("data", "forward", "backward", "optimizer", "communication")
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, no GUI toolkit
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, base: Path) -> list[Path]:
+    base.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in FORMATS:
+        path = base.with_suffix(f".{fmt}")
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+        paths.append(path)
+    _pyplot().close(fig)
+    return paths
+
+
+def speedup_figure(
+    series: Mapping[str, Sequence[tuple[int, float | None]]], title: str, base: Path
+) -> list[Path]:
+    """Speedup of time to accuracy against workers, with the ideal (linear) line."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    all_workers = sorted({w for points in series.values() for w, _ in points})
+    for label, points in series.items():
+        valid = [(w, s) for w, s in points if s is not None]
+        if valid:
+            ax.plot(*zip(*valid, strict=True), marker="o", label=label)
+        for w, s in points:
+            if s is None:
+                ax.annotate("no valid time", (w, 0), textcoords="offset points", xytext=(0, 5),
+                            ha="center", fontsize=7, color="red")  # fmt: skip
+    if all_workers:
+        base_w = all_workers[0]
+        ax.plot(all_workers, [w / base_w for w in all_workers], "k--", lw=1, label="ideal")
+        ax.set_xticks(all_workers)
+    ax.set_xlabel("workers")
+    ax.set_ylabel("speedup of time to accuracy")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, base)
+
+
+def time_to_accuracy_figure(
+    series: Mapping[str, Sequence[tuple[int, Aggregate]]], title: str, base: Path
+) -> list[Path]:
+    """Grouped bars: aggregated time to accuracy per worker count and series, whiskers from
+    the fastest to the slowest kept run; a missing bar says why."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    workers = sorted({w for points in series.values() for w, _ in points})
+    width = 0.8 / max(1, len(series))
+    labelled: set[str] = set()
+    for i, (label, points) in enumerate(series.items()):
+        by_w = dict(points)
+        for j, w in enumerate(workers):
+            agg = by_w.get(w)
+            x = j + (i - (len(series) - 1) / 2) * width
+            if agg is None:
+                continue
+            if agg.mean_s is None:
+                ax.text(x, 0, "not\nconverged", ha="center", va="bottom", fontsize=7, color="red")
+                continue
+            low, high = agg.min_s or agg.mean_s, agg.max_s or agg.mean_s
+            err = [[agg.mean_s - low], [high - agg.mean_s]]
+            ax.bar(x, agg.mean_s, width, yerr=err, capsize=3, color=f"C{i}",
+                   label=None if label in labelled else label)  # fmt: skip
+            labelled.add(label)
+    ax.set_xticks(range(len(workers)), [str(w) for w in workers])
+    ax.set_xlabel("workers")
+    ax.set_ylabel("time to accuracy (s)")
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    if labelled:
+        ax.legend(fontsize=8)
+    return _save(fig, base)
+
+
+def phases_figure(
+    series: Mapping[str, Sequence[tuple[int, Mapping[str, float]]]], title: str, base: Path
+) -> list[Path]:
+    """Stacked bars of the mean time per step by phase (compute below, communication on top),
+    one bar per worker count and series."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bars: list[tuple[str, Mapping[str, float]]] = []
+    for label, points in series.items():
+        for w, phases in sorted(points):
+            name = f"{w}" if len(series) == 1 else f"{w}\n{label}"
+            bars.append((name, phases))
+    bottoms = [0.0] * len(bars)
+    for phase in STACK_ORDER:
+        heights = [phases.get(phase, 0.0) for _, phases in bars]
+        hatch = "//" if phase == "communication" else None
+        ax.bar(range(len(bars)), heights, 0.6, bottom=bottoms, label=phase,
+               color=PHASE_COLORS[phase], hatch=hatch)  # fmt: skip
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    for x, (total, (_, phases)) in enumerate(zip(bottoms, bars, strict=True)):
+        share = phases.get("communication", 0.0) / total if total else 0.0
+        ax.text(x, total, f"{100 * share:.0f}% comm", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
+    ax.set_xlabel("workers")
+    ax.set_ylabel("time per step (ms)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, reverse=True)
+    assert set(STACK_ORDER) == set(STEP_PHASES)  # a new phase must get a colour here
+    return _save(fig, base)
+
+
+def curves_figure(
+    runs: Sequence[tuple[str, Mapping[str, Sequence[tuple[float, float]]]]],
+    target: float | None,
+    title: str,
+    base: Path,
+) -> list[Path]:
+    """Training loss and evaluation accuracy against seconds since run_start, one line per run
+    (runs with the same label share a colour)."""
+    plt = _pyplot()
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors: dict[str, str] = {}
+    for label, curves in runs:
+        first = label not in colors
+        color = colors.setdefault(label, f"C{len(colors) % 10}")
+        for ax, key in ((loss_ax, TRAIN_LOSS), (acc_ax, EVAL_ACCURACY)):
+            points = curves.get(key) or ()
+            if points:
+                ax.plot(*zip(*points, strict=True), color=color, alpha=0.7, marker=".",
+                        label=label if first else None)  # fmt: skip
+    if target is not None:
+        acc_ax.axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
+    loss_ax.set(xlabel="time since run_start (s)", ylabel="training loss", yscale="log")
+    acc_ax.set(xlabel="time since run_start (s)", ylabel="quality metric (eval_accuracy)")
+    for ax in (loss_ax, acc_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    return _save(fig, base)

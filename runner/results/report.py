@@ -1,0 +1,364 @@
+"""A report over runs: per-cell statistics, tables as plain rows, figures, Markdown and HTML.
+
+`build` groups runs into cells (series x workers; a series is what the runs' --set values vary
+apart from run controls, such as the strategy), aggregates time to accuracy by the MLPerf rule
+(runner.results.aggregate), computes speedups per series, and refuses runs whose closed-division
+configurations differ unless `allow_mixed`. Tables are (title, header, rows) of strings, so the
+CLI shows them with rich and the exports write them as Markdown or HTML. Never prints.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.stack import cost as costs
+from runner.results import figures
+from runner.results import rundir
+from runner.results import study as studies
+from runner.results.aggregate import Aggregate, mean_phase_ms_per_step, mlperf_aggregate, speedups
+from runner.job.benchmarks import RUN_CONTROLS
+from runner.stack.cost import Cost
+from runner.errors import RunnerError
+from runner.results.runs import (
+    TOTAL_THREADS,
+    RunResult,
+    config_conflicts,
+    environment_differences,
+    load_run,
+    total_threads,
+)
+
+# Runs that cannot count: stopped by a person, or not over yet (failed runs count as misses).
+EXCLUDED_STATES = ("CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
+
+
+class MixedConfigurations(RunnerError):
+    """Runs with different closed-division configurations were asked to stand side by side."""
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cell:
+    series: str
+    workers: int
+    runs: tuple[RunResult, ...]
+    tta: Aggregate
+    phase_ms: Mapping[str, float]
+    speedup: float | None = None
+    efficiency: float | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    title: str
+    runs: tuple[RunResult, ...]
+    cells: tuple[Cell, ...]
+    excluded: tuple[RunResult, ...]
+    conflicts: tuple[str, ...]
+    env_diffs: Mapping[str, list[str]]
+    costs: Mapping[str, Cost] = field(default_factory=dict)  # by run id; cluster runs only
+
+    @property
+    def series(self) -> list[str]:
+        return list(dict.fromkeys(c.series for c in self.cells))
+
+    @property
+    def target(self) -> float | None:
+        for run in self.runs:
+            if run.summary:
+                return run.summary["target"]["value"]
+        return None
+
+
+def build(
+    runs: Sequence[RunResult],
+    title: str,
+    allow_mixed: bool = False,
+    costs: Mapping[str, Cost] | None = None,
+) -> Report:
+    if not runs:
+        raise RunnerError("nothing to report: no runs given; list them with `runner runs`")
+    conflicts = tuple(config_conflicts(runs))
+    if conflicts and not allow_mixed:
+        raise MixedConfigurations(
+            "these runs have different closed-division configurations, so their times are not "
+            "comparable:\n  " + "\n  ".join(conflicts) + "\nreport them apart, or pass "
+            "--allow-mixed to put them side by side anyway"
+        )
+    counted = [r for r in runs if r.state not in EXCLUDED_STATES]
+    excluded = tuple(r for r in runs if r.state in EXCLUDED_STATES)
+    label = series_labeller(runs)
+    groups: dict[tuple[str, int], list[RunResult]] = {}
+    for run in counted:
+        groups.setdefault((label(run), run.world_size), []).append(run)
+    cells = [_cell(series, workers, members) for (series, workers), members in groups.items()]
+    cells = _with_speedups(sorted(cells, key=lambda c: (c.series, c.workers)))
+    envs = environment_differences(runs)
+    return Report(title, tuple(runs), tuple(cells), excluded, conflicts, envs, dict(costs or {}))
+
+
+def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
+    """Label runs by the --set values (and benchmark) that vary among them, run controls
+    aside; when nothing varies, by strategy."""
+    keys: dict[str, set[str]] = {}
+    for run in runs:
+        for key in set(run.overrides) - RUN_CONTROLS:
+            keys.setdefault(key, set())
+    for run in runs:
+        for key in keys:
+            keys[key].add(str(run.overrides.get(key, run.config.get(key))))
+    varying = sorted(k for k, values in keys.items() if len(values) > 1)
+    several_benchmarks = len({r.benchmark for r in runs}) > 1
+
+    def label(run: RunResult) -> str:
+        parts = [run.benchmark] if several_benchmarks else []
+        parts += [f"{k}={run.overrides.get(k, run.config.get(k))}" for k in varying]
+        return ", ".join(parts) or f"strategy={run.strategy}"
+
+    return label
+
+
+def _cell(series: str, workers: int, runs: list[RunResult]) -> Cell:
+    runs.sort(key=lambda r: r.created_at)
+    tta = mlperf_aggregate([r.time_to_target_s for r in runs])
+    phases = mean_phase_ms_per_step(
+        [(r.summary["phases_s"], r.summary["steps"]) for r in runs if r.summary]
+    )
+    return Cell(series, workers, tuple(runs), tta, phases)
+
+
+def _with_speedups(cells: list[Cell]) -> list[Cell]:
+    out = []
+    for series in dict.fromkeys(c.series for c in cells):
+        members = [c for c in cells if c.series == series]
+        by_workers = {s.workers: s for s in speedups({c.workers: c.tta.mean_s for c in members})}
+        for c in members:
+            s = by_workers[c.workers]
+            out.append(
+                Cell(c.series, c.workers, c.runs, c.tta, c.phase_ms, s.speedup, s.efficiency)
+            )
+    return out
+
+
+def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], str]:
+    """The runs named by run ids, study ids or prefixes of either, and a title."""
+    runs: dict[str, RunResult] = {}
+    names = []
+    for ident in ids:
+        study_file = studies.find(results_root, ident)
+        if study_file is not None:
+            study = studies.load(study_file)
+            names.append(
+                study.study_id + ("" if study.state == "complete" else f" ({study.state})")
+            )
+            dirs = [
+                results_root / i for i in study.run_ids if (results_root / i / rundir.JOB).is_file()
+            ]
+        else:
+            dirs = [rundir.find(results_root, ident)]
+            names.append(dirs[0].name)
+        for run_dir in dirs:
+            run = load_run(run_dir)
+            runs.setdefault(run.run_id, run)
+    title = (
+        names[0]
+        if len(names) == 1
+        else f"{len(runs)} runs of {', '.join(sorted({r.benchmark for r in runs.values()}))}"
+    )
+    return list(runs.values()), title
+
+
+def cluster_costs(runs: Sequence[RunResult], project_dir: Path | None) -> dict[str, Cost]:
+    """Cost of each run on a Pulumi stack, from the stack file's shape and the price table."""
+    table = costs.load_price_table()
+    shapes: dict[str, costs.StackShape | str] = {}
+    out = {}
+    for run in runs:
+        if run.stack is None:
+            continue
+        if run.stack not in shapes:
+            try:
+                if project_dir is None:
+                    raise RunnerError("no Pulumi.yaml above this directory")
+                shapes[run.stack] = costs.load_shape(run.stack, project_dir)
+            except RunnerError as err:
+                shapes[run.stack] = f"stack shape unknown: {err}"
+        shape = shapes[run.stack]
+        if isinstance(shape, str):
+            out[run.run_id] = Cost(None, 0.0, shape)
+            continue
+        out[run.run_id] = costs.run_cost(
+            costs.stack_prices(table, shape), shape, run.num_nodes, run_duration_s(run)
+        )
+    return out
+
+
+def run_duration_s(run: RunResult) -> float:
+    """How long the run held its nodes (see runner.stack.cost.run_duration_s)."""
+    s = run.summary or {}
+    fallback = (s.get("init_time_s") or 0.0) + (s.get("run_time_s") or 0.0)
+    finished = run.state_since if run.state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+    return costs.run_duration_s(run.created_at, finished, fallback)
+
+
+# ---- tables ------------------------------------------------------------------------------
+
+
+def _num(value: float | None, fmt: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, fmt)
+
+
+def cells_table(report: Report) -> Table:
+    header = ("series", "workers", "converged", "time to accuracy (s)", "range (s)",
+              "speedup", "compute + comm (ms/step)", "comm")  # fmt: skip
+    rows, notes = [], []
+    for c in report.cells:
+        comm = c.phase_ms.get("communication", 0.0)
+        compute = sum(v for k, v in c.phase_ms.items() if k != "communication")
+        total = comm + compute
+        tta = _num(c.tta.mean_s, ".2f", "not converged")
+        if c.tta.std_s is not None:
+            tta += f" ± {c.tta.std_s:.2f}"
+        if not c.tta.valid:
+            notes.append(f"{c.series}, {c.workers} workers: {c.tta.reason}")
+        span = f"{c.tta.min_s:.2f}-{c.tta.max_s:.2f}" if c.tta.kept_s else "-"
+        speedup = "-" if c.speedup is None else f"{c.speedup:.2f}x ({c.efficiency:.0%})"
+        rows.append((
+            c.series, str(c.workers), f"{c.tta.num_converged}/{c.tta.num_runs}", tta, span,
+            speedup, f"{compute:.2f} + {comm:.2f}", f"{comm / total:.0%}" if total else "-",
+        ))  # fmt: skip
+    rules = sorted({c.tta.rule for c in report.cells})
+    notes = [f"aggregation: {r}; ± is the sample std of the runs averaged" for r in rules] + notes
+    notes.append("speedup: time to accuracy at the fewest workers / at this many (efficiency)")
+    return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
+
+
+def runs_table(report: Report) -> Table:
+    label = series_labeller(report.runs)
+    header = ("run", "series", "workers", "seed", "state", "time to accuracy (s)", "final",
+              "comm", "cost")  # fmt: skip
+    rows = []
+    for r in report.runs:
+        s = r.summary or {}
+        final = (s.get("final") or {}).get("value")
+        tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
+        share = s.get("communication_share")
+        rows.append((
+            r.run_id, label(r), str(r.world_size), str(r.seed), r.state,
+            tta if s else "no summary", _num(final, ".4f"), _num(share, ".0%"),
+            cost_text(report.costs.get(r.run_id), r),
+        ))  # fmt: skip
+    notes = [f"{r.run_id} is {r.state}: left out of the statistics" for r in report.excluded]
+    return Table("Runs", header, tuple(rows), tuple(notes))
+
+
+def cost_text(cost: Cost | None, run: RunResult) -> str:
+    if cost is None:
+        return "local" if run.backend == "local" else "unknown price"
+    if cost.usd is None:
+        return f"unknown price ({cost.reason})"
+    return f"${cost.usd:.4f} ({cost.node_hours:.3f} node-h)"
+
+
+def environment_table(report: Report) -> Table:
+    """The manifests: what was the same for every run, and what was not."""
+    rows = []
+    first = next((r.manifest for r in report.runs if r.manifest), {}) or {}
+    for key in ("code_version", "image", "python", "dist_backend", TOTAL_THREADS):
+        same = total_threads(first) if key == TOTAL_THREADS else first.get(key)
+        values = report.env_diffs.get(key) or [str(same)]
+        rows.append((key, ", ".join(values), "DIFFERS" if key in report.env_diffs else "same"))
+    for name, version in sorted((first.get("packages") or {}).items()):
+        key = f"package {name}"
+        rows.append((key, ", ".join(report.env_diffs.get(key) or [str(version)]),
+                     "DIFFERS" if key in report.env_diffs else "same"))  # fmt: skip
+    for name, value in sorted((first.get("hardware") or {}).items()):
+        key = f"hardware {name}"
+        rows.append((key, ", ".join(report.env_diffs.get(key) or [str(value)]),
+                     "DIFFERS" if key in report.env_diffs else "same"))  # fmt: skip
+    divisions = sorted({r.division for r in report.runs})
+    rows.append(("division", ", ".join(divisions), "DIFFERS" if len(divisions) > 1 else "same"))
+    seeds = sorted({str(r.seed) for r in report.runs})
+    rows.append(("seeds", ", ".join(seeds), "per run"))
+    notes = [f"configurations differ (--allow-mixed): {c}" for c in report.conflicts]
+    missing = [r.run_id for r in report.runs if not r.manifest]
+    if missing:
+        notes.append(f"no manifest.json: {', '.join(missing)} (fetch them: `runner fetch RUN`)")
+    return Table("Reproducibility", ("what", "value", "across runs"), tuple(rows), tuple(notes))
+
+
+def tables(report: Report) -> list[Table]:
+    return [cells_table(report), runs_table(report), environment_table(report)]
+
+
+# ---- figures and exports -----------------------------------------------------------------
+
+
+def write_figures(report: Report, out_dir: Path) -> list[Path]:
+    """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG."""
+    by_series: dict[str, list[Cell]] = {s: [] for s in report.series}
+    for c in report.cells:
+        by_series[c.series].append(c)
+    paths = figures.speedup_figure(
+        {s: [(c.workers, c.speedup) for c in cs] for s, cs in by_series.items()},
+        f"{report.title}: speedup of time to accuracy", out_dir / "speedup",
+    )  # fmt: skip
+    paths += figures.time_to_accuracy_figure(
+        {s: [(c.workers, c.tta) for c in cs] for s, cs in by_series.items()},
+        f"{report.title}: time to accuracy", out_dir / "time_to_accuracy",
+    )  # fmt: skip
+    paths += figures.phases_figure(
+        {s: [(c.workers, c.phase_ms) for c in cs if c.phase_ms] for s, cs in by_series.items()},
+        f"{report.title}: compute and communication per step", out_dir / "compute_communication",
+    )  # fmt: skip
+    label = series_labeller(report.runs)
+    curves = [(f"{label(r)}, {r.world_size} workers", r.curves) for r in report.runs if r.curves]
+    paths += figures.curves_figure(
+        curves, report.target, f"{report.title}: loss and accuracy", out_dir / "curves"
+    )
+    return paths
+
+
+def to_markdown(report: Report, figure_paths: Sequence[Path], out_dir: Path) -> str:
+    lines = [f"# {report.title}", ""]
+    for table in tables(report):
+        lines += [f"## {table.title}", "", "| " + " | ".join(table.header) + " |"]
+        lines.append("|" + " --- |" * len(table.header))
+        lines += [
+            "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in table.rows
+        ]
+        lines += [""] + [f"- {note}" for note in table.notes] + [""]
+    lines += ["## Figures", ""]
+    for path in figure_paths:
+        if path.suffix == ".png":
+            lines += [f"![{path.stem}]({path.relative_to(out_dir)})", ""]
+    return "\n".join(lines)
+
+
+def to_html(report: Report, figure_paths: Sequence[Path], out_dir: Path) -> str:
+    e = html.escape
+    parts = [f"<!doctype html><meta charset='utf-8'><title>{e(report.title)}</title>",
+             "<style>body{font-family:sans-serif;max-width:80em;margin:auto}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+             "</style>", f"<h1>{e(report.title)}</h1>"]  # fmt: skip
+    for table in tables(report):
+        parts.append(f"<h2>{e(table.title)}</h2><table><tr>")
+        parts += [f"<th>{e(h)}</th>" for h in table.header] + ["</tr>"]
+        for row in table.rows:
+            parts.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
+        parts.append("</table><ul>" + "".join(f"<li>{e(n)}</li>" for n in table.notes) + "</ul>")
+    parts.append("<h2>Figures</h2>")
+    for path in figure_paths:
+        if path.suffix == ".svg":
+            parts.append(f"<p><img src='{e(str(path.relative_to(out_dir)))}' alt='{e(path.stem)}'>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,173 @@
+"""Run directories read back as flat result records, for reports, studies, cost and teardown.
+
+What a report needs from one run (job.json, state.json, summary.json, manifest.json and the
+loss/accuracy curves in events.jsonl), and which runs may stand side by side: two runs are
+comparable when their closed-division configurations agree (the config minus the tunables and
+run controls; the strategy too when both use an exact one). Not here: statistics
+(runner.results.aggregate), output (runner.results.report), anything that talks to a backend.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.results import rundir
+from runner.job.benchmarks import EXACT_STRATEGIES, RUN_CONTROLS
+from runner.job.spec import get_benchmark
+from workloads.mllog import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    run_dir: Path
+    benchmark: str
+    backend: str
+    stack: str | None  # the Pulumi stack of a cluster run
+    world_size: int
+    num_nodes: int
+    device: str
+    division: str
+    open_keys: tuple[str, ...]
+    overrides: Mapping[str, str]
+    config: Mapping[str, Any]
+    state: str  # the last recorded JobState value ("UNKNOWN" without state.json)
+    state_since: str | None
+    created_at: str
+    summary: Mapping[str, Any] | None
+    manifest: Mapping[str, Any] | None
+    curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+
+    @property
+    def strategy(self) -> str:
+        return str(self.config.get("strategy", "-"))
+
+    @property
+    def converged(self) -> bool:
+        return bool(self.summary and self.summary.get("target_reached"))
+
+    @property
+    def time_to_target_s(self) -> float | None:
+        return self.summary.get("time_to_target_s") if self.converged else None  # type: ignore[union-attr]
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+
+def load_run(run_dir: Path) -> RunResult:
+    job = rundir.read_json(run_dir / rundir.JOB)
+    state = rundir.read_json_or_none(run_dir / rundir.STATE) or {}
+    cluster = job.get("cluster") or {}
+    placement = job["placement"]
+    return RunResult(
+        run_id=job["run_id"],
+        run_dir=run_dir,
+        benchmark=job["benchmark"],
+        backend=job["backend"],
+        stack=cluster.get("stack"),
+        world_size=placement["num_nodes"] * placement["procs_per_node"],
+        num_nodes=placement["num_nodes"],
+        device=placement["device"],
+        division=job["division"],
+        open_keys=tuple(job.get("open_keys", ())),
+        overrides=dict(job.get("overrides", ())),
+        config=job["config"],
+        state=state.get("state", "UNKNOWN"),
+        state_since=state.get("since"),
+        created_at=job["created_at"],
+        summary=rundir.read_summary(run_dir),
+        manifest=rundir.read_json_or_none(run_dir / rundir.MANIFEST),
+        curves=curves(run_dir / rundir.EVENTS),
+    )
+
+
+def curves(events_path: Path) -> dict[str, tuple[tuple[float, float], ...]]:
+    """train_loss and eval_accuracy as (seconds since run_start, value) points."""
+    events = read_events(events_path)
+    start = next((e["time_ms"] for e in events if e["key"] == RUN_START), None)
+    if start is None:
+        return {}
+    out: dict[str, list[tuple[float, float]]] = {TRAIN_LOSS: [], EVAL_ACCURACY: []}
+    for e in events:
+        if e["key"] in out and isinstance(e.get("value"), int | float):
+            out[e["key"]].append(((e["time_ms"] - start) / 1000, float(e["value"])))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def comparison_key(run: RunResult) -> str:
+    """What must agree for runs to stand side by side: benchmark, division, and the config
+    without tunables and run controls (and without the strategy when it is an exact one, as
+    runner.job.spec does for the division)."""
+    bench = get_benchmark(run.benchmark)
+    ignored = set(bench.tunables) | set(RUN_CONTROLS)
+    if run.config.get("strategy") in EXACT_STRATEGIES:
+        ignored.add("strategy")
+    fixed = {k: v for k, v in run.config.items() if k not in ignored}
+    return json.dumps(
+        {"benchmark": run.benchmark, "division": run.division, "config": fixed}, sort_keys=True
+    )
+
+
+def config_conflicts(runs: Sequence[RunResult]) -> list[str]:
+    """Human-readable differences between the closed-division configurations of the runs;
+    empty when they may stand side by side."""
+    groups: dict[str, list[RunResult]] = {}
+    for run in runs:
+        groups.setdefault(comparison_key(run), []).append(run)
+    if len(groups) <= 1:
+        return []
+    decoded = [(json.loads(key), members) for key, members in groups.items()]
+    base, base_runs = decoded[0]
+    lines = []
+    for other, members in decoded[1:]:
+        diffs = _differences(base, other)
+        lines.append(
+            f"{members[0].run_id} (and {len(members) - 1} more) differs from "
+            f"{base_runs[0].run_id}: {'; '.join(diffs)}"
+        )
+    return lines
+
+
+def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    diffs = [f"{k} {a[k]} vs {b[k]}" for k in ("benchmark", "division") if a[k] != b[k]]
+    ca, cb = a["config"], b["config"]
+    for key in sorted(set(ca) | set(cb)):
+        if ca.get(key) != cb.get(key):
+            diffs.append(f"{key}={ca.get(key)!r} vs {cb.get(key)!r}")
+    return diffs
+
+
+TOTAL_THREADS = "threads x workers"
+
+
+def total_threads(manifest: dict[str, Any]) -> int | None:
+    """Threads per worker times workers: the compute a run was given."""
+    threads, world = manifest.get("torch_threads"), manifest.get("world_size")
+    return threads * world if threads is not None and world is not None else None
+
+
+def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
+    """Manifest fields that take more than one value across the runs (code version, image,
+    package versions, hardware): not a refusal, but a reader must see it."""
+    fields: dict[str, set[str]] = {}
+    for run in runs:
+        m = run.manifest or {}
+        values = {
+            "code_version": m.get("code_version"),
+            "image": m.get("image"),
+            "python": m.get("python"),
+            "dist_backend": m.get("dist_backend"),
+            # Threads per worker shrink as workers grow (the local backend gives each run all
+            # cores); what must match across a scaling study is the total.
+            TOTAL_THREADS: total_threads(m),
+            **{f"package {k}": v for k, v in (m.get("packages") or {}).items()},
+            **{f"hardware {k}": v for k, v in (m.get("hardware") or {}).items()},
+        }
+        for key, value in values.items():
+            fields.setdefault(key, set()).add(str(value))
+    return {k: sorted(v) for k, v in fields.items() if len(v) > 1}

@@ -1,0 +1,160 @@
+"""Tearing a stack down without losing results: guard, delete jobs, destroy, check leftovers.
+
+Order, and why:
+1. guard: refuse while a Kubernetes run on the stack is unfetched, since its results may exist
+   only on the cluster (pod logs, a bucket the stack owns). Unfetched: the run's last recorded
+   state is not final; or it SUCCEEDED and its run directory lacks summary.json; or it FAILED
+   and rank 0's log was never archived (the only trace of why). A CANCELLED run has nothing
+   left to fetch. `force` skips the guard.
+2. cancel the runs still pending or running, through their backend, so no job keeps creating
+   pods while the node pools go away (and so their state.json says CANCELLED).
+3. `pulumi destroy --stack S --yes`, its output streamed line by line.
+4. leftovers: `pulumi stack export --stack S` and every resource the state still lists apart
+   from the stack itself and its providers. That is what Pulumi still tracks for the stack
+   (a failed or partial destroy). It does not see what the cluster made on its own outside
+   Pulumi (load balancers of Services, dynamically provisioned disks), which a cloud-specific
+   check (gcloud/aws CLIs, labels) would be needed for; the report says so.
+Never prints: steps and destroy output go to a callback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner import api
+from runner.errors import RunnerError
+from runner.results import rundir
+from runner.stack import pulumi_cli
+
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+NOT_LEFTOVER_TYPES = ("pulumi:pulumi:Stack",)
+NOT_LEFTOVER_PREFIXES = ("pulumi:providers:",)
+UNCHECKED = (
+    "cloud resources made by the cluster outside Pulumi (Service load balancers, dynamically "
+    "provisioned disks) are not checked; look for them in the cloud console"
+)
+
+
+class TeardownRefused(RunnerError):
+    def __init__(self, stack: str, unfetched: list[tuple[str, str]]) -> None:
+        lines = "\n  ".join(f"{run_id}: {why}" for run_id, why in unfetched)
+        super().__init__(
+            f"stack {stack!r} still holds results of {len(unfetched)} run(s):\n  {lines}\n"
+            f"fetch them (`runner fetch RUN`), or tear down anyway with "
+            f"`runner teardown --stack {stack} --force` (their results are lost)"
+        )
+        self.unfetched = unfetched
+
+
+@dataclass(frozen=True)
+class TeardownResult:
+    cancelled: tuple[str, ...]
+    cancel_errors: tuple[str, ...]
+    leftovers: tuple[str, ...]  # URNs still in the stack's state after destroy
+    unchecked: str = UNCHECKED
+
+
+def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
+    """Kubernetes runs whose job.json names this stack."""
+    runs = []
+    for run_dir in rundir.list_dirs(results_root):
+        record = rundir.read_record(run_dir)
+        if record.backend == "kubernetes" and (record.cluster or {}).get("stack") == stack:
+            runs.append(api.Run(run_dir, record))
+    return runs
+
+
+def unfetched_reason(run: api.Run) -> str | None:
+    """Why this run's results may still be only on the cluster, or None if they are home."""
+    state = rundir.read_state(run.run_dir)
+    if state is None or not state.state.finished:
+        last = state.state.value if state else "unknown"
+        return f"last recorded state {last}; it may still be running or hold results"
+    if state.state.value == "SUCCEEDED" and not (run.run_dir / rundir.SUMMARY).is_file():
+        return "SUCCEEDED but summary.json was never fetched"
+    if state.state.value == "FAILED" and not rundir.rank_log(run.run_dir, 0).is_file():
+        return "FAILED and its logs were never fetched"
+    return None
+
+
+def unfetched(results_root: Path, stack: str) -> list[tuple[str, str]]:
+    out = []
+    for run in stack_runs(results_root, stack):
+        why = unfetched_reason(run)
+        if why is not None:
+            out.append((run.run_id, why))
+    return sorted(out)
+
+
+def teardown(
+    results_root: Path, stack: str, force: bool, on_line: Callable[[str], None] = lambda s: None
+) -> TeardownResult:
+    missing = unfetched(results_root, stack)
+    if missing and not force:
+        raise TeardownRefused(stack, missing)
+    cancelled, errors = cancel_remaining(results_root, stack, on_line)
+    destroy(stack, on_line)
+    return TeardownResult(tuple(cancelled), tuple(errors), tuple(leftovers(stack)))
+
+
+def cancel_remaining(
+    results_root: Path, stack: str, on_line: Callable[[str], None]
+) -> tuple[list[str], list[str]]:
+    """Cancel every run on the stack not recorded as finished. A failure is reported, not
+    raised: destroy removes the jobs with the cluster anyway."""
+    cancelled, errors = [], []
+    for run in stack_runs(results_root, stack):
+        state = rundir.read_state(run.run_dir)
+        if state is not None and state.state.finished:
+            continue
+        try:
+            api.cancel(results_root, run)
+            cancelled.append(run.run_id)
+            on_line(f"cancelled {run.run_id}")
+        except RunnerError as err:
+            errors.append(f"{run.run_id}: {err}")
+            on_line(f"could not cancel {run.run_id}: {err}")
+    return cancelled, errors
+
+
+def _pulumi(stack: str) -> str:
+    return pulumi_cli.executable(f"stack {stack!r} cannot be destroyed; {pulumi_cli.INSTALL}")
+
+
+def destroy(stack: str, on_line: Callable[[str], None]) -> None:
+    argv = [_pulumi(stack), "destroy", "--stack", stack, "--yes"]
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=pulumi_cli.project_dir(),
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            on_line(line.rstrip("\n"))
+    if proc.returncode != 0:
+        raise RunnerError(
+            f"`pulumi destroy --stack {stack} --yes` failed (exit {proc.returncode}); read its "
+            f"output above, fix the cause and run `runner teardown --stack {stack} --force` again"
+        )
+
+
+def leftovers(stack: str) -> list[str]:
+    """URNs the stack's state still lists after destroy (providers and the stack aside)."""
+    state = pulumi_cli.run_json(
+        ["stack", "export"],
+        stack,
+        why=f"what stack {stack!r} still holds cannot be checked; {pulumi_cli.INSTALL}",
+        next_step=f"check with `pulumi stack --stack {stack} --show-urns`",
+    )
+    resources = (state.get("deployment") or {}).get("resources") or []
+    return [
+        r["urn"]
+        for r in resources
+        if r.get("type") not in NOT_LEFTOVER_TYPES
+        and not str(r.get("type", "")).startswith(NOT_LEFTOVER_PREFIXES)
+    ]
