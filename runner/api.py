@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.backends.base import Backend, JobState, JobStatus
+from contract.rundir import JobState, JobStatus
+from runner.backends.base import Backend
 from runner.errors import RunnerError
 from runner.job.spec import JobSpec
 from runner.results import rundir

@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from contract.rundir import JobStatus
 from runner import api
-from runner.backends.base import Backend, JobStatus
+from runner.backends.base import Backend
 from runner.errors import SpecError
 from runner.job.spec import Placement, resolve
 from runner.results import study as studies

@@ -1,64 +1,90 @@
-"""The Backend protocol and the job state every backend reports in the same terms."""
+"""The Backend protocol: one run lifecycle, whatever runs the job (as torchx's schedulers).
+
+    request = backend.dryrun(spec, run_dir)   # the exact thing that will run; nothing runs
+    handle  = backend.submit(request)         # runs exactly that
+    backend.status(handle) / watch(handle) / events(handle) / logs(handle, rank, follow)
+    backend.fetch(handle, run_dir)            # results home; what is still missing
+    backend.cancel(handle)                    # idempotent
+
+`runner.api` drives it the same way for every backend (submit, follow, fetch) and never asks
+which backend it has. Handles are URLs: `local://<run-id>`, `k8s://<namespace>/<name>`.
+Job states and their record are the run directory's (contract/rundir.py).
+"""
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from contract.rundir import JobStatus
 from runner.job.spec import JobSpec
 
 
-class JobState(enum.Enum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
+@dataclass(frozen=True)
+class Process:
+    """One command the local backend starts: argv, the variables it sets on top of the
+    supervisor's environment (never the whole environment: it may hold secrets), its working
+    directory and, for shaped-network runs, the index of the network namespace it runs in."""
 
-    @property
-    def finished(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = "."
+    netns: int | None = None
 
 
 @dataclass(frozen=True)
-class JobStatus:
-    state: JobState
-    reason: str = ""  # why it is pending or how it failed ("rank 1 exited with code -9")
-    since: str | None = None  # ISO time the job entered this state, when known
-    failed_rank: int | None = None
-    exit_code: int | None = None
+class LocalRequest:
+    run_dir: str
+    processes: tuple[Process, ...]
+    # Shaped-network runs: the link every worker gets ("100mbit"); None: plain loopback.
+    link: str | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "state": self.state.value,
-            "reason": self.reason,
-            "since": self.since,
-            "failed_rank": self.failed_rank,
-            "exit_code": self.exit_code,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> JobStatus:
-        return cls(
-            state=JobState(data["state"]),
-            reason=str(data.get("reason") or ""),
-            since=data.get("since"),  # type: ignore[arg-type]
-            failed_rank=data.get("failed_rank"),  # type: ignore[arg-type]
-            exit_code=data.get("exit_code"),  # type: ignore[arg-type]
-        )
+@dataclass(frozen=True)
+class KubernetesRequest:
+    run_dir: str
+    manifest: Mapping[str, Any]
+
+
+Request = LocalRequest | KubernetesRequest
 
 
 class Backend(Protocol):
-    """Where jobs run. Every method but submit takes the handle submit returned."""
+    """Where jobs run. Every method after submit takes the handle submit returned."""
 
-    def submit(self, spec: JobSpec, run_dir: Path) -> str:
-        """Start the job; job.json is already in run_dir. Returns the handle."""
+    name: str  # "local" or "kubernetes", recorded in job.json
+
+    @property
+    def reference(self) -> Mapping[str, Any] | None:
+        """What job.json records to reach this backend again (no secrets); None for local."""
+        ...
+
+    def dryrun(self, spec: JobSpec, run_dir: Path) -> Request:
+        """The exact request submit would run for `spec` in `run_dir`; starts nothing and
+        writes nothing, so it serves `--dry-run` too. Raises SpecError for what the backend
+        cannot run (checked before anything starts)."""
+        ...
+
+    def describe(self, request: Request) -> str:
+        """The request as a person reads it: the command lines, or the manifest's YAML."""
+        ...
+
+    def submit(self, request: Request) -> str:
+        """Start exactly `request` (job.json is already in its run directory); the handle."""
         ...
 
     def status(self, handle: str) -> JobStatus: ...
+
+    def watch(self, handle: str) -> Iterator[JobStatus]:
+        """Each new status as it changes, until (and including) a finished one."""
+        ...
+
+    def events(self, handle: str) -> Iterator[list[dict[str, Any]]]:
+        """Batches of the run's new events as they appear (an empty batch when there are
+        none yet), for as long as the caller keeps asking."""
+        ...
 
     def logs(self, handle: str, rank: int, follow: bool) -> Iterator[str]:
         """Lines of one rank's log (without newlines); with follow, until the job ends."""
@@ -70,4 +96,8 @@ class Backend(Protocol):
 
     def cancel(self, handle: str) -> None:
         """Stop the job; idempotent, and a no-op on a finished job."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (credentials written to disk, connections)."""
         ...

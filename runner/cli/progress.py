@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from contract.rundir import JobStatus
 from runner import api
-from runner.backends.base import JobStatus
 
 # How a followed run labels its quality metric (the eval_accuracy events carry it).
 METRIC_LABELS = {"top1_accuracy": "acc", "bleu": "BLEU", "perplexity": "ppl"}

@@ -6,8 +6,8 @@ from typing import Any
 
 from rich.table import Table
 
+from contract.rundir import JobState, JobStatus
 from runner.api import RunInfo
-from runner.backends.base import JobState, JobStatus
 from runner.job.benchmarks import AnyBenchmark, MicroBenchmark
 from workloads.config import LOWER_IS_BETTER
 from workloads.mllog import STEP_PHASES as PHASES

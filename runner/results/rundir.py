@@ -14,34 +14,32 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.backends.base import JobStatus
+from contract import files
+from contract.rundir import (  # noqa: F401  (read_state: callers still reach it here)
+    EVENTS,
+    JOB,
+    LOGS,
+    MANIFEST,
+    STATE,
+    SUMMARY,
+    JobStatus,
+    rank_log,
+    read_state,
+)
 from runner.errors import RunNotFound
 from runner.job.spec import JobSpec
 from workloads.mllog import RUN_START, RUN_STOP, read_events
 
-JOB, STATE, EVENTS, SUMMARY, MANIFEST = (
-    "job.json",
-    "state.json",
-    "events.jsonl",
-    "summary.json",
-    "manifest.json",
-)
-LOGS = "logs"
 RESULTS_ENV = "STACKBENCH_RESULTS"
 
 
 def default_results_root() -> Path:
     return Path(os.environ.get(RESULTS_ENV, "results"))
-
-
-def rank_log(run_dir: Path, rank: int) -> Path:
-    return run_dir / LOGS / f"rank-{rank}.log"
 
 
 @dataclass(frozen=True)
@@ -96,11 +94,6 @@ def read_record(run_dir: Path) -> RunRecord:
     return RunRecord.from_dict(read_json(run_dir / JOB))
 
 
-def read_state(run_dir: Path) -> JobStatus | None:
-    data = read_json_or_none(run_dir / STATE)
-    return JobStatus.from_dict(data) if data else None
-
-
 def write_state(run_dir: Path, status: JobStatus) -> None:
     write_json(run_dir / STATE, status.to_dict())
 
@@ -124,22 +117,8 @@ def missing_results(run_dir: Path, world_size: int) -> list[str]:
     return missing
 
 
-def write_json(path: Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def write_text(path: Path, text: str) -> None:
-    """Atomic: readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+write_json = files.write_json
+write_text = files.write_text
 
 
 def read_json(path: Path) -> Any:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.backends.base import JobState, JobStatus
+from contract.rundir import JobState, JobStatus
 from runner.job.spec import Placement, resolve
 from runner.results import rundir
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runner.backends.base import JobState
+from contract.rundir import JobState
 from runner.backends.kubernetes.backend import KubernetesBackend, from_handle
 from runner.backends.kubernetes.client import KubeApi
 from runner.errors import RunnerError

@@ -5,8 +5,8 @@ import time
 import psutil
 import pytest
 
+from contract.rundir import JobState
 from runner import api
-from runner.backends.base import JobState
 from runner.backends.local.supervisor import parse_root_cause
 from runner.results import rundir
 from tests.conftest import submit_local

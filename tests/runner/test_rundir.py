@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from runner.backends.base import JobState, JobStatus
+from contract.rundir import JobState, JobStatus
 from runner.errors import RunNotFound
 from runner.job.spec import resolve
 from runner.results import rundir

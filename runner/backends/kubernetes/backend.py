@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from runner.backends.base import JobState, JobStatus
+from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes import observe
 from runner.backends.kubernetes.client import KubeApi, NotFound
 from runner.backends.kubernetes.connection import ClusterConnection, connect_reference

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.backends.base import JobState, JobStatus
+from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes.render.common import RANK_PREFIX_RE
 
 # The conditions each API sets when a job ends (TrainJob: Complete/Failed; PyTorchJob 1.9:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from runner.backends.base import JobState, JobStatus
+from contract.rundir import JobState, JobStatus
 from runner.errors import BackendUnavailable, RunnerError
 from runner.job.spec import JobSpec
 from runner.results import rundir

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from runner.backends.base import JobState, JobStatus
+from contract.rundir import JobState, JobStatus
 from runner.job.spec import JobSpec, workload_args, workload_module
 from runner.results import rundir
 
