@@ -1,7 +1,8 @@
 """The Backend protocol: one run lifecycle, whatever runs the job (as torchx's schedulers).
 
     request = backend.dryrun(spec, run_dir)   # the exact thing that will run; nothing runs
-    handle  = backend.submit(request)         # runs exactly that
+    handle  = backend.handle(request)         # known before anything starts: job.json has it
+    backend.submit(request)                   # runs exactly that
     backend.status(handle) / watch(handle) / events(handle) / logs(handle, rank, follow)
     backend.fetch(handle, run_dir)            # results home; what is still missing
     backend.cancel(handle)                    # idempotent
@@ -71,8 +72,14 @@ class Backend(Protocol):
         """The request as a person reads it: the command lines, or the manifest's YAML."""
         ...
 
+    def handle(self, request: Request) -> str:
+        """The handle `request` will have once submitted, known before it starts, so that the
+        run's record names it before any workload can run (and a failed submit still does)."""
+        ...
+
     def submit(self, request: Request) -> str:
-        """Start exactly `request` (job.json is already in its run directory); the handle."""
+        """Start exactly `request` (job.json, with handle(request), is already in its run
+        directory); returns that handle."""
         ...
 
     def status(self, handle: str) -> JobStatus: ...
