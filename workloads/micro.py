@@ -21,12 +21,11 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
+from contract.files import write_json
 from workloads import dist, manifest, mllog
-from workloads.files import write_json
 from workloads.microconfig import AllReduceMicroConfig, log_sizes
 from workloads.train import launch
 
-RESULT = "allreduce_result"  # stackbench event key: one measurement
 KIND = "allreduce-micro"
 
 
@@ -125,7 +124,8 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
         for elements in sizes:
             result = measure(config, elements, dtype, device)
             results.append(asdict(result))
-            log.point(RESULT, results[-1], backend=backend, total=len(sizes) * len(config.dtypes))
+            total = len(sizes) * len(config.dtypes)
+            log.point(mllog.ALLREDUCE_RESULT, results[-1], backend=backend, total=total)
     summary = {
         "kind": KIND, "run_id": args.run_id, "benchmark": args.benchmark or KIND,
         "division": "open" if args.open_division else "closed", "status": "success",

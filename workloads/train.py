@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from workloads import dist, manifest, mllog, strategies, tasks
+from contract.files import write_json
+from workloads import dist, lifetime, manifest, mllog, strategies, tasks
 from workloads.config import JsonConfig, TrainConfig
-from workloads.files import write_json
 from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, clock_for
@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., Any]) -> int:
     """The entry of every workload module: arguments, rank log, config, then run_fn."""
+    lifetime.die_with_parent()  # no worker outlives its launcher (workloads/lifetime.py)
     args = parse_args(argv)
     env = dist.DistEnv.from_environ()
     if args.log_dir is not None:

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from contract.events import STEP_PHASES as PHASES
+from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
-from runner.api import RunInfo
+from runner.api import Outcome, Run, RunInfo
 from runner.job.benchmarks import AnyBenchmark, MicroBenchmark
 from workloads.config import LOWER_IS_BETTER
-from workloads.mllog import STEP_PHASES as PHASES
+
+if TYPE_CHECKING:
+    from runner.cli.progress import MeasurementProgress, TrainingProgress
+    from runner.job.spec import JobSpec
 
 STATE_STYLE = {
     JobState.PENDING: "yellow",
@@ -48,6 +57,13 @@ def headline(summary: dict[str, Any] | None) -> str:
     """One line of result: the final metric and time to target (or that it was missed)."""
     if not summary:
         return "-"
+    try:
+        return _headline(summary)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return f"summary.json unreadable ({type(err).__name__}: {err})"
+
+
+def _headline(summary: dict[str, Any]) -> str:
     if summary.get("kind") == "allreduce-micro":
         best = max(summary["results"], key=lambda r: r["busbw_gbps"], default=None)
         if best is None:
@@ -67,21 +83,28 @@ def runs_table(infos: list[RunInfo]) -> Table:
     for column in ("benchmark", "backend", "workers", "state", "result"):
         table.add_column(column)
     for info in infos:
+        if info.run is None or info.status is None:
+            table.add_row(info.run_dir.name, "-", "-", "-", "[red]DAMAGED[/red]",
+                          escape(info.damage or ""))  # fmt: skip
+            continue
         spec = info.run.record.spec
         table.add_row(
             spec.run_id, spec.benchmark, info.run.record.backend, str(spec.placement.world_size),
-            state_text(info.status), headline(info.summary),
+            state_text(info.status), escape(headline(info.summary)),
         )  # fmt: skip
     return table
 
 
 def state_text(status: JobStatus) -> str:
+    """The state in its colour and, when there is one, why (as text, never as markup)."""
     style = STATE_STYLE[status.state]
     text = f"[{style}]{status.state.value}[/{style}]"
-    return f"{text} ({status.reason})" if status.reason else text
+    return f"{text} ({escape(status.reason)})" if status.reason else text
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
+    if info.run is None or info.status is None:
+        return {"run_dir": str(info.run_dir), "state": "DAMAGED", "damage": info.damage}
     return {
         "run_id": info.run.run_id,
         "benchmark": info.run.record.spec.benchmark,
@@ -93,6 +116,58 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "run_dir": str(info.run.run_dir),
         "summary": info.summary,
     }
+
+
+def progress_for(console: Console, spec: JobSpec) -> TrainingProgress | MeasurementProgress:
+    """The live view that fits the run's kind of benchmark."""
+    from runner.cli.progress import MeasurementProgress, TrainingProgress
+    from workloads.microconfig import AllReduceMicroConfig
+
+    if isinstance(spec.config, AllReduceMicroConfig):
+        return MeasurementProgress(console)
+    return TrainingProgress(console, spec.config.max_epochs, spec.config.target_metric)
+
+
+def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
+    """The end of a followed run: its summary (when it has one), its state and its files."""
+    from runner.results import rundir
+
+    try:
+        summary = rundir.read_summary(run.run_dir)
+    except DamagedFile as err:
+        console.print(f"[red]{escape(str(err))}[/red]")
+        summary = None
+    if summary:
+        try:
+            table = (
+                allreduce_table if summary.get("kind") == "allreduce-micro" else summary_table
+            )(summary)
+            console.print(table)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            console.print(f"[red]summary.json unreadable ({escape(str(err))})[/red]")
+    if outcome.missing:
+        console.print(f"[yellow]incomplete results[/yellow]: {escape('; '.join(outcome.missing))}")
+    console.print(f"{state_text(outcome.status)}  results: {run.run_dir}")
+
+
+def event_text(event: dict[str, Any], start_ms: int | None) -> str:
+    """One MLLOG event as a person reads it: time since run_start (or the clock), the key,
+    its value and metadata; the manifest and summary, which are long, by name only."""
+    when = event.get("time_ms", 0)
+    if start_ms is not None:
+        stamp = f"{(when - start_ms) / 1000:+9.2f} s"
+    else:
+        stamp = datetime.fromtimestamp(when / 1000, UTC).strftime("%H:%M:%S")
+    key, value = event.get("key"), event.get("value")
+    if isinstance(value, dict | list) and len(json.dumps(value)) > 80:
+        shown = "{...}" if isinstance(value, dict) else "[...]"
+    elif isinstance(value, float):
+        shown = f"{value:.6g}"
+    else:
+        shown = "" if value is None else str(value)
+    meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+    extras = " ".join(f"{k}={v}" for k, v in meta.items() if k not in ("file", "lineno"))
+    return " ".join(part for part in (f"[{stamp}]", str(key), shown, extras) if part)
 
 
 def summary_table(summary: dict[str, Any]) -> Table:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.results.aggregate import Aggregate
-from workloads.mllog import EVAL_ACCURACY, STEP_PHASES, TRAIN_LOSS
+from contract.events import EVAL_ACCURACY, STEP_PHASES, TRAIN_LOSS
 
 FORMATS = ("png", "svg")
 PHASE_COLORS = {

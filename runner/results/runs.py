@@ -9,6 +9,8 @@ run controls; the strategy too when both use an exact one). Not here: statistics
 
 from __future__ import annotations
 
+from contract import files
+
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from typing import Any
 from runner.results import rundir
 from runner.job.benchmarks import EXACT_STRATEGIES, RUN_CONTROLS
 from runner.job.spec import get_benchmark
-from workloads.mllog import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+from contract.events import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class RunResult:
 
 
 def load_run(run_dir: Path) -> RunResult:
-    job = rundir.read_json(run_dir / rundir.JOB)
+    job = files.read_json(run_dir / rundir.JOB)
     state = rundir.read_json_or_none(run_dir / rundir.STATE) or {}
     cluster = job.get("cluster") or {}
     placement = job["placement"]

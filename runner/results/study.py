@@ -10,6 +10,8 @@ study that still reports. Not here: running anything (runner.sweep), statistics 
 
 from __future__ import annotations
 
+from contract import files
+
 import itertools
 import secrets
 from collections.abc import Mapping, Sequence
@@ -136,12 +138,12 @@ def studies_root(results_root: Path) -> Path:
 
 def save(results_root: Path, study: Study) -> Path:
     path = studies_root(results_root) / study.study_id / STUDY_FILE
-    rundir.write_json(path, study.to_dict())
+    files.write_json(path, study.to_dict())
     return path
 
 
 def load(path: Path) -> Study:
-    return Study.from_dict(rundir.read_json(path))
+    return Study.from_dict(files.read_json(path))
 
 
 def find(results_root: Path, study_id: str) -> Path | None:

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.files import DamagedFile
+from contract.rundir import read_state
 from runner import api
 from runner.errors import RunnerError
 from runner.results import rundir
@@ -61,7 +63,10 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
     """Kubernetes runs whose job.json names this stack."""
     runs = []
     for run_dir in rundir.list_dirs(results_root):
-        record = rundir.read_record(run_dir)
+        try:
+            record = rundir.read_record(run_dir)
+        except DamagedFile:
+            continue  # `runner runs` lists it as DAMAGED; nothing says it is this stack's
         if record.backend == "kubernetes" and (record.cluster or {}).get("stack") == stack:
             runs.append(api.Run(run_dir, record))
     return runs
@@ -69,7 +74,7 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
 
 def unfetched_reason(run: api.Run) -> str | None:
     """Why this run's results may still be only on the cluster, or None if they are home."""
-    state = rundir.read_state(run.run_dir)
+    state = read_state(run.run_dir)
     if state is None or not state.state.finished:
         last = state.state.value if state else "unknown"
         return f"last recorded state {last}; it may still be running or hold results"
@@ -89,12 +94,17 @@ def unfetched(results_root: Path, stack: str) -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def teardown(
-    results_root: Path, stack: str, force: bool, on_line: Callable[[str], None] = lambda s: None
-) -> TeardownResult:
+def refuse_unfetched(results_root: Path, stack: str, force: bool) -> None:
+    """The guard alone (step 1), so a caller can refuse before asking for confirmation."""
     missing = unfetched(results_root, stack)
     if missing and not force:
         raise TeardownRefused(stack, missing)
+
+
+def teardown(
+    results_root: Path, stack: str, force: bool, on_line: Callable[[str], None] = lambda s: None
+) -> TeardownResult:
+    refuse_unfetched(results_root, stack, force)
     cancelled, errors = cancel_remaining(results_root, stack, on_line)
     destroy(stack, on_line)
     return TeardownResult(tuple(cancelled), tuple(errors), tuple(leftovers(stack)))
@@ -107,7 +117,7 @@ def cancel_remaining(
     raised: destroy removes the jobs with the cluster anyway."""
     cancelled, errors = [], []
     for run in stack_runs(results_root, stack):
-        state = rundir.read_state(run.run_dir)
+        state = read_state(run.run_dir)
         if state is not None and state.state.finished:
             continue
         try:

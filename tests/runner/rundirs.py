@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from contract import files
 from contract.rundir import JobState, JobStatus
 from runner.job.spec import Placement, resolve
 from runner.results import rundir
@@ -47,14 +48,14 @@ def make_run(
         record["cluster"] = {"stack": stack, "job_api": "trainjob", "pending_timeout_s": None}
     run_dir = root / run_id
     (run_dir / rundir.LOGS).mkdir(parents=True)
-    rundir.write_json(run_dir / rundir.JOB, record)
+    files.write_json(run_dir / rundir.JOB, record)
     rundir.write_state(run_dir, JobStatus(JobState(state), "", finished_at))
     run_s = time_to_target_s if time_to_target_s is not None else 50.0
     if write_summary:
-        rundir.write_json(
+        files.write_json(
             run_dir / rundir.SUMMARY, summary(run_id, workers, time_to_target_s, steps)
         )
-    rundir.write_json(run_dir / rundir.MANIFEST, manifest or env_manifest(run_id, workers))
+    files.write_json(run_dir / rundir.MANIFEST, manifest or env_manifest(run_id, workers))
     write_events(run_dir / rundir.EVENTS, run_s)
     return run_dir
 

@@ -56,16 +56,18 @@ def test_submit_zero_workers_is_a_usage_error(tmp_path):
 def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):
     result = invoke("submit", "cnn-digits", "--dry-run", "--set", "momentum=0.5", results=tmp_path)
     assert result.exit_code == 0
-    job, _ = json.JSONDecoder().raw_decode(result.output)
+    job, end = json.JSONDecoder().raw_decode(result.output)
     assert job["division"] == "open"
     assert job["config"]["momentum"] == 0.5
-    assert "torchrun --standalone --nproc-per-node 2" in result.output
+    command = result.output[end:].strip()
+    assert "-m torch.distributed.run --standalone --nproc-per-node=2" in command
+    assert f"--run-id {job['run_id']}" in command
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
 @pytest.mark.slow
 def test_submit_runs_locally_and_prints_the_summary(tmp_path):
-    result = invoke("submit", "cnn-digits", "--local", "--workers", "2", results=tmp_path)
+    result = invoke("submit", "cnn-digits", "--workers", "2", results=tmp_path)
     assert result.exit_code == 0, result.output
     assert "Summary of cnn-digits-" in result.output
     assert "time to target" in result.output
@@ -89,6 +91,9 @@ def test_status_logs_and_fetch_work_on_a_finished_run(finished_run):
     assert "SUCCEEDED" in invoke("status", run.run_id, results=results).output
     logs = invoke("logs", run.run_id, "--rank", "0", results=results)
     assert logs.exit_code == 0 and "run_stop" in logs.output
+    assert ":::MLLOG" not in logs.output  # events are rendered as readable lines
+    raw = invoke("logs", run.run_id, "--rank", "0", "--raw", results=results)
+    assert ':::MLLOG {"namespace"' in raw.output
     fetched = invoke("fetch", run.run_id[:-2], results=results)  # a prefix is enough
     assert fetched.exit_code == 0 and "complete" in fetched.output
 
@@ -108,7 +113,7 @@ def test_unknown_run_says_how_to_list_runs(tmp_path):
 
 def test_cancel_of_a_finished_run_changes_nothing(finished_run):
     results, run = finished_run
-    assert "SUCCEEDED" in invoke("cancel", run.run_id, results=results).output
+    assert "SUCCEEDED" in invoke("cancel", run.run_id, "--yes", results=results).output
 
 
 def test_the_cli_starts_without_importing_torch():

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from contract import files
 from contract.rundir import JobState
 from runner.backends.kubernetes.backend import KubernetesBackend, from_handle
 from runner.backends.kubernetes.client import KubeApi
@@ -54,7 +55,7 @@ def submit(backend: KubernetesBackend, root: Path, spec: JobSpec) -> tuple[str, 
     run_dir = rundir.create(root, record)
     handle = backend.submit(spec, run_dir)
     record = rundir.RunRecord(spec, "kubernetes", handle, cluster=backend.reference)
-    rundir.write_json(run_dir / rundir.JOB, record.to_dict())
+    files.write_json(run_dir / rundir.JOB, record.to_dict())
     return handle, run_dir
 
 
@@ -252,7 +253,7 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
     assert backend.fetch(handle, run_dir) == []
     assert rundir.read_summary(run_dir) == {"target_reached": True, "time_to_target_s": 12.5}
-    assert rundir.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
+    assert files.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
     keys = [e["key"] for e in mllog.read_events(run_dir / rundir.EVENTS)]
     assert keys.count(mllog.RUN_START) == 1 and mllog.RUN_STOP in keys
     assert rundir.rank_log(run_dir, 3).read_text() == "rank 3 training\nrank 3 done\n"
@@ -273,7 +274,7 @@ def test_fetch_prefers_the_results_store(cluster, tmp_path):
     assert backend.fetch(handle, run_dir) == []
     assert rundir.read_summary(run_dir) == {"from": "store"}
     # What the store lacks comes from the log.
-    assert rundir.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
+    assert files.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
 
 
 def test_fetch_of_a_running_job_keeps_it_and_reports_what_is_missing(cluster, tmp_path):

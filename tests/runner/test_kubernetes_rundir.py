@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.local.backend import SUPERVISOR_FILE
+from contract import files
+from runner.backends.local.backend import LAUNCH_FILE, SUPERVISOR_FILE
 from runner.backends.local.supervisor import LAUNCHER_LOG
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
@@ -23,7 +24,7 @@ from tests.runner.test_kubernetes_backend import make_backend, submit
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 # The local supervisor's own files; on a cluster torchrun's output is in the pod log.
-LOCAL_ONLY = {SUPERVISOR_FILE, "logs/supervisor.log", f"logs/{LAUNCHER_LOG}"}
+LOCAL_ONLY = {SUPERVISOR_FILE, LAUNCH_FILE, "logs/supervisor.log", f"logs/{LAUNCHER_LOG}"}
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def cluster() -> Iterator[FakeCluster]:
     fake.close()
 
 
-def files(run_dir: Path) -> set[str]:
+def file_names(run_dir: Path) -> set[str]:
     return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()}
 
 
@@ -53,10 +54,10 @@ def test_kubernetes_run_directory_matches_a_local_one(finished_run, cluster, tmp
 
     assert backend.fetch(handle, k8s_dir) == []
 
-    assert files(k8s_dir) == files(local_dir) - LOCAL_ONLY
+    assert file_names(k8s_dir) == file_names(local_dir) - LOCAL_ONLY
     for name in (rundir.JOB, rundir.STATE):
-        local_keys = set(rundir.read_json(local_dir / name))
-        assert set(rundir.read_json(k8s_dir / name)) - {"cluster"} == local_keys, name
+        local_keys = set(files.read_json(local_dir / name))
+        assert set(files.read_json(k8s_dir / name)) - {"cluster"} == local_keys, name
     # Rebuilt from the log, the results are the very files the workload wrote.
     for name in (rundir.EVENTS, rundir.SUMMARY, rundir.MANIFEST):
         assert (k8s_dir / name).read_bytes() == (local_dir / name).read_bytes(), name

@@ -5,12 +5,13 @@ import time
 import psutil
 import pytest
 
+from contract import files
+from contract.events import read_events
 from contract.rundir import JobState
 from runner import api
 from runner.backends.local.supervisor import parse_root_cause
 from runner.results import rundir
 from tests.conftest import submit_local
-from workloads.mllog import read_events
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ def test_summary_splits_step_time_into_phases_that_add_up(finished_run):
 def test_a_finished_run_directory_is_complete(finished_run):
     results, run = finished_run
     assert api.fetch(results, run) == []
-    manifest = rundir.read_json(run.run_dir / rundir.MANIFEST)
+    manifest = files.read_json(run.run_dir / rundir.MANIFEST)
     assert manifest["world_size"] == 2
     assert manifest["dist_backend"] == "gloo"
     assert manifest["packages"]["torch"].startswith("2.13.0")
@@ -123,7 +124,7 @@ def test_parse_root_cause_reads_torchruns_failure_report():
 
 
 def _supervisor(run):
-    return psutil.Process(rundir.read_json(run.run_dir / "supervisor.json")["pid"])
+    return psutil.Process(files.read_json(run.run_dir / "supervisor.json")["pid"])
 
 
 def _rank_of(proc):

@@ -158,7 +158,7 @@ def test_cpu_runs_land_on_the_training_pool_without_requesting_gpus():
 def test_render_refuses_more_nodes_than_the_stack_has():
     with pytest.raises(SpecError) as err:
         render(make_spec(nodes=5), stack_connection("trainjob"))
-    assert err.value.param == "--nodes"
+    assert err.value.param == "--workers"
     assert "pulumi config set" in str(err.value)
 
 

@@ -64,7 +64,7 @@ def test_teardown_refuses_while_runs_on_the_stack_are_unfetched_and_lists_them(
     make_run(results, "fetched", 2, 5.0, stack=STACK)
     make_run(results, "cancelled", 2, None, stack=STACK, state="CANCELLED", write_summary=False)
     make_run(results, "other-stack", 2, None, stack="eks-gpu-8", state="RUNNING")
-    result = invoke(results, "teardown", "--stack", STACK)
+    result = invoke(results, "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 1
     assert "running: last recorded state RUNNING" in result.output
     assert "unfetched: SUCCEEDED but summary.json was never fetched" in result.output
@@ -79,7 +79,7 @@ def test_teardown_of_a_fully_fetched_stack_destroys_and_checks_leftovers_in_orde
 ):
     results = tmp_path / "results"
     make_run(results, "fetched", 2, 5.0, stack=STACK)
-    result = invoke(results, "teardown", "--stack", STACK)
+    result = invoke(results, "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 0, result.output
     assert calls(pulumi_log) == [f"destroy --stack {STACK} --yes", f"stack export --stack {STACK}"]
     assert "Resources: 12 deleted" in result.output  # destroy's output is streamed
@@ -100,8 +100,8 @@ def test_forced_teardown_cancels_running_jobs_before_destroy(tmp_path, pulumi_lo
         assert cluster.job("trainjob", run_dir.name) is not None
         pulumi_log.unlink()
 
-        assert invoke(results, "teardown", "--stack", STACK).exit_code == 1  # guarded
-        result = invoke(results, "teardown", "--stack", STACK, "--force")
+        assert invoke(results, "teardown", "--stack", STACK, "--yes").exit_code == 1  # guarded
+        result = invoke(results, "teardown", "--stack", STACK, "--force", "--yes")
         assert result.exit_code == 0, result.output
         assert cluster.job("trainjob", run_dir.name) is None
         assert rundir.read_state(run_dir).state.value == "CANCELLED"
@@ -122,7 +122,7 @@ def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_pa
         for name, t in types.items()
     ]
     (tmp_path / "export.json").write_text(json.dumps({"deployment": {"resources": resources}}))
-    result = invoke(tmp_path / "results", "teardown", "--stack", STACK)
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 1
     assert "1 resource(s) still in stack" in result.output
     assert "Bucket::results" in result.output and "providers:gcp" not in result.output
@@ -130,7 +130,7 @@ def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_pa
 
 def test_a_failed_destroy_stops_before_the_leftover_check_and_says_what_next(tmp_path, pulumi_log):
     (tmp_path / "destroy_rc").write_text("255")
-    result = invoke(tmp_path / "results", "teardown", "--stack", STACK)
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 1
     assert "pulumi destroy --stack gke-gpu-8 --yes` failed (exit 255)" in result.output
     assert calls(pulumi_log) == [f"destroy --stack {STACK} --yes"]

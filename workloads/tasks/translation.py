@@ -28,7 +28,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import decoding, files, models, precision, strategies, textmetrics
+from contract import files
+from workloads import decoding, models, precision, strategies, textmetrics
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus

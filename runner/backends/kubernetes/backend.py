@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from contract import files
 from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes import observe
 from runner.backends.kubernetes.client import KubeApi, NotFound
@@ -266,9 +267,7 @@ class KubernetesBackend:
             for rank, text in observe.split_ranks(lines, first):
                 per_rank.setdefault(rank, []).append(text)
             for rank, rank_lines in per_rank.items():
-                rundir.write_text(
-                    rundir.rank_log(dest, rank), "".join(f"{t}\n" for t in rank_lines)
-                )
+                files.write_text(rundir.rank_log(dest, rank), "".join(f"{t}\n" for t in rank_lines))
                 archived.add(rank)
         return archived
 
@@ -367,11 +366,11 @@ def rebuild_from_log(rank0_log: Path, dest: Path, wanted: list[str]) -> list[str
     written = []
     if events and rundir.EVENTS in wanted:
         text = "".join(json.dumps(e, separators=(", ", ": ")) + "\n" for e in events)
-        rundir.write_text(dest / rundir.EVENTS, text)
+        files.write_text(dest / rundir.EVENTS, text)
         written.append(rundir.EVENTS)
     for key, filename in ((mllog.MANIFEST, rundir.MANIFEST), (mllog.SUMMARY, rundir.SUMMARY)):
         values = [e.get("value") for e in events if e.get("key") == key]
         if values and filename in wanted:
-            rundir.write_json(dest / filename, values[-1])
+            files.write_json(dest / filename, values[-1])
             written.append(filename)
     return written

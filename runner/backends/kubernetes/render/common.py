@@ -53,7 +53,7 @@ def check_placement(spec: JobSpec, conn: ClusterConnection) -> None:
     placement = spec.placement
     if conn.num_nodes is not None and placement.num_nodes > conn.num_nodes:
         raise SpecError(
-            "--nodes",
+            "--workers",
             f"{conn.source} has {conn.num_nodes} nodes, {placement.num_nodes} asked; "
             f"ask for fewer or grow the stack (pulumi config set --path nodes.count "
             f"{placement.num_nodes} && pulumi up)",
