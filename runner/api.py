@@ -61,6 +61,7 @@ class RunInfo:
     status: JobStatus | None
     summary: dict[str, Any] | None
     damage: str | None = None  # "job.json: is not valid JSON (...)": the run is DAMAGED
+    summary_damage: str | None = None  # the run is fine, its summary.json is not
 
 
 @dataclass
@@ -281,11 +282,14 @@ def _info(results_root: Path, run_dir: Path) -> RunInfo:
             state = status(results_root, run)
         else:
             state = read_state(run_dir) or JobStatus(JobState.PENDING, "no state recorded yet")
-        return RunInfo(run_dir, run, state, rundir.read_summary(run_dir))
     except DamagedFile as err:
         return RunInfo(run_dir, None, None, None, damage=f"{err.path.name}: {err.problem}")
     except RunNotFound as err:
         return RunInfo(run_dir, None, None, None, damage=str(err))
+    try:
+        return RunInfo(run_dir, run, state, rundir.read_summary(run_dir))
+    except DamagedFile as err:
+        return RunInfo(run_dir, run, state, None, summary_damage=f"{err.path.name}: {err.problem}")
 
 
 def _record(run_dir: Path) -> rundir.RunRecord:

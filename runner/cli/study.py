@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from contract.events import EVAL_ACCURACY
 from runner import api
@@ -147,7 +148,9 @@ def report(
     from runner.stack.pulumi_cli import project_dir
 
     results_dir = settings.results_dir
-    runs, title = reports.collect(results_dir, ids)
+    runs, title, damaged = reports.collect(results_dir, ids)
+    for problem in damaged:
+        errors.print(f"[yellow]left out, damaged[/yellow]: {escape(problem)}")
     costs = reports.cluster_costs(runs, project_dir())
     built = reports.build(runs, title, allow_mixed=allow_mixed, costs=costs)
     for table in reports.tables(built):

@@ -90,7 +90,8 @@ def runs_table(infos: list[RunInfo]) -> Table:
         spec = info.run.record.spec
         table.add_row(
             spec.run_id, spec.benchmark, info.run.record.backend, str(spec.placement.world_size),
-            state_text(info.status), escape(headline(info.summary)),
+            state_text(info.status),
+            escape(f"{info.summary_damage}" if info.summary_damage else headline(info.summary)),
         )  # fmt: skip
     return table
 
@@ -115,6 +116,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "status": info.status.to_dict(),
         "run_dir": str(info.run.run_dir),
         "summary": info.summary,
+        "summary_damage": info.summary_damage,
     }
 
 

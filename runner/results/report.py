@@ -21,6 +21,7 @@ from runner.results import study as studies
 from runner.results.aggregate import Aggregate, mean_phase_ms_per_step, mlperf_aggregate, speedups
 from runner.job.benchmarks import RUN_CONTROLS
 from runner.stack.cost import Cost
+from contract.files import DamagedFile
 from runner.errors import RunnerError
 from runner.results.runs import (
     TOTAL_THREADS,
@@ -150,10 +151,14 @@ def _with_speedups(cells: list[Cell]) -> list[Cell]:
     return out
 
 
-def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], str]:
-    """The runs named by run ids, study ids or prefixes of either, and a title."""
+def collect(
+    results_root: Path, ids: Sequence[str]
+) -> tuple[list[RunResult], str, list[str]]:
+    """The runs named by run ids, study ids or prefixes of either, a title, and the runs left
+    out because their directories are damaged (each with the file and the problem)."""
     runs: dict[str, RunResult] = {}
     names = []
+    damaged: list[str] = []
     for ident in ids:
         study_file = studies.find(results_root, ident)
         if study_file is not None:
@@ -168,14 +173,18 @@ def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], st
             dirs = [rundir.find(results_root, ident)]
             names.append(dirs[0].name)
         for run_dir in dirs:
-            run = load_run(run_dir)
+            try:
+                run = load_run(run_dir)
+            except DamagedFile as err:
+                damaged.append(f"{run_dir.name}: {err.path.name} {err.problem}")
+                continue
             runs.setdefault(run.run_id, run)
     title = (
         names[0]
         if len(names) == 1
         else f"{len(runs)} runs of {', '.join(sorted({r.benchmark for r in runs.values()}))}"
     )
-    return list(runs.values()), title
+    return list(runs.values()), title, damaged
 
 
 def cluster_costs(runs: Sequence[RunResult], project_dir: Path | None) -> dict[str, Cost]:

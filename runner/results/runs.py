@@ -20,6 +20,7 @@ from typing import Any
 from runner.results import rundir
 from runner.job.benchmarks import EXACT_STRATEGIES, RUN_CONTROLS
 from runner.job.spec import get_benchmark
+from contract.rundir import read_state
 from contract.events import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
 
 
@@ -62,28 +63,32 @@ class RunResult:
 
 
 def load_run(run_dir: Path) -> RunResult:
-    job = files.read_json(run_dir / rundir.JOB)
-    state = rundir.read_json_or_none(run_dir / rundir.STATE) or {}
-    cluster = job.get("cluster") or {}
-    placement = job["placement"]
+    """The run as a report reads it; DamagedFile (naming the file) when a record is unusable."""
+    record = rundir.read_record(run_dir)
+    spec = record.spec
+    state = read_state(run_dir)
+    try:
+        manifest = files.read_json_object(run_dir / rundir.MANIFEST)
+    except FileNotFoundError:
+        manifest = None
     return RunResult(
-        run_id=job["run_id"],
+        run_id=spec.run_id,
         run_dir=run_dir,
-        benchmark=job["benchmark"],
-        backend=job["backend"],
-        stack=cluster.get("stack"),
-        world_size=placement["num_nodes"] * placement["procs_per_node"],
-        num_nodes=placement["num_nodes"],
-        device=placement["device"],
-        division=job["division"],
-        open_keys=tuple(job.get("open_keys", ())),
-        overrides=dict(job.get("overrides", ())),
-        config=job["config"],
-        state=state.get("state", "UNKNOWN"),
-        state_since=state.get("since"),
-        created_at=job["created_at"],
+        benchmark=spec.benchmark,
+        backend=record.backend,
+        stack=(record.cluster or {}).get("stack"),
+        world_size=spec.placement.world_size,
+        num_nodes=spec.placement.num_nodes,
+        device=spec.placement.device,
+        division=spec.division,
+        open_keys=spec.open_keys,
+        overrides=dict(spec.overrides),
+        config=spec.config.to_dict(),
+        state=state.state.value if state else "UNKNOWN",
+        state_since=state.since if state else None,
+        created_at=spec.created_at,
         summary=rundir.read_summary(run_dir),
-        manifest=rundir.read_json_or_none(run_dir / rundir.MANIFEST),
+        manifest=manifest,
         curves=curves(run_dir / rundir.EVENTS),
     )
 

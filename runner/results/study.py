@@ -143,7 +143,12 @@ def save(results_root: Path, study: Study) -> Path:
 
 
 def load(path: Path) -> Study:
-    return Study.from_dict(files.read_json(path))
+    """study.json; DamagedFile when it is not one."""
+    data = files.read_json_object(path)
+    try:
+        return Study.from_dict(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise files.DamagedFile(path, f"is not a study record ({type(err).__name__}: {err})")
 
 
 def find(results_root: Path, study_id: str) -> Path | None:
