@@ -22,6 +22,7 @@ import torch
 import torch.distributed as tdist
 
 from contract.files import write_json
+from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from workloads import dist, manifest, mllog
 from workloads.microconfig import AllReduceMicroConfig, log_sizes
 from workloads.train import launch
@@ -103,9 +104,9 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     log = (
-        mllog.EventLog(str(args.output_dir / "events.jsonl"), sys.stdout)
+        mllog.EventLog(str(args.output_dir / EVENTS), sys.stdout)
         if is_writer
-        else mllog.NullEventLog()
+        else mllog.RankLog(env.rank, sys.stdout)
     )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
@@ -114,7 +115,7 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or KIND)
     log.point(mllog.MANIFEST, env_manifest)
     if is_writer:
-        write_json(args.output_dir / "manifest.json", env_manifest)
+        write_json(args.output_dir / MANIFEST, env_manifest)
     log.end(mllog.INIT_STOP)
     start = time.perf_counter()
     log.start(mllog.RUN_START)
@@ -135,7 +136,7 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     log.point(mllog.SUMMARY, summary)
     log.end(mllog.RUN_STOP, status="success")
     if is_writer:
-        write_json(args.output_dir / "summary.json", summary)
+        write_json(args.output_dir / SUMMARY, summary)
     log.close()
     dist.shutdown()
     return summary if is_writer else None

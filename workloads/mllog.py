@@ -118,8 +118,27 @@ class EventLog:
             self._file = None
 
 
-class NullEventLog(EventLog):
-    """What ranks other than 0 get: the same interface, no output."""
+class RankLog(EventLog):
+    """What ranks other than 0 get: no events (the run's events are rank 0's), but a plain
+    line in the rank's own log for its start, every epoch and its end, so that every rank's
+    log says how far it got: `12:00:03 rank 1: epoch_stop epoch_num=2`."""
 
-    def __init__(self) -> None:
+    LOGGED = frozenset({INIT_START, INIT_STOP, RUN_START, EPOCH_START, EPOCH_STOP, RUN_STOP})
+
+    def __init__(self, rank: int, echo: IO[str] | None) -> None:
         super().__init__(None, echo=None)
+        self._rank, self._out = rank, echo
+
+    def emit(
+        self,
+        key: str,
+        value: Any = None,
+        event_type: EventType = "POINT_IN_TIME",
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        if key in self.LOGGED and self._out is not None:
+            details = " ".join(f"{k}={v}" for k, v in (metadata or {}).items())
+            stamp = time.strftime("%H:%M:%S")
+            self._out.write(f"{stamp} rank {self._rank}: {key} {details}".rstrip() + "\n")
+            self._out.flush()
+        return {"key": key, "value": value, "metadata": dict(metadata or {})}

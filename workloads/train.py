@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import torch
 
 from contract.files import write_json
+from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from workloads import dist, lifetime, manifest, mllog, strategies, tasks
 from workloads.config import JsonConfig, TrainConfig
 from workloads.loop import Deadline
@@ -63,8 +64,12 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     is_writer = env.rank == 0
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
-    events_path = str(args.output_dir / "events.jsonl")
-    log = mllog.EventLog(events_path, sys.stdout) if is_writer else mllog.NullEventLog()
+    events_path = str(args.output_dir / EVENTS)
+    log = (
+        mllog.EventLog(events_path, sys.stdout)
+        if is_writer
+        else mllog.RankLog(env.rank, sys.stdout)
+    )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.dist_timeout_s)
@@ -83,7 +88,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
-        write_json(args.output_dir / "manifest.json", env_manifest)
+        write_json(args.output_dir / MANIFEST, env_manifest)
     log.end(mllog.INIT_STOP)
     torch.distributed.barrier()  # every rank starts the clock together
     init_time_s = time.perf_counter() - init_t0
@@ -116,7 +121,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     log.point(mllog.SUMMARY, summary)
     log.end(mllog.RUN_STOP, status=summary["status"])
     if is_writer:
-        write_json(args.output_dir / "summary.json", summary)
+        write_json(args.output_dir / SUMMARY, summary)
     log.close()
     task.close()  # no DDP reducer may outlive the process group
     dist.shutdown()
