@@ -6,12 +6,13 @@ all; on a cluster they are spread over nodes of `--per-node` processes each.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.errors import SpecError
+from runner.errors import BackendUnavailable, SpecError
 from runner.job.spec import Device, Placement
 
 if TYPE_CHECKING:
@@ -84,6 +85,12 @@ def make_target(
             if value is not None:
                 raise SpecError(name, "applies to cluster runs (--stack or --kubeconfig)")
         return local_target(results_root, device)
+    for module in ("kubernetes", "yaml"):
+        if importlib.util.find_spec(module) is None:
+            raise BackendUnavailable(
+                f"cluster runs need {module}, which is not installed: "
+                "pip install -c constraints.txt -e '.[kubernetes]'"
+            )
     from runner.backends.kubernetes.connection import connect
 
     # Connected once, here: a bad stack or kubeconfig fails before anything is created.

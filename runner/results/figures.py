@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.results.aggregate import Aggregate
 from contract.events import EVAL_ACCURACY, STEP_PHASES, TRAIN_LOSS
+from runner.results.aggregate import Aggregate
 
 FORMATS = ("png", "svg")
 PHASE_COLORS = {
@@ -104,6 +104,8 @@ def time_to_accuracy_figure(
     ax.set_ylabel("time to accuracy (s)")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
+    ax.annotate("bars: mean of the runs kept; whiskers: fastest to slowest of them",
+                xy=(0, -0.16), xycoords="axes fraction", fontsize=7, color="0.35")  # fmt: skip
     if labelled:
         ax.legend(fontsize=8)
     return _save(fig, base)

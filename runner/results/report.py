@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runner.stack import cost as costs
-from runner.results import figures
-from runner.results import rundir
-from runner.results import study as studies
-from runner.results.aggregate import Aggregate, mean_phase_ms_per_step, mlperf_aggregate, speedups
-from runner.job.benchmarks import RUN_CONTROLS
-from runner.stack.cost import Cost
 from contract.files import DamagedFile
 from runner.errors import RunnerError
+from runner.job.benchmarks import RUN_CONTROLS
+from runner.results import figures, rundir
+from runner.results import study as studies
+from runner.results.aggregate import (
+    OUTLIER_RATIO,
+    Aggregate,
+    mean_phase_ms_per_step,
+    mlperf_aggregate,
+    outliers,
+    speedups,
+)
 from runner.results.runs import (
     TOTAL_THREADS,
     RunResult,
@@ -31,6 +35,8 @@ from runner.results.runs import (
     load_run,
     total_threads,
 )
+from runner.stack import cost as costs
+from runner.stack.cost import Cost
 
 # Runs that cannot count: stopped by a person, or not over yet (failed runs count as misses).
 EXCLUDED_STATES = ("CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
@@ -57,6 +63,8 @@ class Cell:
     phase_ms: Mapping[str, float]
     speedup: float | None = None
     efficiency: float | None = None
+    # Run id -> its time to target over the cell's median, for runs far from it.
+    outliers: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,8 @@ def _cell(series: str, workers: int, runs: list[RunResult]) -> Cell:
     phases = mean_phase_ms_per_step(
         [(r.summary["phases_s"], r.summary["steps"]) for r in runs if r.summary]
     )
-    return Cell(series, workers, tuple(runs), tta, phases)
+    flagged = outliers({r.run_id: r.time_to_target_s for r in runs})
+    return Cell(series, workers, tuple(runs), tta, phases, outliers=flagged)
 
 
 def _with_speedups(cells: list[Cell]) -> list[Cell]:
@@ -145,15 +154,11 @@ def _with_speedups(cells: list[Cell]) -> list[Cell]:
         by_workers = {s.workers: s for s in speedups({c.workers: c.tta.mean_s for c in members})}
         for c in members:
             s = by_workers[c.workers]
-            out.append(
-                Cell(c.series, c.workers, c.runs, c.tta, c.phase_ms, s.speedup, s.efficiency)
-            )
+            out.append(replace(c, speedup=s.speedup, efficiency=s.efficiency))
     return out
 
 
-def collect(
-    results_root: Path, ids: Sequence[str]
-) -> tuple[list[RunResult], str, list[str]]:
+def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], str, list[str]]:
     """The runs named by run ids, study ids or prefixes of either, a title, and the runs left
     out because their directories are damaged (each with the file and the problem)."""
     runs: dict[str, RunResult] = {}
@@ -247,9 +252,36 @@ def cells_table(report: Report) -> Table:
             speedup, f"{compute:.2f} + {comm:.2f}", f"{comm / total:.0%}" if total else "-",
         ))  # fmt: skip
     rules = sorted({c.tta.rule for c in report.cells})
-    notes = [f"aggregation: {r}; ± is the sample std of the runs averaged" for r in rules] + notes
+    notes = [f"aggregation: {r}" for r in rules] + notes
+    notes.append(
+        "± is the sample standard deviation of the runs averaged; range (s) and the figure's "
+        "error bars are their fastest to slowest"
+    )
     notes.append("speedup: time to accuracy at the fewest workers / at this many (efficiency)")
+    notes += outlier_notes(report)
     return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
+
+
+def outlier_notes(report: Report) -> list[str]:
+    """Runs far from their cell's median, and speedups they may have bent."""
+    notes = []
+    for c in report.cells:
+        for run_id, ratio in c.outliers.items():
+            notes.append(
+                f"OUTLIER {run_id} ({c.series}, {c.workers} workers): time to accuracy "
+                f"{ratio:.2f}x its cell's median; the cell's mean and every speedup against "
+                "it lean on it"
+            )
+    base = {c.series: min(x.workers for x in report.cells if x.series == c.series)
+            for c in report.cells}  # fmt: skip
+    for c in report.cells:
+        scale = c.workers / base[c.series]
+        if c.speedup is not None and scale > 1 and c.speedup > scale * OUTLIER_RATIO:
+            notes.append(
+                f"SUSPECT speedup {c.speedup:.2f}x for {scale:g}x the workers ({c.series}): "
+                "far beyond linear; look for an outlier or too few runs in either cell"
+            )
+    return notes
 
 
 def runs_table(report: Report) -> Table:
@@ -261,6 +293,8 @@ def runs_table(report: Report) -> Table:
         s = r.summary or {}
         final = (s.get("final") or {}).get("value")
         tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
+        if any(r.run_id in c.outliers for c in report.cells):
+            tta += " OUTLIER"
         share = s.get("communication_share")
         rows.append((
             r.run_id, label(r), str(r.world_size), str(r.seed), r.state,

@@ -73,7 +73,9 @@ class RunRecord:
         try:
             spec = JobSpec.from_dict(data)
         except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise DamagedFile(path, f"does not describe a job ({type(err).__name__}: {err})")
+            raise DamagedFile(
+                path, f"does not describe a job ({type(err).__name__}: {err})"
+            ) from None
         return cls(spec, backend, handle, cluster)
 
 

@@ -9,19 +9,18 @@ run controls; the strategy too when both use an exact one). Not here: statistics
 
 from __future__ import annotations
 
-from contract import files
-
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.results import rundir
+from contract import files
+from contract.events import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+from contract.rundir import read_state
 from runner.job.benchmarks import EXACT_STRATEGIES, RUN_CONTROLS
 from runner.job.spec import get_benchmark
-from contract.rundir import read_state
-from contract.events import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+from runner.results import rundir
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,6 @@ study that still reports. Not here: running anything (runner.sweep), statistics 
 
 from __future__ import annotations
 
-from contract import files
-
 import itertools
 import secrets
 from collections.abc import Mapping, Sequence
@@ -20,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from runner.results import rundir
+from contract import files
 from runner.errors import RunNotFound, SpecError
 
 STUDIES_DIR = "studies"
@@ -148,7 +146,9 @@ def load(path: Path) -> Study:
     try:
         return Study.from_dict(data)
     except (KeyError, TypeError, ValueError) as err:
-        raise files.DamagedFile(path, f"is not a study record ({type(err).__name__}: {err})")
+        raise files.DamagedFile(
+            path, f"is not a study record ({type(err).__name__}: {err})"
+        ) from None
 
 
 def find(results_root: Path, study_id: str) -> Path | None:
