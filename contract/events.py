@@ -89,6 +89,12 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return event
 
 
+def metadata(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's metadata, {} when it has none or something else in its place."""
+    value = event.get("metadata")
+    return value if isinstance(value, dict) else {}
+
+
 def parse_lines(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
     for line in lines:
         event = parse_line(line)

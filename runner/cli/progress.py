@@ -66,7 +66,7 @@ class TrainingProgress(_View):
 
     def on_event(self, event: dict[str, Any]) -> None:
         key, value = event.get("key"), event.get("value")
-        meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+        meta = keys.metadata(event)
         number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
         if key == keys.EPOCH_START:
             self.epoch = int(meta.get("epoch_num") or 0)
@@ -100,7 +100,7 @@ class MeasurementProgress(_View):
         if event.get("key") != keys.ALLREDUCE_RESULT or not isinstance(event.get("value"), dict):
             return
         r = event["value"]
-        meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+        meta = keys.metadata(event)
         busbw = r.get("busbw_gbps", 0.0)
         info = f"{r.get('dtype')} {r.get('elements', 0):,} elements: busbw {busbw:.3f} GB/s"
         self.progress.update(self.task, total=meta.get("total"), advance=1, info=info)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from contract import events
 from contract.events import EVAL_ACCURACY
 from runner import api
 from runner.cli import views
@@ -103,7 +104,7 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
         def on_event(event: dict[str, Any]) -> None:
             value = event.get("value")
             if event.get("key") == EVAL_ACCURACY and isinstance(value, int | float):
-                meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+                meta = events.metadata(event)
                 progress.update(task, info=f"epoch {meta.get('epoch_num')} {label} {value:.4f}")
 
         def on_end(i: int, planned: Any, outcome: api.Outcome) -> None:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from contract import events
 from contract.events import STEP_PHASES as PHASES
 from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
@@ -167,7 +168,7 @@ def event_text(event: dict[str, Any], start_ms: int | None) -> str:
         shown = f"{value:.6g}"
     else:
         shown = "" if value is None else str(value)
-    meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
+    meta = events.metadata(event)
     extras = " ".join(f"{k}={v}" for k, v in meta.items() if k not in ("file", "lineno"))
     return " ".join(part for part in (f"[{stamp}]", str(key), shown, extras) if part)
 

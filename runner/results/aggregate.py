@@ -70,8 +70,8 @@ def mlperf_aggregate(times_s: Sequence[float | None]) -> Aggregate:
     if converged < n:
         reason = f"{n - converged} of {n} runs missed the target, and with fewer than "
         reason += f"{MLPERF_MIN_RUNS} runs none may be dropped"
-        kept = tuple(t for t in times if math.isfinite(t))
-        return Aggregate(n, converged, None, kept, (), rule, reason)
+        finite = tuple(t for t in times if math.isfinite(t))
+        return Aggregate(n, converged, None, finite, (), rule, reason)
     return Aggregate(n, converged, statistics.fmean(times), tuple(times), (), rule)
 
 

@@ -151,7 +151,7 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 TOTAL_THREADS = "threads x workers"
 
 
-def total_threads(manifest: dict[str, Any]) -> int | None:
+def total_threads(manifest: Mapping[str, Any]) -> int | None:
     """Threads per worker times workers: the compute a run was given."""
     threads, world = manifest.get("torch_threads"), manifest.get("world_size")
     return threads * world if threads is not None and world is not None else None
