@@ -15,9 +15,10 @@ import shlex
 import pulumi
 import pulumi_command as command
 
+from contract.stack import IMAGE_UID, RESULTS_MOUNT_PATH
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
-from infra.outputs import RESULTS_MOUNT_PATH
+from infra.pools import training_pool
 
 REGISTRY_IMAGE = "registry:2.8.3"
 REGISTRY_PORT = 5001  # host port; pods pull localhost:5001/..., which containerd maps below
@@ -28,7 +29,8 @@ def kind_config(cfg: StackConfig) -> dict:
     """The kind cluster config: one control plane and maxNodes workers, all mounting results."""
     mount = [{"hostPath": cfg.results_dir, "containerPath": RESULTS_MOUNT_PATH}]
     nodes = [{"role": "control-plane", "extraMounts": mount}]
-    nodes += [{"role": "worker", "extraMounts": mount} for _ in range(cfg.max_nodes)]
+    workers = training_pool(cfg).max_nodes
+    nodes += [{"role": "worker", "extraMounts": mount} for _ in range(workers)]
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
@@ -70,6 +72,10 @@ def create_script(cfg: StackConfig) -> str:
             f' | docker exec -i "$node" cp /dev/stdin {hosts_dir}/hosts.toml',
             "done",
             f"docker network connect kind {registry} >&2 2>/dev/null || true",
+            # Job pods run as the image's user and write the store through a hostPath, which
+            # ignores fsGroup: the folder must belong to that user. Only pods (and root) can
+            # then write it; the runner reads it as it is (files are 0644).
+            f"docker exec {name}-control-plane chown {IMAGE_UID}:{IMAGE_UID} {RESULTS_MOUNT_PATH}",
             f"kind get kubeconfig --name {name}",
         ]
     )
@@ -80,6 +86,7 @@ class KindCluster(ClusterComponent):
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
         super().__init__("stackbench:index:KindCluster", name, cfg, opts)
+        self.bandwidth_shaping = False
         child = pulumi.ResourceOptions(parent=self)
         registry = shlex.quote(registry_name(cfg))
         self.registry = command.local.Command(
