@@ -173,15 +173,16 @@ def _submit_remote(
     results_dir: Path, spec: Any, where: tuple[Any, ...], pending_timeout: float | None,
     dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
-    from runner.backends.kubernetes.backend import KubernetesBackend
     from runner.backends.kubernetes.connection import connect
     from runner.backends.kubernetes.render import render, to_yaml
 
-    conn = connect(*where)
+    conn = connect(*where)  # a bad --stack fails here, before the kubernetes client loads
     manifest = render(spec, conn)  # validates placement against the cluster before any change
     if dry_run:
         click.echo(to_yaml(manifest), nl=False)
         return
+    from runner.backends.kubernetes.backend import KubernetesBackend
+
     with KubernetesBackend(conn, results_root=results_dir, pending_timeout_s=pending_timeout) as b:
         run = api.submit(spec, b, results_dir, "kubernetes")
     _run(results_dir, run, detach)

@@ -79,12 +79,13 @@ def _target(results_dir: Path, stack: str | None, per_node: int, device: str) ->
         from runner.backends.local.backend import LocalBackend
 
         return sweeps.Target("local", lambda: LocalBackend(results_dir))
-    from runner.backends.kubernetes.backend import KubernetesBackend
     from runner.backends.kubernetes.connection import connect
 
     conn = connect(stack=stack)  # once: a bad stack fails before the first run
 
     def make() -> Any:
+        from runner.backends.kubernetes.backend import KubernetesBackend
+
         return KubernetesBackend(conn, results_root=results_dir)
 
     return sweeps.Target("kubernetes", make, stack, per_node, device)
