@@ -2,10 +2,11 @@
 
 It is the `torch-distributed` runtime the Kubeflow Trainer 2.3.0 chart installs (the torch ML
 policy; one replicated job `node` whose container `node` runs torchrun; the ancestor label
-the Trainer looks for), with two changes: finished JobSets are deleted after
-FINISHED_JOB_TTL_S, which a TrainJob cannot ask for itself (the TrainJob API has no TTL,
-PyTorchJob's runPolicy has one), and the default image is the stack's training image rather
-than a public PyTorch one. The runner's TrainJobs patch in everything else (render/).
+the Trainer looks for), with what a TrainJob cannot ask for itself (its runtime patches cannot
+set these, runner/backends/kubernetes/render/trainjob.py): finished JobSets are deleted after
+FINISHED_JOB_TTL_S (PyTorchJob's runPolicy has the same TTL), and pods get no service-account
+token and no service-link environment. The default image is the stack's training image rather
+than a public PyTorch one. The runner's TrainJobs patch in everything else.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ ANCESTOR_LABEL = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
 
 def runtime_manifest(image: Any) -> dict[str, Any]:
     """The runtime object; `image` may be a pulumi Output (the pushed image's digest)."""
-    pod = {"spec": {"containers": [{"name": REPLICATED_JOB, "image": image}]}}
+    pod = {
+        "spec": {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "containers": [{"name": REPLICATED_JOB, "image": image}],
+        }
+    }
     job = {"metadata": {"labels": dict(ANCESTOR_LABEL)}, "spec": {"template": pod}}
     return {
         "apiVersion": API_VERSION,

@@ -263,9 +263,10 @@ def test_trainjob_stacks_install_the_runtime_they_export_with_a_ttl(ev):
     assert manifest["metadata"]["name"] == ev.value("training_runtime")
     assert manifest["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == FINISHED_JOB_TTL_S
     [job] = manifest["spec"]["template"]["spec"]["replicatedJobs"]
-    assert job["template"]["spec"]["template"]["spec"]["containers"][0]["image"] == ev.value(
-        "image"
-    )
+    pod = job["template"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == ev.value("image")
+    # What a TrainJob's patches cannot set, the runtime does (render/trainjob.py).
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
     trainer = ev.one("kubernetes:helm.sh/v3:Release", "-trainer")
     assert trainer.urn in runtime.dependencies  # the chart brings the CRD
 

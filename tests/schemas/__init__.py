@@ -39,11 +39,14 @@ def _closed(node: Any) -> Any:
 
 
 @functools.cache
-def strict_schema(kind: str) -> dict[str, Any]:
+def strict_validator(kind: str) -> jsonschema.protocols.Validator:
     raw = json.loads((HERE / SCHEMA_FILES[kind]).read_text(encoding="utf-8"))
-    return _closed(copy.deepcopy(raw))
+    schema = _closed(copy.deepcopy(raw))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def validate(manifest: dict[str, Any]) -> None:
     """jsonschema.ValidationError unless `manifest` fits its kind's upstream schema."""
-    jsonschema.validate(manifest, strict_schema(manifest["kind"]))
+    strict_validator(manifest["kind"]).validate(manifest)
