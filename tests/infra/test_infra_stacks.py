@@ -29,7 +29,7 @@ from contract.stack import (
     NodeResources,
     parse_outputs,
 )
-from infra import stackfiles
+from infra import kind_bandwidth, stackfiles
 from infra.pools import training_pool
 from infra.shapes import node_job_resources
 from tests.schemas import validate
@@ -362,6 +362,43 @@ def test_bandwidth_shaping_output_follows_the_pod_network(ev):
         assert shaping is True
     elif ev.value("provider") == "gke":
         assert shaping is False  # not documented to chain the bandwidth plugin
+    else:
+        assert shaping is True
+        check_kind_chains_the_bandwidth_plugin(ev)
+
+
+def check_kind_chains_the_bandwidth_plugin(ev: Evaluation) -> None:
+    cluster = ev.one("command:local:Command", "-cluster")
+    script = cluster.inputs["create"]
+    node_image = kind_bandwidth.node_image(setting(ev, "kubernetesVersion"))
+    # The node image with the plugin is built first, and the cluster runs it.
+    assert script.index(f"docker build -t {node_image} ") < script.index("kind create cluster")
+    assert f"kind create cluster --name stackbench-{ev.stack} --image {node_image} " in script
+    # Every node gets kindnet's chain plus bandwidth, for its own pod CIDR and MTU, under a
+    # name containerd reads before kindnet's 10-kindnet.conflist.
+    loop = script[script.index("for node in") : script.index("done")]
+    assert f"cp /dev/stdin {kind_bandwidth.CONFLIST}" in loop and "spec.podCIDR" in loop
+    assert Path(kind_bandwidth.CONFLIST).name < "10-kindnet.conflist"
+    template = cluster.inputs["environment"]["BANDWIDTH_CONFLIST"]
+    conflist = json.loads(template % ("10.244.1.0/24", "1500"))
+    assert conflist["name"] == "kindnet"  # one IPAM store with kindnet's own config
+    assert [p["type"] for p in conflist["plugins"]] == ["ptp", "portmap", "bandwidth"]
+    assert conflist["plugins"][2]["capabilities"] == {"bandwidth": True}
+    ipam = conflist["plugins"][0]["ipam"]
+    assert ipam["dataDir"] == "/run/cni-ipam-state" and ipam["ranges"] == [
+        [{"subnet": "10.244.1.0/24"}]
+    ]
+    assert conflist["plugins"][0]["mtu"] == 1500
+
+
+def test_kind_node_image_builds_the_bandwidth_plugin_from_a_pinned_commit():
+    lines = [line.strip() for line in kind_bandwidth.NODE_DOCKERFILE.read_text().splitlines()]
+    [go] = [line for line in lines if line.startswith("FROM golang:")]
+    assert re.fullmatch(r"FROM golang:\d+\.\d+\.\d+-\w+ AS bandwidth", go), go
+    [commit] = [line for line in lines if line.startswith("ARG CNI_PLUGINS_COMMIT=")]
+    assert re.fullmatch(r"ARG CNI_PLUGINS_COMMIT=[0-9a-f]{40}", commit)
+    assert "COPY --from=bandwidth /bandwidth /opt/cni/bin/bandwidth" in lines
+    assert lines[-2] == "FROM ${NODE_IMAGE}"
 
 
 def test_language_host_runs_the_program_as_a_package_without_path_changes():
