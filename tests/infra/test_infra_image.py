@@ -51,8 +51,14 @@ def test_runs_as_the_contract_user_the_manifests_run_as():
 
 
 def test_the_user_cannot_change_the_code_it_runs():
-    [copy] = [line for line in INSTRUCTIONS if line.startswith("COPY ") and "workloads/" in line]
-    assert "--chown" not in copy
+    copies = [line for line in INSTRUCTIONS if line.startswith("COPY ") and "/opt/" in line]
+    assert copies and not any("--chown" in line for line in copies)
+
+
+def test_the_image_carries_the_contract_package_the_workloads_import():
+    assert "COPY contract/ /opt/stackbench/contract/" in INSTRUCTIONS
+    ignore = (REPO / "images" / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "!contract/" in ignore
 
 
 def test_workload_package_is_copied_after_dependencies_are_installed():
