@@ -114,13 +114,20 @@ class RunUse:
 # ---- shapes ------------------------------------------------------------------------------
 
 
+KIND_NODE = "kind node (a container on this machine)"
+
+
 def shape_of(cfg: StackConfig) -> StackShape:
+    kind = cfg.provider == "kind"
+    node, system = (
+        (KIND_NODE, KIND_NODE) if kind else (cfg.node_machine_type, cfg.system_machine_type)
+    )
     return StackShape(
         stack=cfg.stack,
         provider=cfg.provider,
         region=cfg.region,
-        training=Pool(cfg.node_machine_type, training_pool(cfg), cfg.gpu_type, cfg.gpus_per_node),
-        system=Pool(cfg.system_machine_type, system_pool(cfg)),
+        training=Pool(node, training_pool(cfg), cfg.gpu_type, cfg.gpus_per_node),
+        system=Pool(system, system_pool(cfg)),
         spot=cfg.spot,
     )
 
