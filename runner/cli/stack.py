@@ -34,7 +34,9 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
       runner cost --stack gke-gpu-8
       runner cost --stack gke-gpu-8 --hours 30
     Prices come from runner/stack/prices.toml (source and date per row); a shape not in it
-    shows "unknown price", never $0.
+    shows "unknown price", never $0. The shape is the stack's validated settings and pool
+    sizes: a fixed pool is priced at its size, an autoscaled one at its floor plus the
+    recorded runs above it; --hours lists what each part counted.
     """
     require("yaml", "runner cost")
     from runner.cli.views import plain_table
@@ -55,12 +57,13 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
     for run in runs:
         console.print(f"  {run.run_id}: {reports.cost_text(run_costs.get(run.run_id), run)}")
     if hours is not None:
-        run_node_hours = sum(
-            r.num_nodes * reports.run_duration_s(r) / costs.SECONDS_PER_HOUR for r in runs
-        )
-        life = costs.lifetime_cost(prices, shape, hours * costs.SECONDS_PER_HOUR, run_node_hours)
+        used = [costs.RunUse(r.num_nodes, reports.run_duration_s(r)) for r in runs]
+        life = costs.lifetime_cost(prices, shape, hours * costs.SECONDS_PER_HOUR, used)
         text = f"${life.usd:,.2f}" if life.usd is not None else f"unknown price ({life.reason})"
         console.print(f"lifetime ({hours:g} h, {life.node_hours:.1f} node-h): {text}")
+        for part in life.parts:
+            usd = f"${part.usd:,.2f}" if part.usd is not None else part.unknown_reason
+            console.print(f"  {part.what}: {part.counted}: {usd}", markup=False)
 
 
 def costs_table(shape: Any, prices: Any) -> Any:
@@ -70,12 +73,12 @@ def costs_table(shape: Any, prices: Any) -> Any:
         usd = f"${price.usd_per_hour:.4f}/h" if price.known else "unknown price"
         return (what, count, usd, "; ".join(price.sources) or price.unknown_reason)
 
-    gpus = f" + {shape.gpus_per_node} x {shape.gpu_type}" if shape.gpus_per_node else ""
+    train, system = shape.training, shape.system
+    gpus = f" + {train.gpus_per_node} x {train.gpu_type}" if train.gpus_per_node else ""
     rows = (
-        row(f"training node {shape.node_machine_type}{gpus}",
-            f"{shape.min_nodes}-{shape.max_nodes}", prices.training_node),
-        row(f"system node {shape.system_machine_type}", str(shape.system_node_count),
-            prices.system_node),
+        row(f"training node {train.machine_type}{gpus}", train.size.describe(),
+            prices.training_node),
+        row(f"system node {system.machine_type}", system.size.describe(), prices.system_node),
         row("control plane", "1", prices.control_plane),
     )  # fmt: skip
     title = f"Prices of stack {shape.stack} ({shape.provider} {shape.region})"
@@ -100,7 +103,7 @@ def teardown(settings: Settings, stack: str, force: bool, yes: bool) -> None:
     """
     from runner.stack import teardown as teardowns
 
-    teardowns.refuse_unfetched(settings.results_dir, stack, force)
+    teardowns.refuse(settings.results_dir, stack, force)
     confirm(f"Destroy stack {stack} and everything in it (pulumi destroy)?", yes)
     result = teardowns.teardown(settings.results_dir, stack, force, on_line=click.echo)
     if result.cancel_errors:

@@ -5,7 +5,9 @@ Order, and why:
    only on the cluster (pod logs, a bucket the stack owns). Unfetched: the run's last recorded
    state is not final; or it SUCCEEDED and its run directory lacks summary.json; or it FAILED
    and rank 0's log was never archived (the only trace of why). A CANCELLED run has nothing
-   left to fetch. `force` skips the guard.
+   left to fetch. `force` skips the guard. Refuse too while the stack's settings keep deletion
+   protection on (the cloud would refuse to delete the cluster halfway through); `force` does
+   not skip that: turning it off is a deliberate `pulumi config set` and `pulumi up`.
 2. cancel the runs still pending or running, through their backend, so no job keeps creating
    pods while the node pools go away (and so their state.json says CANCELLED).
 3. `pulumi destroy --stack S --yes`, its output streamed line by line.
@@ -26,6 +28,8 @@ from pathlib import Path
 
 from contract.files import DamagedFile
 from contract.rundir import read_state
+from infra import stackfiles
+from infra.config import ConfigError
 from runner import api
 from runner.errors import RunnerError
 from runner.results import rundir
@@ -49,6 +53,16 @@ class TeardownRefused(RunnerError):
             f"`runner teardown --stack {stack} --force` (their results are lost)"
         )
         self.unfetched = unfetched
+
+
+class DeletionProtected(RunnerError):
+    def __init__(self, stack: str) -> None:
+        super().__init__(
+            f"stack {stack!r} keeps its cluster deletion-protected (stackbench:"
+            "deletionProtection), so the cloud would refuse to delete it; turn that off first: "
+            f"`pulumi config set stackbench:deletionProtection false --stack {stack} && pulumi "
+            f"up --stack {stack}`, then `runner teardown --stack {stack}` again"
+        )
 
 
 @dataclass(frozen=True)
@@ -94,20 +108,35 @@ def unfetched(results_root: Path, stack: str) -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def refuse_unfetched(results_root: Path, stack: str, force: bool) -> None:
-    """The guard alone (step 1), so a caller can refuse before asking for confirmation."""
+def refuse(results_root: Path, stack: str, force: bool) -> None:
+    """The guards alone (step 1), so a caller can refuse before asking for confirmation."""
     missing = unfetched(results_root, stack)
     if missing and not force:
         raise TeardownRefused(stack, missing)
+    if deletion_protected(stack):
+        raise DeletionProtected(stack)
 
 
 def teardown(
     results_root: Path, stack: str, force: bool, on_line: Callable[[str], None] = lambda s: None
 ) -> TeardownResult:
-    refuse_unfetched(results_root, stack, force)
+    refuse(results_root, stack, force)
     cancelled, errors = cancel_remaining(results_root, stack, on_line)
     destroy(stack, on_line)
     return TeardownResult(tuple(cancelled), tuple(errors), tuple(leftovers(stack)))
+
+
+def deletion_protected(stack: str) -> bool:
+    """Whether the stack's settings keep deletion protection on a cloud cluster. A stack whose
+    settings cannot be read here is left to `pulumi destroy`, which says what is wrong."""
+    project = pulumi_cli.project_dir()
+    if project is None:
+        return False
+    try:
+        cfg = stackfiles.load(project, stack)
+    except (stackfiles.StackFileError, ConfigError):
+        return False
+    return cfg.provider != "kind" and cfg.deletion_protection
 
 
 def cancel_remaining(

@@ -19,12 +19,25 @@ from tests.runner.test_cluster import OUTPUTS
 
 pytestmark = pytest.mark.timeout(60)
 STACK = "gke-gpu-8"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def project_copy(root: Path, protected: bool) -> Path:
+    """This project's Pulumi.yaml and the stack's settings file, deletion protection as given."""
+    (root / "stacks").mkdir(parents=True)
+    (root / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    settings = (REPO / "stacks" / f"Pulumi.{STACK}.yaml").read_text()
+    settings += f"  stackbench:deletionProtection: '{str(protected).lower()}'\n"
+    (root / "stacks" / f"Pulumi.{STACK}.yaml").write_text(settings)
+    return root
 
 
 @pytest.fixture
 def pulumi_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A `pulumi` that logs every call (one line each) and answers `stack output`, `destroy`
-    and `stack export` from files the test writes."""
+    and `stack export` from files the test writes; run from a copy of the project whose stack
+    has deletion protection off, as before a teardown."""
+    monkeypatch.chdir(project_copy(tmp_path / "project", protected=False))
     bin_dir, log = tmp_path / "bin", tmp_path / "pulumi.log"
     bin_dir.mkdir()
     (tmp_path / "outputs.json").write_text(json.dumps(OUTPUTS))
@@ -134,3 +147,27 @@ def test_a_failed_destroy_stops_before_the_leftover_check_and_says_what_next(tmp
     assert result.exit_code == 1
     assert "pulumi destroy --stack gke-gpu-8 --yes` failed (exit 255)" in result.output
     assert calls(pulumi_log) == [f"destroy --stack {STACK} --yes"]
+
+
+def test_teardown_refuses_a_deletion_protected_stack_before_touching_anything(
+    tmp_path, pulumi_log, monkeypatch
+):
+    monkeypatch.chdir(project_copy(tmp_path / "protected", protected=True))
+    results = tmp_path / "results"
+    make_run(results, "running", 2, None, stack=STACK, state="RUNNING", write_summary=False)
+    result = invoke(results, "teardown", "--stack", STACK, "--force")
+    assert result.exit_code == 1
+    assert "deletion-protected" in result.output
+    assert f"pulumi config set stackbench:deletionProtection false --stack {STACK}" in (
+        result.output.replace("\n", "")
+    )
+    assert calls(pulumi_log) == []  # no job cancelled, nothing destroyed
+    assert rundir.read_state(results / "running").state.value == "RUNNING"
+
+
+def test_the_stack_files_keep_cloud_clusters_deletion_protected_by_default(monkeypatch):
+    from runner.stack.teardown import deletion_protected
+
+    monkeypatch.chdir(REPO)
+    assert deletion_protected("gke-gpu-8") and deletion_protected("eks-gpu-8")
+    assert not deletion_protected("kind")
