@@ -380,3 +380,7 @@ from runner.cli.results import check, cost, report, sweep, teardown  # noqa: E40
 
 for _command in (sweep, report, check, cost, teardown):
     main.add_command(_command)
+
+from runner.cli.dashboard import dashboard  # noqa: E402
+
+main.add_command(dashboard)
