@@ -1,0 +1,84 @@
+"""End to end in a real headless browser: `runner dashboard` opened on a real 2-worker
+cnn-digits run while it trains shows the run's curves growing, with no reload, and the page
+runs under its Content-Security-Policy without a console error."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from runner import api
+from tests.conftest import submit_local
+from tests.runner.dashboard.browser import (
+    chart_points,
+    chromium,
+    console_errors,
+    dashboard_process,
+    missing,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# Long enough to watch (about 0.3 s an epoch on 2 idle cores, more on a busy machine); the
+# test cancels the run as soon as it has seen the curve grow.
+EPOCHS = 200
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    with chromium(tmp_path / "profile") as driver:
+        yield driver
+
+
+def test_the_run_page_shows_a_live_runs_curve_growing(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    run = submit_local(results, [f"max_epochs={EPOCHS}", "stop_at_target=false"], workers=2)
+    try:
+        with dashboard_process(results) as url:
+            browser.get(f"{url}#/run/{run.run_id}")
+            browser.execute_script("window.notReloaded = true")
+            first = wait_for(lambda: max(chart_points(browser, "loss"), 0), 120, "a loss point")
+            assert browser.find_element("css selector", ".state").text == "RUNNING"
+            wait_for(lambda: chart_points(browser, "loss") >= first + 3, 120, "more loss points")
+            assert chart_points(browser, "quality") >= first  # the quality curve grows too
+            assert browser.execute_script("return window.notReloaded") is True
+            assert console_errors(browser) == []
+            api.cancel(results, run)
+            wait_for(lambda: browser.find_element("css selector", ".state").text == "CANCELLED",
+                     30, "the page to show the run cancelled")  # fmt: skip
+    finally:
+        api.cancel(results, run)  # idempotent; nothing outlives the test
+
+
+def test_the_runs_table_lists_a_run_that_starts_while_it_is_open(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    with dashboard_process(results) as url:
+        browser.get(url)
+        wait_for(lambda: "No runs" in browser.page_source, 30, "the empty table")
+        run = submit_local(results, ["max_epochs=1"], workers=1)
+        try:
+            row = f"tr[data-run='{run.run_id}']"
+            wait_for(lambda: browser.find_elements("css selector", row), 60, "the new run's row")
+            state = api.wait(results, run).state.value
+            wait_for(
+                lambda: state in browser.find_element("css selector", row).text,
+                30, f"the row to show the run {state}",
+            )  # fmt: skip
+        finally:
+            api.cancel(results, run)
+        assert console_errors(browser) == []
