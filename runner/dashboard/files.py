@@ -48,8 +48,8 @@ def split_path(text: str) -> tuple[str, ...]:
 
 def open_beneath(root: Path, parts: Sequence[str]) -> int:
     """A read-only descriptor of the regular file root/parts..., opened without following any
-    link. FileNotFoundError when it is missing; DamagedFile when it is a link or not a regular
-    file; InvalidPath when a part is not a plain name."""
+    link. FileNotFoundError when it is missing; DamagedFile when it is a link, not a regular
+    file or unreadable (permissions); InvalidPath when a part is not a plain name."""
     if not parts or not all(valid_name(p) for p in parts):
         raise InvalidPath(f"{'/'.join(parts)!r} is not a path beneath {root}")
     rel = Path(*parts)
@@ -67,11 +67,13 @@ def _step(dir_fd: int, name: str, flags: int, rel: Path) -> int:
     """Open `name` in `dir_fd`, closing `dir_fd` either way."""
     try:
         return os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
     except OSError as err:
         # ELOOP: the last part is a link; ENOTDIR: a directory on the way is a link (or a file).
         if err.errno in (errno.ELOOP, errno.ENOTDIR):
             raise DamagedFile(rel, "is, or lies under, a symbolic link: never followed") from None
-        raise
+        raise DamagedFile(rel, f"cannot be read ({err.strerror or err})") from None
     finally:
         os.close(dir_fd)
 

@@ -5,8 +5,11 @@ exceeds 3.5 in absolute value (Iglewicz and Hoaglin, "How to Detect and Handle O
 1993). The median and the median absolute deviation are not dragged by the outliers they look
 for, as a mean and a standard deviation over a handful of runs are. When more than half the
 runs share one time (MAD is zero), the mean absolute deviation stands in, scaled to agree
-with the MAD on normal data (their recommendation). It needs three converged runs. A run that
-missed the target while another run of its cell reached it is flagged as well.
+with the MAD on normal data (their recommendation). It needs five converged runs, the number
+from which the MLPerf rule drops the fastest and the slowest: with three, one deviation is
+always zero and the MAD is just the smaller of the other two, so ordinary spread would be
+flagged. A run that missed the target while another run of its cell reached it is flagged
+whatever the number of runs.
 
 This flags; it drops nothing. Which runs the MLPerf mean leaves out is the aggregation's rule
 (runner.results.aggregate), shown beside these flags. Pure.
@@ -18,7 +21,7 @@ import statistics
 from collections.abc import Sequence
 
 MODIFIED_Z_LIMIT = 3.5
-MIN_CONVERGED = 3
+MIN_CONVERGED = 5
 _MAD_SCALE = 0.6745  # the normal distribution's MAD in standard deviations
 _MEAN_AD_SCALE = 0.7979  # the normal distribution's mean absolute deviation, likewise
 

@@ -77,14 +77,15 @@ def make_app(config: DashboardConfig) -> web.Application:
     app[CLOSING_KEY] = asyncio.Event()
 
     async def index(request: web.Request) -> web.Response:
-        return web.Response(text=index_html, content_type="text/html",
-                            headers={"Cache-Control": "no-cache"})  # fmt: skip
+        return web.Response(text=index_html, content_type="text/html")
 
     async def headers(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
         response.headers.setdefault("Content-Security-Policy", csp)
+        # Assets revalidate (a 304 when unchanged), so an upgraded package is never stale.
+        response.headers.setdefault("Cache-Control", "no-cache")
 
     async def closing(app: web.Application) -> None:
         app[CLOSING_KEY].set()  # streams end now rather than at the shutdown timeout

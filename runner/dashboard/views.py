@@ -18,19 +18,19 @@ from typing import Any
 from runner.dashboard import outliers
 from runner.errors import RunnerError
 from runner.results import report as reports
+from runner.results.aggregate import mean_phase_ms_per_step
 from runner.results.runs import RunResult, config_conflicts, environment_differences
 from runner.results.study import Study
 
-# The summary figures a comparison lines up, in order: (label, path in summary.json).
+# The summary figures a comparison lines up beside the runs table's: (label, path in
+# summary.json, unit the page formats it in).
 SUMMARY_FIELDS = (
-    ("time to target (s)", ("time_to_target_s",)),
-    ("final quality", ("final", "value")),
-    ("epochs", ("epochs",)),
-    ("run time (s)", ("run_time_s",)),
-    ("init time (s, outside the clock)", ("init_time_s",)),
-    ("throughput (samples/s)", ("throughput_samples_per_s",)),
-    ("step time (ms)", ("step_time_ms",)),
-    ("communication share", ("communication_share",)),
+    ("epochs", ("epochs",), "count"),
+    ("run time", ("run_time_s",), "s"),
+    ("init time (outside the clock)", ("init_time_s",), "s"),
+    ("throughput", ("throughput_samples_per_s",), "samples/s"),
+    ("step time", ("step_time_ms",), "ms"),
+    ("communication share", ("communication_share",), "share"),
 )
 
 
@@ -124,18 +124,29 @@ def comparison(rows: Sequence[Mapping[str, Any]], runs: Sequence[RunResult]) -> 
         texts = {json.dumps(v, sort_keys=True) for v, c in zip(values, configs, strict=True) if c}
         config.append({"key": key, "values": values, "differs": len(texts) > 1})
     summary = [
-        {"label": label, "values": [_dig(by_id.get(row["run_id"]), path) for row in rows]}
-        for label, path in SUMMARY_FIELDS
-    ]
+        {"label": label, "unit": unit,
+         "values": [_dig(by_id.get(row["run_id"]), path) for row in rows]}
+        for label, path, unit in SUMMARY_FIELDS
+    ]  # fmt: skip
+    phases = [_phase_ms(by_id.get(row["run_id"])) for row in rows]
     try:
         conflicts, environment = config_conflicts(runs), environment_differences(runs)
     except (RunnerError, KeyError, TypeError, ValueError, AttributeError) as err:
         # an unknown benchmark, or a manifest of the wrong shape (read without shape checks)
         conflicts, environment = [f"cannot compare these runs' records: {err!r}"], {}
     return {
-        "runs": list(rows), "config": config, "summary": summary, "conflicts": conflicts,
-        "environment": environment,
+        "runs": list(rows), "config": config, "summary": summary, "phase_ms": phases,
+        "conflicts": conflicts, "environment": environment,
     }  # fmt: skip
+
+
+def _phase_ms(run: RunResult | None) -> dict[str, float]:
+    """A run's mean time per step by phase (ms), as the report computes it for a cell."""
+    phases, steps = _dig(run, ("phases_s",)), _dig(run, ("steps",))
+    if not isinstance(phases, dict) or not isinstance(steps, int):
+        return {}
+    numbers = {k: v for k, v in phases.items() if isinstance(v, int | float)}
+    return mean_phase_ms_per_step([(numbers, steps)])
 
 
 def _config(run: RunResult | None) -> dict[str, Any]:

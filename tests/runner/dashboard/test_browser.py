@@ -34,6 +34,14 @@ def wait_for(condition, timeout_s: float, what: str):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
+def hover(driver, chart: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    element = driver.find_element("css selector", f"[data-chart='{chart}']")
+    ActionChains(driver).move_to_element(element).perform()
+    time.sleep(0.5)
+
+
 @pytest.fixture
 def browser(tmp_path):
     reason = missing()
@@ -56,6 +64,7 @@ def test_the_run_page_shows_a_live_runs_curve_growing(tmp_path, browser):
             wait_for(lambda: chart_points(browser, "loss") >= first + 3, 120, "more loss points")
             assert chart_points(browser, "quality") >= first  # the quality curve grows too
             assert browser.execute_script("return window.notReloaded") is True
+            hover(browser, "quality")  # a tooltip must draw within the page's policy too
             assert console_errors(browser) == []
             api.cancel(results, run)
             wait_for(lambda: browser.find_element("css selector", ".state").text == "CANCELLED",

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from runner.results import rundir, study
 from tests.runner.dashboard.conftest import get, get_json, raw_get
 from tests.runner.rundirs import make_run
@@ -213,8 +215,11 @@ def test_compare_marks_the_config_keys_that_differ(results, dashboard):
     assert config["lr"] == {"key": "lr", "values": [0.1, 0.2], "differs": True}
     assert not config["batch_size"]["differs"] and not config["run: workers"]["differs"]
     assert [r["run_id"] for r in page["runs"]] == ["a", "b"]
-    times = next(s for s in page["summary"] if s["label"].startswith("time to target"))
-    assert times["values"] == [12.5, 14.0]
+    run_times = next(s for s in page["summary"] if s["label"] == "run time")
+    assert run_times["values"] == [12.5, 14.0]
+    # tests/runner/rundirs.py: 100 steps of 2 ms forward, 1 ms communication...
+    assert page["phase_ms"][0]["forward"] == pytest.approx(2.0)
+    assert page["phase_ms"][1]["communication"] == pytest.approx(1.0)
 
 
 def test_compare_of_an_unknown_run_is_not_found(results, dashboard):

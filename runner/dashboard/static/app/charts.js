@@ -39,11 +39,15 @@ function compact(value) {
   return value.toPrecision(4).replace(/\.?0+$/, "");
 }
 
+// Tooltips drawn on the canvas ("richText"), not as HTML: the page's Content-Security-Policy
+// refuses inline styles, and no text from a run directory is ever parsed as markup.
+const TOOLTIP = { renderMode: "richText", valueFormatter: compact };
+
 function base(title, yName, xName) {
   return {
     animation: false,
     title: { text: title, left: 0, top: 0, textStyle: { fontSize: 13, fontWeight: 600 } },
-    tooltip: { trigger: "axis", valueFormatter: compact },
+    tooltip: { ...TOOLTIP, trigger: "axis" },
     legend: { type: "scroll", top: 22, left: 0, right: 8 },
     grid: { left: 64, right: 24, top: 58, bottom: 44 },
     xAxis: { type: "value", name: xName, nameLocation: "middle", nameGap: 28, min: 0 },
@@ -81,7 +85,7 @@ export function epochPhasesOption(phases) {
   const option = base("Step phases per epoch (s, mean over ranks)", "s", "epoch");
   return {
     ...option,
-    tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: compact },
+    tooltip: { ...TOOLTIP, trigger: "axis", axisPointer: { type: "shadow" } },
     xAxis: { type: "category", name: "epoch", nameLocation: "middle", nameGap: 28,
       data: phases.map((p) => String(p.epoch)) },
     series: PHASE_ORDER.map((phase) => ({
@@ -92,13 +96,13 @@ export function epochPhasesOption(phases) {
   };
 }
 
-// A study's mean time per step by phase, per cell: [{label, phase_ms}].
-export function cellPhasesOption(cells) {
+// Time per step by phase, one bar per cell of a study or per run: [{label, phase_ms}].
+export function cellPhasesOption(cells, title) {
   const option = epochPhasesOption([]);
   return {
     ...option,
-    title: { ...option.title, text: "Compute and communication per step (ms, mean over runs)" },
-    xAxis: { ...option.xAxis, name: "", data: cells.map((c) => c.label) },
+    title: { ...option.title, text: title },
+    xAxis: { ...option.xAxis, name: "", data: cells.map((c) => c.label), axisLabel: { interval: 0 } },
     yAxis: { ...option.yAxis, name: "ms per step" },
     series: option.series.map((s) => ({ ...s, data: cells.map((c) => c.phase_ms[s.id] ?? 0) })),
   };
@@ -144,11 +148,7 @@ export function timeToAccuracyOption(bySeries) {
   }
   return {
     ...option,
-    // A formatter's string is HTML to ECharts: escape what came from the files.
-    tooltip: {
-      trigger: "item",
-      formatter: (p) => `${echarts.format.encodeHTML(p.data.run || p.seriesName)}: ${compact(p.value[1])} s`,
-    },
+    tooltip: { ...TOOLTIP, trigger: "item", formatter: (p) => `${p.data.run || p.seriesName}: ${compact(p.value[1])} s` },
     xAxis: { ...option.xAxis, min: "dataMin", minInterval: 1 },
     series,
   };

@@ -2,15 +2,26 @@
 // configurations key by key with the keys that differ highlighted.
 
 import { useMemo, useState } from "preact/hooks";
+import { cellPhasesOption, Chart } from "./charts.js";
 import { CurveCharts, emptyCurves, extend } from "./run.js";
 import {
-  html, LiveBadge, metricName, num, Problems, quality, runHref, seconds, StateBadge, useJSON, useStream,
+  html, LiveBadge, metricName, num, percent, Problems, quality, runHref, seconds, StateBadge, useJSON,
+  useStream,
 } from "./lib.js";
 
 function show(value) {
   if (value === null || value === undefined) return "–";
   if (typeof value === "number") return Number.isInteger(value) ? String(value) : num(value, 4);
   return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+function figure(value, unit) {
+  if (typeof value !== "number") return "–";
+  if (unit === "s") return seconds(value);
+  if (unit === "share") return percent(value);
+  if (unit === "samples/s") return `${num(value, 0)} samples/s`;
+  if (unit === "ms") return `${num(value, 2)} ms`;
+  return show(value);
 }
 
 export function ComparePage({ runIds }) {
@@ -26,6 +37,10 @@ export function ComparePage({ runIds }) {
   const [page, error] = useJSON(`/api/compare?${query}`, JSON.stringify(states));
   const [onlyDiffs, setOnlyDiffs] = useState(true);
   const runs = useMemo(() => runIds.map((id) => ({ name: id, curves: curves[id] || emptyCurves() })), [runIds, curves]);
+  const phases = useMemo(() => page && cellPhasesOption(
+    page.runs.map((r, i) => ({ label: r.run_id, phase_ms: page.phase_ms[i] })),
+    "Step phases (ms per step, whole run)",
+  ), [page]);
   if (error) return html`<p class="alert">${error}</p>`;
   if (!page) return html`<p class="muted">loading…</p>`;
   const first = page.runs[0] || {};
@@ -38,14 +53,16 @@ export function ComparePage({ runIds }) {
     ${Object.keys(page.environment).length ? html`<div class="notice"><b>Environments differ:</b>
       <ul>${Object.entries(page.environment).map(([k, v]) => html`<li>${k}: ${v.join(" vs ")}</li>`)}</ul></div>` : ""}
     <${Problems} problems=${page.problems} />
-    <${CurveCharts} runs=${runs} target=${first.target} metric=${first.metric} />
+    <${CurveCharts} runs=${runs} target=${first.target} metric=${first.metric}>
+      <${Chart} name="phases" option=${phases} />
+    <//>
     <table class="compare">
       <thead><tr><th></th>${page.runs.map((r) => html`<th class="mono"><a href=${runHref(r.run_id)}>${r.run_id}</a></th>`)}</tr></thead>
       <tbody>
         <tr><th>state</th>${page.runs.map((r) => html`<td><${StateBadge} state=${r.state} /></td>`)}</tr>
         <tr><th>${metricName(first.metric)} / target</th>${page.runs.map((r) => html`<td class="num">${quality(r)}</td>`)}</tr>
         <tr><th>time to target</th>${page.runs.map((r) => html`<td class="num">${r.reached ? seconds(r.time_to_target_s) : "–"}</td>`)}</tr>
-        ${page.summary.map((s) => html`<tr><th>${s.label}</th>${s.values.map((v) => html`<td class="num">${show(v)}</td>`)}</tr>`)}
+        ${page.summary.map((s) => html`<tr><th>${s.label}</th>${s.values.map((v) => html`<td class="num">${figure(v, s.unit)}</td>`)}</tr>`)}
         <tr class="section"><th colspan=${page.runs.length + 1}>
           configuration: ${differing} of ${page.config.length} keys differ
           <label class="inline"><input type="checkbox" checked=${onlyDiffs} onChange=${() => setOnlyDiffs(!onlyDiffs)} /> only the differences</label>

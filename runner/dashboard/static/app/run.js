@@ -4,7 +4,7 @@ import { useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Chart, epochPhasesOption, linesOption } from "./charts.js";
 import {
   bytes, fileHref, FINISHED, html, KeyValues, LiveBadge, metricName, num, percent, Problems,
-  quality, seconds, StateBadge, useStream, when,
+  quality, seconds, StateBadge, useJSON, useStream, when,
 } from "./lib.js";
 
 const SERIES = ["train_loss", "eval_accuracy", "eval_loss", "throughput", "phases"];
@@ -22,7 +22,7 @@ export function extend(curves, points) {
   return next;
 }
 
-export function CurveCharts({ runs, target, metric }) {
+export function CurveCharts({ runs, target, metric, children }) {
   // runs: [{name, curves}] — one line per run (several on the comparison page).
   const options = useMemo(() => {
     const one = runs.length === 1;
@@ -47,7 +47,21 @@ export function CurveCharts({ runs, target, metric }) {
     <${Chart} name="quality" option=${options.quality} />
     <${Chart} name="throughput" option=${options.throughput} />
     ${options.phases ? html`<${Chart} name="phases" option=${options.phases} />` : ""}
+    ${children}
   </div>`;
+}
+
+function plural(count, word) {
+  return `${count ?? "?"} ${word}${count === 1 ? "" : "s"}`;
+}
+
+function facts(run) {
+  return [
+    run.benchmark || "?", `${run.division || "?"} division`,
+    `${plural(run.workers, "worker")} (${plural(run.nodes, "node")}, ${run.device || "?"})`,
+    run.strategy, run.stack ? `stack ${run.stack}` : run.backend, `started ${when(run.created_at)}`,
+    run.since && `${run.state.toLowerCase()} since ${when(run.since)}`,
+  ].filter(Boolean);
 }
 
 function Header({ run, progress }) {
@@ -55,10 +69,7 @@ function Header({ run, progress }) {
   const rank = typeof run.failed_rank === "number" ? run.failed_rank : null;
   return html`<div class="run-header">
     <h1><${StateBadge} state=${run.state} /> <span class="mono">${run.run_id}</span></h1>
-    <p class="muted">${run.benchmark || "?"} · ${run.division || "?"} division · ${run.workers ?? "?"} workers
-      (${run.nodes ?? "?"} node${run.nodes === 1 ? "" : "s"}, ${run.device || "?"}) · ${run.strategy || ""} ·
-      ${run.stack ? `stack ${run.stack}` : run.backend || ""} · started ${when(run.created_at)}
-      ${run.since ? ` · ${run.state.toLowerCase()} since ${when(run.since)}` : ""}</p>
+    <p class="muted">${facts(run).join(" · ")}</p>
     ${failed && run.reason ? html`<div class="alert" id="reason"><b>${run.state}</b>: ${run.reason}${rank !== null ? html` (see <a href="#log">rank ${rank}'s log</a>)` : ""}</div>` : ""}
     ${run.state === "SUCCEEDED" && run.reached === false ? html`<div class="alert">Target not reached: the run ended without meeting ${metricName(run.metric)} ${run.lower_is_better ? "≤" : "≥"} ${run.target}.</div>` : ""}
     <${Problems} problems=${run.damaged} />
@@ -128,7 +139,10 @@ export function RunPage({ runId }) {
     }),
   });
   const runs = useMemo(() => [{ name: runId, curves }], [runId, curves]);
+  // A stream that cannot open says nothing; the JSON API says why (no such run, a link).
+  const [, refused] = useJSON(`/api/runs/${encodeURIComponent(runId)}`, status);
   if (gone) return html`<p class="alert">Run ${runId} is no longer in the results directory.</p>`;
+  if (!run && refused) return html`<p class="alert">${refused}</p>`;
   if (!run) return html`<p class="muted">loading ${runId}…</p>`;
   const overridden = new Set((run.overrides || []).map(([k]) => k));
   const open = new Set(run.open_keys || []);

@@ -58,11 +58,11 @@ function Figures({ report }) {
     const bySeries = {};
     for (const cell of report.cells) (bySeries[cell.series] ||= []).push(cell);
     const several = Object.keys(bySeries).length > 1;
-    const labelled = report.cells.map((c) => ({ label: several ? `${c.workers}w ${c.series}` : `${c.workers} workers`, phase_ms: c.phase_ms }));
+    const labelled = report.cells.map((c) => ({ label: several ? `${c.workers} workers\n${c.series}` : `${c.workers} workers`, phase_ms: c.phase_ms }));
     return {
       speedup: speedupOption(bySeries),
       tta: timeToAccuracyOption(bySeries),
-      phases: cellPhasesOption(labelled),
+      phases: cellPhasesOption(labelled, "Compute and communication per step (ms, mean over runs)"),
       curves: linesOption({
         title: "Quality of every run", yName: "quality", target: report.target,
         lines: report.curves.map((c) => ({ name: `${c.run_id} (${c.label})`, data: c.series.eval_accuracy || [] })),
@@ -98,7 +98,7 @@ export function StudyPage({ studyId }) {
     ${shown.error ? html`<div class="alert">${shown.error}</div>` : ""}
     <${Problems} problems=${shown.problems} />
     ${report && report.conflicts.length ? html`<div class="alert"><b>Runs of different closed-division configurations</b>:<ul>${report.conflicts.map((c) => html`<li>${c}</li>`)}</ul></div>` : ""}
-    ${flagged.length ? html`<div class="notice" id="outliers"><b>Outliers</b> (modified z-score of time to target above 3.5 within a cell, or a missed target):
+    ${flagged.length ? html`<div class="notice" id="outliers"><b>Outliers</b> (within a cell of 5 or more converged runs, a modified z-score of time to target above 3.5; or a missed target):
       <ul>${flagged.map((r) => html`<li><a class="mono" href=${runHref(r.run_id)}>${r.run_id}</a>: ${r.flag}</li>`)}</ul></div>` : ""}
     ${report ? html`<${Figures} report=${report} />${report.tables.map((t) => html`<${ReportTable} table=${t} flags=${flags} />`)}` : ""}
   </section>`;
