@@ -102,3 +102,15 @@ class Curves:
 def series(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Every series of a whole event log."""
     return Curves().feed(events)
+
+
+def latest(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The newest quality value and the epoch under way, from any stretch of a run's events
+    (the runs table's figure for a run that has no summary yet)."""
+    out: dict[str, Any] = {}
+    for event in events:
+        if event.get("key") == mllog.EVAL_ACCURACY and _number(event.get("value")) is not None:
+            out["value"] = _number(event["value"])
+        elif event.get("key") == mllog.EPOCH_START and _epoch(event) is not None:
+            out["epoch"] = _epoch(event)
+    return out

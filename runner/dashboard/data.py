@@ -26,7 +26,7 @@ from typing import Any
 
 from contract.files import DamagedFile, read_json_object
 from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus, read_state
-from runner.dashboard import files
+from runner.dashboard import curves, files
 from runner.errors import RunnerError
 from runner.results import rundir
 from runner.results import study as studies
@@ -126,16 +126,16 @@ def may_change_unseen(row: Mapping[str, Any]) -> bool:
     return row["backend"] == "local" and row["state"] not in (*FINISHED, DAMAGED)
 
 
+ROW_FIELDS = (
+    "reason", "since", "failed_rank", "exit_code", "benchmark", "division", "backend", "stack",
+    "workers", "nodes", "device", "strategy", "created_at", "metric", "target", "value", "epoch",
+    "max_epochs", "reached", "time_to_target_s", "run_time_s", "throughput",
+)  # fmt: skip
+
+
 def _damaged_row(run_id: str, *problems: dict[str, str]) -> dict[str, Any]:
-    return {
-        "run_id": run_id, "state": DAMAGED, "reason": "", "since": None, "failed_rank": None,
-        "exit_code": None,
-        "damaged": list(problems), "notes": [], "benchmark": None, "division": None,
-        "backend": None, "stack": None, "workers": None, "nodes": None, "device": None,
-        "strategy": None, "created_at": None, "metric": None, "target": None,
-        "lower_is_better": False, "value": None, "epoch": None, "max_epochs": None,
-        "reached": None, "time_to_target_s": None, "run_time_s": None, "throughput": None,
-    }  # fmt: skip
+    return {**dict.fromkeys(ROW_FIELDS), "run_id": run_id, "state": DAMAGED, "reason": "",
+            "damaged": list(problems), "notes": [], "lower_is_better": False}  # fmt: skip
 
 
 def _record(path: Path, name: str) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
@@ -255,15 +255,7 @@ def _latest(path: Path) -> dict[str, Any]:
         start = max(0, os.fstat(f.fileno()).st_size - LATEST_BYTES)
         f.seek(start)
         lines = f.read(LATEST_BYTES).decode("utf-8", errors="replace").splitlines()
-    out: dict[str, Any] = {}
-    for event in mllog.parse_lines(lines[1:] if start else lines):  # [0]: cut short by seek
-        epoch = _dig(event, "metadata", "epoch_num")
-        epoch = epoch if isinstance(epoch, int) else None
-        if event["key"] == mllog.EVAL_ACCURACY and _number(event.get("value")) is not None:
-            out["value"] = _number(event["value"])
-        elif event["key"] == mllog.EPOCH_START and epoch is not None:
-            out["epoch"] = epoch
-    return out
+    return curves.latest(mllog.parse_lines(lines[1:] if start else lines))  # [0]: cut by seek
 
 
 def _notes(row: Mapping[str, Any], path: Path, summary: Any) -> list[str]:
@@ -368,16 +360,7 @@ def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], l
         except NotFound as err:
             problems.append({"run_id": run_id, **problem("", str(err))})
             continue
-        # load_run's own reads are not defensive: check every record (and that events.jsonl
-        # is a plain file) the defensive way first.
-        damage = [p for name in RECORDS if (p := _record(path, name)[1])]
-        if not os.path.lexists(path / JOB):
-            damage.append(problem(JOB, "is missing"))
-        with contextlib.suppress(FileNotFoundError):
-            try:
-                os.close(files.open_beneath(path, (EVENTS,)))
-            except DamagedFile as err:
-                damage.append(problem(EVENTS, err.problem))
+        damage = _unsafe_for_load_run(path)
         if not damage:
             try:
                 runs.append(load_run(path))
@@ -386,6 +369,24 @@ def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], l
                 damage.append(problem(JOB, f"cannot be read as a run ({err!r})"))
         problems += [{"run_id": run_id, **p} for p in damage]
     return runs, problems
+
+
+def _unsafe_for_load_run(path: Path) -> list[dict[str, str]]:
+    """load_run's own reads are not defensive: every record read the defensive way first, and
+    events.jsonl a plain file under the cap (load_run reads it whole)."""
+    damage = [p for name in RECORDS if (p := _record(path, name)[1])]
+    if not os.path.lexists(path / JOB):
+        damage.append(problem(JOB, "is missing"))
+    try:
+        with os.fdopen(files.open_beneath(path, (EVENTS,)), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+        if size > MAX_EVENTS_BYTES:
+            damage.append(problem(EVENTS, f"is {size} bytes, over the {MAX_EVENTS_BYTES} cap"))
+    except FileNotFoundError:
+        pass
+    except DamagedFile as err:
+        damage.append(problem(EVENTS, err.problem))
+    return damage
 
 
 def list_studies(root: Path) -> list[dict[str, Any]]:

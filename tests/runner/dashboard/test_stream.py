@@ -99,3 +99,35 @@ def test_a_stream_of_an_unknown_run_is_not_found(results, dashboard):
         assert stream.response.status == 404
     finally:
         stream.close()
+
+
+def test_events_rewritten_by_a_fetch_start_the_curves_over(results, dashboard):
+    run_dir = make_run(results, "cnn-a", 2, 30.0)
+    stream = EventStream(dashboard, "/api/stream?run=cnn-a")
+    try:
+        assert len(stream.until("curves")["train_loss"]) == 3
+        fetched = run_dir / "events.fetched"
+        fetched.write_text(
+            event_line("run_start", None, 1_700_000_000_000)
+            + event_line("train_loss", 2.0, 1_700_000_005_000, epoch=1)
+        )
+        fetched.replace(run_dir / "events.jsonl")  # atomically, as the runner writes files
+
+        again = stream.until("curves")
+        assert again["train_loss"] == [[5.0, 2.0]]  # the new file's series, not appended
+    finally:
+        stream.close()
+
+
+def test_a_removed_run_leaves_the_table(results, dashboard):
+    import shutil
+
+    make_run(results, "cnn-a", 2, 30.0)
+    make_run(results, "cnn-b", 2, 30.0)
+    stream = EventStream(dashboard, "/api/stream?table=1")
+    try:
+        assert len(stream.until("runs")) == 2
+        shutil.rmtree(results / "cnn-a")
+        assert stream.until("gone") == {"run_id": "cnn-a"}
+    finally:
+        stream.close()
