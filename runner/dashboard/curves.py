@@ -12,7 +12,8 @@ report's curves figure (runner.results.runs.curves). Series:
     throughput      samples/s per epoch: the training set's size over the epoch's wall time
                     (epoch_start to epoch_stop); the summary's figure is the run's exact one
     phases          per epoch, seconds spent in each step phase (the mean over ranks)
-    progress        the latest within-epoch progress event (epoch, step, steps)
+    progress        where the run is: the epoch under way and, once a progress event of that
+                    epoch came (every few seconds), its step and steps
 
 Events are read from files that may be damaged: anything of the wrong type or not finite (a
 diverged loss is NaN) is left out, never raised. Not here: reading files (runner.dashboard.data).
@@ -69,7 +70,11 @@ class Curves:
             elif key == mllog.TRAIN_SAMPLES:
                 self._train_samples = _number(event.get("value"))
             elif key == mllog.EPOCH_START and _epoch(event) is not None:
-                self._epoch_start_ms[_epoch(event)] = time_ms  # type: ignore[index]
+                epoch = _epoch(event)
+                self._epoch_start_ms[epoch] = time_ms  # type: ignore[index]
+                if self._start_ms is not None:  # progress events come every few seconds only
+                    t_s = (time_ms - self._start_ms) / 1000
+                    out[PROGRESS] = {"epoch": epoch, "step": None, "steps": None, "t": t_s}
             elif self._start_ms is not None:
                 self._point(out, key, event, time_ms)
         return out

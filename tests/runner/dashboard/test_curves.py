@@ -45,6 +45,12 @@ def test_series_are_seconds_since_run_start_and_ignore_what_came_before():
     assert s["progress"] == {"epoch": 2, "step": 5, "steps": 10, "t": 12.0}
 
 
+def test_progress_follows_a_new_epoch_before_its_first_progress_event():
+    s = series([*run_events(), event("epoch_start", None, 20.0, 3)])
+
+    assert s["progress"] == {"epoch": 3, "step": None, "steps": None, "t": 20.0}
+
+
 def test_throughput_is_the_training_set_over_the_epoch_wall_time():
     s = series(run_events())
 

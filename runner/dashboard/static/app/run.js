@@ -74,7 +74,7 @@ function Header({ run, progress }) {
     ${run.state === "SUCCEEDED" && run.reached === false ? html`<div class="alert">Target not reached: the run ended without meeting ${metricName(run.metric)} ${run.lower_is_better ? "≤" : "≥"} ${run.target}.</div>` : ""}
     <${Problems} problems=${run.damaged} />
     ${run.notes.map((n) => html`<div class="notice">${n}</div>`)}
-    ${run.state === "RUNNING" && progress ? html`<p class="progress">epoch ${progress.epoch}${run.max_epochs ? ` of at most ${run.max_epochs}` : ""}, step ${progress.step} of ${progress.steps}</p>` : ""}
+    ${run.state === "RUNNING" && progress ? html`<p class="progress">epoch ${progress.epoch}${run.max_epochs ? ` of at most ${run.max_epochs}` : ""}${progress.step !== null ? `, step ${progress.step} of ${progress.steps}` : ""}</p>` : ""}
   </div>`;
 }
 
