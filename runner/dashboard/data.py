@@ -309,7 +309,8 @@ def parse_events(data: bytes) -> list[dict[str, Any]]:
 def read_events(root: Path, run_id: str) -> list[dict[str, Any]]:
     """Every event of a run (DamagedFile when events.jsonl is a link, not a file, too large)."""
     try:
-        return parse_events(files.read_beneath(root, (run_id, EVENTS), MAX_EVENTS_BYTES))
+        parts = (run_path(root, run_id).name, EVENTS)
+        return parse_events(files.read_beneath(root, parts, MAX_EVENTS_BYTES))
     except FileNotFoundError:
         return []
 

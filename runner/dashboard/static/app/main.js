@@ -10,12 +10,20 @@ import { RunPage } from "./run.js";
 import { RunsPage } from "./runs.js";
 import { StudiesPage, StudyPage } from "./studies.js";
 
+function decode(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text; // a malformed escape typed by hand: shown as typed, found by no route
+  }
+}
+
 function route(hash) {
   const [page, arg = ""] = hash.replace(/^#\/?/, "").split(/\/(.*)/s);
-  const value = decodeURIComponent(arg);
+  const value = decode(arg);
   if (page === "run" && value) return html`<${RunPage} key=${value} runId=${value} />`;
   if (page === "compare" && arg) {
-    const ids = arg.split(",").map(decodeURIComponent).filter(Boolean);
+    const ids = arg.split(",").map(decode).filter(Boolean);
     return html`<${ComparePage} key=${ids.join(",")} runIds=${ids} />`;
   }
   if (page === "studies") return html`<${StudiesPage} />`;

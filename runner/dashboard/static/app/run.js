@@ -64,13 +64,13 @@ function facts(run) {
   ].filter(Boolean);
 }
 
-function Header({ run, progress }) {
+function Header({ run, progress, showLog }) {
   const failed = ["FAILED", "CANCELLED", "DAMAGED"].includes(run.state);
   const rank = typeof run.failed_rank === "number" ? run.failed_rank : null;
   return html`<div class="run-header">
     <h1><${StateBadge} state=${run.state} /> <span class="mono">${run.run_id}</span></h1>
     <p class="muted">${facts(run).join(" · ")}</p>
-    ${failed && run.reason ? html`<div class="alert" id="reason"><b>${run.state}</b>: ${run.reason}${rank !== null ? html` (see <a href="#log">rank ${rank}'s log</a>)` : ""}</div>` : ""}
+    ${failed && run.reason ? html`<div class="alert" id="reason"><b>${run.state}</b>: ${run.reason}${rank !== null ? html` (see <button class="link" onClick=${() => showLog(`rank-${rank}.log`)}>rank ${rank}'s log</button>)` : ""}</div>` : ""}
     ${run.state === "SUCCEEDED" && run.reached === false ? html`<div class="alert">Target not reached: the run ended without meeting ${metricName(run.metric)} ${run.lower_is_better ? "≤" : "≥"} ${run.target}.</div>` : ""}
     <${Problems} problems=${run.damaged} />
     ${run.notes.map((n) => html`<div class="notice">${n}</div>`)}
@@ -139,6 +139,11 @@ export function RunPage({ runId }) {
     }),
   });
   const runs = useMemo(() => [{ name: runId, curves }], [runId, curves]);
+  const pickLog = (name) => {
+    if (name === logName) return;
+    setLog("");
+    setLogName(name);
+  };
   // A stream that cannot open says nothing; the JSON API says why (no such run, a link).
   const [, refused] = useJSON(`/api/runs/${encodeURIComponent(runId)}`, status);
   if (gone) return html`<p class="alert">Run ${runId} is no longer in the results directory.</p>`;
@@ -148,12 +153,15 @@ export function RunPage({ runId }) {
   const open = new Set(run.open_keys || []);
   return html`<section>
     <div class="toolbar"><a href="#/">← runs</a><${LiveBadge} status=${status} /></div>
-    <${Header} run=${run} progress=${curves.progress} />
+    <${Header} run=${run} progress=${curves.progress} showLog=${(name) => {
+      pickLog(name);
+      document.getElementById("log")?.scrollIntoView();
+    }} />
     <${Figures} run=${run} />
     <${Problems} problems=${problems} />
     <${CurveCharts} runs=${runs} target=${run.target} metric=${run.metric} />
     <h2>Logs</h2>
-    <${Logs} run=${run} log=${log} name=${logName} setName=${(n) => { setLog(""); setLogName(n); }} />
+    <${Logs} run=${run} log=${log} name=${logName} setName=${pickLog} />
     <div class="columns">
       <div><h2>Resolved config</h2>
         <p class="muted">highlighted: set with --set${open.size ? "; open division: " + [...open].join(", ") : ""}</p>
