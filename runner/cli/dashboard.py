@@ -6,7 +6,6 @@ command runs, so `runner --help` never pays for it.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import click
@@ -14,7 +13,8 @@ import click
 from runner.cli import console, handle_errors
 from runner.errors import RunnerError
 
-INSTALL = "pip install -c constraints.txt -e '.[dashboard]' (or run `make demo`)"
+# No extras syntax here: the CLI prints errors through rich, which takes `[...]` for markup.
+INSTALL = "pip install -c constraints.txt aiohttp (or run `make demo`)"
 
 
 @click.command()
@@ -36,9 +36,12 @@ def dashboard(results_dir: Path, port: int, host: str) -> None:
       runner --results-dir /mnt/results dashboard
     Runs table, run pages with live curves and logs, comparisons, studies. Ctrl-C stops it.
     """
-    if importlib.util.find_spec("aiohttp") is None:
-        raise RunnerError(f"the dashboard needs aiohttp: {INSTALL}")
-    from runner.dashboard.server import DashboardConfig, serve
+    try:
+        from runner.dashboard.server import DashboardConfig, serve
+    except ImportError as err:
+        if (err.name or "").startswith("runner"):
+            raise  # a bug of ours, not a missing package
+        raise RunnerError(f"the dashboard needs aiohttp ({err}): {INSTALL}") from None
 
     config = DashboardConfig(results_dir=results_dir, host=host, port=port)
 

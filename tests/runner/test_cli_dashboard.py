@@ -27,6 +27,19 @@ def test_the_cli_starts_without_importing_the_dashboards_server():
     assert out.stdout.strip() == "[]"
 
 
+def test_without_aiohttp_it_says_what_to_install(tmp_path):
+    # sys.modules[name] = None makes `import name` fail as a missing package does.
+    code = "import sys; sys.modules['aiohttp'] = None; from runner.cli import main; main()"
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--results-dir", str(tmp_path), "dashboard"],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "the dashboard needs aiohttp" in out.stderr
+    assert "pip install -c constraints.txt aiohttp" in " ".join(out.stderr.split())
+    assert "Traceback" not in out.stderr + out.stdout
+
+
 def test_a_taken_port_fails_at_once_naming_the_option(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
