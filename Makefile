@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -qq --constraint constraints.txt
 DEPS := pyproject.toml constraints.txt
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,8 @@ $(VENV)/.torch: $(BIN)/python constraints.txt
 	touch $@
 
 $(VENV)/.demo: $(VENV)/.torch $(DEPS)
-	@echo "installing stackbench[workloads] ..."
-	$(PIP) -e '.[workloads]'
+	@echo "installing stackbench[workloads,dashboard] ..."
+	$(PIP) -e '.[workloads,dashboard]'
 	touch $@
 
 $(VENV)/.test: $(VENV)/.torch $(DEPS)
@@ -31,7 +31,15 @@ $(VENV)/.test: $(VENV)/.torch $(DEPS)
 demo: $(VENV)/.demo
 	$(BIN)/runner submit cnn-digits --local --workers 2
 
-test: $(VENV)/.test
+# The dashboard's end-to-end test drives Debian's chromium through chromedriver. As root on
+# Debian (CI) they are installed here; elsewhere the test skips and says what to install.
+browser:
+	@if [ ! -x /usr/bin/chromedriver ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver (apt) for the dashboard's browser test ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
+
+test: $(VENV)/.test browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 

@@ -5,6 +5,7 @@
     data.py     data fetch
     study.py    sweep, report
     stack.py    cost, teardown
+    dashboard.py dashboard (the web app itself: runner/dashboard/)
     common.py   what they share: error handling, exit codes, option definitions
 
 Only this package writes to the terminal. Commands import what they need inside their bodies,
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from runner.cli import data, runs, stack, study, submit
+from runner.cli import dashboard, data, runs, stack, study, submit
 from runner.cli.common import Settings, configure_logging
 
 
@@ -63,6 +64,6 @@ def benchmarks() -> None:
     console.print(benchmarks_table(list(BENCHMARKS.values())))
 
 
-for _module in (submit, runs, data, study, stack):
+for _module in (submit, runs, data, study, stack, dashboard):
     for _command in _module.COMMANDS:
         main.add_command(_command)
