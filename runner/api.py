@@ -178,10 +178,10 @@ def _follow(
     events = backend.events(handle)
     while True:
         final = _drain(statuses, on_status)
-        for event in next(events):
+        for event in next(events, []):
             on_event(event)
         if final is not None:
-            for event in next(events):  # what was written just before the end
+            for event in next(events, []):  # what was written just before the end
                 on_event(event)
             return final
         time.sleep(FOLLOW_POLL_S)

@@ -68,9 +68,10 @@ def submit(
     spec = resolve(benchmark, overrides, target.placement(workers or bench.default_workers))
     backend = target.make_backend()
     try:
-        if dry_run:
-            console.print_json(spec.to_json())
-            click.echo(api.dryrun(spec, backend, results))
+        if dry_run:  # a cluster's manifest alone, so that it pipes into kubectl
+            if not target.remote:
+                console.print_json(spec.to_json())
+            click.echo(api.dryrun(spec, backend, results), nl=not target.remote)
             return
         run = api.submit(spec, backend, results)
     finally:

@@ -31,7 +31,6 @@ from contract.rundir import (
     JobStatus,
     check_version,
     rank_log,
-    read_state,  # noqa: F401  (kept importable here while the Kubernetes backend moves)
 )
 from runner.errors import RunnerError, RunNotFound, StorageError
 from runner.job.spec import JobSpec

@@ -5,6 +5,8 @@ from the cluster recorded in job.json."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -83,5 +85,28 @@ def test_detached_submit_then_status_and_cancel_reconnect_from_job_json(tmp_path
         assert "CANCELLED" in cancelled.output
         assert cluster.job("trainjob", run_dir.name) is None
         assert "CANCELLED" in invoke(results, "runs").output
+    finally:
+        cluster.close()
+
+
+def test_pending_timeout_goes_from_the_cli_to_the_backend_and_cancels_with_the_reason(tmp_path):
+    """--pending-timeout reaches the backend (and job.json, so that a later `runner status`
+    applies it too): a job pending longer is deleted, and the run says why."""
+    cluster = FakeCluster(namespace="bench")
+    cluster.emulator.now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # created now
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(cluster.kubeconfig())
+        results = tmp_path / "results"
+        submitted = invoke(results, "submit", "cnn-digits", "--kubeconfig", str(kubeconfig),
+                           "--image", IMAGE, "--workers", "1", "--pending-timeout", "1",
+                           "--detach")  # fmt: skip
+        assert submitted.exit_code == 0, submitted.output
+        (run_dir,) = rundir.list_dirs(results)
+        assert json.loads((run_dir / rundir.JOB).read_text())["cluster"]["pending_timeout_s"] == 1
+        time.sleep(2.1)  # longer than the timeout, counted from the job's creation (whole seconds)
+        status = invoke(results, "status", run_dir.name)
+        assert "CANCELLED" in status.output and "--pending-timeout 1 s" in status.output
+        assert cluster.job("trainjob", run_dir.name) is None
     finally:
         cluster.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from contract.rundir import read_state
 from runner.cli import main
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
@@ -117,7 +118,7 @@ def test_forced_teardown_cancels_running_jobs_before_destroy(tmp_path, pulumi_lo
         result = invoke(results, "teardown", "--stack", STACK, "--force", "--yes")
         assert result.exit_code == 0, result.output
         assert cluster.job("trainjob", run_dir.name) is None
-        assert rundir.read_state(run_dir).state.value == "CANCELLED"
+        assert read_state(run_dir).state.value == "CANCELLED"
         log = calls(pulumi_log)
         # reconnecting to cancel reads the stack outputs; destroy only after; export last
         assert log[0].startswith("stack output")
@@ -162,7 +163,7 @@ def test_teardown_refuses_a_deletion_protected_stack_before_touching_anything(
         result.output.replace("\n", "")
     )
     assert calls(pulumi_log) == []  # no job cancelled, nothing destroyed
-    assert rundir.read_state(results / "running").state.value == "RUNNING"
+    assert read_state(results / "running").state.value == "RUNNING"
 
 
 def test_the_stack_files_keep_cloud_clusters_deletion_protected_by_default(monkeypatch):

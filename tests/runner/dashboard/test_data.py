@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import psutil
 
@@ -22,6 +23,11 @@ def _run_env(run_dir):
 
 
 def record_supervisor(run_dir, proc):
+    # As the backend does: the pid is recorded once the process runs its own program.
+    deadline = time.monotonic() + 10
+    while processes.RUN_ID_ENV not in psutil.Process(proc.pid).environ():
+        assert time.monotonic() < deadline, "the stand-in supervisor never started"
+        time.sleep(0.01)
     info = {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time()}
     (run_dir / "supervisor.json").write_text(json.dumps(info))
 
