@@ -25,7 +25,7 @@ from one_process import run_quietly, single_rank_environment
 
 from runner.job.benchmarks import CNN_DIGITS
 from workloads.data.digits import load_digits
-from workloads.models.cnn import DigitsCNN
+from workloads.models.cnn.model import DigitsCNN
 
 
 def cli_help_s(repeats: int = 5) -> float:

@@ -3,9 +3,9 @@ import torch
 
 from runner.job.benchmarks import BENCHMARKS
 from workloads import models
-from workloads.models.logreg import LogisticRegression
-from workloads.models.resnet import CifarResNet
-from workloads.models.vgg import VGG
+from workloads.models.logreg.model import LogisticRegression
+from workloads.models.resnet.model import CifarResNet
+from workloads.models.vgg.model import VGG
 
 
 def num_params(model: torch.nn.Module) -> int:

@@ -22,25 +22,25 @@ def build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...] =
 
 def _build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...]) -> nn.Module:
     if config.model == "cnn-digits":
-        from workloads.models.cnn import DigitsCNN
+        from workloads.models.cnn.model import DigitsCNN
 
         return DigitsCNN(num_classes)
     if config.model == "resnet-cifar":
-        from workloads.models.resnet import CifarResNet
+        from workloads.models.resnet.model import CifarResNet
 
         return CifarResNet(config.resnet_depth, config.resnet_variant, num_classes)
     if config.model == "vgg11-bn":
-        from workloads.models.vgg import VGG
+        from workloads.models.vgg.model import VGG
 
         return VGG(num_classes=num_classes)
     if config.model == "logreg":
-        from workloads.models.logreg import LogisticRegression
+        from workloads.models.logreg.model import LogisticRegression
 
         if num_classes != 2:
             raise ValueError(f"logistic regression is binary; the data has {num_classes} classes")
         return LogisticRegression(math.prod(sample_shape))
     if config.model == "awd-lstm":
-        from workloads.models.awd_lstm import AWDLSTM
+        from workloads.models.awd_lstm.model import AWDLSTM
 
         return AWDLSTM(
             num_classes,
@@ -54,7 +54,7 @@ def _build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...])
             weight_drop=config.lstm_weight_drop,
         )
     if config.model == "gnmt":
-        from workloads.models.gnmt import GNMT
+        from workloads.models.gnmt.model import GNMT
 
         return GNMT(
             num_classes,
@@ -63,7 +63,7 @@ def _build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...])
             dropout=config.dropout,
         )
     if config.model == "transformer":
-        from workloads.models.transformer import Transformer
+        from workloads.models.transformer.model import Transformer
 
         return Transformer(
             num_classes,

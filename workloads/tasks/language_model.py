@@ -32,7 +32,7 @@ from workloads.config import TrainConfig
 from workloads.data import WIKITEXT2_SUBDIR, data_root
 from workloads.data.wikitext import load_wikitext
 from workloads.loop import EpochStats, StepResult, timed_epoch
-from workloads.models.awd_lstm import detach_hidden
+from workloads.models.awd_lstm.model import detach_hidden
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
 from workloads.strategies import Strategy
