@@ -18,7 +18,6 @@ Usage: python bench/data_parallel.py [--iters 40] [--global-batch 256] [--worker
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import queue as queue_lib
@@ -79,7 +78,7 @@ def rank_times(rank: int, world_size: int, strategy: str, args: dict[str, Any]) 
     if strategy == "single":
         strat = None
     else:
-        config = dataclasses.replace(CNN_DIGITS.config, strategy=strategy, **args["options"])
+        config = CNN_DIGITS.config.replace(strategy=strategy, **args["options"].get(strategy, {}))
         strat = strategies.build(config, model, clock)
     module = model if strat is None else strat.module
     steps, comms = [], []
@@ -159,7 +158,8 @@ def main() -> None:
     ns = parser.parse_args()
     args = {
         "iters": ns.iters, "global_batch": ns.global_batch, "timeout_s": ns.timeout_s,
-        "options": {"powersgd_start_iter": 2} if "powersgd" in ns.strategies else {},
+        # Each strategy's own options (a key of one strategy is refused with another).
+        "options": {"powersgd": {"powersgd_start_iter": 2}},
     }  # fmt: skip
     if ns.iters < 2:
         parser.error("--iters must be at least 2 (iteration 1 is warm-up, not averaged)")

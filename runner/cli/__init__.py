@@ -200,7 +200,7 @@ def _run(results_dir: Path, run: api.Run, detach: bool) -> None:
             status = progress.follow_measurements(console, results_dir, run)
         else:
             status = progress.follow_training(
-                console, results_dir, run, spec.config.max_epochs, spec.config.target_metric
+                console, results_dir, run, spec.config.run.max_epochs, spec.config.target_metric
             )
     except KeyboardInterrupt:
         errors.print("cancelling ...")

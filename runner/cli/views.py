@@ -9,8 +9,8 @@ from rich.table import Table
 from contract.rundir import JobState, JobStatus
 from runner.api import RunInfo
 from runner.job.benchmarks import AnyBenchmark, MicroBenchmark
-from workloads.config import LOWER_IS_BETTER
 from workloads.mllog import STEP_PHASES as PHASES
+from workloads.tasks.config import LOWER_IS_BETTER
 
 STATE_STYLE = {
     JobState.PENDING: "yellow",
@@ -37,8 +37,8 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
             b.name,
             b.task,
             f"{c.target_metric} {'<=' if c.target_metric in LOWER_IS_BETTER else '>='} "
-            f"{c.target_value:g} ({b.light_target:g})",
-            f"{b.default_workers} workers x batch {c.batch_size}, {c.strategy}, "
+            f"{c.target.target_value:g} ({b.light_target:g})",
+            f"{b.default_workers} workers x batch {c.data.batch_size}, {c.strategy.name}, "
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
         )
     return table

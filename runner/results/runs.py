@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from runner.results import rundir
-from runner.job.benchmarks import EXACT_STRATEGIES, RUN_CONTROLS
+from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.spec import get_benchmark
 from workloads.mllog import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+from workloads.strategies.config import EXACT_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class RunResult:
     division: str
     open_keys: tuple[str, ...]
     overrides: Mapping[str, str]
-    config: Mapping[str, Any]
+    config: Mapping[str, Any]  # the flat view: the keys `--set` takes
     state: str  # the last recorded JobState value ("UNKNOWN" without state.json)
     state_since: str | None
     created_at: str
@@ -76,7 +77,7 @@ def load_run(run_dir: Path) -> RunResult:
         division=job["division"],
         open_keys=tuple(job.get("open_keys", ())),
         overrides=dict(job.get("overrides", ())),
-        config=job["config"],
+        config=flat_config(job["benchmark"], job["config"]),
         state=state.get("state", "UNKNOWN"),
         state_since=state.get("since"),
         created_at=job["created_at"],
@@ -84,6 +85,13 @@ def load_run(run_dir: Path) -> RunResult:
         manifest=rundir.read_json_or_none(run_dir / rundir.MANIFEST),
         curves=curves(run_dir / rundir.EVENTS),
     )
+
+
+def flat_config(benchmark: str, data: Any) -> dict[str, Any]:
+    """A job's config (JSON nested by component) as its flat view: key -> value, the keys
+    `--set` takes, tuples as lists (as the JSON has them)."""
+    config = type(get_benchmark(benchmark).config).from_dict(data)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.flat().items()}
 
 
 def curves(events_path: Path) -> dict[str, tuple[tuple[float, float], ...]]:

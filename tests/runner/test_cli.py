@@ -39,7 +39,11 @@ def test_submit_unknown_benchmark_is_a_usage_error_listing_the_names(tmp_path):
 
 @pytest.mark.parametrize(
     ("item", "expected"),
-    [("learning_rate=1", "valid keys"), ("lr=abc", "expected a number"), ("lr", "key=value")],
+    [
+        ("learning_rate=1", "valid keys"),
+        ("lr=abc", "expected a finite number"),
+        ("lr", "key=value"),
+    ],
 )
 def test_submit_bad_set_is_a_usage_error_saying_what_to_change(tmp_path, item, expected):
     result = invoke("submit", "cnn-digits", "--set", item, results=tmp_path)
@@ -58,7 +62,7 @@ def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):
     assert result.exit_code == 0
     job, _ = json.JSONDecoder().raw_decode(result.output)
     assert job["division"] == "open"
-    assert job["config"]["momentum"] == 0.5
+    assert job["config"]["optimizer"]["momentum"] == 0.5
     assert "torchrun --standalone --nproc-per-node 2" in result.output
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 

@@ -16,6 +16,7 @@ import yaml
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.errors import SpecError
+from runner.job.spec import Placement, resolve
 from tests.runner.k8s_helpers import IMAGE, RUN_ID, make_spec, stack_connection
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -103,8 +104,20 @@ def test_pytorchjob_run_policy_keeps_pods_for_fetch_and_bounds_cost():
 
 def test_deadline_follows_the_time_budget_when_one_is_set():
     spec = make_spec()
-    spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, time_budget_s=600.0))
+    spec = dataclasses.replace(spec, config=spec.config.replace(time_budget_s=600.0))
     assert render(spec, stack_connection("trainjob"))["spec"]["activeDeadlineSeconds"] == 2400
+
+
+@pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
+@pytest.mark.parametrize(("sets", "deadline_s"), [((), 6 * 3600), (("time_budget_s=600",), 2400)])
+def test_a_micro_benchmark_renders_with_the_deadline_of_its_run_limits(job_api, sets, deadline_s):
+    spec = resolve("allreduce-micro", sets, Placement(2, 1, "cuda"), run_id=RUN_ID)
+    manifest = render(spec, stack_connection(job_api))
+    if job_api == "pytorchjob":
+        assert manifest["spec"]["runPolicy"]["activeDeadlineSeconds"] == deadline_s
+    else:
+        assert manifest["spec"]["activeDeadlineSeconds"] == deadline_s
+    assert "workloads.micro" in to_yaml(manifest)
 
 
 def pod_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
