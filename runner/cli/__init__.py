@@ -77,11 +77,25 @@ def main(ctx: click.Context, results_dir: Path) -> None:
 
 
 @main.command()
-def benchmarks() -> None:
-    """List the benchmarks with their task, target and defaults."""
-    from runner.job.benchmarks import BENCHMARKS
+@click.argument("benchmark", required=False)
+@handle_errors
+def benchmarks(benchmark: str | None) -> None:
+    """List the benchmarks with their task, target and defaults; with BENCHMARK, the keys
+    --set takes for it: value, what it accepts, and whether changing it keeps the run in
+    the closed division.
 
-    console.print(views.benchmarks_table(list(BENCHMARKS.values())))
+    \b
+    Examples:
+      runner benchmarks
+      runner benchmarks transformer-wmt17
+    """
+    from runner.job.benchmarks import BENCHMARKS
+    from runner.job.spec import get_benchmark
+
+    if benchmark is None:
+        console.print(views.benchmarks_table(list(BENCHMARKS.values())))
+        return
+    console.print(views.keys_table(get_benchmark(benchmark)))
 
 
 @main.command()

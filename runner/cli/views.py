@@ -8,8 +8,9 @@ from rich.table import Table
 
 from contract.rundir import JobState, JobStatus
 from runner.api import RunInfo
-from runner.job.benchmarks import AnyBenchmark, MicroBenchmark
+from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
 from workloads.mllog import STEP_PHASES as PHASES
+from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
 from workloads.tasks.config import LOWER_IS_BETTER
 
 STATE_STYLE = {
@@ -42,6 +43,30 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
         )
     return table
+
+
+def keys_table(bench: AnyBenchmark) -> Table:
+    """The keys `--set` takes for `bench`, by component, with what changing each means."""
+    table = Table(title=f"Keys of {bench.name} (--set KEY=VALUE)", title_justify="left")
+    for column in ("key", "component", "value", "accepts", "division"):
+        table.add_column(column, no_wrap=column in ("key", "value"))
+    flat = bench.config.flat()
+    for key, (part, _) in bench.config.flat_keys().items():
+        value = flat[key]
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        table.add_row(key, part, shown, bench.config.describe(key), _division(bench, key))
+    return table
+
+
+def _division(bench: AnyBenchmark, key: str) -> str:
+    if isinstance(bench, MicroBenchmark) or key in bench.tunables:
+        return "tunable"
+    if key in FREE_KEYS:
+        return "free"
+    if key == "strategy":
+        exact = [name for name in STRATEGIES.names() if name in EXACT_STRATEGIES]
+        return f"closed among {', '.join(exact)}"
+    return "open"
 
 
 def headline(summary: dict[str, Any] | None) -> str:
