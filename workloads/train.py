@@ -21,7 +21,7 @@ import torch
 
 from workloads import dist, manifest, mllog, strategies, tasks
 from workloads.components import Composite
-from workloads.config import TrainConfig
+from workloads.config import ConfigError, TrainConfig
 from workloads.files import write_json
 from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
@@ -49,7 +49,11 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     env = dist.DistEnv.from_environ()
     if args.log_dir is not None:
         dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
-    run_fn(config_type.from_json(args.config), env, args)
+    try:
+        config = config_type.from_json(args.config)
+    except ConfigError as err:  # e.g. written by a newer runner than this image's workloads
+        raise SystemExit(f"workloads: --config: {err}") from None
+    run_fn(config, env, args)
     return 0
 
 

@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import math
+import os
 import typing
 
 import pytest
@@ -357,3 +358,20 @@ def test_the_config_and_every_component_import_without_torch():
     code = f"import sys; import {', '.join(modules)}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_workload_entry_refuses_a_config_it_cannot_read_in_one_line():
+    import subprocess
+    import sys
+
+    newer = json.dumps(BASE.to_dict() | {"version": TrainConfig.VERSION + 1})
+    cmd = [sys.executable, "-m", "workloads.train", "--config", newer, "--run-id", "r",
+           "--output-dir", "/nonexistent"]  # fmt: skip
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29999"}  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1
+    assert done.stderr == (
+        "workloads: --config: version: 3 is newer than this stackbench reads (2); update "
+        "stackbench to the version that wrote it\n"
+    )
