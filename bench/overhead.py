@@ -25,7 +25,7 @@ from one_process import run_quietly, single_rank_environment
 
 from runner.job.benchmarks import CNN_DIGITS
 from workloads.data.digits import load_digits
-from workloads.models.cnn import DigitsCNN
+from workloads.models.cnn.model import DigitsCNN
 
 
 def cli_help_s(repeats: int = 5) -> float:
@@ -40,25 +40,26 @@ def cli_help_s(repeats: int = 5) -> float:
 
 def stackbench_samples_per_s(epochs: int) -> float:
     """In one process the configured strategy runs as `local` (workloads/strategies/local.py)."""
-    config = CNN_DIGITS.config.__class__.from_dict(
-        CNN_DIGITS.config.to_dict() | {"max_epochs": epochs, "stop_at_target": False}
-    )
+    config = CNN_DIGITS.config.replace(max_epochs=epochs, stop_at_target=False)
     return run_quietly(config)["throughput_samples_per_s"]
 
 
 def bare_samples_per_s(epochs: int) -> float:
     """The loop a person would write by hand: same model, data, batch, optimizer, shuffling."""
     cfg = CNN_DIGITS.config
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     splits = load_digits(torch.device("cpu"))
     model = DigitsCNN()
     opt = torch.optim.SGD(
-        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        model.parameters(),
+        lr=cfg.schedule.lr,
+        momentum=cfg.optimizer.momentum,
+        weight_decay=cfg.optimizer.weight_decay,
     )
     samples, elapsed, first = 0, 0.0, True
     for epoch in range(epochs):
         order = torch.randperm(splits.num_train, generator=torch.Generator().manual_seed(epoch))
-        for index in torch.split(order, cfg.batch_size):
+        for index in torch.split(order, cfg.data.batch_size):
             t0 = time.perf_counter()
             loss = F.cross_entropy(model(splits.train_x[index]), splits.train_y[index])
             loss.backward()

@@ -18,7 +18,7 @@ from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, shard_epoch_order
 from workloads.objectives import CrossEntropy, Objective
 from workloads.schedule import lr_at
-from workloads.strategies import Strategy
+from workloads.strategies.base import Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
 
 EVAL_BATCH_SIZE = 1024
@@ -72,10 +72,10 @@ def train_epoch(
     """Train one epoch (1-based). `out_of_time` is polled (collectively) to stop early."""
     cfg = tr.config
     if tr.splits.train_is_rank_shard:  # the rank holds only its own samples
-        shard = shard_epoch_order(tr.splits.num_train, tr.rank, epoch - 1, cfg.seed)
+        shard = shard_epoch_order(tr.splits.num_train, tr.rank, epoch - 1, cfg.run.seed)
     else:
-        shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.seed)
-    steps = batches(shard.to(tr.device), cfg.batch_size)
+        shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.run.seed)
+    steps = batches(shard.to(tr.device), cfg.data.batch_size)
     tr.strategy.module.train()
 
     def step(i: int) -> StepResult:

@@ -13,13 +13,14 @@ parts exactly. Optimizers and models are not here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.config import TrainConfig
+if TYPE_CHECKING:
+    from workloads.config import TrainConfig
 
 
 class Objective(Protocol):
@@ -68,8 +69,5 @@ def l2_norm_squared(params: Iterable[torch.Tensor]) -> torch.Tensor:
 
 
 def build(config: TrainConfig, model: nn.Module) -> Objective:
-    if config.loss == "cross-entropy":
-        return CrossEntropy()
-    if config.loss == "logistic":
-        return RegularizedLogistic(model.parameters(), config.l2_rate)
-    raise ValueError(f"no objective for loss {config.loss!r}")
+    """What the configured model family trains on (ModelConfig.objective)."""
+    return config.model.objective(model)

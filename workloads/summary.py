@@ -75,7 +75,7 @@ def summarize(
         "device": device,
         "precision": precision,  # what forward passes computed in (workloads/precision.py)
         "status": "success" if reached else "aborted",
-        "target": {"metric": config.target_metric, "value": config.target_value},
+        "target": {"metric": config.target_metric, "value": config.target.target_value},
         "target_reached": reached,
         "time_to_target_s": tally.time_to_target_s,
         "stopped_by_time_budget": tally.out_of_time,
@@ -86,8 +86,8 @@ def summarize(
         "train_samples": tally.samples,
         # Units an update holds over all workers (batch_unit), reached by accumulation when
         # global_batch is set (the translation tasks).
-        "global_batch_size": config.global_batch or config.batch_size * world_size,
-        "batch_unit": config.batch_unit,
+        "global_batch_size": config.data.global_batch_size(world_size),
+        "batch_unit": config.data.batch_unit,
         "run_time_s": run_time_s,
         "init_time_s": init_time_s,
         "train_time_s": train_s,
@@ -104,7 +104,7 @@ def summarize(
         "communication_share": shares(tally.phases)["communication"],
         "first_step_times_ms": [1000 * t for t in tally.step_times_s],
         "iteration_time_ms_2_to_40": window_mean_ms(tally.step_times_s, *ITERATION_WINDOW),
-        "train_loss": train_loss_report(tally.train_losses, config.target_train_loss),
+        "train_loss": train_loss_report(tally.train_losses, config.target.target_train_loss),
     }
 
 

@@ -22,13 +22,14 @@ import torch
 from contract.files import write_json
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from workloads import dist, lifetime, manifest, mllog, strategies, tasks
-from workloads.config import JsonConfig, TrainConfig
+from workloads.components import Composite
+from workloads.config import ConfigError, TrainConfig
 from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
 from workloads.timing import PHASES, clock_for
 
 PROGRESS_INTERVAL_S = 5.0
-C = TypeVar("C", bound=JsonConfig)
+C = TypeVar("C", bound=Composite)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,7 +51,11 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     env = dist.DistEnv.from_environ()
     if args.log_dir is not None:
         dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
-    run_fn(config_type.from_json(args.config), env, args)
+    try:
+        config = config_type.from_json(args.config)
+    except ConfigError as err:  # e.g. written by a newer runner than this image's workloads
+        raise SystemExit(f"workloads: --config: {err}") from None
+    run_fn(config, env, args)
     return 0
 
 
@@ -72,8 +77,8 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
-    backend = dist.init(device, config.dist_timeout_s)
-    torch.manual_seed(config.seed)  # the same initial model on every rank
+    backend = dist.init(device, config.run.dist_timeout_s)
+    torch.manual_seed(config.run.seed)  # the same initial model on every rank
     task = tasks.build(
         tasks.Context(
             config,
@@ -85,7 +90,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
             args.output_dir if is_writer else None,
         )
     )
-    env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
+    env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.run.seed)
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
         write_json(args.output_dir / MANIFEST, env_manifest)
@@ -96,10 +101,9 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     start = time.perf_counter()
     log.start(mllog.RUN_START)
     tally = RunTally()
+    deadline = Deadline(config.run.time_budget_s, start, device)
     try:
-        _train(
-            task, config, device, tally, log, start, Deadline(config.time_budget_s, start, device)
-        )
+        _train(task, config, device, tally, log, start, deadline)
     except BaseException as err:
         log.end(mllog.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
         raise
@@ -109,7 +113,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         config,
         tally,
         run_id=args.run_id,
-        benchmark=args.benchmark or config.model,
+        benchmark=args.benchmark or config.model.name,
         division="open" if args.open_division else "closed",
         strategy=strategies.effective_name(config, env.world_size),
         world_size=env.world_size,
@@ -166,7 +170,7 @@ def _train(
             last_progress[0] = now
             log.point(mllog.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
 
-    for epoch in range(1, config.max_epochs + 1):
+    for epoch in range(1, config.run.max_epochs + 1):
         log.start(mllog.EPOCH_START, epoch_num=epoch)
         stats = task.train_epoch(epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:
@@ -182,8 +186,8 @@ def _train(
         )
         log.point(mllog.EPOCH_PHASES, stats.phases, epoch_num=epoch)
         log.end(mllog.EPOCH_STOP, epoch_num=epoch)
-        last = epoch == config.max_epochs or stats.out_of_time
-        if epoch % config.eval_every_epochs == 0 or last:
+        last = epoch == config.run.max_epochs or stats.out_of_time
+        if epoch % config.run.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
             log.start(mllog.EVAL_START, epoch_num=epoch)
             result = task.evaluate(epoch)
@@ -205,10 +209,10 @@ def _train(
                     **dict(result.details),
                 }
             )
-            met = tasks.reached(config.target_metric, result.value, config.target_value)
+            met = tasks.reached(config.target_metric, result.value, config.target.target_value)
             if met and tally.time_to_target_s is None:
                 tally.time_to_target_s = now - start
-                if config.stop_at_target:
+                if config.run.stop_at_target:
                     return
         if stats.out_of_time or deadline.expired():
             tally.out_of_time = True
@@ -225,11 +229,11 @@ def _log_run_parameters(
 ) -> None:
     from workloads import mlperf_keys
 
-    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model)
+    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model.name)
     # Before the hyperparameters: the compliance rules check closed-division values by it.
     log.point(mllog.SUBMISSION_DIVISION, "open" if args.open_division else "closed")
     log.point(mllog.MANIFEST, env_manifest)
-    log.point(mllog.SEED, config.seed)
+    log.point(mllog.SEED, config.run.seed)
     meta = mlperf_keys.metadata(config)
     for key, value in mlperf_keys.hyperparameters(config, env.world_size).items():
         log.point(key, value, **meta.get(key, {}))

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from runner.cli import dashboard, data, runs, stack, study, submit
-from runner.cli.common import Settings, configure_logging
+from runner.cli.common import Settings, configure_logging, console, handle_errors
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,13 +55,26 @@ def main(ctx: click.Context, results_dir: Path, verbose: int, debug: bool) -> No
 
 
 @main.command()
-def benchmarks() -> None:
-    """List the benchmarks with their task, target and defaults."""
-    from runner.cli.common import console
-    from runner.cli.views import benchmarks_table
-    from runner.job.benchmarks import BENCHMARKS
+@click.argument("benchmark", required=False)
+@handle_errors
+def benchmarks(benchmark: str | None) -> None:
+    """List the benchmarks with their task, target and defaults; with BENCHMARK, the keys
+    --set takes for it: value, what it accepts, and whether changing it keeps the run in
+    the closed division.
 
-    console.print(benchmarks_table(list(BENCHMARKS.values())))
+    \b
+    Examples:
+      runner benchmarks
+      runner benchmarks transformer-wmt17
+    """
+    from runner.cli.views import benchmarks_table, keys_table
+    from runner.job.benchmarks import BENCHMARKS
+    from runner.job.spec import get_benchmark
+
+    if benchmark is None:
+        console.print(benchmarks_table(list(BENCHMARKS.values())))
+        return
+    console.print(keys_table(get_benchmark(benchmark)))
 
 
 for _module in (submit, runs, data, study, stack, dashboard):

@@ -15,8 +15,9 @@ from contract.events import STEP_PHASES as PHASES
 from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
 from runner.api import Outcome, Run, RunInfo
-from runner.job.benchmarks import AnyBenchmark, MicroBenchmark
-from workloads.config import LOWER_IS_BETTER
+from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
+from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
+from workloads.tasks.config import LOWER_IS_BETTER
 
 if TYPE_CHECKING:
     from runner.cli.progress import MeasurementProgress, TrainingProgress
@@ -47,11 +48,35 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
             b.name,
             b.task,
             f"{c.target_metric} {'<=' if c.target_metric in LOWER_IS_BETTER else '>='} "
-            f"{c.target_value:g} ({b.light_target:g})",
-            f"{b.default_workers} workers x batch {c.batch_size}, {c.strategy}, "
+            f"{c.target.target_value:g} ({b.light_target:g})",
+            f"{b.default_workers} workers x batch {c.data.batch_size}, {c.strategy.name}, "
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
         )
     return table
+
+
+def keys_table(bench: AnyBenchmark) -> Table:
+    """The keys `--set` takes for `bench`, by component, with what changing each means."""
+    table = Table(title=f"Keys of {bench.name} (--set KEY=VALUE)", title_justify="left")
+    for column in ("key", "component", "value", "accepts", "division"):
+        table.add_column(column, no_wrap=column in ("key", "value"))
+    flat = bench.config.flat()
+    for key, (part, _) in bench.config.flat_keys().items():
+        value = flat[key]
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        table.add_row(key, part, shown, bench.config.describe(key), _division(bench, key))
+    return table
+
+
+def _division(bench: AnyBenchmark, key: str) -> str:
+    if isinstance(bench, MicroBenchmark) or key in bench.tunables:
+        return "tunable"
+    if key in FREE_KEYS:
+        return "free"
+    if key == "strategy":
+        exact = [name for name in STRATEGIES.names() if name in EXACT_STRATEGIES]
+        return f"closed among {', '.join(exact)}"
+    return "open"
 
 
 def headline(summary: dict[str, Any] | None) -> str:
@@ -128,7 +153,7 @@ def progress_for(console: Console, spec: JobSpec) -> TrainingProgress | Measurem
 
     if isinstance(spec.config, AllReduceMicroConfig):
         return MeasurementProgress(console)
-    return TrainingProgress(console, spec.config.max_epochs, spec.config.target_metric)
+    return TrainingProgress(console, spec.config.run.max_epochs, spec.config.target_metric)
 
 
 def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:

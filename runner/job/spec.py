@@ -11,22 +11,15 @@ import json
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runner.errors import SpecError
-from runner.job.benchmarks import (
-    BENCHMARKS,
-    EXACT_STRATEGIES,
-    EXECUTION_CONTROLS,
-    RUN_CONTROLS,
-    TRAIN_MODULE,
-    AnyBenchmark,
-    Benchmark,
-)
-from workloads.config import ConfigError, TrainConfig, describe_type, field_names, with_overrides
+from runner.job.benchmarks import BENCHMARKS, FREE_KEYS, TRAIN_MODULE, AnyBenchmark, Benchmark
+from workloads.config import ConfigError, TrainConfig
 from workloads.microconfig import AllReduceMicroConfig
+from workloads.strategies.config import EXACT_STRATEGIES
 
 Device = Literal["cpu", "cuda"]
 Division = Literal["closed", "open"]
@@ -131,11 +124,11 @@ def resolve(
     placement = placement or Placement(procs_per_node=bench.default_workers)
     parsed = parse_overrides(overrides)
     try:
-        config = with_overrides(bench.config, parsed)
+        config = bench.config.with_overrides(parsed)
     except ConfigError as err:
-        raise SpecError("--set", _config_message(err)) from None
+        raise SpecError("--set", _config_message(bench, err)) from None
     if isinstance(bench, Benchmark) and bench.global_batch_size and "batch_size" not in parsed:
-        config = replace(config, batch_size=_split_batch(bench, placement.world_size))
+        config = config.replace(batch_size=_split_batch(bench, placement.world_size))
     open_keys = open_division_keys(bench, parsed, config)
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
@@ -154,8 +147,8 @@ def open_division_keys(
     """The overridden keys that make a run open division: those outside the benchmark's
     tunables, run controls and execution controls, except a switch between exact strategies
     (EXACT_STRATEGIES)."""
-    keys = {k for k in parsed if k not in bench.tunables | RUN_CONTROLS | EXECUTION_CONTROLS}
-    strategies = {getattr(bench.config, "strategy", None), getattr(config, "strategy", None)}
+    keys = {k for k in parsed if k not in bench.tunables | FREE_KEYS}
+    strategies = {bench.config.flat().get("strategy"), config.flat().get("strategy")}
     if strategies <= EXACT_STRATEGIES:
         keys.discard("strategy")
     return tuple(sorted(keys))
@@ -215,7 +208,12 @@ def workload_argv(
     ]
 
 
-def _config_message(err: ConfigError) -> str:
-    if err.key in field_names() and "expected" not in str(err):
-        return f"{err} ({err.key} takes {describe_type(err.key)})"
+def _config_message(bench: AnyBenchmark, err: ConfigError) -> str:
+    """The error, with what the key takes when the error does not say it (a rule between
+    keys), and whose keys an unknown key was not one of."""
+    keys = bench.config.flat_keys()
+    if err.key not in keys:
+        return f"{bench.name}: {err}"
+    if "expected" not in str(err):
+        return f"{err} ({err.key} takes {bench.config.describe(err.key)})"
     return str(err)

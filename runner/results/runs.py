@@ -18,9 +18,10 @@ from typing import Any
 from contract import files
 from contract.events import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
 from contract.rundir import read_state
-from runner.job.benchmarks import EXACT_STRATEGIES, RUN_CONTROLS
+from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.spec import get_benchmark
 from runner.results import rundir
+from workloads.strategies.config import EXACT_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class RunResult:
     division: str
     open_keys: tuple[str, ...]
     overrides: Mapping[str, str]
-    config: Mapping[str, Any]
+    config: Mapping[str, Any]  # the flat view: the keys `--set` takes
     state: str  # the last recorded JobState value ("UNKNOWN" without state.json)
     state_since: str | None
     created_at: str
@@ -82,7 +83,8 @@ def load_run(run_dir: Path) -> RunResult:
         division=spec.division,
         open_keys=spec.open_keys,
         overrides=dict(spec.overrides),
-        config=spec.config.to_dict(),
+        # The flat view (the keys --set takes), tuples as lists as the JSON has them.
+        config={k: list(v) if isinstance(v, tuple) else v for k, v in spec.config.flat().items()},
         state=state.state.value if state else "UNKNOWN",
         state_since=state.since if state else None,
         created_at=spec.created_at,

@@ -30,6 +30,20 @@ def test_benchmarks_lists_every_registered_benchmark():
         assert name in result.output
 
 
+def test_benchmarks_with_a_name_lists_its_keys_with_range_and_division():
+    result = invoke("benchmarks", "transformer-wmt17")
+    assert result.exit_code == 0
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert set(rows) - {""} == set(BENCHMARKS["transformer-wmt17"].config.flat_keys())
+    assert "a finite number in (0, 1000]" in rows["lr"] and "tunable" in rows["lr"]
+    assert "open" in rows["dropout"] and "free" in rows["seed"]
+
+
+def test_benchmarks_with_an_unknown_name_is_a_usage_error():
+    result = invoke("benchmarks", "resnet-imaginary")
+    assert result.exit_code == 2 and "cnn-digits" in result.output
+
+
 def test_submit_unknown_benchmark_is_a_usage_error_listing_the_names(tmp_path):
     result = invoke("submit", "resnet-imaginary", results=tmp_path)
     assert result.exit_code == 2
@@ -39,7 +53,11 @@ def test_submit_unknown_benchmark_is_a_usage_error_listing_the_names(tmp_path):
 
 @pytest.mark.parametrize(
     ("item", "expected"),
-    [("learning_rate=1", "valid keys"), ("lr=abc", "expected a number"), ("lr", "key=value")],
+    [
+        ("learning_rate=1", "valid keys"),
+        ("lr=abc", "expected a finite number"),
+        ("lr", "key=value"),
+    ],
 )
 def test_submit_bad_set_is_a_usage_error_saying_what_to_change(tmp_path, item, expected):
     result = invoke("submit", "cnn-digits", "--set", item, results=tmp_path)
@@ -58,7 +76,7 @@ def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):
     assert result.exit_code == 0
     job, end = json.JSONDecoder().raw_decode(result.output)
     assert job["division"] == "open"
-    assert job["config"]["momentum"] == 0.5
+    assert job["config"]["optimizer"]["momentum"] == 0.5
     command = result.output[end:].strip()
     assert "-m torch.distributed.run --standalone --nproc-per-node=2" in command
     assert f"--run-id {job['run_id']}" in command

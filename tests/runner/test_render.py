@@ -257,8 +257,20 @@ def test_pytorchjob_run_policy_keeps_pods_for_fetch_and_bounds_cost():
 
 def test_deadline_follows_the_time_budget_when_one_is_set():
     spec = make_spec()
-    spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, time_budget_s=600.0))
+    spec = dataclasses.replace(spec, config=spec.config.replace(time_budget_s=600.0))
     assert render(spec, stack_connection("trainjob"))["spec"]["activeDeadlineSeconds"] == 2400
+
+
+@pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
+@pytest.mark.parametrize(("sets", "deadline_s"), [((), 6 * 3600), (("time_budget_s=600",), 2400)])
+def test_a_micro_benchmark_renders_with_the_deadline_of_its_run_limits(job_api, sets, deadline_s):
+    spec = resolve("allreduce-micro", sets, Placement(2, 1, "cuda"), run_id=RUN_ID)
+    manifest = render(spec, stack_connection(job_api))
+    if job_api == "pytorchjob":
+        assert manifest["spec"]["runPolicy"]["activeDeadlineSeconds"] == deadline_s
+    else:
+        assert manifest["spec"]["activeDeadlineSeconds"] == deadline_s
+    assert "workloads.micro" in to_yaml(manifest)
 
 
 @pytest.mark.parametrize("job_api", JOB_APIS)

@@ -7,7 +7,6 @@ init/run/epoch/eval sequence of train.run and train._train.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import sys
@@ -120,20 +119,20 @@ def test_a_missing_hyperparameter_fails_naming_it(tmp_path, benchmark, key):
         ("transformer-wmt17", {"length_penalty_form": "gnmt"}, mllog.LENGTH_PENALTY),
         ("gnmt-wmt16", {"grad_clip_norm": 1.0}, mllog.OPT_GRADIENT_CLIP_NORM),
         ("gnmt-wmt16", {"label_smoothing": 0.2}, mllog.LABEL_SMOOTHING),
-        ("gnmt-wmt16", {"optimizer": "sgd", "adam_betas": (0.9, 0.999)}, mllog.OPT_NAME),
+        ("gnmt-wmt16", {"optimizer": "sgd"}, mllog.OPT_NAME),
         ("lstm-wikitext2", {"grad_clip_norm": 0.5}, mllog.OPT_GRADIENT_CLIP_NORM),
         ("lstm-wikitext2", {"asgd_nonmono": 0}, mllog.ASGD_NONMONO),
         ("lstm-wikitext2", {"lr_milestones": (100,)}, mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS),
     ],
 )
 def test_a_wrong_closed_division_value_fails_naming_it(tmp_path, benchmark, change, key):
-    config = dataclasses.replace({**CONFIGS, "lstm-wikitext2": LSTM}[benchmark], **change)
+    config = {**CONFIGS, "lstm-wikitext2": LSTM}[benchmark].replace(**change)
     message = failure(check_log(write_run(tmp_path, benchmark, config), benchmark))
     assert f"CHECK for '{key}' failed" in message
 
 
 def test_an_open_division_run_may_change_what_the_closed_division_fixes(tmp_path):
-    config = dataclasses.replace(TRANSFORMER, adam_eps=1e-8, beam_size=1, grad_clip_norm=1.0)
+    config = TRANSFORMER.replace(adam_eps=1e-8, beam_size=1, grad_clip_norm=1.0)
     path = write_run(tmp_path, "transformer-wmt17", config, division="open")
     result = check_log(path, "transformer-wmt17")
     assert result.ok, "\n".join(result.messages)

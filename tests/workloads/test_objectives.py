@@ -5,7 +5,7 @@ import torch
 
 from runner.job.benchmarks import BENCHMARKS
 from workloads import objectives
-from workloads.models.logreg import LogisticRegression
+from workloads.models.logreg.model import LogisticRegression
 from workloads.objectives import CrossEntropy, RegularizedLogistic
 
 

@@ -3,7 +3,6 @@ files in the canonical formats: the whole path from files to a lower loss."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -41,8 +40,7 @@ def train_losses(out: Path) -> list[float]:
 
 def test_two_worker_resnet20_run_on_cifar_format_files_lowers_the_loss(tmp_path):
     write_cifar10(tmp_path / "data", per_train_batch=32, num_test=40)
-    config = dataclasses.replace(
-        BENCHMARKS["resnet20-cifar10"].config,
+    config = BENCHMARKS["resnet20-cifar10"].config.replace(
         data_dir=str(tmp_path / "data"),
         max_epochs=3,
         batch_size=16,
@@ -67,8 +65,7 @@ def test_two_worker_logreg_run_trains_each_rank_on_its_shard_to_high_accuracy(tm
         "test": write_libsvm(root / "test.txt", tx, ty),
     }
     convert(sources, cache_dir(root), NUM_FEATURES)
-    config = dataclasses.replace(
-        BENCHMARKS["logreg-epsilon"].config,
+    config = BENCHMARKS["logreg-epsilon"].config.replace(
         data_dir=str(root),
         max_epochs=4,
         lr=5.0,  # alpha 10 on 2 workers

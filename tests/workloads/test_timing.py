@@ -17,7 +17,7 @@ from tests.workloads.strategy_harness import (
     step,
     trainer,
 )
-from workloads.strategies import Collectives
+from workloads.strategies.base import Collectives
 from workloads.timing import PHASES
 
 DELAY_S = 0.2

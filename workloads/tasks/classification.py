@@ -31,7 +31,7 @@ class ClassificationTask:
         splits = data.load(config, device, ctx.rank, ctx.world_size)
         model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
         objective = objectives.build(config, model)
-        if config.compile_model:
+        if config.execution.compile_model:
             model = _compiled(model, ctx, splits)
         strategy = strategies.build(config, model, ctx.clock)
         trainer = Trainer(
@@ -43,7 +43,7 @@ class ClassificationTask:
             strategy,
             build_optimizer(config, model.parameters()),
             StepTimer(ctx.clock),
-            torch.Generator(device).manual_seed(config.seed * 1_000_003 + ctx.rank),
+            torch.Generator(device).manual_seed(config.run.seed * 1_000_003 + ctx.rank),
             objective,
         )
         return cls(trainer, splits.num_train, splits.num_test)
@@ -77,11 +77,11 @@ def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torc
         splits.num_train if splits.train_is_rank_shard else splits.num_train // ctx.world_size
     )
     num_eval = int(eval_shard(splits.num_test, ctx.world_size, ctx.rank).numel())
-    channels_last = config.memory_format == "channels_last"
+    channels_last = config.execution.memory_format == "channels_last"
     seconds = compiling.precompile(
         compiled,
         splits.sample_shape,
-        compiling.batch_sizes(per_rank, config.batch_size),
+        compiling.batch_sizes(per_rank, config.data.batch_size),
         compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
         torch.channels_last if channels_last else torch.contiguous_format,
     )

@@ -85,8 +85,7 @@ def check_placement(spec: JobSpec, conn: ClusterConnection) -> None:
 
 
 def deadline_s(spec: JobSpec) -> int:
-    # Training configs may carry a time budget; micro-benchmark configs have no such field.
-    budget = getattr(spec.config, "time_budget_s", None)
+    budget = spec.config.run.time_budget_s  # every workload config has run limits
     return DEFAULT_DEADLINE_S if budget is None else int(budget) + DEADLINE_SLACK_S
 
 
