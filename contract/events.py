@@ -70,8 +70,10 @@ ALLREDUCE_RESULT = "allreduce_result"  # allreduce-micro: one measurement (size 
 PROGRESS = "stackbench_progress"  # within an epoch, at most every few seconds
 
 
-def parse_line(line: str) -> dict[str, Any] | None:
-    """The event in one log line (prefixed or bare JSON), or None if it holds no event."""
+def parse_object(line: str) -> dict[str, Any] | None:
+    """The JSON object with a string `key` in one log line (prefixed or bare), or None: what a
+    line claims to be an event, before it is checked to be one (compliance reports those that
+    are not)."""
     text = line.strip()
     at = text.find(PREFIX)
     if at >= 0:
@@ -84,7 +86,17 @@ def parse_line(line: str) -> dict[str, Any] | None:
         return None  # a line cut short by a killed process, or garbage
     if not isinstance(event, dict) or not isinstance(event.get("key"), str):
         return None
-    if not isinstance(event.get("time_ms"), int | float) or isinstance(event["time_ms"], bool):
+    return event
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The event in one log line (prefixed or bare JSON), or None if it holds no event: an
+    event has a string key and a numeric time."""
+    event = parse_object(line)
+    if event is None:
+        return None
+    when = event.get("time_ms")
+    if not isinstance(when, int | float) or isinstance(when, bool):
         return None
     return event
 

@@ -32,7 +32,7 @@ from runner.results import rundir
 from runner.results import study as studies
 from runner.results.runs import RunResult, load_run
 from workloads import mllog
-from workloads.config import LOWER_IS_BETTER
+from workloads.tasks.config import LOWER_IS_BETTER
 
 DAMAGED = "DAMAGED"  # a state of the dashboard's own: the records cannot be trusted
 UNKNOWN = "UNKNOWN"  # no state.json yet
@@ -285,7 +285,8 @@ def run_detail(root: Path, run_id: str) -> dict[str, Any]:
         logs = ranks + sorted(set(logs) - set(ranks))
     return {
         **row,
-        "config": record.spec.config.to_dict() if record else _dig(job, "config"),
+        # The flat view: the keys --set takes, as the page highlights the overridden ones.
+        "config": _flat(record.spec.config) if record else _dig(job, "config"),
         "overrides": [list(p) for p in record.spec.overrides] if record else [],
         "open_keys": list(record.spec.open_keys) if record else [],
         "handle": record.handle if record else None,
@@ -429,3 +430,7 @@ def load_study_record(root: Path, study_id: str) -> studies.Study:
         return studies.Study.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise DamagedFile(Path(studies.STUDY_FILE), f"is not a study record ({err!r})") from None
+
+
+def _flat(config: Any) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.flat().items()}

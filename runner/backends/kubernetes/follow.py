@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from contract.events import parse_line
 from runner.backends.kubernetes import demux, observe
 from runner.backends.kubernetes.client import BadRequest, KubeApi, NotFound
 from runner.backends.kubernetes.records import check_event
 from runner.backends.kubernetes.streams import Stream, Transient
 from runner.backends.kubernetes.watch import Backoff, JobObserver, View, WatchConfig
 from runner.errors import RunnerError
-from workloads.mllog import parse_line
 
 log = logging.getLogger(__name__)
 RECHECK_S = 10.0  # a log stream that ended while its container runs: look again after this
