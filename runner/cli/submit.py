@@ -68,15 +68,19 @@ def submit(
     spec = resolve(benchmark, overrides, target.placement(workers or bench.default_workers))
     backend = target.make_backend()
     try:
-        if dry_run:  # a cluster's manifest alone, so that it pipes into kubectl
+        if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl
             if not target.remote:
                 console.print_json(spec.to_json())
             click.echo(api.dryrun(spec, backend, results), nl=not target.remote)
+            if views.lr_text(spec):
+                errors.print(views.lr_text(spec), markup=False)
             return
         run = api.submit(spec, backend, results)
     finally:
         backend.close()
     console.print(f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}")
+    if views.lr_text(spec):
+        console.print(views.lr_text(spec), markup=False)
     if detach:
         console.print(f"follow it with: runner logs {run.run_id} --follow")
         return
