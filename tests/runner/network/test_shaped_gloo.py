@@ -11,7 +11,7 @@ from runner.backends.local.link import parse_link
 from runner.backends.local.network import INTERFACE, ShapedNetwork
 from tests.runner.network.shaped_ranks import run_ranks
 
-pytestmark = pytest.mark.usefixtures("shaping")
+pytestmark = [pytest.mark.usefixtures("shaping"), pytest.mark.slow]
 NUMEL = 250_000  # 1 MB of float32
 
 

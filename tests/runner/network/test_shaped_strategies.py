@@ -13,7 +13,7 @@ from runner.backends.local.link import parse_link
 from runner.backends.local.network import ShapedNetwork
 from tests.runner.network.shaped_ranks import run_ranks
 
-pytestmark = pytest.mark.usefixtures("shaping")
+pytestmark = [pytest.mark.usefixtures("shaping"), pytest.mark.slow]
 RATES = ("160mbit", "40mbit", "10mbit")  # falling; a step's all-reduce: 27, 110, 440 ms
 STRATEGIES = ["ddp", "allreduce"]
 NUM_STEPS = 4  # the first is warm-up (DDP builds its buckets) and is left out
