@@ -57,7 +57,9 @@ class Kind(enum.Enum):
 
 
 class Lifeline:
-    """The owner's end of the pipe the holders read; cutting it (or dying) ends them."""
+    """The owner's end of the pipe the holders read; cutting it (or dying) ends them. A child
+    the owner forks without exec keeps a copy, and the holders with it: a forked owner is
+    still the owner."""
 
     def __init__(self) -> None:
         self.read_fd, self._write_fd = os.pipe()  # both close-on-exec: no child inherits them
@@ -148,10 +150,13 @@ def enter_net_argv(holder: Holder, argv: Sequence[str]) -> list[str]:
 def run_batch(holder: Holder, tool: str, commands: Sequence[str], timeout_s: float = 10.0) -> None:
     """Run `ip -batch` or `tc -batch` with `commands` in the holder's network namespace;
     NamespaceError with the tool's message when one of them fails."""
-    done = subprocess.run(
-        enter_net_argv(holder, [tool, "-batch", "-"]),
-        input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=timeout_s,
-    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            enter_net_argv(holder, [tool, "-batch", "-"]),
+            input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=timeout_s,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise NamespaceError(f"{tool} did not finish within {timeout_s:.0f} s") from None
     if done.returncode != 0:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
         raise NamespaceError(f"{tool} failed: {said[0] if said else f'exit {done.returncode}'}")

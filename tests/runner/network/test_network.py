@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.backends.local import network
+from runner.backends.local import namespaces, network
 from runner.backends.local.link import parse_link
 from runner.backends.local.network import INTERFACE, ShapedNetwork
 from tests.runner.network import namespace_scan as scan
@@ -46,7 +46,7 @@ def test_the_bridge_side_of_every_link_is_shaped_too() -> None:
     link = parse_link("20mbit")
     with ShapedNetwork.open(link, num_workers=2) as net:
         bridge = net.holders[0]
-        argv = network.namespaces.enter_net_argv(bridge, ["tc", "-j", "qdisc", "show"])
+        argv = namespaces.enter_net_argv(bridge, ["tc", "-j", "qdisc", "show"])
         shown = json.loads(subprocess.run(argv, capture_output=True, text=True).stdout)
         shaped = {q["dev"]: q["options"]["rate"] for q in shown if q["kind"] == "tbf"}
         assert shaped == {"w0": link.rate_bit_s // 8, "w1": link.rate_bit_s // 8}
