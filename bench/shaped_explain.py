@@ -67,8 +67,8 @@ def _reasons(at: dict[str, dict[str, Any]], k: int, grad_mb: float) -> list[str]
             f"gather/scatter {comm['gather-scatter'] / comm['allreduce']:.2f}x flat "
             f"all-reduce's communication: it moves (k-1) copies of the gradients into rank 0 "
             f"over one link, then (k-1) out, one direction at a time, while a ring all-reduce "
-            f"sends 2(k-1)/k copies over every link in both directions at once: k = {k} times "
-            "less time at the same rate, before gather/scatter's round per parameter tensor"
+            f"sends 2(k-1)/k copies over every link in both directions at once, so at one rate "
+            f"gather/scatter takes k = {k} times as long, before its round per parameter tensor"
         )
     if "allreduce-per-param" in comm and comm.get("allreduce"):
         reasons.append(

@@ -20,10 +20,10 @@ COLORS = {"gather-scatter": "#d62728", "allreduce-per-param": "#ff7f0e",
           "allreduce": "#2ca02c", "ddp": "#1f77b4"}  # fmt: skip
 
 
-def write_figures(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+def write_figures(rows: list[dict[str, Any]], out_dir: Path, cores: int) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     return [*_save(strategies_figure(rows), out_dir / "shaped_strategies"),
-            *_save(speedup_figure(rows), out_dir / "shaped_speedup")]  # fmt: skip
+            *_save(speedup_figure(rows, cores), out_dir / "shaped_speedup")]  # fmt: skip
 
 
 def strategies_figure(rows: list[dict[str, Any]]) -> plt.Figure:
@@ -51,7 +51,7 @@ def strategies_figure(rows: list[dict[str, Any]]) -> plt.Figure:
     return fig
 
 
-def speedup_figure(rows: list[dict[str, Any]]) -> plt.Figure:
+def speedup_figure(rows: list[dict[str, Any]], cores: int) -> plt.Figure:
     single = next(r for r in rows if r["workers"] == 1)
     strategies = list(dict.fromkeys(r["strategy"] for r in rows if r["workers"] > 1))
     links = list(dict.fromkeys(r["link"] for r in rows if r["workers"] > 1))
@@ -59,7 +59,10 @@ def speedup_figure(rows: list[dict[str, Any]]) -> plt.Figure:
                              sharey=True, squeeze=False)  # fmt: skip
     max_k = max(r["workers"] for r in rows)
     for ax, strategy in zip(axes[0], strategies, strict=True):
-        ax.plot([1, max_k], [1, max_k], color="grey", linestyle=":", label="ideal")
+        # One thread per worker: past `cores` workers, compute per iteration stops shrinking.
+        ks = list(range(1, max_k + 1))
+        ax.plot(ks, [min(k, cores) for k in ks], color="grey", linestyle=":",
+                label=f"ideal on {cores} cores")  # fmt: skip
         for link in links:
             got = sorted((r["workers"], r["speedup"]) for r in rows
                          if r["link"] == link and r["strategy"] == strategy)  # fmt: skip
@@ -69,7 +72,7 @@ def speedup_figure(rows: list[dict[str, Any]]) -> plt.Figure:
         ax.set_xlabel("workers")
         ax.set_xticks(sorted({1, *(r["workers"] for r in rows)}))
     axes[0][0].set_ylabel(f"speedup over 1 worker ({single['time_s']:.2f} s/iter)")
-    axes[0][-1].legend(fontsize=8)
+    axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.suptitle("Speedup against workers at each link rate")
     fig.tight_layout()
     return fig

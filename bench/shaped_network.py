@@ -6,9 +6,10 @@ network.py; the probe's measured rate is printed), one core's worth of threads e
 `--iters` training iterations of every communication strategy on VGG-11-BN (channels divided
 by --width-divisor: 4 by default, 0.58 M parameters, because the full model's 9.2 M take
 minutes an iteration on slow links here). Synthetic CIFAR-shaped data, global batch 256 split
-over the workers, SGD as the study. Reported: mean time per iteration over iterations 2..N of
-the slowest rank, its exposed communication and compute, speedup over one worker; then the
-ratios that explain the ordering (bench/shaped_explain.py) and, with --figures, two figures.
+over the workers, SGD as the study. Reported per strategy: the median iteration (2..N), split
+into the longest-computing rank's compute and the rest (communication), and the speedup over
+one worker; then the ratios that explain the ordering (bench/shaped_explain.py) and, with
+--figures, two figures.
 This is a speed benchmark, not a test: it asserts nothing.
 
 Usage (root, or CAP_NET_ADMIN and CAP_SYS_ADMIN):
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,19 +69,31 @@ def run_ranks(
 
 
 def rows_for(link: str, workers: int, ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per strategy: the slowest rank's means over iterations 2..N."""
+    """One row per strategy: the iteration time of the slowest rank, the compute of the rank
+    that computes longest, and the rest as communication.
+
+    Not one rank's own split: a collective completes on every rank at once, so a rank that
+    computes faster waits longer and counts the straggler's compute as its communication.
+    The slowest compute and the longest iteration are each the critical path's."""
     rows = []
     for strategy in ranks[0]:
-        per_rank = [r[strategy] for r in ranks]
-        time_s, comm_s = max((_mean_after_first(r["step_s"]), _mean_after_first(r["comm_s"]))
-                             for r in per_rank)  # fmt: skip
+        medians = [median_iteration(r[strategy]) for r in ranks]
+        time_s = max(step for step, _ in medians)
+        compute_s = min(time_s, max(compute for _, compute in medians))
         rows.append({"link": link, "workers": workers, "strategy": strategy, "time_s": time_s,
-                     "comm_s": comm_s, "compute_s": time_s - comm_s})  # fmt: skip
+                     "comm_s": time_s - compute_s, "compute_s": compute_s})  # fmt: skip
     return rows
 
 
-def _mean_after_first(values: list[float]) -> float:
-    return statistics.fmean(values[1:])  # iteration 1 is warm-up
+def median_iteration(times: dict[str, list[float]]) -> tuple[float, float]:
+    """(step, compute) seconds of one rank's median iteration by step time, the first left
+    out (warm-up). One whole iteration rather than medians of each part, so the parts add up;
+    the median, because other work on a shared machine adds spikes to single iterations."""
+    kept = sorted(
+        (step, step - comm) for step, comm in zip(times["step_s"][1:], times["comm_s"][1:],
+                                                   strict=True)
+    )  # fmt: skip
+    return kept[(len(kept) - 1) // 2]
 
 
 def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
@@ -143,8 +155,8 @@ def main() -> None:
 
     params_m = sum(p.numel() for p in vgg11(args.width_divisor).parameters()) / 1e6
     print(f"VGG-11-BN, channels / {args.width_divisor}: {params_m:.2f} M parameters "
-          f"({4 * params_m:.1f} MB of gradients); global batch {args.global_batch}; mean of "
-          f"iterations 2-{args.iters}, slowest rank; 1 thread per worker, "
+          f"({4 * params_m:.1f} MB of gradients); global batch {args.global_batch}; the "
+          f"median of iterations 2-{args.iters}; 1 thread per worker, "
           f"{os.cpu_count()} cores here")  # fmt: skip
     started = time.perf_counter()
     rows, measured = measure(args)
@@ -153,12 +165,13 @@ def main() -> None:
     for line in [*ratio_lines(rows), *explain(rows, 4 * params_m, os.cpu_count() or 1)]:
         print(line)
     if args.json is not None:
-        args.json.write_text(json.dumps({"params_m": params_m, "measured_mbit_s": measured,
-                                         "rows": rows}, indent=2) + "\n")  # fmt: skip
+        data = {"params_m": params_m, "cores": os.cpu_count(), "measured_mbit_s": measured,
+                "rows": rows}  # fmt: skip
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
     if args.figures is not None:
         from bench.shaped_figures import write_figures
 
-        for path in write_figures(rows, args.figures):
+        for path in write_figures(rows, args.figures, os.cpu_count() or 1):
             print(f"wrote {path}")
 
 
