@@ -19,20 +19,44 @@ def all_reduce_sum(rank: int, world_size: int, numel: int) -> dict[str, object]:
 def strategy_phases(
     rank: int, world_size: int, strategies: list[str], num_steps: int
 ) -> dict[str, list[dict[str, float]]]:
-    """Each strategy's per-step phase times over `num_steps` real training steps of a 0.5 MB
-    MLP (workloads' own step function, strategies and StepTimer)."""
+    """Each strategy's per-step phase times over `num_steps` training steps of a 0.5 MB MLP,
+    with workloads' strategies and StepTimer (imported alone: each rank starts faster)."""
+    import torch.nn.functional as F
     from torch import nn
 
-    from tests.workloads import strategy_harness as harness
+    from workloads.strategies import ddp, gradients
+    from workloads.strategies.base import Collectives
+    from workloads.timing import CpuClock, StepTimer
 
+    builders = {
+        "ddp": lambda model, clock: ddp.ddp(model, clock, Collectives()),
+        "allreduce": lambda model, clock: gradients.flat_all_reduce(model, Collectives()),
+    }
+    generator = torch.Generator().manual_seed(100 + rank)  # each rank's own batch
+    x, y = (
+        torch.randn(16, 64, generator=generator),
+        torch.randint(0, 10, (16,), generator=generator),
+    )
     phases = {}
     for name in strategies:
         torch.manual_seed(0)
-        model = nn.Sequential(
-            nn.Flatten(), nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 192), nn.ReLU(),
-            nn.Linear(192, 10),
-        )  # fmt: skip
-        tr = harness.trainer(rank, world_size, harness.config_for(name), model, num_steps)
-        phases[name] = [harness.step(tr, i) for i in range(num_steps)]
-        del tr  # no DDP reducer may outlive the group (workloads/dist.py)
+        model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 192), nn.ReLU(),
+                              nn.Linear(192, 10))  # fmt: skip
+        clock = CpuClock()
+        timer, strategy = StepTimer(clock), builders[name](model, clock)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        steps = []
+        for _ in range(num_steps):
+            timer.start()
+            timer.lap("data")
+            loss = F.cross_entropy(strategy.module(x), y)
+            timer.lap("forward")
+            strategy.backward(loss, timer)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            timer.lap("optimizer")
+            strategy.after_step(timer)
+            steps.append(timer.finish())
+        phases[name] = steps
+        del strategy  # no DDP reducer may outlive the group (workloads/dist.py)
     return phases
