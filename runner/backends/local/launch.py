@@ -118,7 +118,9 @@ def launch(request: LocalRequest) -> Iterator[Started]:
     from runner.backends.local.probe import ProbeError
 
     indices = {p.netns for p in request.processes if p.netns is not None}
-    with ShapedNetwork.open(parse_link(request.link), max(indices, default=0) + 1) as net:
+    if not indices:
+        raise ValueError("a request with a link runs its processes in namespaces (Process.netns)")
+    with ShapedNetwork.open(parse_link(request.link), max(indices) + 1) as net:
         try:
             record = net.probe()
         except ProbeError as err:

@@ -106,7 +106,11 @@ class LinkTraffic:
 
 
 class ShapedNetwork:
-    """The namespaces, veth pairs, bridge and qdiscs of one run; close() removes them all."""
+    """The namespaces, veth pairs, bridge and qdiscs of one run; close() removes them all.
+
+    The process that opens it owns it (namespaces.py): the holders are its children, so it
+    must not reap children it did not start itself (os.wait(), waitpid(-1)), which would let a
+    holder's pid be reused while this object still names its namespaces by it."""
 
     def __init__(self, link: Link, bridge: Holder, workers: list[Holder], lifeline: Lifeline):
         self.link = link

@@ -48,6 +48,12 @@ def test_without_a_link_processes_start_as_they_are_on_an_unshaped_record() -> N
             started.argv(Process(argv=("python",), netns=0))
 
 
+def test_a_link_without_processes_in_namespaces_is_a_malformed_request() -> None:
+    request = LocalRequest("/r", (Process(argv=("python",)),), link="10mbit")
+    with pytest.raises(ValueError, match="runs its processes in namespaces"), launch(request):
+        pass
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("shaping")
 def test_a_two_worker_run_trains_over_its_shaped_links_and_records_them(tmp_path: Path) -> None:
