@@ -1,6 +1,7 @@
-"""The environment a run ran in: code version, packages, hardware, seeds, world size.
+"""The environment a run ran in: code version, packages, hardware, network, seeds, world size.
 
-Enough to tell two runs apart that should not be compared, and to rebuild the setting.
+Enough to tell two runs apart that should not be compared, and to rebuild the setting. The
+network is what the launcher says it is (contract/network.py): a worker cannot tell.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import torch
 
+from contract import network
+
 PACKAGES = ("torch", "numpy", "scikit-learn", "sentencepiece", "sacrebleu", "stackbench")
 
 
@@ -30,6 +33,7 @@ def build(
         "python": sys.version.split()[0],
         "packages": {name: _version(name) for name in PACKAGES},
         "hardware": hardware(device),
+        "network": network.from_environ(os.environ),
         "world_size": world_size,
         "dist_backend": backend,
         "seed": seed,
