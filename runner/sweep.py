@@ -41,15 +41,16 @@ def new_study(
     runs_per_cell: int,
     target: Target,
     base_seed: int = 0,
+    links: Sequence[str | None] = (None,),
 ) -> studies.Study:
     """The study record of a grid, validated: every cell resolves before anything runs."""
     grid, fixed = studies.parse_grid(set_items)
-    planned = studies.plan(workers, grid, runs_per_cell, base_seed)
+    planned = studies.plan(workers, grid, runs_per_cell, base_seed, links)
     for run in planned:
-        resolve(benchmark, _overrides(fixed, run), target.placement(run.workers))
+        resolve(benchmark, _overrides(fixed, run), target.placement(run.workers, run.link))
     return studies.Study(
         studies.new_study_id(benchmark), benchmark, tuple(workers), grid, fixed,
-        runs_per_cell, target.where, planned,
+        runs_per_cell, target.where, planned, links=tuple(links),
     )  # fmt: skip
 
 
@@ -89,7 +90,7 @@ def run_study(
 def _run_one(recorder: _Recorder, position: int, target: Target, cb: Callbacks) -> None:
     study = recorder.study
     planned = study.runs[position]
-    placement = target.placement(planned.workers)
+    placement = target.placement(planned.workers, planned.link)
     spec = resolve(study.benchmark, _overrides(study.fixed, planned), placement)
     backend = target.make_backend()
     try:

@@ -162,6 +162,14 @@ def per_node_option(fn: F) -> F:
     )(fn)  # fmt: skip
 
 
+def link_option(fn: F) -> F:
+    return click.option(
+        "--link", metavar="RATE", default=None,
+        help="Give every worker a link of this rate (100mbit, 1gbit, 500kbit): here, shaped "
+        "network namespaces; on a cluster, pod bandwidth limits.",
+    )(fn)  # fmt: skip
+
+
 def device_option(fn: F) -> F:
     return click.option(
         "--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,

@@ -38,6 +38,9 @@ from runner.job.target import ClusterOptions
               help="Worker counts to sweep (processes in all), e.g. 1,2,4,8.")  # fmt: skip
 @per_node_option
 @device_option
+@click.option("--link", "link_text", metavar="RATE[,RATE...]", default=None,
+              help="Link rates to sweep (100mbit,1gbit): shaped links here, pod bandwidth "
+              "limits on a cluster.")  # fmt: skip
 @click.option("--runs", type=click.IntRange(min=1), default=None,
               help="Runs per cell (default: the benchmark's; 5+ for MLPerf stats).")  # fmt: skip
 @click.option("--set", "set_items", multiple=True, metavar="KEY=V[,V...]",
@@ -47,8 +50,8 @@ from runner.job.target import ClusterOptions
 def sweep(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
-    workers_text: str, per_node: int | None, device: str, runs: int | None,
-    set_items: tuple[str, ...],
+    workers_text: str, per_node: int | None, device: str, link_text: str | None,
+    runs: int | None, set_items: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run BENCHMARK over a grid (workers x --set values x runs) and record it as a study.
 
@@ -56,6 +59,7 @@ def sweep(
     Examples:
       runner sweep cnn-digits --workers 1,2 --runs 3
       runner sweep cnn-digits --workers 1,2,4 --runs 5 --set strategy=ddp,allreduce
+      runner sweep vgg11-cifar10 --workers 2,4 --link 25mbit,100mbit --set strategy=ddp,allreduce
       runner sweep resnet20-cifar10 --workers 1,2,4,8 --stack gke-gpu-8 --device cuda
     Runs go one after another, here unless a cluster is named. Ctrl-C, SIGTERM or SIGHUP cancel
     the current run and keep the study, marked partial, with every run it started.
@@ -67,15 +71,17 @@ def sweep(
     from runner.results import study as studies
 
     workers = studies.parse_workers(workers_text)
+    links = studies.parse_links(link_text)
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
     target = make_target(settings.results_dir, local, cluster, per_node, device)  # type: ignore[arg-type]
     runs_per_cell = runs or get_benchmark(benchmark).default_runs
     study = sweeps.new_study(
-        benchmark, workers, set_items, runs_per_cell, target, sweeps.base_seed(set_items)
+        benchmark, workers, set_items, runs_per_cell, target, sweeps.base_seed(set_items), links
     )
+    axes = "".join(f" x {len(v)} {k}" for k, v in study.grid.items())
+    axes += f" x {len(links)} links" if len(links) > 1 else ""
     console.print(f"study [bold]{study.study_id}[/bold]: {len(study.runs)} runs "
-                  f"({len(workers)} worker counts x {runs_per_cell} runs"
-                  + "".join(f" x {len(v)} {k}" for k, v in study.grid.items()) + ")")  # fmt: skip
+                  f"({len(workers)} worker counts x {runs_per_cell} runs{axes})")  # fmt: skip
     try:
         with signals_interrupt():
             study = _run_with_progress(settings.results_dir, study, target)
@@ -98,7 +104,9 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
 
         def on_start(i: int, planned: Any, run: api.Run) -> None:
             cell = ", ".join(f"{k}={v}" for k, v in planned.sets)
-            desc = f"run {i + 1}/{total}: {planned.workers} workers{', ' + cell if cell else ''}"
+            link = f" on {planned.link} links" if planned.link else ""
+            desc = f"run {i + 1}/{total}: {planned.workers} workers{link}"
+            desc += f", {cell}" if cell else ""
             progress.update(task, description=f"{desc}, seed {planned.seed}", info="")
 
         def on_event(event: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from runner.cli.common import (
     errors,
     exit_code,
     handle_errors,
+    link_option,
     pass_settings,
     per_node_option,
     signals_interrupt,
@@ -32,6 +33,7 @@ from runner.job.target import ClusterOptions
               help="Worker processes in all (default: the benchmark's).")  # fmt: skip
 @per_node_option
 @device_option
+@link_option
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a config value; repeatable (non-tunables: open division).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the job and what would run; run nothing.")
@@ -41,8 +43,8 @@ from runner.job.target import ClusterOptions
 def submit(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
-    workers: int | None, per_node: int | None, device: str, overrides: tuple[str, ...],
-    dry_run: bool, detach: bool,
+    workers: int | None, per_node: int | None, device: str, link: str | None,
+    overrides: tuple[str, ...], dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
     to the end.
@@ -52,6 +54,7 @@ def submit(
       runner submit cnn-digits --workers 2
       runner submit cnn-digits --set strategy=allreduce --set max_epochs=5
       runner submit cnn-digits --workers 4 --detach
+      runner submit cnn-digits --workers 4 --link 100mbit --set strategy=allreduce
       runner submit cnn-digits --stack kind --dry-run
       runner submit cnn-digits --stack gke-gpu-8 --workers 4 --device cuda
       runner submit cnn-digits --kubeconfig ~/.kube/config --image REG/stackbench@sha256:...
@@ -65,7 +68,7 @@ def submit(
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
     target = make_target(results, local, cluster, per_node, device)  # type: ignore[arg-type]
     bench = get_benchmark(benchmark)
-    spec = resolve(benchmark, overrides, target.placement(workers or bench.default_workers))
+    spec = resolve(benchmark, overrides, target.placement(workers or bench.default_workers, link))
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from runner.errors import SpecError
 from runner.job.benchmarks import BENCHMARKS, FREE_KEYS, TRAIN_MODULE, AnyBenchmark, Benchmark
+from runner.job.link import parse_link
 from workloads.config import ConfigError, TrainConfig
 from workloads.microconfig import AllReduceMicroConfig
 from workloads.strategies.config import EXACT_STRATEGIES
@@ -29,11 +30,13 @@ SPEC_VERSION = 1
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the processes run: nodes x processes per node, on one kind of device."""
+    """Where the processes run: nodes x processes per node, on one kind of device, and the
+    network link each worker gets (None: whatever the machine or cluster has)."""
 
     num_nodes: int = 1
     procs_per_node: int = 1
     device: Device = "cpu"
+    link: str | None = None  # canonical rate text ("100mbit"), runner/job/link.py
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
@@ -42,6 +45,8 @@ class Placement:
             raise SpecError("--workers", f"must be at least 1, got {self.procs_per_node}")
         if self.device not in DEVICES:
             raise SpecError("--device", f"must be one of {', '.join(DEVICES)}")
+        if self.link is not None:
+            object.__setattr__(self, "link", parse_link(self.link).text)
 
     @property
     def world_size(self) -> int:
@@ -71,6 +76,7 @@ class JobSpec:
                 "num_nodes": self.placement.num_nodes,
                 "procs_per_node": self.placement.procs_per_node,
                 "device": self.placement.device,
+                "link": self.placement.link,
             },
             "config": self.config.to_dict(),
             "created_at": self.created_at,

@@ -43,16 +43,16 @@ class Target:
     device: Device = "cpu"
     per_node: int = 1  # cluster runs only
 
-    def placement(self, workers: int) -> Placement:
+    def placement(self, workers: int, link: str | None = None) -> Placement:
         if not self.remote:
-            return Placement(1, workers, self.device)
+            return Placement(1, workers, self.device, link)
         if workers % self.per_node:
             raise SpecError(
                 "--workers",
                 f"{workers} workers do not fill nodes of {self.per_node} (--per-node); "
                 f"use a multiple of {self.per_node}",
             )
-        return Placement(workers // self.per_node, self.per_node, self.device)
+        return Placement(workers // self.per_node, self.per_node, self.device, link)
 
 
 def local_target(results_root: Path, device: Device = "cpu") -> Target:

@@ -13,6 +13,7 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from contract.files import DamagedFile
 from runner.errors import RunnerError
@@ -28,11 +29,13 @@ from runner.results.aggregate import (
     speedups,
 )
 from runner.results.runs import (
+    NETWORK,
     TOTAL_THREADS,
     RunResult,
     config_conflicts,
     environment_differences,
     load_run,
+    network_text,
     total_threads,
 )
 from runner.stack import cost as costs
@@ -117,8 +120,8 @@ def build(
 
 
 def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
-    """Label runs by the --set values (and benchmark) that vary among them, run controls
-    aside; when nothing varies, by strategy."""
+    """Label runs by the --set values (and benchmark and link) that vary among them, run
+    controls aside; when nothing varies, by strategy."""
     keys: dict[str, set[str]] = {}
     for run in runs:
         for key in set(run.overrides) - RUN_CONTROLS:
@@ -128,9 +131,11 @@ def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
             keys[key].add(str(run.overrides.get(key, run.config.get(key))))
     varying = sorted(k for k, values in keys.items() if len(values) > 1)
     several_benchmarks = len({r.benchmark for r in runs}) > 1
+    several_links = len({r.link for r in runs}) > 1
 
     def label(run: RunResult) -> str:
         parts = [run.benchmark] if several_benchmarks else []
+        parts += [f"link={run.link or 'machine'}"] if several_links else []
         parts += [f"{k}={run.overrides.get(k, run.config.get(k))}" for k in varying]
         return ", ".join(parts) or f"strategy={run.strategy}"
 
@@ -317,8 +322,8 @@ def environment_table(report: Report) -> Table:
     """The manifests: what was the same for every run, and what was not."""
     rows = []
     first = next((r.manifest for r in report.runs if r.manifest), {}) or {}
-    for key in ("code_version", "image", "python", "dist_backend", TOTAL_THREADS):
-        same = total_threads(first) if key == TOTAL_THREADS else first.get(key)
+    for key in ("code_version", "image", "python", "dist_backend", TOTAL_THREADS, NETWORK):
+        same = _env_value(first, key)
         values = report.env_diffs.get(key) or [str(same)]
         rows.append((key, ", ".join(values), "DIFFERS" if key in report.env_diffs else "same"))
     for name, version in sorted((first.get("packages") or {}).items()):
@@ -338,6 +343,14 @@ def environment_table(report: Report) -> Table:
     if missing:
         notes.append(f"no manifest.json: {', '.join(missing)} (fetch them: `runner fetch RUN`)")
     return Table("Reproducibility", ("what", "value", "across runs"), tuple(rows), tuple(notes))
+
+
+def _env_value(manifest: Mapping[str, Any], key: str) -> Any:
+    if key == TOTAL_THREADS:
+        return total_threads(manifest)
+    if key == NETWORK:
+        return network_text(manifest)
+    return manifest.get(key)
 
 
 def tables(report: Report) -> list[Table]:

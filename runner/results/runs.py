@@ -34,6 +34,7 @@ class RunResult:
     world_size: int
     num_nodes: int
     device: str
+    link: str | None  # the link each worker had (--link); None: the machine's own
     division: str
     open_keys: tuple[str, ...]
     overrides: Mapping[str, str]
@@ -80,6 +81,7 @@ def load_run(run_dir: Path) -> RunResult:
         world_size=spec.placement.world_size,
         num_nodes=spec.placement.num_nodes,
         device=spec.placement.device,
+        link=spec.placement.link,
         division=spec.division,
         open_keys=spec.open_keys,
         overrides=dict(spec.overrides),
@@ -159,6 +161,18 @@ def total_threads(manifest: Mapping[str, Any]) -> int | None:
     return threads * world if threads is not None and world is not None else None
 
 
+NETWORK = "network"
+
+
+def network_text(manifest: Mapping[str, Any]) -> str | None:
+    """The link a run asked for ("100mbit"), or what its network was ("loopback, unshaped");
+    the measured rate varies run to run and is in each manifest."""
+    record = manifest.get("network")
+    if not isinstance(record, dict):
+        return None
+    return record.get("link") or record.get("description")
+
+
 def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
     """Manifest fields that take more than one value across the runs (code version, image,
     package versions, hardware): not a refusal, but a reader must see it."""
@@ -173,6 +187,7 @@ def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
             # Threads per worker shrink as workers grow (the local backend gives each run all
             # cores); what must match across a scaling study is the total.
             TOTAL_THREADS: total_threads(m),
+            NETWORK: network_text(m),
             **{f"package {k}": v for k, v in (m.get("packages") or {}).items()},
             **{f"hardware {k}": v for k, v in (m.get("hardware") or {}).items()},
         }

@@ -49,7 +49,7 @@ def test_dry_run_on_a_stack_prints_the_trainjob_and_creates_nothing(tmp_path, fa
         "--workers", "8", "--per-node", "4", "--device", "cuda", "--dry-run",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    manifest = yaml.safe_load(result.output)
+    manifest = yaml.safe_load(result.stdout)
     assert manifest["kind"] == "TrainJob"
     assert manifest["spec"]["trainer"]["numNodes"] == 2
     assert "--stack gke-gpu-8" in args_file.read_text()

@@ -5,6 +5,7 @@ the resource formula, bandwidth annotations, and the behaviour each field carrie
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def test_every_benchmarks_manifest_fits_the_crd_and_keeps_every_pod_rule(
     benchmark: str, device: str, job_api: str
 ):
     conn = shaped(job_api)
-    manifest = render(spec_of(benchmark, device), conn, link_mbit=100)
+    manifest = render(with_link(spec_of(benchmark, device), "100mbit"), conn)
     validate(manifest)
     for template in pod_templates(manifest):
         check_pod_rules(template, conn)
@@ -120,7 +121,7 @@ def test_the_strict_schema_refuses_a_field_the_api_server_would_drop(job_api: st
 
 @pytest.mark.parametrize("job_api", JOB_APIS)
 def test_rendered_manifest_matches_golden_yaml(job_api: str):
-    text = to_yaml(render(make_spec(), shaped(job_api), link_mbit=250))
+    text = to_yaml(render(with_link(make_spec(), "250mbit"), shaped(job_api)))
     golden = GOLDEN / f"{job_api}.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -174,14 +175,18 @@ def test_an_unknown_node_shape_gets_per_process_defaults_with_limits(job_api: st
 # ---- bandwidth -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("mbit", "rate"), [(1000, "1000M"), (2.5, "2500k"), (0.1, "100k")])
-def test_link_rate_becomes_both_bandwidth_annotations(mbit: float, rate: str):
-    manifest = render(make_spec(), shaped("pytorchjob", None), link_mbit=mbit)
+@pytest.mark.parametrize(("link", "rate"), [("1gbit", "1000M"), ("2500kbit", "2500k"),
+                                             ("100kbit", "100k")])  # fmt: skip
+def test_link_rate_becomes_both_bandwidth_annotations_and_the_pods_network_record(link, rate):
+    manifest = render(with_link(make_spec(), link), shaped("pytorchjob", None))
     for template in pod_templates(manifest):
         assert template["metadata"]["annotations"] == {
             "kubernetes.io/ingress-bandwidth": rate,
             "kubernetes.io/egress-bandwidth": rate,
         }
+        env = {e["name"]: e["value"] for e in template["spec"]["containers"][0]["env"]}
+        record = json.loads(env["STACKBENCH_NETWORK"])
+        assert record["link"] == link and record["method"] == "pod annotations; not measured"
 
 
 def test_no_link_rate_no_bandwidth_annotations():
@@ -192,14 +197,12 @@ def test_no_link_rate_no_bandwidth_annotations():
 @pytest.mark.parametrize(("shaping", "why"), [(False, "does not"), (None, "cannot tell")])
 def test_a_link_rate_is_refused_where_the_network_would_ignore_it(shaping, why):
     with pytest.raises(SpecError) as err:
-        render(make_spec(), shaped(bandwidth_shaping=shaping), link_mbit=100)
+        render(with_link(make_spec(), "100mbit"), shaped(bandwidth_shaping=shaping))
     assert err.value.param == "--link" and why in str(err.value)
 
 
-@pytest.mark.parametrize("mbit", [0, -5, float("nan")])
-def test_a_link_rate_must_be_positive(mbit: float):
-    with pytest.raises(SpecError, match="positive rate"):
-        render(make_spec(), shaped(), link_mbit=mbit)
+def with_link(spec: JobSpec, link: str) -> JobSpec:
+    return dataclasses.replace(spec, placement=dataclasses.replace(spec.placement, link=link))
 
 
 # ---- the rest of the manifest ------------------------------------------------------------------

@@ -30,7 +30,7 @@ from contract.events import parse_line
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_state
 from runner.backends.base import LocalRequest, Process, Request
-from runner.backends.local import preflight, processes
+from runner.backends.local import launch, network, preflight, processes
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec, workload_args, workload_module
 from runner.results import rundir
@@ -56,17 +56,19 @@ class LocalBackend:
     def dryrun(self, spec: JobSpec, run_dir: Path) -> LocalRequest:
         preflight.check(spec)
         run_dir = run_dir.absolute()
-        return LocalRequest(str(run_dir), (torchrun_process(spec, run_dir),))
+        if spec.placement.link is None:
+            return LocalRequest(str(run_dir), (torchrun_process(spec, run_dir),))
+        return LocalRequest(str(run_dir), shaped_processes(spec, run_dir), spec.placement.link)
 
     def describe(self, request: Request) -> str:
         local = _local(request)
-        return "\n".join(
-            f"cd {shlex.quote(p.cwd)} && env "
-            + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))
-            + " "
-            + shlex.join(p.argv)
-            for p in local.processes
-        )
+        lines = []
+        for p in local.processes:
+            if p.netns is not None:
+                lines.append(f"# in worker namespace {p.netns}, on its own {local.link} link:")
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))
+            lines.append(f"cd {shlex.quote(p.cwd)} && env {env} {shlex.join(p.argv)}")
+        return "\n".join(lines)
 
     def handle(self, request: Request) -> str:
         return SCHEME + Path(_local(request).run_dir).name
@@ -192,10 +194,26 @@ def torchrun_process(spec: JobSpec, run_dir: Path) -> Process:
         "-m", workload_module(spec),
         *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
     )  # fmt: skip
-    # One process per share of the cores: torchrun would otherwise force 1 thread and warn.
-    threads = max(1, (os.cpu_count() or 1) // spec.placement.procs_per_node)
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads(spec))}
     return Process(argv=argv, env=env, cwd=str(run_dir))
+
+
+def _threads(spec: JobSpec) -> str:
+    # One process per share of the cores: torchrun would otherwise force 1 thread and warn.
+    return str(max(1, (os.cpu_count() or 1) // spec.placement.world_size))
+
+
+def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
+    """One torchrun agent per worker, each in the network namespace of its own that its
+    shaped link reaches (runner/backends/local/launch.py)."""
+    launch.check_placement(spec.placement.device)
+    network.require()
+    entry = (
+        "-m", workload_module(spec),
+        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
+    )  # fmt: skip
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads(spec))}
+    return launch.worker_processes(spec.placement.world_size, 1, entry, env, str(run_dir))
 
 
 def request_to_dict(request: LocalRequest) -> dict[str, Any]:

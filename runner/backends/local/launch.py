@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from contract.network import ENV, UNSHAPED_LOOPBACK, NetworkRecord
 from runner.backends.base import LocalRequest, Process
-from runner.backends.local.link import PARAM, parse_link
 from runner.backends.local.network import (
     INTERFACE,
     NetworkUnavailable,
@@ -36,6 +35,7 @@ from runner.backends.local.network import (
     address,
 )
 from runner.errors import SpecError
+from runner.job.link import PARAM, parse_link
 
 # Inside worker 0's namespace, which nothing else uses: this port is always free there.
 MASTER_PORT = 29500

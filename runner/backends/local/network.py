@@ -38,9 +38,9 @@ from pathlib import Path
 
 from contract.network import NetworkRecord
 from runner.backends.local import namespaces
-from runner.backends.local.link import Link
 from runner.backends.local.namespaces import Holder, Kind, Lifeline, NamespaceError
 from runner.errors import BackendUnavailable
+from runner.job.link import Link
 
 INTERFACE = "veth0"  # the worker's end of its link, in every worker namespace
 BRIDGE = "br0"

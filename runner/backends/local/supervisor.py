@@ -34,6 +34,8 @@ from contract.rundir import LOGS, STATE, SUMMARY, JobState, JobStatus, rank_log
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local import processes
 from runner.backends.local.backend import LAUNCH_FILE, request_from_dict
+from runner.backends.local.launch import Started, launch
+from runner.backends.local.network import NetworkUnavailable
 from workloads import lifetime
 
 POLL_S = 0.2
@@ -59,8 +61,21 @@ def supervise(run_dir: Path) -> JobStatus:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
+    try:
+        # The request's network (shaped links, when it has one) lives as long as this block;
+        # a SIGKILLed supervisor takes it with it (runner/backends/local/network.py).
+        with launch(request) as network:
+            status = _run(run_dir, request, network, stop)
+    except NetworkUnavailable as err:
+        status = JobStatus(JobState.FAILED, str(err)[:MAX_REASON_CHARS], since=_now())
+    record(run_dir, status)
+    return status
+
+
+def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]) -> JobStatus:
     started = [
-        _start(p, _launcher_log(run_dir, i, request)) for i, p in enumerate(request.processes)
+        _start(p, network, _launcher_log(run_dir, i, request))
+        for i, p in enumerate(request.processes)
     ]
     record(run_dir, JobStatus(JobState.RUNNING, since=_now()))
     while not stop and not _done(started):
@@ -68,18 +83,16 @@ def supervise(run_dir: Path) -> JobStatus:
     processes.end(processes.members(run_dir.name, run_dir), GRACE_S)
     for proc in started:
         proc.wait()
-    status = outcome(run_dir, request, [p.returncode for p in started], cancelled=bool(stop))
-    record(run_dir, status)
-    return status
+    return outcome(run_dir, request, [p.returncode for p in started], cancelled=bool(stop))
 
 
-def _start(process: Process, log_path: Path) -> subprocess.Popen[bytes]:
+def _start(process: Process, network: Started, log_path: Path) -> subprocess.Popen[bytes]:
     parent = os.getpid()
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            list(process.argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **process.env}, cwd=process.cwd,
-            preexec_fn=lambda: lifetime.die_with_parent(parent),
+            network.argv(process), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, env={**os.environ, **process.env, **network.env},
+            cwd=process.cwd, preexec_fn=lambda: lifetime.die_with_parent(parent),
         )  # fmt: skip
 
 

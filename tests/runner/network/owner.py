@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 
-from runner.backends.local.link import parse_link
 from runner.backends.local.network import ShapedNetwork
+from runner.job.link import parse_link
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from runner.backends.local import namespaces, network
-from runner.backends.local.link import parse_link
 from runner.backends.local.network import INTERFACE, ShapedNetwork
+from runner.job.link import parse_link
 from tests.runner.network import namespace_scan as scan
 
 pytestmark = pytest.mark.usefixtures("shaping")

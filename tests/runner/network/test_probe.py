@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from runner.backends.local.link import parse_link
 from runner.backends.local.network import INTERFACE, ShapedNetwork
 from runner.backends.local.probe import ProbeError
+from runner.job.link import parse_link
 
 pytestmark = pytest.mark.usefixtures("shaping")
 

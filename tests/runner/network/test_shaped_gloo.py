@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.backends.local.link import parse_link
 from runner.backends.local.network import INTERFACE, ShapedNetwork
+from runner.job.link import parse_link
 from tests.runner.network.shaped_ranks import run_ranks
 
 pytestmark = [pytest.mark.usefixtures("shaping"), pytest.mark.slow]

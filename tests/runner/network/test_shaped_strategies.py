@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.local.link import parse_link
 from runner.backends.local.network import ShapedNetwork
+from runner.job.link import parse_link
 from tests.runner.network.shaped_ranks import run_ranks
 
 pytestmark = [pytest.mark.usefixtures("shaping"), pytest.mark.slow]

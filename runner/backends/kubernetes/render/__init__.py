@@ -2,8 +2,9 @@
 
 The stack's `job_api` picks the renderer: TrainJob (Kubeflow Trainer 2.x, the default) or
 PyTorchJob (training-operator 1.9). Both are pure functions; submitting is the backend's job.
-`link_mbit` caps each pod's ingress and egress (the CNI bandwidth plugin's annotations), on
-clusters whose network enforces them; elsewhere it is refused (common.bandwidth_annotations).
+The job's link (`--link`, its placement's) caps each pod's ingress and egress (the CNI
+bandwidth plugin's annotations), on clusters whose network enforces them; elsewhere it is
+refused (common.bandwidth_annotations).
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ from runner.job.spec import JobSpec
 RENDERERS = {"trainjob": render_trainjob, "pytorchjob": render_pytorchjob}
 
 
-def render(
-    spec: JobSpec, conn: ClusterConnection, link_mbit: float | None = None
-) -> dict[str, Any]:
-    return RENDERERS[conn.job_api](spec, conn, link_mbit)
+def render(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
+    return RENDERERS[conn.job_api](spec, conn)
 
 
 def to_yaml(manifest: dict[str, Any]) -> str:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from contract.network import ENV as NETWORK_ENV
+from contract.network import NetworkRecord
 from contract.stack import IMAGE_HOME, IMAGE_UID
 from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render.resources import pod_resources
 from runner.errors import SpecError
+from runner.job.link import parse_link
 from runner.job.spec import JobSpec, workload_argv
 
 RUN_ID_LABEL = "stackbench/run-id"
@@ -108,11 +111,16 @@ def labels(spec: JobSpec) -> dict[str, str]:
     }
 
 
-def pod_annotations(conn: ClusterConnection, link_mbit: float | None) -> dict[str, str]:
+def pod_annotations(spec: JobSpec, conn: ClusterConnection) -> dict[str, str]:
     """GKE injects its FUSE sidecar only into pods that ask for it; the bandwidth plugin
     shapes only pods that carry its annotations (bandwidth_annotations)."""
     annotations = {"gke-gcsfuse/volumes": "true"} if _store_scheme(conn) == "gs" else {}
-    return annotations | bandwidth_annotations(conn, link_mbit)
+    return annotations | bandwidth_annotations(conn, link_mbit(spec))
+
+
+def link_mbit(spec: JobSpec) -> float | None:
+    link = spec.placement.link
+    return None if link is None else parse_link(link).rate_mbit_s
 
 
 def bandwidth_annotations(conn: ClusterConnection, link_mbit: float | None) -> dict[str, str]:
@@ -198,8 +206,24 @@ def scheduling(conn: ClusterConnection) -> dict[str, Any]:
     return result
 
 
-def launcher_env() -> list[dict[str, str]]:
-    return [{"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX_TEMPLATE}]
+def launcher_env(spec: JobSpec) -> list[dict[str, str]]:
+    """torchrun's rank prefix, and the network record rank 0 copies into manifest.json
+    (contract/network.py): the pods' bandwidth as asked for, not measured."""
+    rate = link_mbit(spec)
+    if rate is None:
+        network = NetworkRecord(description="the cluster's pod network, unshaped, not measured")
+    else:
+        network = NetworkRecord(
+            description=f"{spec.placement.link} per pod, each direction (the CNI bandwidth "
+            "plugin's pod annotations)",
+            link=spec.placement.link,
+            asked_mbit_s=rate,
+            method="pod annotations; not measured",
+        )
+    return [
+        {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX_TEMPLATE},
+        {"name": NETWORK_ENV, "value": network.to_env()},
+    ]
 
 
 def torchrun_flags() -> list[str]:

@@ -29,12 +29,10 @@ TTL_AFTER_FINISHED_S = FINISHED_JOB_TTL_S
 BACKOFF_LIMIT = 0
 
 
-def render_pytorchjob(
-    spec: JobSpec, conn: ClusterConnection, link_mbit: float | None = None
-) -> dict[str, Any]:
+def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
     common.check_placement(spec, conn)
     labels = common.labels(spec)
-    annotations = common.pod_annotations(conn, link_mbit)
+    annotations = common.pod_annotations(spec, conn)
     replicas = {"Master": _replica(spec, conn, labels, annotations, 1)}
     if spec.placement.num_nodes > 1:
         count = spec.placement.num_nodes - 1
@@ -81,7 +79,7 @@ def _replica(
         "image": conn.image,
         "command": torchrun_command(spec),
         "args": common.workload_args(spec, conn),
-        "env": common.launcher_env(),
+        "env": common.launcher_env(spec),
         "resources": common.resources(spec, conn),
         "securityContext": common.container_security_context(),
         "volumeMounts": common.volume_mounts(conn),

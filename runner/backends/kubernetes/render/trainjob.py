@@ -25,19 +25,17 @@ REPLICATED_JOB = "node"  # the runtime's replicated job and container name
 PATCH_MANAGER = "stackbench.dev/runner"
 
 
-def render_trainjob(
-    spec: JobSpec, conn: ClusterConnection, link_mbit: float | None = None
-) -> dict[str, Any]:
+def render_trainjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
     common.check_placement(spec, conn)
     labels = common.labels(spec)
-    annotations = common.pod_annotations(conn, link_mbit)
+    annotations = common.pod_annotations(spec, conn)
     trainer = {
         "numNodes": spec.placement.num_nodes,
         "numProcPerNode": spec.placement.procs_per_node,
         "image": conn.image,
         "command": ["torchrun", *common.torchrun_flags()],
         "args": common.workload_args(spec, conn),
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *common.launcher_env()],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *common.launcher_env(spec)],
         "resourcesPerNode": common.resources(spec, conn),
     }
     return {

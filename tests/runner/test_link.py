@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.backends.local.link import Link, parse_link
 from runner.errors import SpecError
+from runner.job.link import Link, parse_link
 
 
 @pytest.mark.parametrize(

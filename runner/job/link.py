@@ -8,7 +8,8 @@ are refused rather than guessed: tc reads `mbps` as megabytes per second, most p
 megabits. Only a rate: this kernel has no netem, and nothing else here can delay packets
 honestly, so a latency (`100mbit/2ms`) is refused with the reason (README, "Shaped networks").
 
-Not here: building the namespaces and qdiscs (network.py), measuring the link (probe.py).
+Not here: building the namespaces and qdiscs (runner/backends/local/network.py), measuring
+the link (probe.py), the pods' bandwidth annotations (runner/backends/kubernetes/render).
 """
 
 from __future__ import annotations
