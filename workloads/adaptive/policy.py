@@ -166,10 +166,12 @@ class Controller:
         return step % self._interval == 0
 
     def before_step(self, step: int, lr: float) -> list[Decision]:
-        return self._decide("before_step", View(step, lr, dict(self.values)))
+        """Decisions for step `step` itself (the step's data is drawn after them)."""
+        return self._decide("before_step", step, lr, None)
 
     def after_step(self, step: int, lr: float, snapshot: Snapshot | None) -> list[Decision]:
-        return self._decide("after_step", View(step, lr, dict(self.values), snapshot))
+        """Decisions from the step's monitors, in force from the next step."""
+        return self._decide("after_step", step, lr, snapshot)
 
     def record(self, policy: str, knob: str, new: KnobValue, step: int, reason: str) -> Decision:
         """A change the ranks agreed on outside a decision point (the elastic group's
@@ -178,14 +180,16 @@ class Controller:
         self._apply([decision])
         return decision
 
-    def _decide(self, hook: Hook, view: View) -> list[Decision]:
+    def _decide(
+        self, hook: Hook, step: int, lr: float, snapshot: Snapshot | None
+    ) -> list[Decision]:
         users = [p for p in self.policies if hook in p.hooks]
-        if not users or not self.due(view.step):
-            return []
-        view = View(view.step, view.lr, view.knobs, view.snapshot, dict(self.last_change))
+        if not users or not self.due(step):
+            return []  # every rank knows this from the step alone: no collective
+        view = View(step, lr, dict(self.values), snapshot, dict(self.last_change))
         proposals = self._propose(users, hook, view)
         agreed = self._agreement.agree(self._encode(proposals))
-        decisions = self._decisions(agreed.tolist(), proposals, view.step)
+        decisions = self._decisions(agreed.tolist(), proposals, step)
         self._apply(decisions)
         return decisions
 

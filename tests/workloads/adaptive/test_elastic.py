@@ -27,6 +27,7 @@ from torch.distributed import PrefixStore, TCPStore
 from tests.workloads.adaptive.elastic_worker import GLOBAL_BATCH, NUM_SAMPLES, SEED
 from workloads.adaptive.sampler import epoch_order
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 STEPS, KILL_AT, JOIN_AT = 40, 5, 16  # JOIN_AT: a decision point (every 2 steps)
 REPO = Path(__file__).resolve().parents[3]
 
