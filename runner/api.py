@@ -80,15 +80,22 @@ class Outcome:
     missing: tuple[str, ...] = field(default=())  # results a complete run has and this lacks
 
 
-def backend_for(run: Run, results_root: Path) -> Backend:
-    """The backend that ran `run`, rebuilt from its record (job.json)."""
+def backend_for(
+    run: Run, results_root: Path, fetch_caps_mib: tuple[int, int] | None = None
+) -> Backend:
+    """The backend that ran `run`, rebuilt from its record (job.json); `fetch_caps_mib` (per
+    file, per run) raises what a cluster fetch may copy from its results store."""
     if run.record.backend == "local":
         from runner.backends.local.backend import LocalBackend
 
         return LocalBackend(results_root)
-    from runner.backends.kubernetes.backend import from_handle
+    from runner.backends.kubernetes.backend import DEFAULT_LIMITS, from_handle
+    from runner.backends.kubernetes.results_store import StoreLimits
 
-    return from_handle(run.handle, results_root)  # reconnects from job.json's `cluster`
+    limits = DEFAULT_LIMITS
+    if fetch_caps_mib is not None:
+        limits = StoreLimits(fetch_caps_mib[0] << 20, fetch_caps_mib[1] << 20)
+    return from_handle(run.handle, results_root, limits)  # reconnects from job.json
 
 
 def dryrun(spec: JobSpec, backend: Backend, results_root: Path) -> str:
@@ -228,9 +235,10 @@ def logs(results_root: Path, run: Run, rank: int, follow: bool) -> Iterator[str]
         backend.close()
 
 
-def fetch(results_root: Path, run: Run) -> list[str]:
-    """Bring results into the run directory; returns what is still missing (empty: complete)."""
-    backend = backend_for(run, results_root)
+def fetch(results_root: Path, run: Run, caps_mib: tuple[int, int] | None = None) -> list[str]:
+    """Bring results into the run directory; returns what is still missing (empty: complete).
+    `caps_mib`: the largest file and run a cluster fetch copies (default 128 and 256 MiB)."""
+    backend = backend_for(run, results_root, caps_mib)
     try:
         state = backend.status(run.handle)
         if not state.state.finished:

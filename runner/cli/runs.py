@@ -21,7 +21,7 @@ from runner.cli.common import (
     run_argument,
     yes_option,
 )
-from runner.errors import RunnerError
+from runner.errors import RunnerError, SpecError
 
 
 @click.command()
@@ -88,12 +88,22 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
 
 @click.command()
 @run_argument
+@click.option("--max-file-mb", type=click.IntRange(min=1), default=128, show_default=True,
+              help="The largest result file copied from a cluster's results store.")  # fmt: skip
+@click.option("--max-run-mb", type=click.IntRange(min=1), default=256, show_default=True,
+              help="The most copied from the store for one run.")  # fmt: skip
 @pass_settings
 @handle_errors
-def fetch(settings: Settings, run_id: str) -> None:
-    """Bring a run's results into its run directory and check they are complete."""
+def fetch(settings: Settings, run_id: str, max_file_mb: int, max_run_mb: int) -> None:
+    """Bring a run's results into its run directory and check they are complete.
+
+    A cluster's results store is read without following links and within the caps: a file
+    or a run beyond them is refused, not copied (a result file is a few MiB).
+    """
+    if max_file_mb > max_run_mb:
+        raise SpecError("--max-file-mb", f"must not exceed --max-run-mb ({max_run_mb})")
     run = api.open_run(settings.results_dir, run_id)
-    missing = api.fetch(settings.results_dir, run)
+    missing = api.fetch(settings.results_dir, run, (max_file_mb, max_run_mb))
     if missing:
         raise RunnerError(f"{run.run_dir} is incomplete; missing: {'; '.join(missing)}")
     console.print(f"[green]complete[/green]: {run.run_dir}")

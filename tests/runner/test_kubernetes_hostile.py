@@ -309,3 +309,14 @@ def test_rank0s_own_summary_for_another_run_is_refused_with_the_reason(cluster, 
     assert any(m.startswith("summary.json (") and "some-other-run" in m for m in missing)
     assert not (run_dir / SUMMARY).exists()
     assert cluster.job("trainjob", RUN_ID) is not None  # incomplete: the job is kept
+
+
+def test_the_fetch_caps_a_user_gives_reach_the_backend(tmp_path):
+    from runner import api
+    from tests.runner.rundirs import make_run
+
+    make_run(tmp_path, "cnn-digits-capped", 2, 10.0, stack="gke-gpu-8")
+    run = api.open_run(tmp_path, "cnn-digits-capped")
+    backend = api.backend_for(run, tmp_path, (1, 3))
+    assert backend.store_limits == StoreLimits(1 << 20, 3 << 20)  # type: ignore[attr-defined]
+    assert api.backend_for(run, tmp_path).store_limits == StoreLimits()  # type: ignore[attr-defined]

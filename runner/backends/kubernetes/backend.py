@@ -373,7 +373,9 @@ class KubernetesBackend:
             self._finished.add(name)
 
 
-def from_handle(handle: str, results_root: Path) -> KubernetesBackend:
+def from_handle(
+    handle: str, results_root: Path, store_limits: StoreLimits = DEFAULT_LIMITS
+) -> KubernetesBackend:
     """The backend for a submitted run, from the `cluster` its job.json records."""
     _, name = parse_handle(handle)
     record = rundir.read_record(rundir.find(results_root, name))
@@ -392,7 +394,10 @@ def from_handle(handle: str, results_root: Path) -> KubernetesBackend:
             f"positive number of seconds ({timeout_s!r:.40}); fix or remove it"
         )
     return KubernetesBackend(
-        lambda: connect_reference(ref), results_root=results_root, pending_timeout_s=timeout_s
+        lambda: connect_reference(ref),
+        results_root=results_root,
+        pending_timeout_s=timeout_s,
+        store_limits=store_limits,
     )
 
 

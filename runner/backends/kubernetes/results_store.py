@@ -124,7 +124,8 @@ def _cap_message(size: int | None, cap: int, limits: StoreLimits) -> str:
     which = "max_file_bytes" if cap == limits.max_file_bytes else "max_run_bytes, for the run"
     return (
         f"{what}, over the {cap}-byte cap ({which}); a result file is far smaller, so it was "
-        "not copied; if it is genuine, fetch with a larger StoreLimits or copy it by hand"
+        "not copied; if it is genuine, fetch it again with larger caps: "
+        "`runner fetch RUN --max-file-mb N --max-run-mb M`"
     )
 
 
