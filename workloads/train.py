@@ -24,7 +24,7 @@ from workloads.config import JsonConfig, TrainConfig
 from workloads.files import write_json
 from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
-from workloads.timing import PHASES, clock_for
+from workloads.timing import LOOP_PHASES, clock_for
 
 PROGRESS_INTERVAL_S = 5.0
 C = TypeVar("C", bound=JsonConfig)
@@ -98,6 +98,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         log.end(mllog.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
         raise
     run_time_s = time.perf_counter() - start
+    tally.close_loop(run_time_s - tally.eval_s)  # throughput is from wall time (summary.py)
     tally.phases = _mean_over_ranks(tally.phases, device)
     summary = summarize(
         config,
@@ -137,10 +138,10 @@ def _sum_over_ranks(counts: list[int], device: torch.device) -> list[int]:
 
 def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str, float]:
     """Phase totals averaged over ranks: ranks wait for each other in different phases."""
-    values = torch.tensor([phases[p] for p in PHASES], dtype=torch.float64, device=device)
+    values = torch.tensor([phases[p] for p in LOOP_PHASES], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(values)
     world = torch.distributed.get_world_size()
-    return {p: float(v) / world for p, v in zip(PHASES, values, strict=True)}
+    return {p: float(v) / world for p, v in zip(LOOP_PHASES, values, strict=True)}
 
 
 def _train(

@@ -10,6 +10,7 @@ from contract.rundir import JobState, JobStatus
 from runner.api import RunInfo
 from runner.job.benchmarks import AnyBenchmark, MicroBenchmark
 from workloads.config import LOWER_IS_BETTER
+from workloads.mllog import OTHER_PHASE
 from workloads.mllog import STEP_PHASES as PHASES
 
 STATE_STYLE = {
@@ -133,11 +134,11 @@ def summary_table(summary: dict[str, Any]) -> Table:
             f"{summary['step_time_ms']:.2f} ms (warm-up step "
             f"{1000 * summary['warmup']['time_s']:.1f} ms, reported apart)",
         )
-    for phase in PHASES:
+    for phase in (p for p in (*PHASES, OTHER_PHASE) if p in summary["phases_s"]):
         share = summary["phase_shares"][phase]
         table.add_row(f"  {phase}", f"{summary['phases_s'][phase]:.3f} s  {100 * share:5.1f} %")
     table.add_row(
-        "communication share", f"{100 * summary['communication_share']:.1f} % of step time"
+        "communication share", f"{100 * summary['communication_share']:.1f} % of training time"
     )
     table.add_row("division", summary["division"])
     return table
