@@ -31,6 +31,7 @@ FOLLOW_POLL_S = 0.25
 
 class LocalBackend:
     name = "local"
+    poll_s = 0.05  # status() reads state.json and checks one pid: cheap enough to poll often
 
     def __init__(self, results_root: Path) -> None:
         self.results_root = results_root

@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,10 +32,10 @@ LAUNCHER_LOG = "launcher.log"
 
 def torchrun_argv(spec: JobSpec, run_dir: Path) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "runner.backends.local.torchrun",
         "--standalone",
         f"--nproc-per-node={spec.placement.procs_per_node}",
-        "--monitor-interval=0.5",
+        "--monitor-interval=0.1",  # how soon torchrun sees its workers are done
         "-m", workload_module(spec),
         *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / rundir.LOGS)),
     ]  # fmt: skip
@@ -71,7 +70,8 @@ def supervise(run_dir: Path) -> JobStatus:
         tree = ProcessTree(proc.pid)
         while proc.poll() is None and not cancelled:
             tree.refresh()
-            time.sleep(POLL_S)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=POLL_S)  # returns as soon as torchrun exits
         tree.terminate(GRACE_S)
         proc.wait()
     status = outcome(run_dir, spec, proc.returncode, cancelled)
