@@ -110,6 +110,12 @@ def test_file_cut_at_a_line_boundary_is_caught_by_the_expected_count(tmp_path):
         ("+1 3:0.5 2:0.1", "ascend"),
         ("+1 9:0.5", "within 1..8"),
         ("+1 0:0.5", "within 1..8"),
+        ("+1 1:nan", "finite"),
+        ("+1 1:inf", "finite"),
+        ("-1 2:-inf", "finite"),
+        ("+1 1:1e400", "finite"),
+        ("+1 1:1e39", "float32"),
+        ("", "label must be"),
     ],
 )
 def test_malformed_lines_are_reported_with_file_and_line(tmp_path, line, message):
@@ -139,3 +145,37 @@ def test_generated_bz2_is_real_bzip2(tmp_path):
     x, y = epsilon_points(2, 4, seed=0)
     path = write_libsvm(tmp_path / "f.bz2", x, y)
     assert bz2.decompress(path.read_bytes()).decode().count("\n") == 2
+
+
+def test_tab_separated_fields_parse_as_libsvm_allows(tmp_path):
+    path = tmp_path / "tabs.txt"
+    path.write_text("+1\t2:0.5\t7:-1.5\n-1\t1:1\n")
+    rows = list(read_rows(path, 8))
+    assert rows[0][0] == 1 and rows[0][1].tolist() == [0, 0.5, 0, 0, 0, 0, -1.5, 0]
+    assert rows[1][0] == -1 and rows[1][1].tolist() == [1, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_an_empty_source_file_is_named_and_leaves_no_cache(tmp_path):
+    x, y = epsilon_points(3, 8, seed=0)
+    sources = {"train": write_libsvm(tmp_path / "train.txt", x, y), "test": tmp_path / "test.txt"}
+    sources["test"].write_text("")
+    with pytest.raises(DataError, match=r"test\.txt: no samples"):
+        convert(sources, tmp_path / "cache", 8)
+    assert not (tmp_path / "cache").exists()
+
+
+FORMAT = {"format": "stackbench-libsvm-dense-v1", "num_features": 8}
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [FORMAT | {"splits": {"train": {"rows": 0}}}, FORMAT | {"splits": ["train"]}, ["a", "list"]],
+)
+def test_a_damaged_meta_file_is_named_not_mapped(tmp_path, meta):
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    (directory / "meta.json").write_text(json.dumps(meta))
+    (directory / "train.x.f32").write_bytes(b"")
+    (directory / "train.y.i8").write_bytes(b"")
+    with pytest.raises(DataError, match=r"cache/meta\.json"):
+        open_split(directory, "train")
