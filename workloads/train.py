@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dict[str, Any] | None:
     """Train until the target, the epoch limit or the time budget; rank 0 returns the summary."""
     init_t0 = time.perf_counter()
+    if not args.open_division:
+        _require_canonical_data(config)
     is_writer = env.rank == 0
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -132,6 +134,16 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     task.close()  # no DDP reducer may outlive the process group
     dist.shutdown()
     return summary if is_writer else None
+
+
+def _require_canonical_data(config: TrainConfig) -> None:
+    """A closed-division run trains on the canonical data set only, its split sizes those of
+    shared/BENCHMARKS.md (workloads/data/canonical.py: cheap, so it runs before anything)."""
+    from workloads.data import DataError, canonical, data_root
+
+    problem = canonical.problem(data_root(config.data_dir), config.dataset)
+    if problem is not None:
+        raise DataError(f"the closed division trains on the canonical data set only: {problem}")
 
 
 def _mean_loss_over_ranks(loss_sum: float, steps: int, device: torch.device) -> float:

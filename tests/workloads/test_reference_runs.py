@@ -22,12 +22,16 @@ from workloads.mllog import read_events
 pytestmark = pytest.mark.slow
 
 
-def torchrun(config: TrainConfig, out: Path, workers: int = 2, benchmark: str = "") -> dict:
+def torchrun(
+    config: TrainConfig, out: Path, workers: int = 2, benchmark: str = "", open_division=False
+) -> dict:
+    """A run on generated data: open division where its sizes are not the canonical ones."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={workers}", "-m", "workloads.train", "--config", config.to_json(),
         "--run-id", "test", "--output-dir", str(out),
         *(["--benchmark", benchmark] if benchmark else []),
+        *(["--open-division"] if open_division else []),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
@@ -50,7 +54,7 @@ def test_two_worker_resnet20_run_on_cifar_format_files_lowers_the_loss(tmp_path)
         lr_milestones=(),
         stop_at_target=False,
     )
-    summary = torchrun(config, tmp_path / "out")
+    summary = torchrun(config, tmp_path / "out", open_division=True)
     losses = train_losses(tmp_path / "out")
     assert len(losses) == 3 and losses[-1] < 0.8 * losses[0]
     assert summary["steps"] == 3 * 5  # 160 images, 80 per worker, batches of 16
@@ -74,10 +78,27 @@ def test_two_worker_logreg_run_trains_each_rank_on_its_shard_to_high_accuracy(tm
         lr=5.0,  # alpha 10 on 2 workers
         stop_at_target=False,
     )
-    summary = torchrun(config, tmp_path / "out")
+    summary = torchrun(config, tmp_path / "out", open_division=True)
     losses = train_losses(tmp_path / "out")
     assert losses[-1] < losses[0]
     assert summary["steps"] == 4 * 2  # 200 samples in each rank's shard, batches of 100
     assert summary["final"]["value"] >= 0.9
     assert summary["train_loss"]["final"] == losses[-1]  # the mean over both ranks
     assert summary["train_loss"]["target"] == 0.2828
+
+
+def test_a_closed_division_run_refuses_a_cifar_directory_of_the_wrong_size(tmp_path):
+    """A CIFAR-format directory of 64 images a file is not CIFAR-10: it may train in the open
+    division only, and the closed division says why before anything starts."""
+    config = dataclasses.replace(BENCHMARKS["resnet20-cifar10"].config, data_dir=str(tmp_path))
+    write_cifar10(tmp_path, per_train_batch=64, num_test=64)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
+        "--output-dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "canonical data set only" in done.stdout + done.stderr
+    assert "fewer than CIFAR-10's 10,000 images" in done.stdout + done.stderr
+    assert not (tmp_path / "out" / "events.jsonl").exists()  # refused before init
