@@ -15,13 +15,15 @@ import torch.distributed as dist
 
 from workloads.config import TrainConfig
 from workloads.data import Splits
-from workloads.data.sampling import batches, epoch_shard, eval_shard, shard_epoch_order
+from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
 from workloads.objectives import CrossEntropy, Objective
 from workloads.schedule import lr_at
 from workloads.strategies import Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
 
 EVAL_BATCH_SIZE = 1024
+# A training batch: indices of the split's samples, or a contiguous range of a shuffled shard.
+Batch = torch.Tensor | slice
 BUDGET_CHECK_EVERY_STEPS = 20  # a tiny broadcast, only when a time budget is set
 
 
@@ -71,20 +73,23 @@ def train_epoch(
 ) -> EpochStats:
     """Train one epoch (1-based). `out_of_time` is polled (collectively) to stop early."""
     cfg = tr.config
-    if tr.splits.train_is_rank_shard:  # the rank holds only its own samples
-        shard = shard_epoch_order(tr.splits.num_train, tr.rank, epoch - 1, cfg.seed)
+    steps: list[Batch]
+    if tr.splits.train_is_rank_shard:  # the rank's own samples, shuffled when loaded
+        steps = slice_batches(tr.splits.num_train, cfg.batch_size, tr.rank, epoch - 1, cfg.seed)
     else:
         shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.seed)
-    steps = batches(shard.to(tr.device), cfg.batch_size)
+        steps = list(batches(shard.to(tr.device), cfg.batch_size))
     tr.strategy.module.train()
 
     def step(i: int) -> StepResult:
         # Every epoch has the same number of steps, so this is the run's step count so far.
         steps_done = (epoch - 1) * len(steps) + i
         loss = train_step(tr, steps[i], epoch - 1 + i / len(steps), steps_done)
-        return StepResult(loss, int(steps[i].numel()))
+        return StepResult(loss, batch_len(steps[i]))
 
-    return timed_epoch(tr.timer, epoch, len(steps), step, tr.device, out_of_time, on_step)
+    stats = timed_epoch(tr.timer, epoch, len(steps), step, tr.device, out_of_time, on_step)
+    stats.loss_sum += tr.objective.penalty_sum()  # the L2 penalty's part of the reported loss
+    return stats
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,11 @@ def timed_epoch(
     return stats
 
 
-def train_step(
-    tr: Trainer, index: torch.Tensor, epochs_done: float, steps_done: int
-) -> torch.Tensor:
+def batch_len(index: Batch) -> int:
+    return index.stop - index.start if isinstance(index, slice) else int(index.numel())
+
+
+def train_step(tr: Trainer, index: Batch, epochs_done: float, steps_done: int) -> torch.Tensor:
     """One timed step on the samples `index`; returns the loss (detached)."""
     timer = tr.timer
     timer.start()
