@@ -14,16 +14,19 @@ import torch
 from torch import nn
 
 from workloads.config import TrainConfig
+from workloads.objectives import optimizer_weight_decay
 
 
 def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    # The configured decay, plus the gradient of the objective's L2 penalty, if any.
+    weight_decay = config.weight_decay + optimizer_weight_decay(config)
     if config.optimizer == "sgd":
         return torch.optim.SGD(
             params,
             lr=config.lr,
             momentum=config.momentum,
             nesterov=config.nesterov,
-            weight_decay=config.weight_decay,
+            weight_decay=weight_decay,
             # One fused kernel for the whole update instead of a loop over parameters; the
             # same update rule (bench/resnet_throughput.py measures what it buys).
             fused=True,
@@ -35,6 +38,6 @@ def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> torc
             lr=config.lr,
             betas=(beta1, beta2),
             eps=config.adam_eps,
-            weight_decay=config.weight_decay,
+            weight_decay=weight_decay,
         )
     raise ValueError(f"unknown optimizer {config.optimizer!r}")
