@@ -55,7 +55,9 @@ def cli_help_s(repeats: int = 5) -> float:
 def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
     """workloads.train.run in this process; in one process the strategy runs as `local`.
     Open division: the ResNet data are not CIFAR-10's canonical split."""
-    return run_quietly(config, "--device", device, "--open-division")["throughput_samples_per_s"]
+    summary = run_quietly(config, "--device", device, "--open-division")
+    assert summary is not None
+    return summary["throughput_samples_per_s"]
 
 
 def bare_samples_per_s(config: TrainConfig, device: str) -> float:
