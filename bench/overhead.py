@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.datagen wr
 
 from runner.job.benchmarks import CNN_DIGITS, RESNET20_CIFAR10
 from tests.datagen import write_cifar10
-from workloads import data, models
+from workloads import compiling, data, models
 from workloads.config import TrainConfig
 from workloads.data.sampling import batches, epoch_shard
 from workloads.optim import build_optimizer
@@ -61,13 +61,24 @@ def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
 
 
 def bare_samples_per_s(config: TrainConfig, device: str) -> float:
-    """The loop a person would write by hand around the same model, data, augmentation,
-    optimizer and shuffling: no timers, no strategy, no event log, no evaluation."""
+    """The loop a person would write by hand around the same model (compiled where the
+    config compiles it), data, augmentation, optimizer and shuffling: no timers, no
+    strategy, no event log, no evaluation."""
     dev = torch.device(device)
     torch.manual_seed(config.seed)
     splits = data.load(config, dev)
     model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
     optimizer = build_optimizer(config, model.parameters())
+    forward = model
+    if config.compile_model:  # as stackbench does: compiled, every batch shape, beforehand
+        forward = compiling.compile_model(
+            model, compiling.cache_dir(data.data_root(config.data_dir))
+        )
+        sizes = compiling.batch_sizes(splits.num_train, config.batch_size)
+        fmt = torch.channels_last if config.memory_format == "channels_last" else None
+        compiling.precompile(
+            forward, splits.sample_shape, sizes, set(), fmt or torch.contiguous_format
+        )
     generator = torch.Generator(dev).manual_seed(config.seed)
     sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else lambda: None
     samples = 0
@@ -80,7 +91,7 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
             x, y = splits.train_x[index], splits.train_y[index]
             if splits.augment is not None:
                 x = splits.augment(x, generator)
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(forward(x), y)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
