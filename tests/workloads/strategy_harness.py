@@ -153,6 +153,10 @@ class DelayedCollectives(strategies.Collectives):
         self._wait()
         return super().gather(tensor, dst)
 
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._wait()
+        return super().all_gather(tensor)
+
     def scatter(self, tensor: torch.Tensor, parts: list[torch.Tensor] | None, src: int = 0) -> None:
         self._wait()
         super().scatter(tensor, parts, src)
