@@ -5,10 +5,10 @@
   the same model, data, augmentation, batch and optimizer: cnn-digits, and ResNet-20 on
   CIFAR-format files of random images. stackbench's figure is its summary's, the samples of
   the steady steps over the training loop's wall time (workloads/summary.py); the bare loop's
-  is measured the same way, wall clock from before its first epoch's shuffle to after its
-  last step, less the first (warm-up) step on both sides. Rounds alternate which side goes
-  first, so neither always runs on a warmer (or more disturbed) machine; the ratio of
-  medians is our overhead.
+  is measured the same way, wall clock from before each epoch's shuffle to after its last
+  step, less the first (warm-up) step on both sides, and both evaluate after every epoch
+  outside their clocks. Rounds alternate which side goes first, so neither always runs on a
+  warmer (or more disturbed) machine; the median of the rounds' ratios is our overhead.
 
 Usage: python bench/overhead.py [--rounds 5] [--workloads cnn-digits,resnet20] [--device cpu]
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import statistics
 import subprocess
@@ -25,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +39,7 @@ from tests.datagen import write_cifar10
 from workloads import compiling, data, models
 from workloads.config import TrainConfig
 from workloads.data.sampling import batches, epoch_shard
+from workloads.loop import EVAL_BATCH_SIZE
 from workloads.optim import build_optimizer
 
 RESNET_IMAGES_PER_FILE = 256  # 1,280 training images: 40 steps of 32 an epoch
@@ -62,29 +65,19 @@ def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
 
 def bare_samples_per_s(config: TrainConfig, device: str) -> float:
     """The loop a person would write by hand around the same model (compiled where the
-    config compiles it), data, augmentation, optimizer and shuffling: no timers, no
-    strategy, no event log, no evaluation."""
+    config compiles it), data, augmentation, optimizer and shuffling, evaluating after every
+    epoch as the run does, its clock paused meanwhile: no timers, no strategy, no event log."""
     dev = torch.device(device)
     torch.manual_seed(config.seed)
     splits = data.load(config, dev)
     model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
     optimizer = build_optimizer(config, model.parameters())
-    forward = model
-    if config.compile_model:  # as stackbench does: compiled, every batch shape, beforehand
-        forward = compiling.compile_model(
-            model, compiling.cache_dir(data.data_root(config.data_dir))
-        )
-        sizes = compiling.batch_sizes(splits.num_train, config.batch_size)
-        fmt = torch.channels_last if config.memory_format == "channels_last" else None
-        compiling.precompile(
-            forward, splits.sample_shape, sizes, set(), fmt or torch.contiguous_format
-        )
+    forward = _compiled(model, config, splits) if config.compile_model else model
     generator = torch.Generator(dev).manual_seed(config.seed)
     sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else lambda: None
-    samples = 0
-    first_step_s = 0.0
-    t0 = time.perf_counter()
+    samples, train_s, first_step_s = 0, 0.0, 0.0
     for epoch in range(config.max_epochs):
+        t0 = time.perf_counter()
         order = epoch_shard(splits.num_train, 1, 0, epoch, config.seed).to(dev)
         for index in batches(order, config.batch_size):
             step_t0 = time.perf_counter() if not first_step_s else 0.0
@@ -100,8 +93,32 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
                 first_step_s = time.perf_counter() - step_t0
             else:
                 samples += len(index)
-    sync()
-    return samples / (time.perf_counter() - t0 - first_step_s)
+        sync()
+        train_s += time.perf_counter() - t0
+        _evaluate(forward, splits)
+    return samples / (train_s - first_step_s)
+
+
+def _compiled(model: torch.nn.Module, config: TrainConfig, splits: data.Splits) -> Any:
+    """As stackbench compiles: every batch shape, training and evaluation, beforehand."""
+    compiled = compiling.compile_model(model, compiling.cache_dir(data.data_root(config.data_dir)))
+    fmt = torch.channels_last if config.memory_format == "channels_last" else None
+    compiling.precompile(
+        compiled,
+        splits.sample_shape,
+        compiling.batch_sizes(splits.num_train, config.batch_size),
+        compiling.batch_sizes(splits.num_test, EVAL_BATCH_SIZE),
+        fmt or torch.contiguous_format,
+    )
+    return compiled
+
+
+@torch.no_grad()
+def _evaluate(forward: Any, splits: data.Splits) -> None:
+    forward.eval()
+    for index in batches(torch.arange(splits.num_test), EVAL_BATCH_SIZE):
+        forward(splits.test_x[index]).argmax(dim=1)
+    forward.train()
 
 
 def workload_configs(data_dir: Path, epochs: dict[str, int]) -> dict[str, TrainConfig]:
@@ -128,10 +145,16 @@ def compare(config: TrainConfig, rounds: int, device: str) -> dict[str, object]:
         for side in order:
             figures[side].append(sides[side](config, device))
     medians = {k: statistics.median(v) for k, v in figures.items()}
+    # Each round's two sides ran back to back: their ratio cancels the machine's slower drifts.
+    paired = [
+        ours / bare for ours, bare in zip(figures["stackbench"], figures["bare"], strict=True)
+    ]
     return {
         "samples_per_s": {k: round(v, 1) for k, v in medians.items()},
         "per_round_samples_per_s": {k: [round(x, 1) for x in v] for k, v in figures.items()},
-        "ratio_stackbench_to_bare": round(medians["stackbench"] / medians["bare"], 3),
+        "ratio_stackbench_to_bare": round(statistics.median(paired), 3),
+        "per_round_ratios": [round(r, 3) for r in paired],
+        "ratio_of_medians": round(medians["stackbench"] / medians["bare"], 3),
         "epochs_per_round": config.max_epochs,
         "batch_size": config.batch_size,
     }
@@ -146,6 +169,9 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     single_rank_environment()
+    # What workloads.train's process does after its imports (workloads/train.py, launch):
+    # without it, either side's first full collection walks every object torch created.
+    gc.freeze()
     report: dict[str, object] = {"runner_help_s": round(cli_help_s(), 3)}
     report["runner_help_target_s"] = 0.5
     epochs = {"cnn-digits": args.digits_epochs, "resnet20": args.resnet_epochs}

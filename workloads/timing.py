@@ -89,6 +89,12 @@ class StepTimer:
     def finish(self) -> dict[str, float]:
         self.clock.sync()
         times = dict.fromkeys(PHASES, 0.0)
+        if not self._moves:  # the common case, kept cheap: this runs once a step
+            previous = self._start
+            for phase, stamp in self._laps:
+                times[phase] += max(0.0, self.clock.elapsed_s(previous, stamp))
+                previous = stamp
+            return times
         laps = []  # (phase, start offset, seconds) of each lap
         previous, offset_s = self._start, 0.0
         for phase, stamp in self._laps:
