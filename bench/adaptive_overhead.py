@@ -104,7 +104,7 @@ def _model_and_data(name: str, rank: int, world_size: int) -> tuple[Any, dict[st
     from runner.job.benchmarks import CNN_DIGITS
     from workloads.data.sampling import batches, epoch_shard
 
-    batch = CNN_DIGITS.config.batch_size
+    batch = CNN_DIGITS.config.data.batch_size
     torch.manual_seed(0)
     if name == "resnet20":
         from workloads.models.resnet import CifarResNet
@@ -120,7 +120,7 @@ def _model_and_data(name: str, rank: int, world_size: int) -> tuple[Any, dict[st
     from workloads.models.cnn import DigitsCNN
 
     splits = load_digits(torch.device("cpu"))
-    shard = epoch_shard(splits.num_train, world_size, rank, 0, CNN_DIGITS.config.seed)
+    shard = epoch_shard(splits.num_train, world_size, rank, 0, CNN_DIGITS.config.run.seed)
     usable = [b for b in batches(shard, batch) if b.numel() > 1]
     return DigitsCNN(10), {"x": splits.train_x, "y": splits.train_y, "batches": usable}
 

@@ -1,5 +1,6 @@
-"""What the one-process benches share: stackbench's own training path (workloads.train.run)
-in this process as rank 0 of 1, its event echo silenced, returning the run's summary."""
+"""What the benches share: stackbench's own training path (workloads.train.run) in this
+process, as rank 0 of 1 or as one rank of several, its event echo silenced, returning the
+run's summary."""
 
 from __future__ import annotations
 
@@ -23,12 +24,16 @@ def single_rank_environment() -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
-def run_quietly(config: TrainConfig, *extra_args: str) -> dict[str, Any]:
-    """One run of `config` in this process (call single_rank_environment() first)."""
+def run_quietly(
+    config: TrainConfig, *extra_args: str, env: wdist.DistEnv | None = None
+) -> dict[str, Any] | None:
+    """One run of `config` in this process as rank `env` (default: 0 of 1, after
+    single_rank_environment()); rank 0 returns the summary, the others None."""
+    env = env or wdist.DistEnv(0, 0, 1)
     with tempfile.TemporaryDirectory() as out:
         argv = ["--config", config.to_json(), "--run-id", "bench", "--output-dir", out]
         args = parse_args([*argv, *extra_args])
         with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-            summary = run(config, wdist.DistEnv(0, 0, 1), args)
-    assert summary is not None  # rank 0 returns it
+            summary = run(config, env, args)
+    assert (summary is not None) == (env.rank == 0)  # rank 0 returns it
     return summary

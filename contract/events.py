@@ -62,6 +62,9 @@ TRAIN_LOSS = "train_loss"
 EPOCH_PHASES = "epoch_phase_times"  # stackbench: seconds per step phase over one epoch
 # The phases of a training step, in order; they add up to the step time (workloads/timing.py).
 STEP_PHASES = ("data", "forward", "backward", "communication", "optimizer")
+# stackbench: the training loop's wall time outside every step's phases (per-step bookkeeping,
+# per-epoch shuffling and reductions); the step phases plus this add up to the loop's wall time.
+OTHER_PHASE = "other"
 # stackbench: the manifest and the summary also travel as events, so that a run directory can
 # be rebuilt from rank 0's log alone when a cluster has no results store.
 MANIFEST, SUMMARY = "stackbench_manifest", "stackbench_summary"

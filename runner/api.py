@@ -13,7 +13,6 @@ import contextlib
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -191,22 +190,29 @@ def _follow(
             for event in next(events, []):  # what was written just before the end
                 on_event(event)
             return final
-        time.sleep(FOLLOW_POLL_S)
 
 
 def _drain(
     statuses: queue.SimpleQueue[JobStatus | BaseException],
     on_status: Callable[[JobStatus], None],
 ) -> JobStatus | None:
+    """The statuses that arrived, waiting up to FOLLOW_POLL_S for one: a run's end is passed
+    on the moment the watch sees it, events at least every FOLLOW_POLL_S."""
     final = None
-    while not statuses.empty():
-        item = statuses.get()
+    try:
+        item = statuses.get(timeout=FOLLOW_POLL_S)
+    except queue.Empty:
+        return None
+    while True:
         if isinstance(item, BaseException):
             raise item
         on_status(item)
         if item.state.finished:
             final = item
-    return final
+        try:
+            item = statuses.get_nowait()
+        except queue.Empty:
+            return final
 
 
 def wait(results_root: Path, run: Run) -> JobStatus:

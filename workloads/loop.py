@@ -15,13 +15,15 @@ import torch.distributed as dist
 
 from workloads.config import TrainConfig
 from workloads.data import Splits
-from workloads.data.sampling import batches, epoch_shard, eval_shard, shard_epoch_order
+from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
 from workloads.objectives import CrossEntropy, Objective
 from workloads.schedule import lr_at
 from workloads.strategies.base import Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
 
 EVAL_BATCH_SIZE = 1024
+# A training batch: indices of the split's samples, or a contiguous range of a shuffled shard.
+Batch = torch.Tensor | slice
 BUDGET_CHECK_EVERY_STEPS = 20  # a tiny broadcast, only when a time budget is set
 
 
@@ -71,20 +73,25 @@ def train_epoch(
 ) -> EpochStats:
     """Train one epoch (1-based). `out_of_time` is polled (collectively) to stop early."""
     cfg = tr.config
-    if tr.splits.train_is_rank_shard:  # the rank holds only its own samples
-        shard = shard_epoch_order(tr.splits.num_train, tr.rank, epoch - 1, cfg.run.seed)
+    steps: list[Batch]
+    if tr.splits.train_is_rank_shard:  # the rank's own samples, shuffled when loaded
+        steps = slice_batches(
+            tr.splits.num_train, cfg.data.batch_size, tr.rank, epoch - 1, cfg.run.seed
+        )
     else:
         shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.run.seed)
-    steps = batches(shard.to(tr.device), cfg.data.batch_size)
+        steps = list(batches(shard.to(tr.device), cfg.data.batch_size))
     tr.strategy.module.train()
 
     def step(i: int) -> StepResult:
         # Every epoch has the same number of steps, so this is the run's step count so far.
         steps_done = (epoch - 1) * len(steps) + i
         loss = train_step(tr, steps[i], epoch - 1 + i / len(steps), steps_done)
-        return StepResult(loss, int(steps[i].numel()))
+        return StepResult(loss, batch_len(steps[i]))
 
-    return timed_epoch(tr.timer, epoch, len(steps), step, tr.device, out_of_time, on_step)
+    stats = timed_epoch(tr.timer, epoch, len(steps), step, out_of_time, on_step)
+    stats.loss_sum += tr.objective.penalty_sum()  # the L2 penalty's part of the reported loss
+    return stats
 
 
 @dataclass(frozen=True)
@@ -99,21 +106,21 @@ def timed_epoch(
     epoch: int,
     num_steps: int,
     step: Callable[[int], StepResult],
-    device: torch.device,
     out_of_time: Callable[[], bool] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> EpochStats:
     """Run `step(i)` for the epoch's steps, each timed by `timer` (the step starts and laps
     it; this finishes it), and account them: the bookkeeping every task shares."""
     stats = EpochStats()
-    loss_sum = torch.zeros((), device=device)
+    losses = []  # summed once at the end: one op an epoch instead of one a step
     for i in range(num_steps):
         result = step(i)
-        loss_sum += result.loss
+        losses.append(result.loss)
         step_phases = timer.finish()
-        stats.step_times_s.append(sum(step_phases.values()))
+        step_s = sum(step_phases.values())
+        stats.step_times_s.append(step_s)
         if epoch == 1 and i == 0:
-            stats.first_step_s = sum(step_phases.values())
+            stats.first_step_s = step_s
         add_phases(stats.phases, step_phases)
         stats.steps += 1
         stats.samples += result.samples
@@ -123,13 +130,15 @@ def timed_epoch(
         if out_of_time is not None and (i + 1) % BUDGET_CHECK_EVERY_STEPS == 0 and out_of_time():
             stats.out_of_time = True
             break
-    stats.loss_sum = float(loss_sum)
+    stats.loss_sum = float(torch.stack(losses).sum()) if losses else 0.0
     return stats
 
 
-def train_step(
-    tr: Trainer, index: torch.Tensor, epochs_done: float, steps_done: int
-) -> torch.Tensor:
+def batch_len(index: Batch) -> int:
+    return index.stop - index.start if isinstance(index, slice) else int(index.numel())
+
+
+def train_step(tr: Trainer, index: Batch, epochs_done: float, steps_done: int) -> torch.Tensor:
     """One timed step on the samples `index`; returns the loss (detached)."""
     timer = tr.timer
     timer.start()

@@ -51,6 +51,7 @@ from contract.events import (  # noqa: F401  (re-exported until the workloads im
     OPT_LR_WARMUP_STEPS,
     OPT_NAME,
     OPT_WEIGHT_DECAY,
+    OTHER_PHASE,
     PREFIX,
     PROGRESS,
     RUN_START,

@@ -28,8 +28,12 @@ class OptimizerConfig(Component):
     name: str  # each optimizer narrows it to its Literal: the key `optimizer`
     weight_decay: float = setting(0.0, ge=0, lt=1)
 
-    def build(self, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-        raise NotImplementedError
+    def build(
+        self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
+    ) -> torch.optim.Optimizer:
+        """The torch optimizer; `extra_weight_decay` is added to the configured one (a model's
+        own L2 penalty, applied by the optimizer: ModelConfig.optimizer_weight_decay)."""
+        raise NotImplementedError  # a base class: SgdConfig and AdamConfig build
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +46,9 @@ class SgdConfig(OptimizerConfig):
         if self.nesterov and self.momentum <= 0:
             raise ConfigError("nesterov", "Nesterov momentum needs momentum > 0")
 
-    def build(self, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    def build(
+        self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
+    ) -> torch.optim.Optimizer:
         import torch
 
         return torch.optim.SGD(
@@ -50,7 +56,7 @@ class SgdConfig(OptimizerConfig):
             lr=lr,
             momentum=self.momentum,
             nesterov=self.nesterov,
-            weight_decay=self.weight_decay,
+            weight_decay=self.weight_decay + extra_weight_decay,
             # One fused kernel for the whole update instead of a loop over parameters; the
             # same update rule (bench/resnet_throughput.py measures what it buys).
             fused=True,
@@ -67,12 +73,18 @@ class AdamConfig(OptimizerConfig):
         if len(self.adam_betas) != 2:
             raise ConfigError("adam_betas", f"expected two numbers, got {self.adam_betas}")
 
-    def build(self, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    def build(
+        self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
+    ) -> torch.optim.Optimizer:
         import torch
 
         beta1, beta2 = self.adam_betas
         return torch.optim.Adam(
-            params, lr=lr, betas=(beta1, beta2), eps=self.adam_eps, weight_decay=self.weight_decay
+            params,
+            lr=lr,
+            betas=(beta1, beta2),
+            eps=self.adam_eps,
+            weight_decay=self.weight_decay + extra_weight_decay,
         )
 
 
@@ -80,4 +92,4 @@ OPTIMIZERS = Choice("optimizer", (SgdConfig, AdamConfig))
 
 
 def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    return config.optimizer.build(params, config.schedule.lr)
+    return config.optimizer.build(params, config.schedule.lr, config.model.optimizer_weight_decay())

@@ -5,8 +5,10 @@ at a clock stamp and lasts from the previous stamp, so the phases add up to the 
 construction. On CUDA, stamps are events on the current stream and are read only after a
 synchronize at the end of the step; on CPU they are perf_counter readings. Strategies that
 overlap communication with backward (DDP) end the backward lap at a stamp taken inside their
-communication hook (see workloads/strategies.py), and the rest of backward() is exposed
-communication.
+communication hook (see workloads/strategies/ddp.py), and the rest of backward() is exposed
+communication; what their hooks do on the thread running backward (compressing a bucket,
+issuing its collective) is moved out of the backward lap into communication (`move`), so the
+phases still add up to the step time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from typing import Any, Protocol
 
 import torch
 
+from workloads.mllog import OTHER_PHASE
 from workloads.mllog import STEP_PHASES as PHASES
+
+# What the training loop's wall time splits into: the step phases, then the rest (OTHER_PHASE).
+LOOP_PHASES = (*PHASES, OTHER_PHASE)
 
 
 class Clock(Protocol):
@@ -61,10 +67,12 @@ class StepTimer:
         self.clock = clock
         self._start: Any = None
         self._laps: list[tuple[str, Any]] = []
+        self._moves: list[tuple[str, Any, Any]] = []
 
     def start(self) -> None:
         self._start = self.clock.stamp()
         self._laps = []
+        self._moves = []
 
     def lap(self, phase: str) -> None:
         self._laps.append((phase, self.clock.stamp()))
@@ -73,13 +81,37 @@ class StepTimer:
         """End `phase` at a stamp taken earlier (for example inside a communication hook)."""
         self._laps.append((phase, stamp))
 
+    def move(self, phase: str, start: Any, end: Any) -> None:
+        """Book the interval between two stamps of this step as `phase`, taking it out of the
+        lap it started in: work a communication hook did on the thread running backward."""
+        self._moves.append((phase, start, end))
+
     def finish(self) -> dict[str, float]:
         self.clock.sync()
         times = dict.fromkeys(PHASES, 0.0)
-        previous = self._start
+        if not self._moves:  # the common case, kept cheap: this runs once a step
+            previous = self._start
+            for phase, stamp in self._laps:
+                times[phase] += max(0.0, self.clock.elapsed_s(previous, stamp))
+                previous = stamp
+            return times
+        laps = []  # (phase, start offset, seconds) of each lap
+        previous, offset_s = self._start, 0.0
         for phase, stamp in self._laps:
-            times[phase] += max(0.0, self.clock.elapsed_s(previous, stamp))
+            seconds = max(0.0, self.clock.elapsed_s(previous, stamp))
+            laps.append([phase, offset_s, seconds])
+            offset_s += seconds
             previous = stamp
+        for phase, start, end in self._moves:
+            at_s = self.clock.elapsed_s(self._start, start)
+            lap = next((x for x in reversed(laps) if x[1] <= at_s), None)
+            if lap is None or lap[0] == phase:
+                continue
+            moved_s = min(lap[2], max(0.0, self.clock.elapsed_s(start, end)))
+            lap[2] -= moved_s
+            times[phase] += moved_s
+        for phase, _, seconds in laps:
+            times[phase] += seconds
         return times
 
 

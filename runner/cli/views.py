@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from contract import events
+from contract.events import OTHER_PHASE
 from contract.events import STEP_PHASES as PHASES
 from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
@@ -246,11 +247,11 @@ def summary_table(summary: dict[str, Any]) -> Table:
             f"{summary['step_time_ms']:.2f} ms (warm-up step "
             f"{1000 * summary['warmup']['time_s']:.1f} ms, reported apart)",
         )
-    for phase in PHASES:
+    for phase in (p for p in (*PHASES, OTHER_PHASE) if p in summary["phases_s"]):
         share = summary["phase_shares"][phase]
         table.add_row(f"  {phase}", f"{summary['phases_s'][phase]:.3f} s  {100 * share:5.1f} %")
     table.add_row(
-        "communication share", f"{100 * summary['communication_share']:.1f} % of step time"
+        "communication share", f"{100 * summary['communication_share']:.1f} % of training time"
     )
     table.add_row("division", summary["division"])
     return table

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from contract.events import EVAL_ACCURACY, STEP_PHASES, TRAIN_LOSS
+from contract.events import EVAL_ACCURACY, OTHER_PHASE, STEP_PHASES, TRAIN_LOSS
 from runner.results.aggregate import Aggregate
 
 FORMATS = ("png", "svg")
@@ -22,9 +22,11 @@ PHASE_COLORS = {
     "backward": "#3182bd",
     "optimizer": "#9ecae1",
     "communication": "#e6550d",
+    OTHER_PHASE: "#f0f0f0",
 }
-# Compute first, communication on top, so the communication share reads off the bar's top.
-STACK_ORDER = ("data", "forward", "backward", "optimizer", "communication")
+# Compute first, communication on top, so the communication share reads off the bar's top;
+# `other` (the loop's time between steps) at the bottom.
+STACK_ORDER = (OTHER_PHASE, "data", "forward", "backward", "optimizer", "communication")
 
 
 def _pyplot() -> Any:
@@ -138,7 +140,7 @@ def phases_figure(
     ax.set_ylabel("time per step (ms)")
     ax.set_title(title)
     ax.legend(fontsize=8, reverse=True)
-    assert set(STACK_ORDER) == set(STEP_PHASES)  # a new phase must get a colour here
+    assert set(STACK_ORDER) == {*STEP_PHASES, OTHER_PHASE}  # a new phase needs a colour
     return _save(fig, base)
 
 

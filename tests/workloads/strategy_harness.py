@@ -112,6 +112,27 @@ def mean_over_ranks(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
+def two_bucket_net(seed: int = 0) -> nn.Module:
+    """Gradients arrive last layer first; the last layer's 1 MiB weight fills DDP's first
+    bucket (1 MiB), and the first layer's go in a second one: two hook calls a step."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 16384))
+
+
+class HostWorkCollectives(Collectives):
+    """Work of `work_s` on the calling thread before each asynchronous collective, as a
+    compressing hook does: inside a DDP hook, that is the thread running backward."""
+
+    def __init__(self, work_s: float) -> None:
+        self.work_s = work_s
+        self.calls = 0
+
+    def all_reduce_mean_async(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        self.calls += 1
+        time.sleep(self.work_s)
+        return super().all_reduce_mean_async(tensor)
+
+
 class DelayedCollectives(Collectives):
     """A network `delay_s` slower per collective: synchronous calls return later, futures
     complete later (the sleep runs on the thread completing the future, not the caller's)."""
@@ -131,6 +152,10 @@ class DelayedCollectives(Collectives):
     def gather(self, tensor: torch.Tensor, dst: int = 0) -> list[torch.Tensor] | None:
         self._wait()
         return super().gather(tensor, dst)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._wait()
+        return super().all_gather(tensor)
 
     def scatter(self, tensor: torch.Tensor, parts: list[torch.Tensor] | None, src: int = 0) -> None:
         self._wait()

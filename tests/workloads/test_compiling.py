@@ -1,3 +1,9 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -34,3 +40,58 @@ def test_after_precompile_training_and_evaluation_compile_nothing_and_the_state_
         compiled(torch.randn(64, 1, 8, 8))
         compiled(torch.randn(7, 1, 8, 8))
     assert counters["stats"]["unique_graphs"] == graphs  # no compilation inside the clock
+
+
+# A classification task built with compile_model in a fresh process of its own (dynamo's
+# state and the inductor cache directory are per process): prints what it trains and where
+# the compiled kernels went.
+_BUILD_COMPILED = """
+import dataclasses, json, os, sys, torch, torch.distributed as dist
+from runner.job.benchmarks import CNN_DIGITS
+from workloads import tasks
+from workloads.mllog import EventLog
+from workloads.timing import CpuClock
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+dist.init_process_group("gloo", rank=0, world_size=1)
+config = dataclasses.replace(CNN_DIGITS.config, compile_model=True, data_dir=sys.argv[1])
+events = os.path.join(sys.argv[1], "events.jsonl")
+task = tasks.build(tasks.Context(config, 0, 1, torch.device("cpu"), CpuClock(),
+                                 EventLog(events, None)))
+print(json.dumps({"module": type(task.trainer.strategy.module).__name__,
+                  "cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}))
+dist.destroy_process_group()
+"""
+
+
+def _build_compiled(data_dir, env):
+    from tests.distributed import free_port
+
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILD_COMPILED, str(data_dir), str(free_port())],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [json.loads(line) for line in (data_dir / "events.jsonl").read_text().splitlines()]
+    return json.loads(done.stdout.strip().splitlines()[-1]), events
+
+
+@pytest.mark.slow
+def test_without_a_cpp_compiler_the_task_trains_the_eager_model_and_says_why(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["PATH"] = str(Path(sys.executable).parent)  # python, but no g++ or c++
+    built, events = _build_compiled(tmp_path, env)
+    assert built["module"] == "DigitsCNN"
+    (compile_event,) = [e for e in events if e["key"] == "stackbench_compile_time_s"]
+    assert compile_event["value"] is None and compile_event["metadata"]["compiled"] is False
+    assert "C++ compiler" in compile_event["metadata"]["reason"]
+
+
+@pytest.mark.slow
+def test_compiled_kernels_are_cached_under_the_data_root(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    built, events = _build_compiled(tmp_path, env)
+    assert built["module"] == "OptimizedModule"
+    assert built["cache"] == str(tmp_path / "torch-compile")
+    assert any((tmp_path / "torch-compile").rglob("*"))
+    (compile_event,) = [e for e in events if e["key"] == "stackbench_compile_time_s"]
+    assert compile_event["value"] > 0 and compile_event["metadata"]["compiled"] is True

@@ -9,7 +9,7 @@ from tests.datagen import epsilon_points, libsvm_text, write_libsvm
 from workloads.data import DataError
 from workloads.data.epsilon import NUM_FEATURES, cache_dir, load_epsilon
 from workloads.data.libsvm import convert, open_split, read_rows
-from workloads.data.sampling import shard_epoch_order, static_shard
+from workloads.data.sampling import shuffled_shard_order, slice_batches, static_shard
 
 CPU = torch.device("cpu")
 
@@ -43,32 +43,34 @@ def test_omitted_features_are_zero(tmp_path):
     assert rows[1][0] == -1 and not rows[1][1].any()
 
 
-def test_each_rank_maps_only_its_static_shard(tmp_path):
+def test_each_rank_holds_only_its_static_shard_shuffled_once(tmp_path):
     x, y, _, _ = _prepare(tmp_path, num_train=41)
-    shards = [load_epsilon(tmp_path, CPU, rank, 2) for rank in range(2)]
+    shards = [load_epsilon(tmp_path, CPU, rank, 2, seed=3) for rank in range(2)]
     assert [s.num_train for s in shards] == [20, 20]  # the 41st sample is never trained on
     assert all(s.train_is_rank_shard for s in shards)
-    assert torch.allclose(shards[1].train_x, torch.from_numpy(x[20:40]))
-    assert shards[1].train_y.tolist() == [1.0 if v > 0 else 0.0 for v in y[20:40]]
+    order = shuffled_shard_order(20, 1, seed=3)
+    assert sorted(order.tolist()) == list(range(20)) and order.tolist() != list(range(20))
+    assert torch.allclose(shards[1].train_x, torch.from_numpy(x[20:40])[order])
+    signs = torch.from_numpy(y[20:40])[order]
+    assert shards[1].train_y.tolist() == [1.0 if v > 0 else 0.0 for v in signs]
     assert shards[0].num_test == shards[1].num_test == 12  # each evaluates its part of all
+    assert torch.equal(load_epsilon(tmp_path, CPU, 1, 2, seed=3).train_x, shards[1].train_x)
 
 
-def test_cpu_shards_are_views_of_the_mapped_file_not_copies(tmp_path):
-    _prepare(tmp_path, num_train=40)
-    shard = load_epsilon(tmp_path, CPU, 1, 2)
-    mapped, _ = open_split(cache_dir(tmp_path), "train")
-    offset = shard.train_x.data_ptr() - shard.train_x.untyped_storage().data_ptr()
-    assert offset == 0  # its storage starts at its own first row ...
-    assert shard.train_x.untyped_storage().nbytes() == 20 * NUM_FEATURES * 4  # ... and ends there
-    assert torch.equal(shard.train_x[0], torch.from_numpy(np.array(mapped[20])))
-
-
-def test_static_shards_are_disjoint_equal_and_shuffled_per_epoch():
+def test_static_shards_are_disjoint_and_equal():
     bounds = [static_shard(103, 4, r) for r in range(4)]
     assert bounds == [(0, 25), (25, 50), (50, 75), (75, 100)]
-    first, second = shard_epoch_order(25, 0, 0, 0), shard_epoch_order(25, 0, 1, 0)
-    assert sorted(first.tolist()) == list(range(25)) and not torch.equal(first, second)
-    assert not torch.equal(first, shard_epoch_order(25, 1, 0, 0))
+
+
+def test_an_epoch_takes_every_contiguous_batch_once_in_a_fresh_order_the_short_one_last():
+    batches = slice_batches(25, 4, rank=0, epoch=0, seed=0)
+    assert sorted((b.start, b.stop) for b in batches[:-1]) == [(i, i + 4) for i in range(0, 24, 4)]
+    assert (batches[-1].start, batches[-1].stop) == (24, 25)
+    starts = [b.start for b in batches]
+    assert starts != [b.start for b in slice_batches(25, 4, rank=0, epoch=1, seed=0)]
+    assert starts != [b.start for b in slice_batches(25, 4, rank=1, epoch=0, seed=0)]
+    assert starts == [b.start for b in slice_batches(25, 4, rank=0, epoch=0, seed=0)]
+    assert [(b.start, b.stop) for b in slice_batches(8, 4, 0, 0, 0)][-1] != (8, 8)  # no empty
 
 
 def test_missing_cache_names_the_fetch_command(tmp_path):
@@ -110,6 +112,12 @@ def test_file_cut_at_a_line_boundary_is_caught_by_the_expected_count(tmp_path):
         ("+1 3:0.5 2:0.1", "ascend"),
         ("+1 9:0.5", "within 1..8"),
         ("+1 0:0.5", "within 1..8"),
+        ("+1 1:nan", "finite"),
+        ("+1 1:inf", "finite"),
+        ("-1 2:-inf", "finite"),
+        ("+1 1:1e400", "finite"),
+        ("+1 1:1e39", "float32"),
+        ("", "label must be"),
     ],
 )
 def test_malformed_lines_are_reported_with_file_and_line(tmp_path, line, message):
@@ -139,3 +147,37 @@ def test_generated_bz2_is_real_bzip2(tmp_path):
     x, y = epsilon_points(2, 4, seed=0)
     path = write_libsvm(tmp_path / "f.bz2", x, y)
     assert bz2.decompress(path.read_bytes()).decode().count("\n") == 2
+
+
+def test_tab_separated_fields_parse_as_libsvm_allows(tmp_path):
+    path = tmp_path / "tabs.txt"
+    path.write_text("+1\t2:0.5\t7:-1.5\n-1\t1:1\n")
+    rows = list(read_rows(path, 8))
+    assert rows[0][0] == 1 and rows[0][1].tolist() == [0, 0.5, 0, 0, 0, 0, -1.5, 0]
+    assert rows[1][0] == -1 and rows[1][1].tolist() == [1, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_an_empty_source_file_is_named_and_leaves_no_cache(tmp_path):
+    x, y = epsilon_points(3, 8, seed=0)
+    sources = {"train": write_libsvm(tmp_path / "train.txt", x, y), "test": tmp_path / "test.txt"}
+    sources["test"].write_text("")
+    with pytest.raises(DataError, match=r"test\.txt: no samples"):
+        convert(sources, tmp_path / "cache", 8)
+    assert not (tmp_path / "cache").exists()
+
+
+FORMAT = {"format": "stackbench-libsvm-dense-v1", "num_features": 8}
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [FORMAT | {"splits": {"train": {"rows": 0}}}, FORMAT | {"splits": ["train"]}, ["a", "list"]],
+)
+def test_a_damaged_meta_file_is_named_not_mapped(tmp_path, meta):
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    (directory / "meta.json").write_text(json.dumps(meta))
+    (directory / "train.x.f32").write_bytes(b"")
+    (directory / "train.y.i8").write_bytes(b"")
+    with pytest.raises(DataError, match=r"cache/meta\.json"):
+        open_split(directory, "train")

@@ -1,5 +1,8 @@
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from runner.job.benchmarks import BENCHMARKS
 from workloads import models
@@ -44,6 +47,47 @@ def test_resnet_stages_halve_resolution_and_double_width():
     model.blocks.register_forward_hook(lambda m, i, o: shapes.append(o.shape))
     model(torch.randn(1, 3, 32, 32))
     assert shapes == [(1, 64, 8, 8)]
+
+
+def _out_of_place(model: CifarResNet, x: torch.Tensor) -> torch.Tensor:
+    """The model's function written the plain way: new tensors everywhere, the option-A
+    shortcut built with F.pad (He et al.'s definition), for comparison."""
+
+    def shortcut(block, x):
+        s = block.shortcut
+        if s.stride == 1 and s.first_channel == 0:
+            return x
+        extra = block.conv2.out_channels - s.in_channels
+        half = extra // 2
+        return F.pad(x[:, :, :: s.stride, :: s.stride], (0, 0, 0, 0, half, extra - half))
+
+    out = model.stem_bn(model.stem(x))
+    out = out if model.pre_activation else F.relu(out)
+    for b in model.blocks:
+        if model.pre_activation:
+            y = b.conv2(F.relu(b.bn2(b.conv1(F.relu(b.bn1(out))))))
+            out = y + shortcut(b, out)
+        else:
+            y = b.bn2(b.conv2(F.relu(b.bn1(b.conv1(out)))))
+            out = F.relu(y + shortcut(b, out))
+    out = F.relu(model.final_bn(out)) if model.pre_activation else out
+    return model.fc(F.adaptive_avg_pool2d(out, 1).flatten(1))
+
+
+@pytest.mark.parametrize("variant", ["m1", "m2"])
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_cifar_resnets_in_place_step_computes_the_plain_definition(variant, memory_format):
+    torch.manual_seed(0)
+    model = CifarResNet(20, variant).to(memory_format=memory_format)
+    plain = copy.deepcopy(model)
+    x = torch.randn(4, 3, 32, 32).contiguous(memory_format=memory_format)
+    y = torch.tensor([0, 3, 5, 9])
+    out, expected = model(x), _out_of_place(plain, x)
+    torch.testing.assert_close(out, expected)
+    F.cross_entropy(out, y).backward()
+    F.cross_entropy(expected, y).backward()
+    for p, q in zip(model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
 
 
 @pytest.mark.parametrize("depth", [19, 21, 2])

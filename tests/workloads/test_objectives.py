@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -7,9 +8,10 @@ from runner.job.benchmarks import BENCHMARKS
 from workloads import objectives
 from workloads.models.logreg.model import LogisticRegression
 from workloads.objectives import CrossEntropy, RegularizedLogistic
+from workloads.optim import build_optimizer
 
 
-def test_logistic_loss_is_log_one_plus_exp_of_minus_signed_margin_plus_half_l2():
+def test_a_logistic_steps_reported_loss_is_log_one_plus_exp_of_minus_margin_plus_half_l2():
     model = LogisticRegression(3)
     with torch.no_grad():
         model.linear.weight.copy_(torch.tensor([[1.0, -2.0, 0.5]]))
@@ -19,18 +21,47 @@ def test_logistic_loss_is_log_one_plus_exp_of_minus_signed_margin_plus_half_l2()
     margins = [1.0 * (1 + 1 + 0.25), -1.0 * (-2 + 0.25)]
     data_term = sum(math.log1p(math.exp(-m)) for m in margins) / 2
     l2 = 1e-2 / 2 * (1 + 4 + 0.25 + 0.0625)
-    loss = RegularizedLogistic(model.parameters(), 1e-2).loss(model(x), y)
-    assert loss.item() == pytest.approx(data_term + l2, rel=1e-6)
+    objective = RegularizedLogistic(model.parameters(), 1e-2)
+    loss = objective.loss(model(x), y)  # what backward sees: the data term
+    assert loss.item() == pytest.approx(data_term, rel=1e-6)
+    assert loss.item() + objective.penalty_sum() == pytest.approx(data_term + l2, rel=1e-6)
+    assert objective.penalty_sum() == 0.0  # taken: the next epoch starts from nothing
 
 
-def test_l2_term_contributes_l2_rate_times_the_weights_to_the_gradient():
-    model = LogisticRegression(4)
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_steps_with_the_l2_gradient_in_the_optimizer_match_autograd_on_the_whole_loss(optimizer):
+    """Three steps as the loop takes them (the penalty's gradient as weight decay) against
+    three steps of plain autograd on data term + l2_rate / 2 * ||params||^2."""
+    config = dataclasses.replace(
+        BENCHMARKS["logreg-epsilon"].config, l2_rate=0.1, lr=0.5, optimizer=optimizer
+    )
+    torch.manual_seed(0)
+    ours, plain = LogisticRegression(5), LogisticRegression(5)
     with torch.no_grad():
-        model.linear.weight.fill_(2.0)
-    objective = RegularizedLogistic(model.parameters(), 0.1)
-    x, y = torch.zeros(5, 4), torch.ones(5)  # zero inputs: the data term has no weight gradient
-    objective.loss(model(x), y).backward()
-    assert torch.allclose(model.linear.weight.grad, torch.full((1, 4), 0.2))
+        for p, q in zip(ours.parameters(), plain.parameters(), strict=True):
+            p.normal_()
+            q.copy_(p)
+    objective = objectives.build(config, ours)
+    step = build_optimizer(config, ours.parameters())
+    reference = dataclasses.replace(config, l2_rate=0.0)  # no weight decay of its own
+    plain_step = build_optimizer(reference, plain.parameters())
+    reported, expected = 0.0, 0.0
+    for _ in range(3):
+        x, y = torch.randn(8, 5), (torch.rand(8) > 0.5).float()
+        loss = objective.loss(ours(x), y)
+        loss.backward()
+        step.step()
+        step.zero_grad()
+        reported += float(loss.detach())
+        whole = torch.nn.functional.binary_cross_entropy_with_logits(plain(x), y)
+        whole = whole + 0.1 / 2 * sum(p.pow(2).sum() for p in plain.parameters())
+        whole.backward()
+        plain_step.step()
+        plain_step.zero_grad()
+        expected += float(whole.detach())
+    for p, q in zip(ours.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+    assert reported + objective.penalty_sum() == pytest.approx(expected, rel=1e-6)
 
 
 def test_logistic_evaluation_counts_the_sign_of_the_logit_and_sums_unregularized_losses():

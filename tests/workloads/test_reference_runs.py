@@ -21,15 +21,24 @@ from workloads.mllog import read_events
 pytestmark = pytest.mark.slow
 
 
-def torchrun(config: TrainConfig, out: Path, workers: int = 2, benchmark: str = "") -> dict:
+def torchrun(
+    config: TrainConfig,
+    out: Path,
+    workers: int = 2,
+    benchmark: str = "",
+    open_division: bool = False,
+    timeout_s: float = 120.0,
+) -> dict:
+    """A run on generated data: open division where its sizes are not the canonical ones."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={workers}", "-m", "workloads.train", "--config", config.to_json(),
         "--run-id", "test", "--output-dir", str(out),
         *(["--benchmark", benchmark] if benchmark else []),
+        *(["--open-division"] if open_division else []),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads((out / "summary.json").read_text())
 
@@ -38,21 +47,46 @@ def train_losses(out: Path) -> list[float]:
     return [e["value"] for e in read_events(out / "events.jsonl") if e["key"] == "train_loss"]
 
 
-def test_two_worker_resnet20_run_on_cifar_format_files_lowers_the_loss(tmp_path):
-    write_cifar10(tmp_path / "data", per_train_batch=32, num_test=40)
-    config = BENCHMARKS["resnet20-cifar10"].config.replace(
-        data_dir=str(tmp_path / "data"),
+def _small_resnet20(data_dir: Path, **changes: object) -> TrainConfig:
+    write_cifar10(data_dir, per_train_batch=32, num_test=40)
+    return BENCHMARKS["resnet20-cifar10"].config.replace(
+        data_dir=str(data_dir),
         max_epochs=3,
         batch_size=16,
         warmup_epochs=1.0,
         lr_milestones=(),
         stop_at_target=False,
+        **changes,
     )
-    summary = torchrun(config, tmp_path / "out")
+
+
+def test_two_worker_resnet20_run_on_cifar_format_files_lowers_the_loss(tmp_path):
+    # Eager: what compiling changes is the next test's.
+    config = _small_resnet20(tmp_path / "data", compile_model=False)
+    summary = torchrun(config, tmp_path / "out", open_division=True)
     losses = train_losses(tmp_path / "out")
     assert len(losses) == 3 and losses[-1] < 0.8 * losses[0]
     assert summary["steps"] == 3 * 5  # 160 images, 80 per worker, batches of 16
     assert summary["final"]["loss"] > 0 and 0.0 <= summary["final"]["value"] <= 1.0
+
+
+def test_the_compiled_default_trains_as_the_eager_model_does_on_two_ddp_workers(tmp_path):
+    compiled = _small_resnet20(tmp_path / "data")
+    assert compiled.execution.compile_model  # the registry's default
+    torchrun(compiled, tmp_path / "compiled", open_division=True, timeout_s=600)
+    eager = compiled.replace(compile_model=False)
+    torchrun(eager, tmp_path / "eager", open_division=True)
+    compiled_losses, eager_losses = (
+        train_losses(tmp_path / "compiled"),
+        train_losses(tmp_path / "eager"),
+    )
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-3)
+    events = read_events(tmp_path / "compiled" / "events.jsonl")
+    (compile_event,) = [e for e in events if e["key"] == "stackbench_compile_time_s"]
+    assert compile_event["metadata"] == {"compiled": True}  # before run_start: init time
+    assert [e["key"] for e in events].index(compile_event["key"]) < [
+        e["key"] for e in events
+    ].index("run_start")
 
 
 def test_two_worker_logreg_run_trains_each_rank_on_its_shard_to_high_accuracy(tmp_path):
@@ -71,10 +105,27 @@ def test_two_worker_logreg_run_trains_each_rank_on_its_shard_to_high_accuracy(tm
         lr=5.0,  # alpha 10 on 2 workers
         stop_at_target=False,
     )
-    summary = torchrun(config, tmp_path / "out")
+    summary = torchrun(config, tmp_path / "out", open_division=True)
     losses = train_losses(tmp_path / "out")
     assert losses[-1] < losses[0]
     assert summary["steps"] == 4 * 2  # 200 samples in each rank's shard, batches of 100
     assert summary["final"]["value"] >= 0.9
     assert summary["train_loss"]["final"] == losses[-1]  # the mean over both ranks
     assert summary["train_loss"]["target"] == 0.2828
+
+
+def test_a_closed_division_run_refuses_a_cifar_directory_of_the_wrong_size(tmp_path):
+    """A CIFAR-format directory of 64 images a file is not CIFAR-10: it may train in the open
+    division only, and the closed division says why before anything starts."""
+    config = BENCHMARKS["resnet20-cifar10"].config.replace(data_dir=str(tmp_path))
+    write_cifar10(tmp_path, per_train_batch=64, num_test=64)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
+        "--output-dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "canonical data set only" in done.stdout + done.stderr
+    assert "fewer than CIFAR-10's 10,000 images" in done.stdout + done.stderr
+    assert not (tmp_path / "out" / "events.jsonl").exists()  # refused before init

@@ -42,6 +42,25 @@ def test_summary_reports_the_cs744_iteration_time():
     assert summary["first_step_times_ms"][:2] == [3000.0, 1500.0]
 
 
+def test_throughput_and_phase_shares_come_from_the_loops_wall_time_not_the_step_timers():
+    tally = RunTally(steps=11, samples=11 * 100, first_step_s=1.0)
+    for phase, seconds in {"data": 1.0, "forward": 3.0, "backward": 4.0, "optimizer": 1.0}.items():
+        tally.phases[phase] = seconds  # 9 s of step phases, the first step's 1 s included
+    tally.close_loop(train_wall_s=10.0)  # 1 s of the loop went between steps
+    summary = summarize(
+        BENCHMARKS["cnn-digits"].config, tally, run_id="r", benchmark="cnn-digits",
+        division="closed", strategy="local", world_size=1, device="cpu", precision="fp32",
+        run_time_s=12.0, init_time_s=1.0,
+    )  # fmt: skip
+    assert summary["phases_s"]["other"] == pytest.approx(1.0)
+    assert summary["train_time_s"] == pytest.approx(10.0)
+    assert summary["phase_shares"]["other"] == pytest.approx(0.1)
+    assert sum(summary["phase_shares"].values()) == pytest.approx(1.0)
+    # 10 steady steps of 100 samples in the 9 s after the warm-up step, not in 8 s of timers.
+    assert summary["throughput_samples_per_s"] == pytest.approx(1000 / 9.0)
+    assert summary["step_time_ms"] == pytest.approx(900.0)
+
+
 def test_train_loss_target_is_reported_at_the_first_epoch_that_meets_it():
     losses = [
         {"epoch": 1, "value": 0.5, "time_s": 10.0},

@@ -12,13 +12,15 @@ import pytest
 from tests.distributed import run_ranks
 from tests.workloads.strategy_harness import (
     DelayedCollectives,
+    HostWorkCollectives,
     config_for,
     one_matrix_net,
     step,
     trainer,
+    two_bucket_net,
 )
 from workloads.strategies.base import Collectives
-from workloads.timing import PHASES
+from workloads.timing import PHASES, StepTimer
 
 DELAY_S = 0.2
 STEPS = 3  # the first is a warm-up; the phase minimum over the others resists noise
@@ -40,10 +42,12 @@ def _phases_with_and_without_delay(rank: int, world_size: int) -> dict[str, dict
     return out
 
 
-def _min_phases(rank, world_size, config, collectives) -> dict[str, float]:
-    tr = trainer(rank, world_size, config, one_matrix_net(), STEPS, collectives)
-    steps = [step(tr, i) for i in range(STEPS)][1:]
-    calls_per_step = getattr(collectives, "calls", 0) / STEPS
+def _min_phases(rank, world_size, config, collectives, net=one_matrix_net) -> dict[str, float]:
+    tr = trainer(rank, world_size, config, net(), STEPS, collectives)
+    step(tr, 0)  # warm-up: DDP rebuilds its buckets after it
+    warmup_calls = getattr(collectives, "calls", 0)
+    steps = [step(tr, i) for i in range(1, STEPS)]
+    calls_per_step = (getattr(collectives, "calls", 0) - warmup_calls) / (STEPS - 1)
     del tr
     gc.collect()  # no DDP reducer may outlive its use (see tests/distributed.py)
     return {p: min(s[p] for s in steps) for p in PHASES} | {"calls": calls_per_step}
@@ -66,3 +70,71 @@ def test_injected_delay_shows_up_as_communication_only(timings, name, rank):
     for phase in ("forward", "backward", "optimizer"):
         moved_s = abs(delayed[phase] - base[phase])
         assert moved_s < 0.25 * DELAY_S, f"{phase} moved {moved_s:.3f} s"
+
+
+HOOK_WORK_S = 0.15
+HOOK_STRATEGIES = ("ddp", "fp16-compress")  # their hooks issue collectives via Collectives
+
+
+def _phases_with_and_without_hook_work(rank: int, world_size: int) -> dict[str, dict]:
+    out = {}
+    for name in HOOK_STRATEGIES:
+        config = config_for(name)
+        out[name] = {
+            "base": _min_phases(rank, world_size, config, Collectives(), two_bucket_net),
+            "work": _min_phases(
+                rank, world_size, config, HostWorkCollectives(HOOK_WORK_S), two_bucket_net
+            ),
+        }
+    return out
+
+
+@pytest.fixture(scope="module")
+def hook_timings():
+    return run_ranks(_phases_with_and_without_hook_work, world_size=2, timeout_s=240)
+
+
+@pytest.mark.parametrize("name", HOOK_STRATEGIES)
+@pytest.mark.parametrize("rank", [0, 1])
+def test_host_work_inside_communication_hooks_is_booked_as_communication(hook_timings, name, rank):
+    """Every bucket's hook work counts, the earlier buckets' too, although it ran while
+    backward was still producing gradients."""
+    base, work = hook_timings[rank][name]["base"], hook_timings[rank][name]["work"]
+    assert work["calls"] == 2, "the net should fill two DDP buckets"
+    added_s = HOOK_WORK_S * work["calls"]
+    grown_s = work["communication"] - base["communication"]
+    assert grown_s >= 0.8 * added_s, f"communication grew {grown_s:.3f} s of {added_s} s"
+    assert grown_s <= added_s + 0.5 * HOOK_WORK_S
+    for phase in ("forward", "backward", "optimizer"):
+        moved_s = abs(work[phase] - base[phase])
+        assert moved_s < 0.25 * HOOK_WORK_S, f"{phase} moved {moved_s:.3f} s"
+
+
+class ScriptedClock:
+    """Stamps are the given seconds, in order (CpuClock arithmetic, no waiting)."""
+
+    def __init__(self, *stamps: float) -> None:
+        self._stamps = iter(stamps)
+
+    def stamp(self) -> float:
+        return next(self._stamps)
+
+    def elapsed_s(self, start: float, end: float) -> float:
+        return end - start
+
+    def sync(self) -> None:
+        return None
+
+
+def test_a_moved_interval_leaves_the_lap_it_ran_in_and_the_phases_still_add_up():
+    timer = StepTimer(ScriptedClock(0.0, 1.0, 4.0, 5.0))
+    timer.start()  # 0
+    timer.lap("forward")  # 1
+    timer.lap("backward")  # 4: backward took 3 s, of which 0.5 s were a hook's work
+    timer.move("communication", 2.0, 2.5)
+    timer.lap("communication")  # 5
+    phases = timer.finish()
+    assert phases["forward"] == 1.0
+    assert phases["backward"] == 2.5
+    assert phases["communication"] == 1.5
+    assert sum(phases.values()) == 5.0

@@ -4,7 +4,8 @@
 dataset, preprocessed once (outside the benchmark clock, as MLPerf does) and placed on the
 training device, so a step's data phase is an index plus batched on-device augmentation, and
 not per-sample Python. Datasets too large to hold per rank (epsilon) load only the rank's
-static shard of the training split (`Splits.train_is_rank_shard`).
+static shard of the training split, shuffled once (`Splits.train_is_rank_shard`): its
+batches are contiguous slices.
 
 Where data sets live is decided here and only here (`data_root`). This module imports no
 torch at import time: the runner's `runner data fetch` uses the same paths.
@@ -82,7 +83,8 @@ class Splits:
     num_classes: int
     augment: Augment | None = None  # batched, on-device training augmentation
     # True when train_x/train_y hold only this rank's static shard (every rank's the same
-    # size); the loop then shuffles within it instead of sharding one global order.
+    # size), shuffled when loaded; the loop then takes contiguous batches of it in a fresh
+    # order each epoch instead of sharding one global order (workloads/data/sampling.py).
     train_is_rank_shard: bool = False
 
     @property
@@ -111,5 +113,5 @@ def load(config: TrainConfig, device: torch.device, rank: int = 0, world_size: i
     if data.name == "epsilon":
         from workloads.data.epsilon import load_epsilon
 
-        return load_epsilon(data_root(data.data_dir), device, rank, world_size)
+        return load_epsilon(data_root(data.data_dir), device, rank, world_size, config.run.seed)
     raise ValueError(f"no loader for dataset {data.name!r}")

@@ -113,7 +113,8 @@ def random_crop_flip(
     images: torch.Tensor, generator: torch.Generator, padding: int
 ) -> torch.Tensor:
     """Each image zero-padded by `padding`, cropped back to its size at a uniform random
-    offset and mirrored left-right with probability 1/2: one gather for the whole batch."""
+    offset and mirrored left-right with probability 1/2: two gathers for the whole batch,
+    rows then columns (one gather indexing all four dimensions cost twice as much)."""
     n, c, h, w = images.shape
     device = images.device
     padded = F.pad(images, (padding, padding, padding, padding))
@@ -122,12 +123,8 @@ def random_crop_flip(
     rows = offsets[0, :, None] + torch.arange(h, device=device)  # [n, h]
     cols = offsets[1, :, None] + torch.arange(w, device=device)  # [n, w]
     cols = torch.where(flip, cols.flip(1), cols)  # a mirrored crop reads its columns reversed
-    return padded[
-        torch.arange(n, device=device)[:, None, None, None],
-        torch.arange(c, device=device)[None, :, None, None],
-        rows[:, None, :, None],
-        cols[:, None, None, :],
-    ]
+    cropped_rows = padded.gather(2, rows[:, None, :, None].expand(n, c, h, w + 2 * padding))
+    return cropped_rows.gather(3, cols[:, None, None, :].expand(n, c, h, w))
 
 
 def normalize(
@@ -136,7 +133,7 @@ def normalize(
     inv_std: torch.Tensor,
     memory_format: torch.memory_format = torch.contiguous_format,
 ) -> torch.Tensor:
-    out = images.to(memory_format=memory_format).float()
+    out = images.to(dtype=torch.float32, memory_format=memory_format)  # one pass for both
     return out.sub_(mean).mul_(inv_std)
 
 

@@ -51,7 +51,10 @@ def parse_line(
     line: bytes, num_features: int, path: Path, line_number: int
 ) -> tuple[int, np.ndarray]:
     where = f"{path}:{line_number}"
-    label_text, _, features = line.strip().partition(b" ")
+    # LIBSVM separates fields by spaces or tabs (its own reader splits on both).
+    fields = line.split(None, 1)
+    label_text = fields[0] if fields else b""
+    features = fields[1].strip() if len(fields) > 1 else b""
     if label_text not in (b"+1", b"1", b"-1"):
         raise DataError(f"{where}: label must be +1 or -1, got {label_text[:20]!r}")
     pairs = features.replace(b":", b" ")
@@ -61,6 +64,10 @@ def parse_line(
         values = np.empty(0)
     if values.size != 2 * features.count(b":") or values.size % 2:
         raise DataError(f"{where}: malformed features (expected index:value pairs)")
+    if not np.isfinite(values).all():  # nan, inf, and numbers beyond float range (1e400)
+        raise DataError(f"{where}: values must be finite numbers (expected index:value pairs)")
+    if np.abs(values[1::2]).max(initial=0.0) > np.finfo(np.float32).max:
+        raise DataError(f"{where}: a value does not fit in float32, as the cache stores them")
     index = values[0::2]
     if index.size and (
         index[0] < 1 or index[-1] > num_features or np.any(np.diff(index) <= 0)
@@ -86,6 +93,8 @@ def convert(
         splits = {}
         for split, source in sources.items():
             rows = _convert_split(source, tmp, split, num_features, progress)
+            if rows == 0:
+                raise DataError(f"{source}: no samples (expected one LIBSVM line per sample)")
             wanted = (expected_rows or {}).get(split)
             if wanted is not None and rows != wanted:
                 raise DataError(f"{source}: {rows} samples, expected {wanted}; it is truncated")
@@ -129,8 +138,14 @@ def read_meta(cache_dir: Path) -> dict:
         raise DataError(f"{cache_dir}: no converted data (meta.json missing)") from None
     except json.JSONDecodeError as err:
         raise DataError(f"{cache_dir / 'meta.json'}: corrupt ({err})") from None
-    if meta.get("format") != FORMAT:
-        raise DataError(f"{cache_dir / 'meta.json'}: format {meta.get('format')!r}, not {FORMAT}")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise DataError(f"{cache_dir / 'meta.json'}: format {found!r}, not {FORMAT}")
+    splits = meta.get("splits")
+    if not isinstance(splits, dict) or not all(
+        isinstance(v, dict) and "rows" in v for v in splits.values()
+    ):
+        raise DataError(f"{cache_dir / 'meta.json'}: expected splits with their rows")
     return meta
 
 
@@ -145,6 +160,8 @@ def open_split(cache_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{cache_dir}: no split {split!r} (has {', '.join(meta['splits'])})")
     rows, width = meta["splits"][split]["rows"], meta["num_features"]
     x_path, y_path = cache_dir / f"{split}.x.f32", cache_dir / f"{split}.y.i8"
+    if not (isinstance(rows, int) and rows > 0 and isinstance(width, int) and width > 0):
+        raise DataError(f"{cache_dir / 'meta.json'}: {split} has {rows!r} rows of {width!r}")
     for path, size in ((x_path, rows * width * 4), (y_path, rows)):
         actual = path.stat().st_size if path.exists() else None
         if actual != size:

@@ -6,7 +6,10 @@ number of samples (the remainder of an uneven split is dropped for that epoch), 
 waits in a collective for a peer that has run out of data.
 
 Data sets too large for every rank to hold (epsilon) are split once instead: each rank owns a
-static contiguous shard, the same size on every rank, and reshuffles it each epoch.
+static contiguous shard, the same size on every rank, shuffled once when it is loaded
+(outside the clock); an epoch takes its contiguous batches in a fresh random order, so a batch
+is a view of the shard and not a gather of rows (for a linear model, the gather cost as much
+as the rest of the step). The batches themselves are the same every epoch; their order is not.
 """
 
 from __future__ import annotations
@@ -49,7 +52,18 @@ def static_shard(num_samples: int, world_size: int, rank: int) -> tuple[int, int
     return rank * size, (rank + 1) * size
 
 
-def shard_epoch_order(num_local: int, rank: int, epoch: int, seed: int) -> torch.Tensor:
-    """A fresh order of a rank's own static shard each epoch (local indices)."""
-    generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_009 + rank)
+def shuffled_shard_order(num_local: int, rank: int, seed: int) -> torch.Tensor:
+    """The order a rank's static shard is shuffled into once, when it is loaded."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + 1_009 * (rank + 1))
     return torch.randperm(num_local, generator=generator)
+
+
+def slice_batches(num_local: int, batch_size: int, rank: int, epoch: int, seed: int) -> list[slice]:
+    """An epoch of a pre-shuffled shard: its contiguous batches in a fresh random order, the
+    short remainder (if any) last, so every rank's batches are the same sizes step by step.
+    A batch is then a view of the shard, not a gather of rows."""
+    starts = list(range(0, num_local, batch_size))
+    short = [starts.pop()] if num_local % batch_size else []
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_009 + rank)
+    order = [starts[i] for i in torch.randperm(len(starts), generator=generator).tolist()]
+    return [slice(start, min(start + batch_size, num_local)) for start in order + short]

@@ -55,16 +55,23 @@ def load_wikitext(directory: Path) -> Corpus:
 
 
 def read_tokens(path: Path) -> list[str]:
-    """Every line's whitespace-separated words followed by `<eos>`."""
+    """Every line's whitespace-separated words followed by `<eos>`. A byte-order mark that
+    an editor put before the first line is not part of the first word."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return [word for line in f for word in (*line.split(), EOS)]
+        with open(path, encoding="utf-8-sig") as f:
+            tokens = [word for line in f for word in (*line.split(), EOS)]
     except FileNotFoundError:
         raise DataError(f"{path} not found; run {_fetch_command(path.parent)}") from None
     except UnicodeDecodeError as err:
         raise DataError(
             f"{path}: not UTF-8 text ({err}); run {_fetch_command(path.parent, force=True)}"
         ) from None
+    if not tokens:
+        raise DataError(
+            f"{path}: empty (expected WikiText-2's tokenized text); "
+            f"run {_fetch_command(path.parent, force=True)}"
+        )
+    return tokens
 
 
 def build_vocab(tokens: list[str]) -> tuple[str, ...]:
@@ -78,12 +85,19 @@ def encode(tokens: list[str], index: dict[str, int], path: Path) -> np.ndarray:
         return np.fromiter((index[t] for t in tokens), dtype=np.int64, count=len(tokens))
     except KeyError as err:
         word = err.args[0]
-        line = tokens[: tokens.index(word)].count(EOS) + 1  # every line ends with one <eos>
+        line = first_line_with(path, word)
         raise DataError(
             f"{path}:{line}: word {word!r} is not in the vocabulary of {TRAIN_FILE}; "
             "WikiText-2 maps every such word to <unk>, so these are not its files; "
             f"run {_fetch_command(path.parent, force=True)}"
         ) from None
+
+
+def first_line_with(path: Path, word: str) -> int:
+    """The 1-based number of the first line of `path` holding `word` (0 if none does). Lines
+    are counted in the file, not by `<eos>` tokens: the text may hold the word `<eos>` too."""
+    with open(path, encoding="utf-8-sig") as f:
+        return next((n for n, line in enumerate(f, start=1) if word in line.split()), 0)
 
 
 def _fetch_command(directory: Path, force: bool = False) -> str:

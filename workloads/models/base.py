@@ -38,3 +38,8 @@ class ModelConfig(Component):
         from workloads.objectives import CrossEntropy
 
         return CrossEntropy()
+
+    def optimizer_weight_decay(self) -> float:
+        """Weight decay the optimizer adds for the objective's own L2 penalty, whose gradient
+        it is (workloads/objectives.py, RegularizedLogistic); 0 without one."""
+        return 0.0

@@ -5,9 +5,13 @@ communication hook as soon as autograd has produced it. `DdpStrategy` wraps the 
 every call first stamps the clock; the last stamp of a step marks the end of gradient
 computation, and the rest of loss.backward() (DDP waits there for every bucket's future) is the
 exposed communication. So the backward lap ends at the last bucket's stamp and the
-communication lap at the end of backward(). Work a hook does before its collective (casting to
-fp16, PowerSGD's matrix products) counts as communication for the last bucket and as backward
-for earlier ones, where it delays the gradients still to come.
+communication lap at the end of backward(). What a hook does on the thread running backward
+(casting a bucket to fp16, PowerSGD's matrix products before its first all-reduce, issuing the
+collective) is stamped on entry and exit and booked as communication for every bucket: for the
+last one it already falls after the backward lap, for earlier ones it is moved out of the
+backward lap (StepTimer.move), where it delayed the gradients still to come. Work a hook
+chains on its collective's future (PowerSGD's second half) runs when that completes, off the
+backward thread; what of it is not hidden by backward is exposed communication at the end.
 
 - `ddp`: mean all-reduce of each bucket (the behaviour of DDP without a hook).
 - `fp16-compress` / `bf16-compress`: torch's compression wrappers around that all-reduce.
@@ -53,23 +57,27 @@ class DdpStrategy:
         self._clock = clock
         self._collectives = collectives
         self._comm_hook = comm_hook
-        self._last_ready: Any = None
+        self._hook_spans: list[tuple[Any, Any]] = []  # (entry, exit) stamps, this step's
         self.module.register_comm_hook(state=hook_state, hook=self._hook)
 
     # No annotations: DDP checks a hook's annotations at runtime and would see strings here.
     def _hook(self, state, bucket):  # type: ignore[no-untyped-def]
-        # Called as each bucket's gradients are complete; the last call marks the end of
-        # gradient computation (on CUDA the stamp is an event on the compute stream).
-        self._last_ready = self._clock.stamp()
-        return self._comm_hook(state, bucket)
+        # Called as each bucket's gradients are complete; the last entry marks the end of
+        # gradient computation (on CUDA the stamps are events on the compute stream).
+        entry = self._clock.stamp()
+        future = self._comm_hook(state, bucket)
+        self._hook_spans.append((entry, self._clock.stamp()))
+        return future
 
     def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
-        self._last_ready = None
+        self._hook_spans = []
         loss.backward()
-        if self._last_ready is None:  # nothing to reduce (no gradients): all of it is compute
+        if not self._hook_spans:  # nothing to reduce (no gradients): all of it is compute
             timer.lap("backward")
         else:
-            timer.lap_at("backward", self._last_ready)
+            timer.lap_at("backward", self._hook_spans[-1][0])
+            for entry, exit_ in self._hook_spans[:-1]:  # the last one is past the lap already
+                timer.move("communication", entry, exit_)
         timer.lap("communication")
 
     def no_sync(self) -> AbstractContextManager[None]:

@@ -67,23 +67,33 @@ class ClassificationTask:
 
 
 def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torch.nn.Module:
-    """The model compiled for every batch shape this rank will see, before the clock."""
+    """The model compiled for every batch shape this rank will see, before the clock; the
+    eager model, and the reason in the event log, where the backend cannot compile."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
     from workloads import compiling
     from workloads.data.sampling import eval_shard
 
     config = ctx.config
-    compiled = compiling.compile_model(model)
+    kernel_cache = compiling.cache_dir(data.data_root(config.data.data_dir))
+    compiled = compiling.compile_model(model, kernel_cache)
     per_rank = (
         splits.num_train if splits.train_is_rank_shard else splits.num_train // ctx.world_size
     )
     num_eval = int(eval_shard(splits.num_test, ctx.world_size, ctx.rank).numel())
     channels_last = config.execution.memory_format == "channels_last"
-    seconds = compiling.precompile(
-        compiled,
-        splits.sample_shape,
-        compiling.batch_sizes(per_rank, config.data.batch_size),
-        compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
-        torch.channels_last if channels_last else torch.contiguous_format,
-    )
-    ctx.log.point(mllog.COMPILE_TIME, seconds)
+    try:
+        seconds = compiling.precompile(
+            compiled,
+            splits.sample_shape,
+            compiling.batch_sizes(per_rank, config.data.batch_size),
+            compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
+            torch.channels_last if channels_last else torch.contiguous_format,
+        )
+    except BackendCompilerFailed as err:  # e.g. no C++ compiler in the image
+        reason = str(err).strip().splitlines()[0]
+        print(f"workloads.train: training the eager model: torch.compile failed: {reason}")
+        ctx.log.point(mllog.COMPILE_TIME, None, compiled=False, reason=reason)
+        return model
+    ctx.log.point(mllog.COMPILE_TIME, seconds, compiled=True)
     return compiled

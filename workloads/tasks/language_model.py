@@ -108,7 +108,7 @@ class LanguageModelTask(Trains):
             loss, hidden[0] = self._step(start, length, hidden[0], epoch - 1 + i / len(windows))
             return StepResult(loss, cfg.data.batch_size, length * cfg.data.batch_size)
 
-        return timed_epoch(self.timer, epoch, len(windows), step, self.device, out_of_time, on_step)
+        return timed_epoch(self.timer, epoch, len(windows), step, out_of_time, on_step)
 
     def _step(
         self, start: int, length: int, hidden: object, epochs_done: float

@@ -130,7 +130,7 @@ class TranslationTask(Trains):
             rounds = [self.train_ids[batches[r[self.rank]]] for r in update.rounds]
             return self._update(rounds, update.units, epoch - 1 + i / len(updates))
 
-        return timed_epoch(self.timer, epoch, len(updates), step, self.device, out_of_time, on_step)
+        return timed_epoch(self.timer, epoch, len(updates), step, out_of_time, on_step)
 
     def _update(self, rounds: list[np.ndarray], units: int, epochs_done: float) -> StepResult:
         """One optimizer update over this rank's micro-batches `rounds` (pair ids)."""

@@ -67,7 +67,7 @@ def worker_processes(
             argv=(
                 python,
                 "-m",
-                "torch.distributed.run",
+                "runner.backends.local.torchrun",
                 *_torchrun_options(num_workers, i, procs_per_worker),
                 *entry,
             ),
@@ -84,7 +84,7 @@ def _torchrun_options(num_workers: int, node_rank: int, procs_per_worker: int) -
         f"--nnodes={num_workers}", f"--node-rank={node_rank}",
         f"--nproc-per-node={procs_per_worker}",
         f"--master-addr={address(0)}", f"--master-port={MASTER_PORT}",
-        "--monitor-interval=0.5",
+        "--monitor-interval=0.1",
     ]  # fmt: skip
 
 

@@ -35,3 +35,6 @@ class LogRegConfig(ModelConfig):
         from workloads.objectives import RegularizedLogistic
 
         return RegularizedLogistic(model.parameters(), self.l2_rate)
+
+    def optimizer_weight_decay(self) -> float:
+        return self.l2_rate

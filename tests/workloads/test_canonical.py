@@ -1,0 +1,128 @@
+"""The closed division's data check: present, complete, and the canonical split sizes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.datagen import write_cifar10
+from workloads.data import CIFAR10_FILES, CIFAR10_SUBDIR, WIKITEXT2_SUBDIR, epsilon_cache_dir
+from workloads.data.canonical import (
+    CIFAR10_IMAGE_BYTES,
+    CIFAR10_IMAGES_PER_FILE,
+    EPSILON_ROWS,
+    WIKITEXT2_TOKENS,
+    problem,
+)
+
+
+def _sized(path: Path, size: int) -> None:
+    """A file of `size` bytes that takes no disk (only sizes are checked)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def _canonical_cifar(root: Path) -> None:
+    for name in CIFAR10_FILES:
+        _sized(root / CIFAR10_SUBDIR / name, CIFAR10_IMAGES_PER_FILE * CIFAR10_IMAGE_BYTES + 9)
+
+
+def _epsilon_cache(root: Path, rows: dict[str, int], width: int = 2000) -> None:
+    cache = epsilon_cache_dir(root)
+    splits = {split: {"rows": n, "source": f"{split}.bz2"} for split, n in rows.items()}
+    meta = {"format": "stackbench-libsvm-dense-v1", "num_features": width, "splits": splits}
+    _sized(cache / "meta.json", 0)
+    (cache / "meta.json").write_text(json.dumps(meta))
+    for split, n in rows.items():
+        _sized(cache / f"{split}.x.f32", n * width * 4)
+        _sized(cache / f"{split}.y.i8", n)
+
+
+def _text_of(tokens: int) -> str:
+    """Lines of 99 words (100 tokens with their <eos>), then one holding the rest."""
+    full, rest = divmod(tokens, 100)
+    lines = [" ".join(["w"] * 99)] * full + ([" ".join(["w"] * (rest - 1))] if rest else [])
+    return "\n".join(lines) + "\n"
+
+
+def test_canonical_cifar10_sizes_pass(tmp_path):
+    _canonical_cifar(tmp_path)
+    assert problem(tmp_path, "cifar10") is None
+
+
+def test_a_cifar_directory_of_64_images_a_file_is_not_cifar10(tmp_path):
+    write_cifar10(tmp_path, per_train_batch=64, num_test=64)
+    said = problem(tmp_path, "cifar10")
+    assert said is not None and "data_batch_1 holds fewer than CIFAR-10's 10,000 images" in said
+    assert f"runner data fetch cifar10 --dir {tmp_path} --force" in said
+
+
+def test_a_missing_cifar_batch_names_the_file_and_the_fetch_command(tmp_path):
+    _canonical_cifar(tmp_path)
+    (tmp_path / CIFAR10_SUBDIR / "test_batch").unlink()
+    said = problem(tmp_path, "cifar10")
+    assert said == (
+        f"{tmp_path / CIFAR10_SUBDIR / 'test_batch'} is missing; "
+        f"run `runner data fetch cifar10 --dir {tmp_path}`"
+    )
+
+
+def test_epsilon_passes_with_its_canonical_rows_and_files(tmp_path):
+    _epsilon_cache(tmp_path, EPSILON_ROWS)
+    assert problem(tmp_path, "epsilon") is None
+
+
+@pytest.mark.parametrize(
+    ("rows", "width"), [({"train": 400, "test": 100}, 2000), (EPSILON_ROWS, 1999)]
+)
+def test_an_epsilon_cache_of_other_sizes_is_not_canonical(tmp_path, rows, width):
+    _epsilon_cache(tmp_path, rows, width)
+    said = problem(tmp_path, "epsilon")
+    assert said is not None and "not the canonical split" in said
+
+
+def test_a_truncated_epsilon_file_is_named(tmp_path):
+    _epsilon_cache(tmp_path, EPSILON_ROWS)
+    _sized(epsilon_cache_dir(tmp_path) / "test.y.i8", 99_999)
+    said = problem(tmp_path, "epsilon")
+    assert said is not None and said.startswith(f"{epsilon_cache_dir(tmp_path) / 'test.y.i8'}")
+
+
+def test_a_damaged_epsilon_meta_file_is_reported_not_raised(tmp_path):
+    _epsilon_cache(tmp_path, EPSILON_ROWS)
+    (epsilon_cache_dir(tmp_path) / "meta.json").write_text('{"splits": [1, 2]')
+    said = problem(tmp_path, "epsilon")
+    assert said is not None and "meta.json: unreadable" in said
+
+
+def test_wikitext2_token_counts_decide(tmp_path):
+    directory = tmp_path / WIKITEXT2_SUBDIR
+    directory.mkdir()
+    for name, tokens in WIKITEXT2_TOKENS.items():
+        (directory / name).write_text(_text_of(tokens))
+    assert problem(tmp_path, "wikitext2") is None
+    valid = directory / "wiki.valid.tokens"
+    valid.write_text(valid.read_text() + "one more\n")
+    said = problem(tmp_path, "wikitext2")
+    assert said is not None and "217,649 tokens, WikiText-2's has 217,646" in said
+
+
+def test_digits_is_always_there_and_an_unknown_data_set_is_named(tmp_path):
+    assert problem(tmp_path, "digits") is None
+    assert problem(tmp_path, "imagenet") == "no data set 'imagenet'"
+
+
+def test_the_check_imports_neither_torch_nor_numpy(tmp_path):
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from workloads.data.canonical import problem\n"
+        f"problem(Path({str(tmp_path)!r}), 'cifar10')\n"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

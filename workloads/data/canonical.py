@@ -1,0 +1,124 @@
+"""Whether a data set under a data root is present, complete and the canonical one.
+
+`problem(root, dataset)` answers with the standard library only (no torch, no numpy) and in
+well under a second, so the runner can ask before it starts anything: None when the data
+set is there and its splits have the sizes shared/BENCHMARKS.md names, else one line saying
+what is wrong and the command that fixes it. A closed-division run refuses data that is not
+canonical (workloads/train.py asks the same question before it starts); an open-division
+run may train on anything its loader accepts. It checks sizes, not content: the content is
+what `runner data fetch` verified against the published checksums, and what the loaders
+validate as they read it.
+
+- cifar10: the six batch files, each large enough for the 10,000 images (3,072 bytes each)
+  of a canonical batch, so 50,000 training and 10,000 test images (decoding 180 MB of
+  pickles would not be quick);
+- epsilon: the converted cache's row counts (400,000 and 100,000) and file sizes;
+- wikitext2: the tokens of each file, counted as the reader counts them (words plus one
+  `<eos>` a line): 2,088,628, 217,646 and 245,569;
+- wmt16, wmt17: the tokenized cache is there (no canonical sizes are checked);
+- digits: always there (it ships with scikit-learn).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from workloads.data import (
+    CIFAR10_FILES,
+    CIFAR10_SUBDIR,
+    EPSILON_NUM_FEATURES,
+    WIKITEXT2_FILES,
+    WIKITEXT2_SUBDIR,
+    WMT_SUBDIRS,
+    epsilon_cache_dir,
+    translation_cache_dir,
+)
+
+CIFAR10_IMAGES_PER_FILE = 10_000  # five training batches and one test batch
+CIFAR10_IMAGE_BYTES = 3 * 32 * 32
+EPSILON_ROWS = {"train": 400_000, "test": 100_000}
+WIKITEXT2_TOKENS = dict(zip(WIKITEXT2_FILES, (2_088_628, 217_646, 245_569), strict=True))
+
+
+def problem(root: Path, dataset: str) -> str | None:
+    """What keeps `dataset` under `root` from being the canonical data set, or None."""
+    if dataset == "digits":
+        return None
+    if dataset == "cifar10":
+        return _cifar10(root)
+    if dataset == "epsilon":
+        return _epsilon(root)
+    if dataset == "wikitext2":
+        return _wikitext2(root)
+    if dataset in WMT_SUBDIRS:
+        cache = translation_cache_dir(root, dataset)
+        return None if (cache / "meta.json").is_file() else _missing(cache, dataset, root)
+    return f"no data set {dataset!r}"
+
+
+def _cifar10(root: Path) -> str | None:
+    directory = root / CIFAR10_SUBDIR
+    least = CIFAR10_IMAGES_PER_FILE * CIFAR10_IMAGE_BYTES
+    for name in CIFAR10_FILES:
+        path = directory / name
+        if not path.is_file():
+            return _missing(path, "cifar10", root)
+        if path.stat().st_size < least:
+            return (
+                f"{path} holds fewer than CIFAR-10's {CIFAR10_IMAGES_PER_FILE:,} images "
+                f"({path.stat().st_size:,} bytes; they take {least:,}): not the canonical "
+                f"50,000/10,000 split; {_refetch('cifar10', root)}"
+            )
+    return None
+
+
+def _epsilon(root: Path) -> str | None:
+    cache = epsilon_cache_dir(root)
+    meta_path = cache / "meta.json"
+    if not meta_path.is_file():
+        return _missing(cache, "epsilon", root)
+    try:
+        meta = json.loads(meta_path.read_text())
+        width = meta["num_features"]
+        rows = {split: meta["splits"][split]["rows"] for split in EPSILON_ROWS}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{meta_path}: unreadable ({type(err).__name__}: {err}); {_refetch('epsilon', root)}"
+    if width != EPSILON_NUM_FEATURES or rows != EPSILON_ROWS:
+        return (
+            f"{cache}: {rows} rows of {width} features, epsilon's are {EPSILON_ROWS} of "
+            f"{EPSILON_NUM_FEATURES}: not the canonical split; {_refetch('epsilon', root)}"
+        )
+    for split, count in rows.items():
+        for suffix, row_bytes in ((".x.f32", 4 * width), (".y.i8", 1)):
+            path = cache / f"{split}{suffix}"
+            if not path.is_file() or path.stat().st_size != count * row_bytes:
+                return f"{path}: missing or the wrong size; {_refetch('epsilon', root)}"
+    return None
+
+
+def _wikitext2(root: Path) -> str | None:
+    directory = root / WIKITEXT2_SUBDIR
+    for name, canonical in WIKITEXT2_TOKENS.items():
+        path = directory / name
+        if not path.is_file():
+            return _missing(path, "wikitext2", root)
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                tokens = sum(len(line.split()) + 1 for line in f)
+        except (OSError, UnicodeDecodeError) as err:
+            return f"{path}: unreadable ({err}); {_refetch('wikitext2', root)}"
+        if tokens != canonical:
+            return (
+                f"{path}: {tokens:,} tokens, WikiText-2's has {canonical:,}: not the "
+                f"canonical data set; {_refetch('wikitext2', root)}"
+            )
+    return None
+
+
+def _missing(path: Path, dataset: str, root: Path) -> str:
+    return f"{path} is missing; run `runner data fetch {dataset} --dir {root}`"
+
+
+def _refetch(dataset: str, root: Path) -> str:
+    return f"run `runner data fetch {dataset} --dir {root} --force`"
