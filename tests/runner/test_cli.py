@@ -78,7 +78,7 @@ def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):
     assert job["division"] == "open"
     assert job["config"]["optimizer"]["momentum"] == 0.5
     command = result.output[end:].strip()
-    assert "-m torch.distributed.run --standalone --nproc-per-node=2" in command
+    assert "-m runner.backends.local.torchrun --standalone --nproc-per-node=2" in command
     assert f"--run-id {job['run_id']}" in command
     # The LR the run will use, and how it follows from the benchmark's (linear scaling, 2 workers).
     assert "lr 0.05 -> 0.1 (linear x 2 workers" in result.stderr

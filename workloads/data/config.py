@@ -25,6 +25,9 @@ class DataConfig(Component):
     # per worker). Fixed here; WMT's option makes both keys (a field overrides the ClassVar).
     batch_unit: ClassVar[str] = "samples"
     global_batch: ClassVar[int | None] = None
+    # Where the files are: data sets read from files make it a key (FileData); the others
+    # (digits ship with scikit-learn) have none.
+    data_dir: ClassVar[str | None] = None
 
     def global_batch_size(self, world_size: int) -> int:
         """Units per optimizer update over all workers."""

@@ -25,9 +25,9 @@ def test_each_worker_gets_a_torchrun_agent_in_its_own_namespace() -> None:
     assert [p.netns for p in processes] == [0, 1, 2]
     for rank, p in enumerate(processes):
         assert p.argv == (
-            "/py", "-m", "torch.distributed.run", "--nnodes=3", f"--node-rank={rank}",
+            "/py", "-m", "runner.backends.local.torchrun", "--nnodes=3", f"--node-rank={rank}",
             "--nproc-per-node=1", "--master-addr=198.18.0.1", "--master-port=29500",
-            "--monitor-interval=0.5", *ENTRY,
+            "--monitor-interval=0.1", *ENTRY,
         )  # fmt: skip
         assert p.env == {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "veth0"}
         assert p.cwd == "/runs/r"
