@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from workloads import divergence
 from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
@@ -152,6 +153,7 @@ def train_step(tr: Trainer, index: Batch, epochs_done: float, steps_done: int) -
     loss = tr.objective.loss(tr.strategy.module(x), y)
     timer.lap("forward")
     tr.strategy.backward(loss, timer)
+    divergence.check(loss, tr.strategy.inner.parameters(), int(epochs_done) + 1, steps_done + 1)
     tr.optimizer.step()
     tr.optimizer.zero_grad(set_to_none=True)
     timer.lap("optimizer")

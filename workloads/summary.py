@@ -35,6 +35,7 @@ class RunTally:
     evals: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
     time_to_target_s: float | None = None
     out_of_time: bool = False
+    diverged: str | None = None  # why the run stopped diverged (workloads/divergence.py)
     step_times_s: list[float] = field(default_factory=list)  # the first STEP_TIMES_KEPT
     train_losses: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
 
@@ -85,7 +86,8 @@ def summarize(
         "world_size": world_size,
         "device": device,
         "precision": precision,  # what forward passes computed in (workloads/precision.py)
-        "status": "success" if reached else "aborted",
+        "status": "diverged" if tally.diverged else ("success" if reached else "aborted"),
+        "diverged": tally.diverged,
         "target": {"metric": config.target_metric, "value": config.target.target_value},
         "target_reached": reached,
         "time_to_target_s": tally.time_to_target_s,

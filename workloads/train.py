@@ -25,6 +25,7 @@ from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from workloads import dist, lifetime, manifest, mllog, strategies, tasks
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
+from workloads.divergence import DIVERGED_EXIT, Diverged
 from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
 from workloads.timing import LOOP_PHASES, clock_for
@@ -117,12 +118,15 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     deadline = Deadline(config.run.time_budget_s, start, device)
     try:
         _train(task, config, device, tally, log, start, deadline)
+    except Diverged as err:
+        tally.diverged = str(err)
     except BaseException as err:
         log.end(mllog.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
         raise
     run_time_s = time.perf_counter() - start
     tally.close_loop(run_time_s - tally.eval_s)  # throughput is from wall time (summary.py)
-    tally.phases = _mean_over_ranks(tally.phases, device)
+    if not tally.diverged:  # a diverged run's ranks may be gone: no collective after it
+        tally.phases = _mean_over_ranks(tally.phases, device)
     summary = summarize(
         config,
         tally,
@@ -137,11 +141,18 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         init_time_s=init_time_s,
     )
     log.point(mllog.SUMMARY, summary)
-    log.end(mllog.RUN_STOP, status=summary["status"])
+    if tally.diverged:
+        log.end(mllog.RUN_STOP, status="aborted", error=tally.diverged)
+    else:
+        log.end(mllog.RUN_STOP, status=summary["status"])
     if is_writer:
         write_json(args.output_dir / SUMMARY, summary)
     log.close()
     task.close()  # no DDP reducer may outlive the process group
+    if tally.diverged:
+        # One line the supervisor takes as the run's reason; an exit code that fails the run.
+        print(f"stackbench: {tally.diverged}", flush=True)
+        raise SystemExit(DIVERGED_EXIT)
     dist.shutdown()
     return summary if is_writer else None
 

@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import models, precision, strategies
+from workloads import divergence, models, precision, strategies
 from workloads.config import TrainConfig
 from workloads.data import WIKITEXT2_SUBDIR, data_root
 from workloads.data.wikitext import load_wikitext
@@ -128,6 +128,9 @@ class LanguageModelTask(Trains):
         loss = F.cross_entropy(logits.float().reshape(-1, self.vocab_size), y.reshape(-1))
         timer.lap("forward")
         strategy.backward(loss, timer)
+        divergence.check(
+            loss, strategy.inner.parameters(), int(epochs_done) + 1, self.updates_done + 1
+        )
         if cfg.task.grad_clip_norm is not None:
             nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract import files
-from workloads import decoding, models, precision, strategies, textmetrics
+from workloads import decoding, divergence, models, precision, strategies, textmetrics
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
@@ -158,6 +158,9 @@ class TranslationTask(Trains):
             loss_sum += nll.detach()
             tokens += count
             sentences += len(pairs)
+        divergence.check(
+            loss_sum, strategy.inner.parameters(), int(epochs_done) + 1, self.updates_done + 1
+        )
         if cfg.task.grad_clip_norm is not None:
             nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()
