@@ -195,3 +195,33 @@ def test_cuda_without_a_gpu_is_refused_before_anything_exists(tmp_path, monkeypa
     with pytest.raises(SpecError, match="no NVIDIA GPU is visible"):
         api.submit(spec, LocalBackend(tmp_path), tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_missing_data_set_is_refused_before_anything_starts_naming_the_fetch(tmp_path):
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    data = tmp_path / "empty"
+    data.mkdir()
+    args = ["--results-dir", str(tmp_path / "results"), "submit", "resnet20-cifar10"]
+    result = CliRunner().invoke(main, [*args, "--set", f"data_dir={data}"])
+    assert result.exit_code == 1
+    assert f"runner data fetch cifar10 --dir {data}" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_closed_division_refuses_a_data_set_that_is_not_the_canonical_one(tmp_path):
+    from click.testing import CliRunner
+
+    from runner.cli import main
+    from tests.datagen import write_cifar10
+
+    write_cifar10(tmp_path / "data", per_train_batch=64, num_test=64)
+    args = ["--results-dir", str(tmp_path / "results"), "submit", "resnet20-cifar10", "--dry-run",
+            "--set", f"data_dir={tmp_path / 'data'}"]  # fmt: skip
+    closed = CliRunner().invoke(main, args)
+    assert closed.exit_code == 1 and "not the canonical 50,000/10,000 split" in closed.output
+    opened = CliRunner().invoke(main, [*args, "--set", "momentum=0.5"])  # open division
+    assert opened.exit_code == 0, opened.output

@@ -19,6 +19,7 @@ INSTALL_WORKLOADS = "pip install -c constraints.txt -e '.[workloads]' (or run `m
 def check(spec: JobSpec) -> None:
     check_packages()
     check_device(spec.placement.device, spec.placement.procs_per_node)
+    check_data(spec)
 
 
 def check_packages() -> None:
@@ -44,6 +45,27 @@ def check_device(device: str, procs_per_node: int) -> None:
             "--workers",
             f"one process per GPU: {procs_per_node} asked, {gpus} GPU(s) visible here",
         )
+
+
+def check_data(spec: JobSpec) -> None:
+    """The data set is here; in the closed division, the canonical one (its split sizes those
+    of docs/benchmarks.md). Both checks are quick (workloads/data/canonical.py)."""
+    from workloads.config import TrainConfig
+
+    if not isinstance(spec.config, TrainConfig):
+        return  # a micro-benchmark reads no data
+    from workloads.data import canonical, data_root
+
+    data = spec.config.data
+    root = data_root(data.data_dir)
+    if spec.division == "closed":
+        problem = canonical.problem(root, data.name)
+        if problem is not None:
+            raise BackendUnavailable(f"{spec.benchmark}: {problem}")
+    else:
+        problem = canonical.missing(root, data.name)
+        if problem is not None:
+            raise BackendUnavailable(f"{spec.benchmark}: {problem}")
 
 
 def visible_gpus() -> int:
