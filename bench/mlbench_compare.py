@@ -151,7 +151,7 @@ def stackbench_samples_per_s(config: Any, rank: int, world: int) -> float | None
     from workloads.dist import DistEnv
 
     summary = run_quietly(config, "--open-division", env=DistEnv(rank, rank, world))
-    return None if summary is None else summary["throughput_samples_per_s"]
+    return None if summary is None else summary.throughput_samples_per_s
 
 
 # ---- processes -----------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
     Open division: the ResNet data are not CIFAR-10's canonical split."""
     summary = run_quietly(config, "--device", device, "--open-division")
     assert summary is not None
-    return summary["throughput_samples_per_s"]
+    return summary.throughput_samples_per_s
 
 
 def bare_samples_per_s(config: TrainConfig, device: str) -> float:

@@ -74,7 +74,7 @@ def bench_config(data_dir: Path, size: str, tokens: int) -> TrainConfig:
 def stackbench_tokens_per_s(config: TrainConfig, device: str) -> float:
     summary = run_quietly(config, "--device", device)
     assert summary is not None
-    return summary["throughput_tokens_per_s"]
+    return summary.throughput_tokens_per_s
 
 
 def bare_tokens_per_s(config: TrainConfig, device: str) -> float:

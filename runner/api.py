@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, JobState, JobStatus, read_state
+from contract.summary import Summary
 from runner.backends.base import Backend
 from runner.errors import Interrupted, RunnerError, RunNotFound
 from runner.job.spec import JobSpec
@@ -58,7 +59,7 @@ class RunInfo:
     run_dir: Path
     run: Run | None
     status: JobStatus | None
-    summary: dict[str, Any] | None
+    summary: Summary | None
     damage: str | None = None  # "job.json: is not valid JSON (...)": the run is DAMAGED
     summary_damage: str | None = None  # the run is fine, its summary.json is not
 

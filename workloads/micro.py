@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -25,23 +25,12 @@ import torch.distributed as tdist
 
 from contract.files import write_json
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
+from contract.summary import MICRO as KIND
+from contract.summary import Measurement, MicroSummary
 from workloads import dist, manifest, mllog
 from workloads.loop import Deadline
 from workloads.microconfig import AllReduceMicroConfig, MeasurementConfig, log_sizes
 from workloads.train import launch
-
-KIND = "allreduce-micro"
-
-
-@dataclass(frozen=True)
-class Measurement:
-    elements: int
-    dtype: str
-    size_bytes: int
-    num_iters: int
-    time_us: float  # per all-reduce, the slowest rank's
-    algbw_gbps: float  # GB/s, 1e9 bytes
-    busbw_gbps: float
 
 
 def bus_bandwidth(algbw: float, world_size: int) -> float:
@@ -102,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     return launch(argv, AllReduceMicroConfig, run)
 
 
-def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str, Any] | None:
+def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> MicroSummary | None:
     is_writer = env.rank == 0
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -116,13 +105,13 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     backend = dist.init(device, config.run.dist_timeout_s)
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, seed=0)
     log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or KIND)
-    log.point(mllog.MANIFEST, env_manifest)
+    log.point(mllog.MANIFEST, env_manifest.to_dict())
     if is_writer:
-        write_json(args.output_dir / MANIFEST, env_manifest)
+        write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
     log.end(mllog.INIT_STOP)
     start = time.perf_counter()
     log.start(mllog.RUN_START)
-    results = []
+    results: list[Measurement] = []
     spec = config.measure
     sizes = log_sizes(spec.min_elements, spec.max_elements, spec.sizes_per_decade)
     deadline = Deadline(config.run.time_budget_s, start, device)
@@ -130,20 +119,19 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str,
     for dtype, elements in cells:
         if deadline.expired():
             break
-        result = measure(spec, elements, dtype, device)
-        results.append(asdict(result))
-        log.point(mllog.ALLREDUCE_RESULT, results[-1], backend=backend, total=len(cells))
-    summary = {
-        "kind": KIND, "run_id": args.run_id, "benchmark": args.benchmark or KIND,
-        "division": "open" if args.open_division else "closed", "status": "success",
-        "world_size": env.world_size, "device": device.type, "backend": backend,
-        "run_time_s": time.perf_counter() - start, "results": results,
-        "stopped_by_time_budget": len(results) < len(cells),
-    }  # fmt: skip
-    log.point(mllog.SUMMARY, summary)
+        results.append(measure(spec, elements, dtype, device))
+        log.point(mllog.ALLREDUCE_RESULT, asdict(results[-1]), backend=backend, total=len(cells))
+    summary = MicroSummary(
+        run_id=args.run_id, benchmark=args.benchmark or KIND,
+        division="open" if args.open_division else "closed", status="success",
+        world_size=env.world_size, device=device.type, backend=backend,
+        run_time_s=time.perf_counter() - start, results=tuple(results),
+        stopped_by_time_budget=len(results) < len(cells),
+    )  # fmt: skip
+    log.point(mllog.SUMMARY, summary.to_dict())
     log.end(mllog.RUN_STOP, status="success")
     if is_writer:
-        write_json(args.output_dir / SUMMARY, summary)
+        write_json(args.output_dir / SUMMARY, summary.to_dict())
     log.close()
     dist.shutdown()
     return summary if is_writer else None

@@ -21,7 +21,9 @@ from typing import Any, TypeVar
 import torch
 
 from contract.files import write_json
+from contract.manifest import Manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
+from contract.summary import TrainSummary
 from workloads import dist, lifetime, manifest, mllog, strategies, tasks
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     return launch(argv, TrainConfig, run)
 
 
-def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dict[str, Any] | None:
+def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> TrainSummary | None:
     """Train until the target, the epoch limit or the time budget; rank 0 returns the summary."""
     init_t0 = time.perf_counter()
     if not args.open_division:
@@ -107,7 +109,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.run.seed)
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
-        write_json(args.output_dir / MANIFEST, env_manifest)
+        write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
     log.end(mllog.INIT_STOP)
     torch.distributed.barrier()  # every rank starts the clock together
     init_time_s = time.perf_counter() - init_t0
@@ -140,13 +142,13 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         run_time_s=run_time_s,
         init_time_s=init_time_s,
     )
-    log.point(mllog.SUMMARY, summary)
+    log.point(mllog.SUMMARY, summary.to_dict())
     if tally.diverged:
         log.end(mllog.RUN_STOP, status="aborted", error=tally.diverged)
     else:
-        log.end(mllog.RUN_STOP, status=summary["status"])
+        log.end(mllog.RUN_STOP, status=summary.status)
     if is_writer:
-        write_json(args.output_dir / SUMMARY, summary)
+        write_json(args.output_dir / SUMMARY, summary.to_dict())
     log.close()
     task.close()  # no DDP reducer may outlive the process group
     if tally.diverged:
@@ -260,14 +262,14 @@ def _log_run_parameters(
     args: argparse.Namespace,
     env: dist.DistEnv,
     task: tasks.Task,
-    env_manifest: dict[str, Any],
+    env_manifest: Manifest,
 ) -> None:
     from workloads import mlperf_keys
 
     log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model.name)
     # Before the hyperparameters: the compliance rules check closed-division values by it.
     log.point(mllog.SUBMISSION_DIVISION, "open" if args.open_division else "closed")
-    log.point(mllog.MANIFEST, env_manifest)
+    log.point(mllog.MANIFEST, env_manifest.to_dict())
     log.point(mllog.SEED, config.run.seed)
     meta = mlperf_keys.metadata(config)
     for key, value in mlperf_keys.hyperparameters(config, env.world_size).items():

@@ -15,6 +15,7 @@ from contract.events import OTHER_PHASE
 from contract.events import STEP_PHASES as PHASES
 from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
+from contract.summary import MicroSummary, Summary, TrainSummary
 from runner.api import Outcome, Run, RunInfo
 from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
 from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
@@ -80,28 +81,23 @@ def _division(bench: AnyBenchmark, key: str) -> str:
     return "open"
 
 
-def headline(summary: dict[str, Any] | None) -> str:
+def headline(summary: Summary | None) -> str:
     """One line of result: the final metric and time to target (or that it was missed)."""
-    if not summary:
+    if summary is None:
         return "-"
-    try:
-        return _headline(summary)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        return f"summary.json unreadable ({type(err).__name__}: {err})"
-
-
-def _headline(summary: dict[str, Any]) -> str:
-    if summary.get("kind") == "allreduce-micro":
-        best = max(summary["results"], key=lambda r: r["busbw_gbps"], default=None)
+    if isinstance(summary, MicroSummary):
+        best = max(summary.results, key=lambda r: r.busbw_gbps, default=None)
         if best is None:
             return "no measurements"
-        where = f"{best['dtype']}, {best['elements']:,} elements"
-        return f"peak busbw {best['busbw_gbps']:.2f} GB/s ({where})"
-    final = summary.get("final") or {}
-    metric = f"{summary['target']['metric']} {final.get('value', float('nan')):.4f}"
-    if summary.get("target_reached"):
-        return f"{metric}, target in {summary['time_to_target_s']:.1f} s"
-    return f"{metric}, target {summary['target']['value']:g} not reached"
+        where = f"{best.dtype}, {best.elements:,} elements"
+        return f"peak busbw {best.busbw_gbps:.2f} GB/s ({where})"
+    value = summary.final.value if summary.final else float("nan")
+    metric = f"{summary.target_metric} {value:.4f}"
+    if summary.diverged:
+        return f"{metric}, {summary.diverged}"
+    if summary.target_reached and summary.time_to_target_s is not None:
+        return f"{metric}, target in {summary.time_to_target_s:.1f} s"
+    return f"{metric}, target {summary.target_value:g} not reached"
 
 
 def runs_table(infos: list[RunInfo]) -> Table:
@@ -118,7 +114,7 @@ def runs_table(infos: list[RunInfo]) -> Table:
         table.add_row(
             spec.run_id, spec.benchmark, info.run.record.backend, str(spec.placement.world_size),
             state_text(info.status),
-            escape(f"{info.summary_damage}" if info.summary_damage else headline(info.summary)),
+            escape(info.summary_damage or headline(info.summary)),
         )  # fmt: skip
     return table
 
@@ -142,7 +138,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "division": info.run.record.spec.division,
         "status": info.status.to_dict(),
         "run_dir": str(info.run.run_dir),
-        "summary": info.summary,
+        "summary": info.summary.to_dict() if info.summary else None,
         "summary_damage": info.summary_damage,
     }
 
@@ -176,14 +172,10 @@ def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
     except DamagedFile as err:
         console.print(f"[red]{escape(str(err))}[/red]")
         summary = None
-    if summary:
-        try:
-            table = (
-                allreduce_table if summary.get("kind") == "allreduce-micro" else summary_table
-            )(summary)
-            console.print(table)
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            console.print(f"[red]summary.json unreadable ({escape(str(err))})[/red]")
+    if isinstance(summary, MicroSummary):
+        console.print(allreduce_table(summary))
+    elif summary is not None:
+        console.print(summary_table(summary))
     if outcome.missing:
         console.print(f"[yellow]incomplete results[/yellow]: {escape('; '.join(outcome.missing))}")
     console.print(f"{state_text(outcome.status)}  results: {run.run_dir}")
@@ -209,59 +201,58 @@ def event_text(event: dict[str, Any], start_ms: int | None) -> str:
     return " ".join(part for part in (f"[{stamp}]", str(key), shown, extras) if part)
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
-    """The end-of-run summary: outcome, throughput, and where the step time went."""
-    table = Table(title=f"Summary of {summary['run_id']}", title_justify="left", show_header=False)
+def summary_table(summary: TrainSummary) -> Table:
+    """The end-of-run summary: outcome, throughput, and where the training time went."""
+    table = Table(title=f"Summary of {summary.run_id}", title_justify="left", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    target = summary["target"]
-    reached = summary["target_reached"]
+    direction = "<=" if summary.target_metric in LOWER_IS_BETTER else ">="
+    outcome = "[green]reached[/green]" if summary.target_reached else "[red]not reached[/red]"
     table.add_row(
-        "target",
-        f"{target['metric']} {'<=' if target['metric'] in LOWER_IS_BETTER else '>='} "
-        f"{target['value']:g}: "
-        + ("[green]reached[/green]" if reached else "[red]not reached[/red]"),
+        "target", f"{summary.target_metric} {direction} {summary.target_value:g}: {outcome}"
     )
-    if reached:
-        table.add_row("time to target", f"{summary['time_to_target_s']:.2f} s")
-    final = summary.get("final") or {}
-    if final:
-        table.add_row(f"final {target['metric']}", f"{final['value']:.4f} (epoch {final['epoch']})")
+    if summary.diverged:
+        table.add_row("diverged", f"[red]{escape(summary.diverged)}[/red]")
+    if summary.target_reached and summary.time_to_target_s is not None:
+        table.add_row("time to target", f"{summary.time_to_target_s:.2f} s")
+    if summary.final:
+        final = summary.final
+        table.add_row(f"final {summary.target_metric}", f"{final.value:.4f} (epoch {final.epoch})")
     table.add_row(
         "run time",
-        f"{summary['run_time_s']:.2f} s ({summary['epochs']} epochs, "
-        f"{summary['steps']} steps; init {summary['init_time_s']:.2f} s outside)",
+        f"{summary.run_time_s:.2f} s ({summary.epochs} epochs, {summary.steps} steps; "
+        f"init {summary.init_time_s:.2f} s outside)",
     )
-    if summary.get("throughput_samples_per_s"):
-        tokens = summary.get("throughput_tokens_per_s")
+    if summary.throughput_samples_per_s:
+        tokens = summary.throughput_tokens_per_s
         table.add_row(
             "throughput",
-            f"{summary['throughput_samples_per_s']:,.0f} samples/s "
+            f"{summary.throughput_samples_per_s:,.0f} samples/s "
             + (f"({tokens:,.0f} tokens/s) " if tokens else "")
-            + f"on {summary['world_size']} workers (global batch "
-            f"{summary['global_batch_size']} {summary.get('batch_unit', 'samples')})",
+            + f"on {summary.world_size} workers (global batch "
+            f"{summary.global_batch_size} {summary.batch_unit})",
         )
-    if summary.get("step_time_ms"):
+    if summary.step_time_ms:
         table.add_row(
             "step time",
-            f"{summary['step_time_ms']:.2f} ms (warm-up step "
-            f"{1000 * summary['warmup']['time_s']:.1f} ms, reported apart)",
+            f"{summary.step_time_ms:.2f} ms (warm-up step "
+            f"{1000 * summary.warmup_time_s:.1f} ms, reported apart)",
         )
-    for phase in (p for p in (*PHASES, OTHER_PHASE) if p in summary["phases_s"]):
-        share = summary["phase_shares"][phase]
-        table.add_row(f"  {phase}", f"{summary['phases_s'][phase]:.3f} s  {100 * share:5.1f} %")
+    for phase in (p for p in (*PHASES, OTHER_PHASE) if p in summary.phases_s):
+        share = summary.phase_shares.get(phase, 0.0)
+        table.add_row(f"  {phase}", f"{summary.phases_s[phase]:.3f} s  {100 * share:5.1f} %")
     table.add_row(
-        "communication share", f"{100 * summary['communication_share']:.1f} % of training time"
+        "communication share", f"{100 * summary.communication_share:.1f} % of training time"
     )
-    table.add_row("division", summary["division"])
+    table.add_row("division", summary.division)
     return table
 
 
-def allreduce_table(summary: dict[str, Any]) -> Table:
+def allreduce_table(summary: MicroSummary) -> Table:
     """allreduce-micro's result: one row per tensor size and dtype, as nccl-tests prints."""
     title = (
-        f"All-reduce on {summary['world_size']} ranks, {summary['backend']} "
-        f"({summary['device']}): {summary['run_id']}"
+        f"All-reduce on {summary.world_size} ranks, {summary.backend} "
+        f"({summary.device}): {summary.run_id}"
     )
     table = Table(title=title, title_justify="left")
     for column in (
@@ -274,10 +265,10 @@ def allreduce_table(summary: dict[str, Any]) -> Table:
         "busbw (GB/s)",
     ):
         table.add_column(column, justify="right")
-    for r in summary["results"]:
+    for r in summary.results:
         table.add_row(
-            f"{r['elements']:,}", _bytes_text(r["size_bytes"]), r["dtype"], str(r["num_iters"]),
-            f"{r['time_us']:,.1f}", f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}",
+            f"{r.elements:,}", _bytes_text(r.size_bytes), r.dtype, str(r.num_iters),
+            f"{r.time_us:,.1f}", f"{r.algbw_gbps:.3f}", f"{r.busbw_gbps:.3f}",
         )  # fmt: skip
     return table
 

@@ -17,7 +17,6 @@ studies and comparisons (runner.dashboard.views), statistics (runner.results).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.files import DamagedFile, read_json_object
+from contract.manifest import parse_manifest
 from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus, read_state
+from contract.summary import MicroSummary, Summary, parse_summary
 from runner.dashboard import curves, files
 from runner.errors import RunnerError
 from runner.results import rundir
@@ -150,6 +151,17 @@ def _record(path: Path, name: str) -> tuple[dict[str, Any] | None, dict[str, str
         return None, problem(name, err.strerror or str(err))
 
 
+def _typed(path: Path, name: str, parse: Any) -> tuple[Any, dict[str, str] | None]:
+    """A record read and checked field by field (contract/summary.py, manifest.py)."""
+    data, damage = _record(path, name)
+    if data is None:
+        return None, damage
+    try:
+        return parse(data, path / name), None
+    except DamagedFile as err:
+        return None, problem(name, err.problem)
+
+
 def _job(path: Path, run_id: str) -> tuple[rundir.RunRecord | None, dict[str, str] | None]:
     data, damage = _record(path, JOB)
     if data is None:
@@ -185,7 +197,8 @@ def _state(root: Path, path: Path, record: rundir.RunRecord | None) -> JobStatus
 def run_row(root: Path, run_id: str) -> dict[str, Any]:
     """One run as the runs table shows it."""
     path = run_path(root, run_id)
-    records = {name: _record(path, name) for name in (SUMMARY, MANIFEST)}
+    records = {SUMMARY: _typed(path, SUMMARY, parse_summary),
+               MANIFEST: _typed(path, MANIFEST, parse_manifest)}  # fmt: skip
     damage = [p for _, p in records.values() if p]
     record, job_damage = _job(path, run_id)
     try:
@@ -196,8 +209,8 @@ def run_row(root: Path, run_id: str) -> dict[str, Any]:
         return _damaged_row(run_id, job_damage, *damage)
     assert record is not None
     spec, summary = record.spec, records[SUMMARY][0]
-    config = spec.config.to_dict()
-    metric = config.get("target_metric")
+    config = spec.config.flat()  # the keys --set takes
+    metric = getattr(spec.config, "target_metric", None)
     row = {
         **_damaged_row(run_id),
         "state": DAMAGED if damage else (status.state.value if status else UNKNOWN),
@@ -222,26 +235,18 @@ def _dig(data: Any, *keys: str) -> Any:
     return data
 
 
-def _number(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) else None
-
-
-def _headline(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The table's figures from summary.json; a field of the wrong type reads as missing."""
-    if summary.get("kind") == "allreduce-micro":
-        results = summary.get("results") if isinstance(summary.get("results"), list) else []
-        peaks = [_number(_dig(r, "busbw_gbps")) for r in results]
-        best = max((p for p in peaks if p is not None), default=None)
+def _headline(summary: Summary) -> dict[str, Any]:
+    """The table's figures from summary.json's record (its fields checked when read)."""
+    if isinstance(summary, MicroSummary):
+        best = max((r.busbw_gbps for r in summary.results), default=None)
         return {"metric": "peak busbw (GB/s)", "value": best}
-    epoch = _dig(summary, "final", "epoch")
     return {
-        "value": _number(_dig(summary, "final", "value")),
-        "epoch": epoch if isinstance(epoch, int) else None,
-        "reached": summary.get("target_reached") is True,
-        "run_time_s": _number(summary.get("run_time_s")),
-        "time_to_target_s": _number(summary.get("time_to_target_s")),
-        "throughput": _number(summary.get("throughput_samples_per_s")),
+        "value": summary.final.value if summary.final else None,
+        "epoch": summary.final.epoch if summary.final else None,
+        "reached": summary.target_reached,
+        "run_time_s": summary.run_time_s,
+        "time_to_target_s": summary.time_to_target_s,
+        "throughput": summary.throughput_samples_per_s,
     }
 
 
@@ -291,8 +296,8 @@ def run_detail(root: Path, run_id: str) -> dict[str, Any]:
         "open_keys": list(record.spec.open_keys) if record else [],
         "handle": record.handle if record else None,
         "cluster": dict(record.cluster) if record and record.cluster else None,
-        "summary": _record(path, SUMMARY)[0],
-        "manifest": _record(path, MANIFEST)[0],
+        "summary": _to_dict(_typed(path, SUMMARY, parse_summary)[0]),
+        "manifest": _to_dict(_typed(path, MANIFEST, parse_manifest)[0]),
         "files": [{"path": e.path, "size": e.size, "kind": e.kind} for e in entries],
         "logs": logs,
     }
@@ -434,3 +439,7 @@ def load_study_record(root: Path, study_id: str) -> studies.Study:
 
 def _flat(config: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in config.flat().items()}
+
+
+def _to_dict(record: Any) -> dict[str, Any] | None:
+    return record.to_dict() if record is not None else None

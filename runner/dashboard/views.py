@@ -21,15 +21,15 @@ from runner.results.aggregate import mean_phase_ms_per_step
 from runner.results.runs import RunResult, config_conflicts, environment_differences
 from runner.results.study import Study
 
-# The summary figures a comparison lines up beside the runs table's: (label, path in
-# summary.json, unit the page formats it in).
+# The summary figures a comparison lines up beside the runs table's: (label, the field of a
+# training run's summary, unit the page formats it in).
 SUMMARY_FIELDS = (
-    ("epochs", ("epochs",), "count"),
-    ("run time", ("run_time_s",), "s"),
-    ("init time (outside the clock)", ("init_time_s",), "s"),
-    ("throughput", ("throughput_samples_per_s",), "samples/s"),
-    ("step time", ("step_time_ms",), "ms"),
-    ("communication share", ("communication_share",), "share"),
+    ("epochs", "epochs", "count"),
+    ("run time", "run_time_s", "s"),
+    ("init time (outside the clock)", "init_time_s", "s"),
+    ("throughput", "throughput_samples_per_s", "samples/s"),
+    ("step time", "step_time_ms", "ms"),
+    ("communication share", "communication_share", "share"),
 )
 
 
@@ -138,15 +138,14 @@ def comparison(rows: Sequence[Mapping[str, Any]], runs: Sequence[RunResult]) -> 
         config.append({"key": key, "values": values, "differs": len(texts) > 1})
     summary = [
         {"label": label, "unit": unit,
-         "values": [_dig(by_id.get(row["run_id"]), path) for row in rows]}
-        for label, path, unit in SUMMARY_FIELDS
+         "values": [_field(by_id.get(row["run_id"]), name) for row in rows]}
+        for label, name, unit in SUMMARY_FIELDS
     ]  # fmt: skip
     phases = [_phase_ms(by_id.get(row["run_id"])) for row in rows]
     try:
         conflicts, environment = config_conflicts(runs), environment_differences(runs)
-    except (RunnerError, KeyError, TypeError, ValueError, AttributeError) as err:
-        # an unknown benchmark, or a manifest of the wrong shape (read without shape checks)
-        conflicts, environment = [f"cannot compare these runs' records: {err!r}"], {}
+    except RunnerError as err:  # an unknown benchmark (records are checked when read)
+        conflicts, environment = [f"cannot compare these runs' records: {err}"], {}
     return {
         "runs": list(rows), "config": config, "summary": summary, "phase_ms": phases,
         "conflicts": conflicts, "environment": environment,
@@ -155,11 +154,10 @@ def comparison(rows: Sequence[Mapping[str, Any]], runs: Sequence[RunResult]) -> 
 
 def _phase_ms(run: RunResult | None) -> dict[str, float]:
     """A run's mean time per step by phase (ms), as the report computes it for a cell."""
-    phases, steps = _dig(run, ("phases_s",)), _dig(run, ("steps",))
-    if not isinstance(phases, dict) or not isinstance(steps, int):
+    summary = run.train_summary if run else None
+    if summary is None:
         return {}
-    numbers = {k: v for k, v in phases.items() if isinstance(v, int | float)}
-    return mean_phase_ms_per_step([(numbers, steps)])
+    return mean_phase_ms_per_step([(summary.phases_s, summary.steps)])
 
 
 def _config(run: RunResult | None) -> dict[str, Any]:
@@ -170,8 +168,6 @@ def _config(run: RunResult | None) -> dict[str, Any]:
     return {**{f"run: {k}": v for k, v in where.items()}, **run.config}
 
 
-def _dig(run: RunResult | None, path: Sequence[str]) -> Any:
-    data: Any = run.summary if run else None
-    for key in path:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
+def _field(run: RunResult | None, name: str) -> Any:
+    summary = run.train_summary if run else None
+    return getattr(summary, name) if summary else None

@@ -13,7 +13,6 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from contract.files import DamagedFile
 from runner.errors import RunnerError
@@ -29,14 +28,11 @@ from runner.results.aggregate import (
     speedups,
 )
 from runner.results.runs import (
-    NETWORK,
-    TOTAL_THREADS,
     RunResult,
     config_conflicts,
     environment_differences,
+    environment_values,
     load_run,
-    network_text,
-    total_threads,
 )
 from runner.stack import cost as costs
 from runner.stack.cost import Cost
@@ -87,8 +83,8 @@ class Report:
     @property
     def target(self) -> float | None:
         for run in self.runs:
-            if run.summary:
-                return run.summary["target"]["value"]
+            if run.train_summary:
+                return run.train_summary.target_value
         return None
 
 
@@ -146,7 +142,7 @@ def _cell(series: str, workers: int, runs: list[RunResult]) -> Cell:
     runs.sort(key=lambda r: r.created_at)
     tta = mlperf_aggregate([r.time_to_target_s for r in runs])
     phases = mean_phase_ms_per_step(
-        [(r.summary["phases_s"], r.summary["steps"]) for r in runs if r.summary]
+        [(r.train_summary.phases_s, r.train_summary.steps) for r in runs if r.train_summary]
     )
     flagged = outliers({r.run_id: r.time_to_target_s for r in runs})
     return Cell(series, workers, tuple(runs), tta, phases, outliers=flagged)
@@ -224,8 +220,8 @@ def cluster_costs(runs: Sequence[RunResult], project_dir: Path | None) -> dict[s
 
 def run_duration_s(run: RunResult) -> float:
     """How long the run held its nodes (see runner.stack.cost.run_duration_s)."""
-    s = run.summary or {}
-    fallback = (s.get("init_time_s") or 0.0) + (s.get("run_time_s") or 0.0)
+    s = run.train_summary
+    fallback = s.init_time_s + s.run_time_s if s else 0.0
     finished = run.state_since if run.state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
     return costs.run_duration_s(run.created_at, finished, fallback)
 
@@ -295,12 +291,14 @@ def runs_table(report: Report) -> Table:
               "comm", "cost")  # fmt: skip
     rows = []
     for r in report.runs:
-        s = r.summary or {}
-        final = (s.get("final") or {}).get("value")
+        s = r.train_summary
+        final = s.final.value if s and s.final else None
         tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
+        if s and s.diverged:
+            tta = "DIVERGED"
         if any(r.run_id in c.outliers for c in report.cells):
             tta += " OUTLIER"
-        share = s.get("communication_share")
+        share = s.communication_share if s else None
         rows.append((
             r.run_id, label(r), str(r.world_size), str(r.seed), r.state,
             tta if s else "no summary", _num(final, ".4f"), _num(share, ".0%"),
@@ -321,19 +319,10 @@ def cost_text(cost: Cost | None, run: RunResult) -> str:
 def environment_table(report: Report) -> Table:
     """The manifests: what was the same for every run, and what was not."""
     rows = []
-    first = next((r.manifest for r in report.runs if r.manifest), {}) or {}
-    for key in ("code_version", "image", "python", "dist_backend", TOTAL_THREADS, NETWORK):
-        same = _env_value(first, key)
-        values = report.env_diffs.get(key) or [str(same)]
+    first = environment_values(next((r.manifest for r in report.runs if r.manifest), None))
+    for key, value in first.items():
+        values = report.env_diffs.get(key) or [str(value)]
         rows.append((key, ", ".join(values), "DIFFERS" if key in report.env_diffs else "same"))
-    for name, version in sorted((first.get("packages") or {}).items()):
-        key = f"package {name}"
-        rows.append((key, ", ".join(report.env_diffs.get(key) or [str(version)]),
-                     "DIFFERS" if key in report.env_diffs else "same"))  # fmt: skip
-    for name, value in sorted((first.get("hardware") or {}).items()):
-        key = f"hardware {name}"
-        rows.append((key, ", ".join(report.env_diffs.get(key) or [str(value)]),
-                     "DIFFERS" if key in report.env_diffs else "same"))  # fmt: skip
     divisions = sorted({r.division for r in report.runs})
     rows.append(("division", ", ".join(divisions), "DIFFERS" if len(divisions) > 1 else "same"))
     seeds = sorted({str(r.seed) for r in report.runs})
@@ -343,14 +332,6 @@ def environment_table(report: Report) -> Table:
     if missing:
         notes.append(f"no manifest.json: {', '.join(missing)} (fetch them: `runner fetch RUN`)")
     return Table("Reproducibility", ("what", "value", "across runs"), tuple(rows), tuple(notes))
-
-
-def _env_value(manifest: Mapping[str, Any], key: str) -> Any:
-    if key == TOTAL_THREADS:
-        return total_threads(manifest)
-    if key == NETWORK:
-        return network_text(manifest)
-    return manifest.get(key)
 
 
 def tables(report: Report) -> list[Table]:

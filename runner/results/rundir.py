@@ -21,6 +21,7 @@ from typing import Any
 from contract import files
 from contract.events import RUN_START, RUN_STOP, read_events
 from contract.files import DamagedFile
+from contract.manifest import Manifest, parse_manifest
 from contract.rundir import (
     EVENTS,
     JOB,
@@ -32,6 +33,7 @@ from contract.rundir import (
     check_version,
     rank_log,
 )
+from contract.summary import Summary, parse_summary
 from runner.errors import RunnerError, RunNotFound, StorageError
 from runner.job.spec import JobSpec
 
@@ -150,15 +152,22 @@ def write_state(run_dir: Path, status: JobStatus) -> None:
     files.write_json(run_dir / STATE, status.to_dict())
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """summary.json as written, None when there is none yet; DamagedFile when unusable."""
+def read_summary(run_dir: Path) -> Summary | None:
+    """summary.json's record, None when there is none yet; DamagedFile when it is unusable."""
     path = run_dir / SUMMARY
     try:
-        data = files.read_json_object(path)
+        return parse_summary(files.read_json(path), path)
     except FileNotFoundError:
         return None
-    check_version(data, path)
-    return data
+
+
+def read_manifest(run_dir: Path) -> Manifest | None:
+    """manifest.json's record, None when there is none yet; DamagedFile when it is unusable."""
+    path = run_dir / MANIFEST
+    try:
+        return parse_manifest(files.read_json(path), path)
+    except FileNotFoundError:
+        return None
 
 
 def read_json_or_none(path: Path) -> Any:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract import files
 from contract.events import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+from contract.manifest import Manifest
 from contract.rundir import read_state
+from contract.summary import Summary, TrainSummary
 from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.spec import get_benchmark
 from runner.results import rundir
@@ -42,8 +43,8 @@ class RunResult:
     state: str  # the last recorded JobState value ("UNKNOWN" without state.json)
     state_since: str | None
     created_at: str
-    summary: Mapping[str, Any] | None
-    manifest: Mapping[str, Any] | None
+    summary: Summary | None
+    manifest: Manifest | None
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
     @property
@@ -51,12 +52,17 @@ class RunResult:
         return str(self.config.get("strategy", "-"))
 
     @property
+    def train_summary(self) -> TrainSummary | None:
+        return self.summary if isinstance(self.summary, TrainSummary) else None
+
+    @property
     def converged(self) -> bool:
-        return bool(self.summary and self.summary.get("target_reached"))
+        return bool(self.train_summary and self.train_summary.target_reached)
 
     @property
     def time_to_target_s(self) -> float | None:
-        return self.summary.get("time_to_target_s") if self.converged else None  # type: ignore[union-attr]
+        summary = self.train_summary
+        return summary.time_to_target_s if summary and summary.target_reached else None
 
     @property
     def seed(self) -> Any:
@@ -68,10 +74,7 @@ def load_run(run_dir: Path) -> RunResult:
     record = rundir.read_record(run_dir)
     spec = record.spec
     state = read_state(run_dir)
-    try:
-        manifest = files.read_json_object(run_dir / rundir.MANIFEST)
-    except FileNotFoundError:
-        manifest = None
+    manifest = rundir.read_manifest(run_dir)
     return RunResult(
         run_id=spec.run_id,
         run_dir=run_dir,
@@ -155,22 +158,38 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 TOTAL_THREADS = "threads x workers"
 
 
-def total_threads(manifest: Mapping[str, Any]) -> int | None:
-    """Threads per worker times workers: the compute a run was given."""
-    threads, world = manifest.get("torch_threads"), manifest.get("world_size")
-    return threads * world if threads is not None and world is not None else None
-
-
 NETWORK = "network"
 
 
-def network_text(manifest: Mapping[str, Any]) -> str | None:
+def total_threads(manifest: Manifest | None) -> int | None:
+    """Threads per worker times workers: the compute a run was given."""
+    return manifest.total_threads if manifest else None
+
+
+def network_text(manifest: Manifest | None) -> str | None:
     """The link a run asked for ("100mbit"), or what its network was ("loopback, unshaped");
     the measured rate varies run to run and is in each manifest."""
-    record = manifest.get("network")
-    if not isinstance(record, dict):
+    if manifest is None or manifest.network is None:
         return None
-    return record.get("link") or record.get("description")
+    return manifest.network.get("link") or manifest.network.get("description")
+
+
+def environment_values(m: Manifest | None) -> dict[str, Any]:
+    """What of a run's environment must match across runs that stand side by side."""
+    if m is None:
+        return {"manifest": None}
+    return {
+        "code_version": m.code_version,
+        "image": m.image,
+        "python": m.python,
+        "dist_backend": m.dist_backend,
+        # Threads per worker shrink as workers grow (the local backend gives each run all
+        # cores); what must match across a scaling study is the total.
+        TOTAL_THREADS: m.total_threads,
+        NETWORK: network_text(m),
+        **{f"package {k}": v for k, v in m.packages.items()},
+        **{f"hardware {k}": v for k, v in m.hardware.items()},
+    }
 
 
 def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
@@ -178,19 +197,6 @@ def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
     package versions, hardware): not a refusal, but a reader must see it."""
     fields: dict[str, set[str]] = {}
     for run in runs:
-        m = run.manifest or {}
-        values = {
-            "code_version": m.get("code_version"),
-            "image": m.get("image"),
-            "python": m.get("python"),
-            "dist_backend": m.get("dist_backend"),
-            # Threads per worker shrink as workers grow (the local backend gives each run all
-            # cores); what must match across a scaling study is the total.
-            TOTAL_THREADS: total_threads(m),
-            NETWORK: network_text(m),
-            **{f"package {k}": v for k, v in (m.get("packages") or {}).items()},
-            **{f"hardware {k}": v for k, v in (m.get("hardware") or {}).items()},
-        }
-        for key, value in values.items():
+        for key, value in environment_values(run.manifest).items():
             fields.setdefault(key, set()).add(str(value))
     return {k: sorted(v) for k, v in fields.items() if len(v) > 1}

@@ -30,6 +30,8 @@ from tests.runner.k8s_helpers import (
     stack_connection,
     submit,
 )
+from tests.runner.rundirs import env_manifest
+from tests.runner.rundirs import summary as summary_record
 from workloads import mllog
 
 pytestmark = pytest.mark.timeout(60)
@@ -44,9 +46,8 @@ def cluster() -> Iterator[FakeCluster]:
     fake.close()
 
 
-MANIFEST = {"run_id": RUN_ID, "world_size": 4, "image": "img", "seed": 7}
-SUMMARY = {"run_id": RUN_ID, "benchmark": "cnn-digits", "status": "success", "world_size": 4,
-           "run_time_s": 30.0, "target_reached": True, "time_to_target_s": 12.5}  # fmt: skip
+MANIFEST = env_manifest(RUN_ID, 4, image="img", seed=7)
+SUMMARY = summary_record(RUN_ID, 4, 12.5, steps=100) | {"run_time_s": 30.0}
 
 
 def rank0_stdout(run_dir: Path | None = None) -> str:
@@ -270,7 +271,7 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     run_pods(cluster, job_api, phase="Succeeded")
     cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
     assert backend.fetch(handle, run_dir) == []
-    assert rundir.read_summary(run_dir) == SUMMARY
+    assert rundir.read_summary(run_dir).to_dict() == SUMMARY
     assert files.read_json(run_dir / rundir.MANIFEST) == MANIFEST
     keys = [e["key"] for e in mllog.read_events(run_dir / rundir.EVENTS)]
     assert keys.count(mllog.RUN_START) == 1 and mllog.RUN_STOP in keys
@@ -293,7 +294,7 @@ def test_fetch_prefers_the_results_store(cluster, tmp_path):
     run_pods(cluster, "trainjob", phase="Succeeded")
     cluster.set_job_condition("trainjob", RUN_ID, "Complete")
     assert backend.fetch(handle, run_dir) == []
-    assert rundir.read_summary(run_dir) == from_store
+    assert files.read_json(run_dir / rundir.SUMMARY) == from_store  # as the store had it
     # What the store lacks comes from the log.
     assert files.read_json(run_dir / rundir.MANIFEST) == MANIFEST
 

@@ -6,8 +6,8 @@ A cluster is not trusted: a results store on a hostPath can be written by any po
 holds whatever the job printed. So every result record, copied or rebuilt, goes through
 `check_record` (the one place the run-directory schema is applied to results from a cluster):
 a JSON object with the keys the runner reads, of the right types, naming this run and its world
-size; events.jsonl: every line an MLPerf-style event. When contract/rundir.py has typed summary
-and manifest records, `check_record` is where they take over.
+size (the typed records of contract/summary.py and contract/manifest.py); events.jsonl: every
+line an MLPerf-style event.
 
 Not here: where the lines come from (demux.py), copying from a store (results_store.py).
 """
@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from contract import files
+from contract.files import DamagedFile
+from contract.manifest import parse_manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
+from contract.summary import parse_summary
 from workloads import mllog
 
 EVENT_TYPES = frozenset({"POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"})
@@ -47,33 +50,21 @@ def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-# The keys every workload writes (workloads/summary.py, workloads/micro.py, workloads/manifest.py)
-# and their types.
-REQUIRED: dict[str, dict[str, Callable[[Any], bool]]] = {
-    SUMMARY: {
-        "run_id": lambda v: isinstance(v, str),
-        "benchmark": lambda v: isinstance(v, str),
-        "status": lambda v: isinstance(v, str),
-        "world_size": _integer,
-        "run_time_s": _number,
-    },
-    MANIFEST: {"run_id": lambda v: isinstance(v, str), "world_size": _integer},
-}
+PARSERS: dict[str, Callable[[Any, Path], Any]] = {SUMMARY: parse_summary, MANIFEST: parse_manifest}
 
 
 def check_record(name: str, data: Any, expected: Expected) -> str | None:
-    """What is wrong with `data` as the run's summary.json or manifest.json; None if nothing."""
-    if not isinstance(data, dict):
-        return f"is a JSON {type(data).__name__}, not an object"
-    for key, valid in REQUIRED[name].items():
-        if key not in data:
-            return f"has no {key!r}"
-        if not valid(data[key]):
-            return f"has a {key!r} of the wrong type ({data[key]!r:.60})"
-    if data["run_id"] != expected.run_id:
-        return f"is about run {data['run_id']!r:.60}, not {expected.run_id}"
-    if data["world_size"] != expected.world_size:
-        return f"says {data['world_size']} ranks; the run has {expected.world_size}"
+    """What is wrong with `data` as the run's summary.json or manifest.json; None if nothing.
+    The run directory's typed records check every field (contract/summary.py, manifest.py);
+    the record must also be about this run."""
+    try:
+        record = PARSERS[name](data, Path(name))
+    except DamagedFile as err:
+        return err.problem
+    if record.run_id != expected.run_id:
+        return f"is about run {record.run_id!r:.60}, not {expected.run_id}"
+    if record.world_size != expected.world_size:
+        return f"says {record.world_size} ranks; the run has {expected.world_size}"
     return None
 
 
