@@ -163,7 +163,9 @@ def test_threads_are_compared_as_the_total_a_run_was_given():
     from runner.results.runs import environment_differences
 
     def run(workers, threads):
-        return SimpleNamespace(manifest=parse_manifest(env_manifest("r", workers, torch_threads=threads)))
+        return SimpleNamespace(
+            manifest=parse_manifest(env_manifest("r", workers, torch_threads=threads))
+        )
 
     scaling = [run(1, 2), run(2, 1)]  # the same two cores, split differently
     assert "threads x workers" not in environment_differences(scaling)
