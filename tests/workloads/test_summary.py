@@ -1,7 +1,6 @@
 import pytest
 
 from contract.summary import TrainLoss
-
 from runner.job.benchmarks import BENCHMARKS
 from workloads.summary import (
     STEP_TIMES_KEPT,
