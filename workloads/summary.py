@@ -135,3 +135,14 @@ def window_mean_ms(step_times_s: list[float], first: int, last: int) -> float | 
     was shorter; None without any."""
     window = step_times_s[first - 1 : last]
     return 1000 * sum(window) / len(window) if window else None
+
+
+# ---- adaptive training (workloads/adaptive/): its own section of the summary -------------
+
+
+def adaptive_fields(adaptive: dict[str, Any] | None) -> dict[str, Any]:
+    """The summary's `adaptive` section: the policies, the monitor interval, how many
+    decisions were taken (in all and by knob), the knobs' final values and the last smoothed
+    B_noise (workloads/adaptive/run.py Adaptive.summary); None for a run without policies
+    or monitors."""
+    return {"adaptive": adaptive}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -23,10 +24,11 @@ import torch
 from contract.files import write_json
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from workloads import dist, lifetime, manifest, mllog, strategies, tasks
+from workloads.adaptive import run as adaptive_run
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
 from workloads.loop import Deadline
-from workloads.summary import RunTally, summarize
+from workloads.summary import RunTally, adaptive_fields, summarize
 from workloads.timing import LOOP_PHASES, clock_for
 
 PROGRESS_INTERVAL_S = 5.0
@@ -92,6 +94,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.run.dist_timeout_s)
     torch.manual_seed(config.run.seed)  # the same initial model on every rank
+    adaptive = adaptive_run.build(config, env.world_size, device, log.point)
     task = tasks.build(
         tasks.Context(
             config,
@@ -101,6 +104,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
             clock_for(device),
             log,
             args.output_dir if is_writer else None,
+            adaptive,
         )
     )
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.run.seed)
@@ -113,6 +117,8 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
 
     start = time.perf_counter()
     log.start(mllog.RUN_START)
+    if adaptive is not None:
+        adaptive.start(start)
     tally = RunTally()
     deadline = Deadline(config.run.time_budget_s, start, device)
     try:
@@ -135,7 +141,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         precision=task.precision,
         run_time_s=run_time_s,
         init_time_s=init_time_s,
-    )
+    ) | adaptive_fields(adaptive.summary() if adaptive is not None else None)
     log.point(mllog.SUMMARY, summary)
     log.end(mllog.RUN_STOP, status=summary["status"])
     if is_writer:
@@ -144,6 +150,11 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     task.close()  # no DDP reducer may outlive the process group
     dist.shutdown()
     return summary if is_writer else None
+
+
+class Diverged(RuntimeError):
+    """The training loss is no longer finite: the run fails, saying so (its record must not
+    say SUCCEEDED, and the supervisor reports the `stackbench:` line as the reason)."""
 
 
 def _require_canonical_data(config: TrainConfig) -> None:
@@ -205,6 +216,8 @@ def _train(
         tally.add_epoch(stats.phases, stats.steps, samples, tokens)
         train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, device)
         log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
+        if not math.isfinite(train_loss):
+            raise Diverged(f"training loss {train_loss} in epoch {epoch}")
         tally.train_losses.append(
             {"epoch": epoch, "value": train_loss, "time_s": time.perf_counter() - start}
         )
