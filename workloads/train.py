@@ -152,7 +152,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     return summary if is_writer else None
 
 
-class Diverged(RuntimeError):
+class TrainingDiverged(RuntimeError):
     """The training loss is no longer finite: the run fails, saying so (its record must not
     say SUCCEEDED, and the supervisor reports the `stackbench:` line as the reason)."""
 
@@ -217,7 +217,7 @@ def _train(
         train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, device)
         log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
         if not math.isfinite(train_loss):
-            raise Diverged(f"training loss {train_loss} in epoch {epoch}")
+            raise TrainingDiverged(f"the training loss is {train_loss} in epoch {epoch}")
         tally.train_losses.append(
             {"epoch": epoch, "value": train_loss, "time_s": time.perf_counter() - start}
         )
