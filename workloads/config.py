@@ -176,6 +176,11 @@ class TrainConfig(Composite):
                 "policy", "the adaptive policies and monitors drive the classification "
                 f"loop only, not the {self.task.kind} task"
             )  # fmt: skip
+        if "batch" in adaptive.policy and self.execution.compile_model:
+            raise ConfigError(
+                "compile_model", "policy=batch changes the batch shape mid-run, and each new "
+                "shape would compile inside the clock: --set compile_model=false"
+            )  # fmt: skip
         if "batch" in adaptive.policy and not self.data.samples_shared:
             raise ConfigError(
                 "policy", "policy=batch re-shards each epoch over the workers; "
@@ -194,6 +199,11 @@ class TrainConfig(Composite):
             raise ConfigError(
                 "dataset", "elastic workers re-shard each epoch: they drive the "
                 "classification loop on data every worker holds"
+            )  # fmt: skip
+        if self.execution.compile_model:
+            raise ConfigError(
+                "compile_model", "a change of workers changes the batch shape, and each new "
+                "shape would compile inside the clock: --set compile_model=false"
             )  # fmt: skip
 
     @classmethod

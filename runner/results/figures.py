@@ -208,9 +208,13 @@ def adaptive_figure(
                         label=label if first else None)  # fmt: skip
     if target is not None:
         axes.flat[1].axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
-    for ax, (_, ylabel, log, _) in zip(axes.flat, ADAPTIVE_PANELS, strict=True):
+    from matplotlib.ticker import MaxNLocator
+
+    for ax, (key, ylabel, log, _) in zip(axes.flat, ADAPTIVE_PANELS, strict=True):
         ax.set(ylabel=ylabel, yscale="log" if log and ax.has_data() else "linear")
         ax.grid(alpha=0.3)
+        if key == "workers":
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[1]:
         ax.set_xlabel("time since run_start (s)")
     axes.flat[0].legend(fontsize=7)

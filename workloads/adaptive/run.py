@@ -7,8 +7,9 @@ the classification task drives it step by step (training.py). It emits its recor
 events through `emit` (rank 0's event log; nothing on the other ranks), after the step they
 belong to has finished, so writing them is never inside a step's clock:
 
-    stackbench_monitors  one per monitoring step: Snapshot.to_event(), plus the global batch
-                         the step trained with, its LR and the knobs' values
+    stackbench_monitors  one per monitoring step: Snapshot.to_event(), plus the step's global
+                         batch, the samples it trained on (fewer at an epoch's end), its LR
+                         and the knobs' values
     stackbench_decision  one per agreed change: Decision.to_event()
 
 Not here: the step itself (training.py), the mechanisms (the modules beside this one).
@@ -16,6 +17,7 @@ Not here: the step itself (training.py), the mechanisms (the modules beside this
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,10 +76,14 @@ class Adaptive:
     def lr_factor(self) -> float:
         return float(self.controller.values.get("lr_factor", 1.0))
 
-    def record_snapshot(self, snapshot: Snapshot, global_batch: int, lr: float) -> None:
-        knobs = dict(self.controller.values)
-        value = snapshot.to_event() | {"global_batch": global_batch, "lr": lr, "knobs": knobs}
-        self._pending.append((MONITORS, value))
+    def record_snapshot(
+        self, snapshot: Snapshot, global_batch: int, samples: int, lr: float
+    ) -> None:
+        """The step's snapshot, with its global batch (the epoch's last step may train on
+        fewer `samples`), its LR and the knobs' values."""
+        extra = {"global_batch": global_batch, "samples": samples, "lr": lr,
+                 "knobs": dict(self.controller.values)}  # fmt: skip
+        self._pending.append((MONITORS, snapshot.to_event() | extra))
 
     def record_decisions(self, decisions: list[Decision]) -> None:
         self._pending += [(DECISION, d.to_event()) for d in decisions]
@@ -121,7 +127,7 @@ def build(
             low, high = adaptive.batch_bounds(base)
             batch = AdaptiveBatchConfig(
                 low, high, adaptive.batch_growth, adaptive.batch_lr_rule,
-                adaptive.batch_cooldown_steps,
+                adaptive.batch_cooldown_steps, ema_memory(adaptive.noise_ema_decay),
             )  # fmt: skip
             start = batch.start(base, world_size)
             policies.append(AdaptiveBatchPolicy(batch, base))
@@ -139,6 +145,11 @@ def build(
     run = Adaptive(config, controller, monitor, base, world_size, emit)
     clock.run = run
     return run
+
+
+def ema_memory(decay: float) -> int:
+    """How many values an EMA of this decay averages over, about: 1/(1 - decay)."""
+    return math.ceil(1.0 / (1.0 - decay) - 1e-9)
 
 
 def sync_config(config: TrainConfig) -> AdaptiveSyncConfig:

@@ -145,7 +145,8 @@ def adaptive_step(
     if run.monitor is not None:
         snapshot = run.monitor.exchange(step, batch_len(index))
         if snapshot is not None:  # with the knobs this step trained with
-            run.record_snapshot(snapshot, batch_len(index) * tr.world_size, lr)
+            batch = fit_to_world(run.global_batch, tr.world_size)
+            run.record_snapshot(snapshot, batch, batch_len(index) * tr.world_size, lr)
     decisions = run.controller.after_step(step, lr, snapshot)
     _apply_sync(tr, decisions, run)
     timer.lap("communication")

@@ -127,7 +127,8 @@ def test_each_step_trains_with_the_batch_decided_before_it(batch):
     grown = {d["step"]: d["new"] for d in _decisions(batch[0]) if d["knob"] == "global_batch"}
     current = BATCH.data.batch_size * 3
     for snap in snapshots:  # the epoch's last step may be short, never longer
-        assert snap["global_batch"] <= current and snap["knobs"]["global_batch"] == current
+        assert snap["global_batch"] == snap["knobs"]["global_batch"] == current
+        assert snap["samples"] <= current
         assert snap["world_size"] == 3 and len(snap["step_time_s"]) == 3
         current = grown.get(snap["step"], current)
     assert all(s["b_noise"] is not None for s in snapshots)
@@ -172,7 +173,7 @@ def test_monitors_alone_decide_nothing_and_keep_the_batch(tmp_path):
     for result in results:
         assert _decisions(result) == []
         snaps = [v for k, v in result["emitted"] if k == MONITORS]
-        assert snaps and all(s["global_batch"] <= 64 for s in snaps)
+        assert snaps and all(s["global_batch"] == 64 >= s["samples"] for s in snaps)
         assert any(s["b_noise"] is not None and s["grad_variance"] is not None for s in snaps)
     assert results[0]["summary"]["decisions"] == 0
 
@@ -185,6 +186,7 @@ def test_monitors_alone_decide_nothing_and_keep_the_batch(tmp_path):
         ({"policy": ("batch", "batch")}, "policy", "twice"),
         ({"policy": ("none", "batch")}, "policy", "none stands alone"),
         ({"sync_low": 0.5, "sync_high": 0.1}, "sync_high", "must exceed sync_low"),
+        ({"policy": ("batch",), "compile_model": True}, "compile_model", "inside the clock"),
     ],
 )
 def test_adaptive_settings_that_cannot_work_are_refused_naming_the_key(changes, key, says):
