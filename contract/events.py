@@ -71,6 +71,12 @@ MANIFEST, SUMMARY = "stackbench_manifest", "stackbench_summary"
 COMPILE_TIME = "stackbench_compile_time_s"  # torch.compile, before run_start
 ALLREDUCE_RESULT = "allreduce_result"  # allreduce-micro: one measurement (size x dtype)
 PROGRESS = "stackbench_progress"  # within an epoch, at most every few seconds
+# stackbench: adaptive training (workloads/adaptive/run.py). MONITORS: one per monitoring
+# step, the monitors every rank agreed on (step, world_size, b_noise, grad_variance,
+# step_time_s per worker, divergence, ...) and the global batch, LR and knobs of that step.
+# DECISION: one per agreed change of a knob (step, time_s, policy, knob, old, new, reason).
+MONITORS = "stackbench_monitors"
+DECISION = "stackbench_decision"
 
 
 def parse_object(line: str) -> dict[str, Any] | None:

@@ -22,7 +22,8 @@ class Fields:
             raise DamagedFile(path, f"{where} is not a JSON object")
         self.data, self.path, self.prefix = data, path, prefix
 
-    def _bad(self, key: str, wanted: str) -> DamagedFile:
+    def bad(self, key: str, wanted: str) -> DamagedFile:
+        """The error for a field that is not what was `wanted`, naming it and its value."""
         value = self.data.get(key)
         shown = repr(value) if len(repr(value)) < 60 else f"{type(value).__name__}"
         return DamagedFile(self.path, f"field {self.prefix + key!r} is not {wanted} ({shown})")
@@ -30,7 +31,7 @@ class Fields:
     def text(self, key: str) -> str:
         value = self.data.get(key)
         if not isinstance(value, str):
-            raise self._bad(key, "text")
+            raise self.bad(key, "text")
         return value
 
     def optional_text(self, key: str) -> str | None:
@@ -39,7 +40,7 @@ class Fields:
     def integer(self, key: str) -> int:
         value = self.data.get(key)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise self._bad(key, "an integer")
+            raise self.bad(key, "an integer")
         return value
 
     def optional_integer(self, key: str) -> int | None:
@@ -52,22 +53,26 @@ class Fields:
             or isinstance(value, bool)
             or not math.isfinite(value)
         ):
-            raise self._bad(key, "a finite number")
+            raise self.bad(key, "a finite number")
         return float(value)
 
     def optional_number(self, key: str) -> float | None:
         return None if self.data.get(key) is None else self.number(key)
 
+    def scalar(self, key: str) -> float | str:
+        """A finite number or a text."""
+        return self.text(key) if isinstance(self.data.get(key), str) else self.number(key)
+
     def boolean(self, key: str) -> bool:
         value = self.data.get(key)
         if not isinstance(value, bool):
-            raise self._bad(key, "true or false")
+            raise self.bad(key, "true or false")
         return value
 
     def numbers(self, key: str) -> tuple[float, ...]:
         value = self.data.get(key, [])
         if not isinstance(value, list):
-            raise self._bad(key, "a list of numbers")
+            raise self.bad(key, "a list of numbers")
         return tuple(
             Fields({"x": v}, self.path, f"{self.prefix}{key}[]").number("x") for v in value
         )
@@ -85,5 +90,5 @@ class Fields:
     def objects(self, key: str) -> list[Fields]:
         value = self.data.get(key, [])
         if not isinstance(value, list):
-            raise self._bad(key, "a list of objects")
+            raise self.bad(key, "a list of objects")
         return [Fields(v, self.path, f"{self.prefix}{key}[].") for v in value]

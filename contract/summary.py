@@ -73,6 +73,45 @@ class TrainLoss:
         )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class AdaptiveSummary:
+    """What a run's adaptive policies did (workloads/adaptive/run.py): the policies in their
+    order, the monitors' interval, how many decisions (in all and by knob), each knob's last
+    value, and the last smoothed noise scale (None before the first reading)."""
+
+    policies: tuple[str, ...]
+    monitor_interval_steps: int
+    decisions: int
+    decisions_by_knob: Mapping[str, int]
+    final: Mapping[str, float | str]  # a knob's value: a batch, a period, a mode's name
+    b_noise: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policies": list(self.policies),
+            "monitor_interval_steps": self.monitor_interval_steps,
+            "decisions": self.decisions,
+            "decisions_by_knob": dict(self.decisions_by_knob),
+            "final": dict(self.final),
+            "b_noise": self.b_noise,
+        }
+
+    @classmethod
+    def parse(cls, f: Fields) -> AdaptiveSummary:
+        policies = f.data.get("policies")
+        if not isinstance(policies, list) or not all(isinstance(p, str) for p in policies):
+            raise f.bad("policies", "a list of names")
+        by_knob, final = f.object("decisions_by_knob"), f.object("final")
+        return cls(
+            policies=tuple(policies),
+            monitor_interval_steps=f.integer("monitor_interval_steps"),
+            decisions=f.integer("decisions"),
+            decisions_by_knob={k: by_knob.integer(k) for k in by_knob.data},
+            final={k: final.scalar(k) for k in final.data},
+            b_noise=f.optional_number("b_noise"),
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainSummary:
     run_id: str
@@ -111,6 +150,7 @@ class TrainSummary:
     first_step_times_ms: tuple[float, ...]
     iteration_time_ms_2_to_40: float | None
     train_loss: TrainLoss
+    adaptive: AdaptiveSummary | None = None  # only a run with adaptive policies or monitors
     kind: str = TRAIN
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,12 +191,14 @@ class TrainSummary:
             "first_step_times_ms": list(self.first_step_times_ms),
             "iteration_time_ms_2_to_40": self.iteration_time_ms_2_to_40,
             "train_loss": self.train_loss.to_dict(),
+            "adaptive": self.adaptive.to_dict() if self.adaptive else None,
         }
 
     @classmethod
     def parse(cls, f: Fields) -> TrainSummary:
         target, warmup = f.object("target"), f.object("warmup")
         final, best = f.optional_object("final"), f.optional_object("best")
+        adaptive = f.optional_object("adaptive")
         return cls(
             run_id=f.text("run_id"),
             benchmark=f.text("benchmark"),
@@ -194,6 +236,7 @@ class TrainSummary:
             first_step_times_ms=f.numbers("first_step_times_ms"),
             iteration_time_ms_2_to_40=f.optional_number("iteration_time_ms_2_to_40"),
             train_loss=TrainLoss.parse(f.object("train_loss")),
+            adaptive=AdaptiveSummary.parse(adaptive) if adaptive else None,
         )
 
 

@@ -230,8 +230,11 @@ class Composite:
         if unknown:
             raise ConfigError(unknown[0], f"unknown part; the parts are {', '.join(names)}")
         built: dict[str, Component] = {}
+        defaults = _defaulted(cls)
         for name in names:
             part = data.get(name)
+            if part is None and name in defaults:
+                continue  # a part added since: the config was written without it
             if not isinstance(part, Mapping):
                 raise ConfigError(name, "missing, or not a JSON object")
             built[name] = cls._part_class(name, part, built).from_dict(part, name)
@@ -288,6 +291,13 @@ class _Part:
                     name, f"{choice.key}={self.selected} needs it: add --set {name}=..."
                 )
         return self.cls(**given)
+
+
+def _defaulted(cls: type) -> set[str]:
+    """The parts of a composite that have a default (they may be absent from its JSON)."""
+    return {
+        f.name for f in fields(cls) if f.default is not MISSING or f.default_factory is not MISSING
+    }
 
 
 def _required(cls: type[Component]) -> list[str]:

@@ -10,6 +10,7 @@ its components, each beside the code it configures:
     optimizer  workloads/optim.py                    (OPTIMIZERS, key `optimizer`)
     schedule   workloads/schedule.py                 (SCHEDULES, key `lr_schedule`)
     strategy   workloads/strategies/config.py        (STRATEGIES, key `strategy`)
+    adaptive   workloads/adaptive/config.py          (policies and monitors; open division)
     execution, run, target                           (here: how a step runs, how a run is
                                                       driven, what it aims for)
 
@@ -26,13 +27,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from workloads.adaptive.config import AdaptiveConfig
 from workloads.components import Choice, Component, Composite
 from workloads.data.config import DATASETS, DataConfig
 from workloads.fields import ConfigError, setting
 from workloads.models import MODELS, ModelConfig
 from workloads.optim import OPTIMIZERS, OptimizerConfig
 from workloads.schedule import SCHEDULES, LrPlan, ScheduleConfig, lr_plan
-from workloads.strategies.config import STRATEGIES, PlainStrategy, StrategyConfig
+from workloads.strategies.config import (
+    DDP_STRATEGIES,
+    STRATEGIES,
+    PlainStrategy,
+    StrategyConfig,
+)
 from workloads.tasks.config import METRIC_RANGES, TASKS, TaskConfig
 
 __all__ = [
@@ -117,6 +124,8 @@ class TrainConfig(Composite):
     optimizer: OptimizerConfig
     schedule: ScheduleConfig
     strategy: StrategyConfig = field(default_factory=PlainStrategy)
+    # Absent from configs written before it: no policy, no monitors (Composite.from_dict).
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     run: RunConfig
     target: TargetConfig
@@ -144,9 +153,58 @@ class TrainConfig(Composite):
                 "compile_model", f"torch.compile is not wired into the {self.task.kind} task"
             )
         self.schedule.check_run(self.run.max_epochs)
+        self._check_adaptive()
         bounds = METRIC_RANGES[self.target_metric]
         if self.target.target_value not in bounds:
             raise ConfigError("target_value", f"must be in {bounds} for {self.target_metric}")
+
+    def _check_adaptive(self) -> None:
+        """What the adaptive policies are wired into (workloads/adaptive/training.py)."""
+        adaptive, strategy = self.adaptive, self.strategy.name
+        if "sync" in adaptive.policy and strategy != "adaptive-sync":
+            raise ConfigError(
+                "policy", "the sync policy switches the adaptive-sync strategy: add "
+                "--set strategy=adaptive-sync"
+            )  # fmt: skip
+        if strategy == "adaptive-sync" and "sync" not in adaptive.policy:
+            raise ConfigError(
+                "strategy", "adaptive-sync is switched by the sync policy: add sync to "
+                "--set policy=..."
+            )  # fmt: skip
+        if adaptive.monitored and self.task.kind != "classification":
+            raise ConfigError(
+                "policy", "the adaptive policies and monitors drive the classification "
+                f"loop only, not the {self.task.kind} task"
+            )  # fmt: skip
+        if "batch" in adaptive.policy and self.execution.compile_model:
+            raise ConfigError(
+                "compile_model", "policy=batch changes the batch shape mid-run, and each new "
+                "shape would compile inside the clock: --set compile_model=false"
+            )  # fmt: skip
+        if "batch" in adaptive.policy and not self.data.samples_shared:
+            raise ConfigError(
+                "policy", "policy=batch re-shards each epoch over the workers; "
+                f"{self.data.name} is split into static per-rank shards"
+            )  # fmt: skip
+
+    def check_elastic(self) -> None:
+        """Rules for a run whose workers may leave and join (runner --workers MIN:MAX)."""
+        if self.strategy.name in DDP_STRATEGIES:
+            raise ConfigError(
+                "strategy", f"{self.strategy.name} keeps its process group open after a "
+                "worker leaves (docs/adaptive-elastic.md); use allreduce, model-averaging "
+                "or adaptive-sync"
+            )  # fmt: skip
+        if self.task.kind != "classification" or not self.data.samples_shared:
+            raise ConfigError(
+                "dataset", "elastic workers re-shard each epoch: they drive the "
+                "classification loop on data every worker holds"
+            )  # fmt: skip
+        if self.execution.compile_model:
+            raise ConfigError(
+                "compile_model", "a change of workers changes the batch shape, and each new "
+                "shape would compile inside the clock: --set compile_model=false"
+            )  # fmt: skip
 
     @classmethod
     def _part_class(

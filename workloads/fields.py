@@ -175,8 +175,11 @@ def _parse(text: str, tp: Any) -> Any:
         if text.strip().lower() in ("none", "null", "") and type(None) in args:
             return None
         return _parse(text, next(a for a in args if a is not type(None)))
-    if origin is tuple:
-        return tuple(_parse(p, args[0]) for p in text.replace(" ", "").split(",") if p)
+    if origin is tuple:  # "82,109", or bracketed as a sweep needs it: "[82,109]"
+        inner = text.replace(" ", "")
+        if inner.startswith("[") and inner.endswith("]"):
+            inner = inner[1:-1]
+        return tuple(_parse(p, args[0]) for p in inner.split(",") if p)
     if tp is bool:
         lowered = text.strip().lower()
         if lowered in ("true", "1", "yes", "on"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.summary import Evaluation, TrainLoss, TrainSummary
+from contract.summary import AdaptiveSummary, Evaluation, TrainLoss, TrainSummary
 from workloads.config import TrainConfig
 from workloads.tasks import best_of
 from workloads.timing import LOOP_PHASES, OTHER_PHASE, PHASES, add_phases, shares, zero_phases
@@ -70,6 +70,7 @@ def summarize(
     precision: str,
     run_time_s: float,
     init_time_s: float,
+    adaptive: AdaptiveSummary | None = None,
 ) -> TrainSummary:
     loop = {p: tally.phases.get(p, 0.0) for p in LOOP_PHASES}
     train_s = sum(loop.values())  # the loop's wall time once close_loop has run
@@ -118,6 +119,7 @@ def summarize(
         communication_share=shares(loop)["communication"],
         first_step_times_ms=tuple(1000 * t for t in tally.step_times_s),
         iteration_time_ms_2_to_40=window_mean_ms(tally.step_times_s, *ITERATION_WINDOW),
+        adaptive=adaptive,
         train_loss=train_loss_report(tally.train_losses, config.target.target_train_loss),
     )
 

@@ -25,6 +25,7 @@ from contract.manifest import Manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import TrainSummary
 from workloads import dist, lifetime, manifest, mllog, strategies, tasks
+from workloads.adaptive import run as adaptive_run
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
 from workloads.divergence import DIVERGED_EXIT, Diverged
@@ -95,6 +96,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.run.dist_timeout_s)
     torch.manual_seed(config.run.seed)  # the same initial model on every rank
+    adaptive = adaptive_run.build(config, env.world_size, device, log.point)
     task = tasks.build(
         tasks.Context(
             config,
@@ -104,6 +106,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
             clock_for(device),
             log,
             args.output_dir if is_writer else None,
+            adaptive,
         )
     )
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.run.seed)
@@ -116,6 +119,8 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
 
     start = time.perf_counter()
     log.start(mllog.RUN_START)
+    if adaptive is not None:
+        adaptive.start(start)
     tally = RunTally()
     deadline = Deadline(config.run.time_budget_s, start, device)
     try:
@@ -141,6 +146,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
         precision=task.precision,
         run_time_s=run_time_s,
         init_time_s=init_time_s,
+        adaptive=adaptive.summary() if adaptive is not None else None,
     )
     log.point(mllog.SUMMARY, summary.to_dict())
     if tally.diverged:

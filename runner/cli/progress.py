@@ -7,6 +7,7 @@ and status changes); it never reads files or asks a backend itself.
 from __future__ import annotations
 
 import abc
+import math
 from types import TracebackType
 from typing import Any
 
@@ -55,7 +56,8 @@ class _View(abc.ABC):
 
 
 class TrainingProgress(_View):
-    """Epoch progress with the latest loss and quality metric."""
+    """Epoch progress with the latest loss and quality metric, and for an adaptive run the
+    latest noise scale, global batch and worker count (its monitor and decision events)."""
 
     def __init__(self, console: Console, max_epochs: int, metric: str) -> None:
         super().__init__(console, max_epochs, "starting")
@@ -63,6 +65,7 @@ class TrainingProgress(_View):
         self.epoch = 0
         self.loss: float | None = None
         self.quality: float | None = None
+        self.adaptive = AdaptiveFigures()
 
     def on_event(self, event: dict[str, Any]) -> None:
         key, value = event.get("key"), event.get("value")
@@ -79,15 +82,58 @@ class TrainingProgress(_View):
         elif key == keys.PROGRESS and isinstance(value, dict):
             done = value.get("epoch", 1) - 1 + value.get("step", 0) / max(1, value.get("steps", 1))
             self.progress.update(self.task, completed=done)
+        else:
+            self.adaptive.take(key, value)
         parts = [
             f"loss {self.loss:.3f}" if self.loss is not None else "",
             f"{metric_label(self.metric)} {self.quality:.4f}" if self.quality is not None else "",
+            self.adaptive.text(),
         ]
         self.progress.update(
             self.task,
             description=f"epoch {self.epoch}/{self.max_epochs}",
             info="  ".join(p for p in parts if p),
         )
+
+
+class AdaptiveFigures:
+    """The newest B_noise, global batch and worker count of an adaptive run, from its
+    stackbench_monitors and stackbench_decision events (values of the wrong type ignored)."""
+
+    def __init__(self) -> None:
+        self.b_noise: float | None = None
+        self.global_batch: int | None = None
+        self.workers: int | None = None
+
+    def take(self, key: object, value: object) -> None:
+        if not isinstance(value, dict):
+            return
+        if key == keys.MONITORS:
+            self.b_noise = _number(value.get("b_noise"), self.b_noise)
+            self.global_batch = _integer(value.get("global_batch"), self.global_batch)
+            self.workers = _integer(value.get("world_size"), self.workers)
+        elif key == keys.DECISION and value.get("knob") == "global_batch":
+            self.global_batch = _integer(value.get("new"), self.global_batch)
+        elif key == keys.DECISION and value.get("knob") == "workers":
+            self.workers = _integer(value.get("new"), self.workers)
+
+    def text(self) -> str:
+        parts = [
+            f"B_noise {self.b_noise:.0f}" if self.b_noise is not None else "",
+            f"batch {self.global_batch}" if self.global_batch is not None else "",
+            f"{self.workers} workers" if self.workers is not None else "",
+        ]
+        return "  ".join(p for p in parts if p)
+
+
+def _number(value: object, default: float | None) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return default
+
+
+def _integer(value: object, default: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 class MeasurementProgress(_View):

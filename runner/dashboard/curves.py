@@ -14,6 +14,10 @@ report's curves figure (runner.results.runs.curves). Series:
     phases          per epoch, seconds spent in each step phase (the mean over ranks)
     progress        where the run is: the epoch under way and, once a progress event of that
                     epoch came (every few seconds), its step and steps
+    global_batch    an adaptive run's global batch: at each monitoring step and when a
+                    decision changes it
+    b_noise         its smoothed gradient noise scale, at each monitoring step
+    workers         its worker count: at each monitoring step and when workers leave or join
 
 Events are read from files that may be damaged: anything of the wrong type or not finite (a
 diverged loss is NaN) is left out, never raised. Not here: reading files (runner.dashboard.data).
@@ -25,9 +29,15 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from contract.events import DECISION, MONITORS
 from workloads import mllog
 
 POINT_SERIES = (mllog.TRAIN_LOSS, mllog.EVAL_ACCURACY, mllog.EVAL_LOSS)
+GLOBAL_BATCH, B_NOISE, WORKERS = "global_batch", "b_noise", "workers"
+ADAPTIVE_SERIES = (GLOBAL_BATCH, B_NOISE, WORKERS)
+# Where each comes from: a monitor event's field, a decision's knob.
+MONITORED = {"global_batch": GLOBAL_BATCH, "b_noise": B_NOISE, "world_size": WORKERS}
+DECIDED = {"global_batch": GLOBAL_BATCH, "workers": WORKERS}
 THROUGHPUT = "throughput"
 PHASES = "phases"
 PROGRESS = "progress"
@@ -46,7 +56,8 @@ def _epoch(event: Mapping[str, Any]) -> int | None:
 
 
 def empty() -> dict[str, Any]:
-    return {**{k: [] for k in POINT_SERIES}, THROUGHPUT: [], PHASES: [], PROGRESS: None}
+    series = (*POINT_SERIES, *ADAPTIVE_SERIES)
+    return {**{k: [] for k in series}, THROUGHPUT: [], PHASES: [], PROGRESS: None}
 
 
 class Curves:
@@ -102,6 +113,16 @@ class Curves:
             fields = {k: value.get(k) for k in ("epoch", "step", "steps")}
             if all(isinstance(v, int) and not isinstance(v, bool) for v in fields.values()):
                 out[PROGRESS] = {**fields, "t": t_s}
+        elif key == MONITORS and isinstance(value, dict):
+            for name, series in MONITORED.items():
+                number = _number(value.get(name))
+                if number is not None:
+                    out[series].append([t_s, number])
+        elif key == DECISION and isinstance(value, dict):
+            series = DECIDED.get(value.get("knob"))  # type: ignore[arg-type]
+            number = _number(value.get("new"))
+            if series is not None and number is not None:
+                out[series].append([t_s, number])
 
 
 def series(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

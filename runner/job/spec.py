@@ -11,13 +11,14 @@ import json
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runner.errors import SpecError
 from runner.job.benchmarks import BENCHMARKS, FREE_KEYS, TRAIN_MODULE, AnyBenchmark, Benchmark
 from runner.job.link import parse_link
+from workloads.adaptive.config import AdaptiveConfig
 from workloads.config import ConfigError, TrainConfig
 from workloads.microconfig import AllReduceMicroConfig
 from workloads.strategies.config import EXACT_STRATEGIES
@@ -152,12 +153,18 @@ def open_division_keys(
 ) -> tuple[str, ...]:
     """The overridden keys that make a run open division: those outside the benchmark's
     tunables, run controls and execution controls, except a switch between exact strategies
-    (EXACT_STRATEGIES)."""
+    (EXACT_STRATEGIES) and the adaptive keys of a run with neither policy nor monitor
+    (`--set policy=none`, a sweep's fixed baseline, stays closed)."""
     keys = {k for k in parsed if k not in bench.tunables | FREE_KEYS}
     strategies = {bench.config.flat().get("strategy"), config.flat().get("strategy")}
     if strategies <= EXACT_STRATEGIES:
         keys.discard("strategy")
+    if isinstance(config, TrainConfig) and not config.adaptive.monitored:
+        keys -= ADAPTIVE_KEYS  # no policy and no monitor: the adaptive keys act on nothing
     return tuple(sorted(keys))
+
+
+ADAPTIVE_KEYS = frozenset(f.name for f in fields(AdaptiveConfig))
 
 
 def _split_batch(bench: Benchmark, world_size: int) -> int:

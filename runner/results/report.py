@@ -28,6 +28,7 @@ from runner.results.aggregate import (
     speedups,
 )
 from runner.results.runs import (
+    ADAPTIVE_CURVES,
     RunResult,
     config_conflicts,
     environment_differences,
@@ -342,7 +343,9 @@ def tables(report: Report) -> list[Table]:
 
 
 def write_figures(report: Report, out_dir: Path) -> list[Path]:
-    """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG."""
+    """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG;
+    adaptive (batch size, B_noise, workers and LR beside loss and quality) when a run has
+    monitor or decision events."""
     by_series: dict[str, list[Cell]] = {s: [] for s in report.series}
     for c in report.cells:
         by_series[c.series].append(c)
@@ -363,6 +366,12 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
     paths += figures.curves_figure(
         curves, report.target, f"{report.title}: loss and accuracy", out_dir / "curves"
     )
+    adaptive = [(name, c) for name, c in curves if any(k in c for k in ADAPTIVE_CURVES)]
+    if adaptive:  # the runs that adapted, and the others beside them for comparison
+        paths += figures.adaptive_figure(
+            curves, report.target, f"{report.title}: batch size, B_noise and workers",
+            out_dir / "adaptive",
+        )  # fmt: skip
     return paths
 
 

@@ -1,21 +1,30 @@
 """Run directories read back as flat result records, for reports, studies, cost and teardown.
 
 What a report needs from one run (job.json, state.json, summary.json, manifest.json and the
-loss/accuracy curves in events.jsonl), and which runs may stand side by side: two runs are
-comparable when their closed-division configurations agree (the config minus the tunables and
-run controls; the strategy too when both use an exact one). Not here: statistics
+loss/accuracy curves in events.jsonl, with an adaptive run's batch, noise scale and workers),
+and which runs may stand side by side: two runs are comparable when their closed-division
+configurations agree (the config minus the tunables and run controls; the strategy too when
+both use an exact one). Not here: statistics
 (runner.results.aggregate), output (runner.results.report), anything that talks to a backend.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.events import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+from contract.events import (
+    DECISION,
+    EVAL_ACCURACY,
+    MONITORS,
+    RUN_START,
+    TRAIN_LOSS,
+    read_events,
+)
 from contract.manifest import Manifest
 from contract.rundir import read_state
 from contract.summary import Summary, TrainSummary
@@ -99,17 +108,45 @@ def load_run(run_dir: Path) -> RunResult:
     )
 
 
+# What an adaptive run adds to its curves (from its stackbench_monitors and _decision events).
+B_NOISE, GLOBAL_BATCH, WORKERS, LR = "b_noise", "global_batch", "workers", "lr"
+ADAPTIVE_CURVES = (GLOBAL_BATCH, B_NOISE, WORKERS, LR)
+# A decision's knob -> the curve it moves at the moment it is taken.
+DECIDED = {"global_batch": GLOBAL_BATCH, "workers": WORKERS}
+MONITORED = {"b_noise": B_NOISE, "global_batch": GLOBAL_BATCH, "world_size": WORKERS, "lr": LR}
+
+
 def curves(events_path: Path) -> dict[str, tuple[tuple[float, float], ...]]:
-    """train_loss and eval_accuracy as (seconds since run_start, value) points."""
+    """train_loss and eval_accuracy as (seconds since run_start, value) points, and for an
+    adaptive run the global batch, B_noise, worker count and LR over time (none of those
+    for a run without them). Values that are not finite numbers are left out."""
     events = read_events(events_path)
     start = next((e["time_ms"] for e in events if e["key"] == RUN_START), None)
     if start is None:
         return {}
     out: dict[str, list[tuple[float, float]]] = {TRAIN_LOSS: [], EVAL_ACCURACY: []}
+    adaptive: dict[str, list[tuple[float, float]]] = {k: [] for k in ADAPTIVE_CURVES}
     for e in events:
-        if e["key"] in out and isinstance(e.get("value"), int | float):
-            out[e["key"]].append(((e["time_ms"] - start) / 1000, float(e["value"])))
+        t_s, value = (e["time_ms"] - start) / 1000, e.get("value")
+        if e["key"] in out and _finite(value):
+            out[e["key"]].append((t_s, float(value)))
+        elif e["key"] == MONITORS and isinstance(value, dict):
+            for field_name, curve in MONITORED.items():
+                if _finite(value.get(field_name)):
+                    adaptive[curve].append((t_s, float(value[field_name])))
+        elif e["key"] == DECISION and _decided(value):
+            adaptive[DECIDED[value["knob"]]].append((t_s, float(value["new"])))
+    out |= {k: v for k, v in adaptive.items() if v}
     return {k: tuple(v) for k, v in out.items()}
+
+
+def _decided(value: Any) -> bool:
+    """A decision record that moves a curve to a number."""
+    return isinstance(value, dict) and value.get("knob") in DECIDED and _finite(value.get("new"))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def comparison_key(run: RunResult) -> str:

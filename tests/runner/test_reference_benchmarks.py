@@ -27,6 +27,13 @@ RUN_DEFAULTS = {
     "stop_at_target": True,
 }
 EXECUTION_DEFAULTS = {"memory_format": "contiguous", "compile_model": False, "precision": "auto"}
+# No benchmark adapts by default: every policy and monitor is open division.
+ADAPTIVE_DEFAULTS = {
+    "policy": (), "monitor": False, "monitor_interval_steps": 10, "noise_ema_decay": 0.9,
+    "min_global_batch": None, "max_global_batch": None, "batch_growth": 2.0,
+    "batch_lr_rule": "linear", "batch_cooldown_steps": 0, "sync_low": 1e-5, "sync_high": 1e-4,
+    "sync_min_period": 2, "sync_max_period": 64, "heartbeat_s": 0.5, "dead_after_s": 5.0,
+}  # fmt: skip
 SGD = {"optimizer": "sgd", "nesterov": False}
 SPECS = {
     "cnn-digits": {
@@ -116,8 +123,9 @@ def test_every_benchmark_is_pinned_here():
 @pytest.mark.parametrize("name", list(SPECS))
 def test_each_benchmark_resolves_to_its_specified_values(name):
     flat = resolve(name, placement=Placement()).config.flat()
-    assert set(flat) == set(SPECS[name])
-    for key, value in SPECS[name].items():  # floats up to rounding (0.1 / 256 * 32)
+    spec = SPECS[name] if name == "allreduce-micro" else SPECS[name] | ADAPTIVE_DEFAULTS
+    assert set(flat) == set(spec)
+    for key, value in spec.items():  # floats up to rounding (0.1 / 256 * 32)
         expected = pytest.approx(value) if isinstance(value, float) else value
         assert flat[key] == expected, key
 
@@ -154,8 +162,19 @@ def test_every_other_key_of_a_training_benchmark_makes_its_run_open(name):
     bench = BENCHMARKS[name]
     fixed = set(bench.config.flat_keys()) - bench.tunables - FREE_KEYS - {"strategy"}
     assert {"model", "optimizer", "weight_decay"} <= fixed
-    for key in sorted(fixed):
+    for key in sorted(fixed - set(ADAPTIVE_DEFAULTS)):
         assert open_division_keys(bench, {key: "x"}, bench.config) == (key,), key
+
+
+@pytest.mark.parametrize("name", ["cnn-digits", "resnet20-cifar10", "vgg11-cifar10"])
+def test_adaptive_keys_make_a_run_open_only_when_a_policy_or_the_monitor_is_on(name):
+    # compile_model=false: each batch the policy picks would otherwise compile in the clock.
+    on = resolve(name, ["policy=batch", "batch_growth=4", "compile_model=false"], Placement())
+    assert on.division == "open" and on.open_keys == ("batch_growth", "policy")
+    watched = resolve(name, ["monitor=true"], Placement())
+    assert watched.division == "open" and watched.open_keys == ("monitor",)
+    off = resolve(name, ["policy=none", "batch_growth=4"], Placement())
+    assert off.division == "closed" and off.open_keys == ()
 
 
 @pytest.mark.parametrize(

@@ -94,10 +94,17 @@ def test_the_json_is_nested_by_component_with_a_version():
     data = json.loads(BASE.to_json())
     assert data["version"] == TrainConfig.VERSION == 2
     assert set(data) == {"version", "model", "data", "task", "optimizer", "schedule",
-                         "strategy", "execution", "run", "target"}  # fmt: skip
+                         "strategy", "adaptive", "execution", "run", "target"}  # fmt: skip
     assert data["optimizer"] == {"name": "sgd", "momentum": 0.9, "nesterov": False,
                                  "weight_decay": 1e-4}  # fmt: skip
     assert data["schedule"]["lr_milestones"] == []
+
+
+def test_a_config_written_before_the_adaptive_part_reads_as_one_without_policies():
+    data = json.loads(BASE.to_json())
+    del data["adaptive"]
+    assert TrainConfig.from_dict(data) == BASE
+    assert TrainConfig.from_dict(data).adaptive.policy == ()
 
 
 @pytest.mark.parametrize("name", list(TRAINING))
@@ -351,6 +358,7 @@ def test_the_config_and_every_component_import_without_torch():
         "workloads.config", "workloads.microconfig", "workloads.models", "workloads.optim",
         "workloads.schedule", "workloads.strategies", "workloads.strategies.config",
         "workloads.tasks", "workloads.tasks.config", "workloads.data.config",
+        "workloads.adaptive.config",
         *(f"workloads.models.{family}.config" for family in (
             "cnn", "resnet", "vgg", "logreg", "awd_lstm", "gnmt", "transformer",
         )),

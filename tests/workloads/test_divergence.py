@@ -10,6 +10,7 @@ import torch
 
 from contract.events import RUN_STOP, read_events
 from contract.rundir import JobState
+from contract.summary import TrainSummary
 from runner import api
 from runner.results import rundir
 from tests.conftest import submit_local
@@ -44,7 +45,8 @@ def test_a_diverging_run_is_failed_with_the_reason_and_its_summary_agrees(tmp_pa
     assert status.exit_code == 3
     assert "diverged at epoch 1, step" in status.reason
     summary = rundir.read_summary(run.run_dir)
-    assert summary["status"] == "diverged" and summary["target_reached"] is False
-    assert summary["diverged"] in status.reason  # the state and the summary agree
+    assert isinstance(summary, TrainSummary)
+    assert summary.status == "diverged" and summary.target_reached is False
+    assert summary.diverged and summary.diverged in status.reason  # the state and the summary agree
     (stop,) = [e for e in read_events(run.run_dir / "events.jsonl") if e["key"] == RUN_STOP]
     assert stop["metadata"]["status"] == "aborted"

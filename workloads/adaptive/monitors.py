@@ -73,6 +73,7 @@ class Snapshot:
     grad_sq_ema: float | None = None
     trace_sigma_ema: float | None = None
     b_noise: float | None = None  # smoothed simple noise scale, in samples
+    noise_readings: int = 0  # the estimates its EMAs have taken so far
     grad_variance: float | None = None  # trace of the covariance of the workers' gradients
     # Per worker, the mean since the previous snapshot (None: no step finished since).
     step_time_s: tuple[float | None, ...] = ()
@@ -86,6 +87,7 @@ class Snapshot:
             "step": self.step,
             "world_size": self.world_size,
             "b_noise": self.b_noise,
+            "noise_readings": self.noise_readings,
             "grad_sq_ema": self.grad_sq_ema,
             "trace_sigma_ema": self.trace_sigma_ema,
             "grad_variance": self.grad_variance,
@@ -124,6 +126,7 @@ def summarize(rows: list[list[float]], step: int, noise: NoiseScale) -> tuple[Sn
         grad_sq_ema=noise.grad_sq.value,
         trace_sigma_ema=noise.trace_sigma.value,
         b_noise=noise.b_noise,
+        noise_readings=noise.readings,
         step_time_s=_finite_or_none(col["step_time_s"]),
         compute_time_s=_finite_or_none(col["compute_time_s"]),
         divergence=divergence,

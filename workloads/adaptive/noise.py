@@ -81,10 +81,13 @@ def worker_variance(local_sq_norms: Sequence[float], mean_sq_norm: float) -> flo
 @dataclass(frozen=True)
 class Ema:
     """An exponential moving average that starts at its first value (KungFu's ema.hpp):
-    value <- decay * value + (1 - decay) * x. Immutable: update returns the next one."""
+    value <- decay * value + (1 - decay) * x. Immutable: update returns the next one.
+    `count` is how many values it has taken: until about 1/(1 - decay) (its memory) it
+    mostly holds its first ones."""
 
     decay: float
     value: float | None = None
+    count: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.decay < 1.0:
@@ -94,8 +97,9 @@ class Ema:
         if not math.isfinite(x):
             return self  # a non-finite sample (an overflowed step) must not poison the mean
         if self.value is None:
-            return Ema(self.decay, x)
-        return Ema(self.decay, self.decay * self.value + (1.0 - self.decay) * x)
+            return Ema(self.decay, x, 1)
+        value = self.decay * self.value + (1.0 - self.decay) * x
+        return Ema(self.decay, value, self.count + 1)
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,11 @@ class NoiseScale:
             self.grad_sq.update(estimates.grad_sq),
             self.trace_sigma.update(estimates.trace_sigma),
         )
+
+    @property
+    def readings(self) -> int:
+        """The estimates both EMAs have taken."""
+        return min(self.grad_sq.count, self.trace_sigma.count)
 
     @property
     def b_noise(self) -> float | None:

@@ -28,6 +28,9 @@ class DataConfig(Component):
     # Where the files are: data sets read from files make it a key (FileData); the others
     # (digits ship with scikit-learn) have none.
     data_dir: ClassVar[str | None] = None
+    # Whether every worker holds every training sample, so an epoch can be re-sharded over
+    # the workers mid-way (adaptive batch size, elastic workers); not so for static shards.
+    samples_shared: ClassVar[bool] = True
 
     def global_batch_size(self, world_size: int) -> int:
         """Units per optimizer update over all workers."""
@@ -56,6 +59,7 @@ class Cifar10Data(FileData):
 @dataclass(frozen=True, kw_only=True)
 class EpsilonData(FileData):
     name: Literal["epsilon"] = "epsilon"
+    samples_shared: ClassVar[bool] = False  # each rank reads its own static shard
 
 
 @dataclass(frozen=True, kw_only=True)

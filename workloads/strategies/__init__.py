@@ -8,6 +8,8 @@ buffers:
 - ddp.py: `ddp`, `fp16-compress`, `bf16-compress`, `powersgd` (DDP communication hooks).
 - gradients.py: `allreduce`, `allreduce-per-param`, `gather-scatter` (after backward).
 - averaging.py: `model-averaging` (post-local SGD).
+- `adaptive-sync`: exact all-reduce or model averaging, switched while training
+  (workloads/adaptive/sync.py, driven by the `sync` policy).
 - local.py: what any of them becomes in a single process (nothing to communicate).
 - config.py: the configs that name them and their options (torch-free).
 - base.py: the Strategy protocol and Collectives, the network boundary.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
+    from workloads.adaptive.monitors import Monitor
     from workloads.config import TrainConfig
     from workloads.strategies.base import Collectives, Strategy
     from workloads.timing import Clock
@@ -38,9 +41,14 @@ def effective_name(config: TrainConfig, world_size: int) -> str:
 
 
 def build(
-    config: TrainConfig, model: nn.Module, clock: Clock, collectives: Collectives | None = None
+    config: TrainConfig,
+    model: nn.Module,
+    clock: Clock,
+    collectives: Collectives | None = None,
+    monitor: Monitor | None = None,
 ) -> Strategy:
-    """The configured strategy around `model` (collectives: the network boundary, for tests)."""
+    """The configured strategy around `model` (collectives: the network boundary, for tests;
+    monitor: the run's monitors, whose probe reads the strategy's gradient exchange)."""
     import torch.distributed as dist
 
     from workloads.strategies.base import Collectives
@@ -48,4 +56,5 @@ def build(
 
     if effective_name(config, dist.get_world_size()) == "local":
         return LocalStrategy(model)
-    return config.strategy.build(model, clock, collectives or Collectives(), config.run.seed)
+    comm = collectives or Collectives()
+    return config.strategy.build(model, clock, comm, config.run.seed, monitor)

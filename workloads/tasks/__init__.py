@@ -21,6 +21,7 @@ from workloads.tasks.config import LOWER_IS_BETTER
 if TYPE_CHECKING:
     import torch
 
+    from workloads.adaptive.run import Adaptive
     from workloads.config import TrainConfig
     from workloads.loop import EpochStats
     from workloads.mllog import EventLog
@@ -46,6 +47,9 @@ class Context:
     clock: Clock
     log: EventLog
     output_dir: Path | None = None  # the run's results directory, on the writing rank only
+    # The run's policies and monitors (workloads/adaptive/run.py), for the tasks that drive
+    # them (config validation refuses them elsewhere).
+    adaptive: Adaptive | None = None
 
 
 class Task(Protocol):

@@ -128,3 +128,23 @@ def test_the_runs_table_lists_a_run_that_starts_while_it_is_open(tmp_path, brows
         finally:
             api.cancel(results, run)
         assert console_errors(browser) == []
+
+
+def test_an_adaptive_runs_page_draws_its_global_batch_and_noise_scale(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    # A small starting batch, so that the noise scale soon exceeds it and the batch grows.
+    sets = ["policy=batch", "batch_size=4", "lr=0.01", "max_epochs=2", "stop_at_target=false",
+            "strategy=allreduce"]  # fmt: skip
+    run = submit_local(results, sets, workers=2)
+    try:
+        assert api.wait(results, run).state.value == "SUCCEEDED"
+        with dashboard_process(results) as url:
+            browser.get(f"{url}#/run/{run.run_id}")
+            wait_for(lambda: chart_points(browser, "adaptive", 0) > 2, 60, "the batch series")
+            assert chart_points(browser, "adaptive", 1) > 2  # B_noise beside it
+            assert chart_points(browser, "workers") > 2
+            hover(browser, "adaptive")
+            assert console_errors(browser) == []
+    finally:
+        api.cancel(results, run)

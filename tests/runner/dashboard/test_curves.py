@@ -90,3 +90,29 @@ def test_values_that_are_not_finite_numbers_are_left_out():
 
     assert s["train_loss"] == [] and s["eval_accuracy"] == [[4.0, 0.8]]
     assert s["phases"] == [] and s["progress"] is None
+
+
+def test_an_adaptive_runs_batch_noise_scale_and_workers_are_series():
+    monitors = {"step": 10, "world_size": 3, "b_noise": 140.0, "global_batch": 64}
+    decision = {"step": 10, "knob": "global_batch", "old": 64, "new": 128}
+    events = [
+        event("run_start"),
+        event("stackbench_monitors", monitors, 1.0),
+        event("stackbench_decision", decision, 1.5),
+        event("stackbench_decision", {"knob": "workers", "old": 3, "new": 2}, 2.0),
+        event("stackbench_decision", {"knob": "lr_factor", "old": 1.0, "new": 2.0}, 2.5),
+        event("stackbench_monitors", {"b_noise": math.inf, "global_batch": "64"}, 3.0),
+        event("stackbench_decision", {"knob": "workers", "new": None}, 3.5),
+    ]
+
+    s = series(events)
+
+    assert s["global_batch"] == [[1.0, 64.0], [1.5, 128.0]]
+    assert s["b_noise"] == [[1.0, 140.0]]
+    assert s["workers"] == [[1.0, 3.0], [2.0, 2.0]]
+
+
+def test_a_run_without_policies_has_empty_adaptive_series():
+    s = series(run_events())
+
+    assert s["global_batch"] == s["b_noise"] == s["workers"] == []

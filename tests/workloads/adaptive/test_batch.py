@@ -80,3 +80,13 @@ def test_the_policy_waits_for_a_noise_scale_and_its_cooldown():
     assert policy.propose("after_step", _view(10, None)) == ()
     assert policy.propose("after_step", _view(60, 300.0, last=20)) == ()
     assert len(policy.propose("after_step", _view(70, 300.0, last=20))) == 2
+
+
+def test_the_first_change_waits_for_the_noise_scales_memory_of_readings():
+    policy = AdaptiveBatchPolicy(AdaptiveBatchConfig(32, 1024, min_readings=10), 32)
+    early = Snapshot(step=40, world_size=4, b_noise=1e4, noise_readings=5)
+    view = View(40, 0.1, {"global_batch": 64, "lr_factor": 2.0}, early, {})
+    assert policy.propose("after_step", view) == ()
+    ready = Snapshot(step=100, world_size=4, b_noise=1e4, noise_readings=10)
+    view = View(100, 0.1, {"global_batch": 64, "lr_factor": 2.0}, ready, {})
+    assert len(policy.propose("after_step", view)) == 2

@@ -154,6 +154,15 @@ def test_ema_ignores_non_finite_samples():
     assert ema.update(math.nan).value == 2.0
 
 
+def test_ema_counts_the_values_it_took_and_the_noise_scale_its_readings():
+    ema = Ema(0.5).update(2.0).update(math.nan).update(3.0)
+    assert ema.count == 2
+    noise = NoiseScale.start(0.9)
+    for _ in range(3):
+        noise = noise.update(NoiseEstimates(grad_sq=1.0, trace_sigma=5.0))
+    assert noise.readings == 3
+
+
 def test_noise_scale_is_unknown_while_the_smoothed_gradient_is_not_positive():
     noise = NoiseScale.start(0.5).update(NoiseEstimates(grad_sq=-1.0, trace_sigma=5.0))
     assert noise.b_noise is None

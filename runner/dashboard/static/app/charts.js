@@ -57,12 +57,14 @@ function base(title, yName, xName) {
 }
 
 // Lines against seconds since run_start: [{name, data: [[t, v], ...]}]. `target`: a dashed
-// horizontal line at the target value.
-export function linesOption({ title, yName, lines, target = null, log = false }) {
+// horizontal line at the target value. `steps`: "all", or the names of the lines drawn as
+// steps (a value that changes at once, such as an adaptive run's global batch).
+export function linesOption({ title, yName, lines, target = null, log = false, steps = [] }) {
   const series = lines.map((line, i) => ({
     id: line.name,
     name: line.name,
     type: "line",
+    ...(steps === "all" || steps.includes(line.name) ? { step: "end" } : {}),
     data: line.data,
     showSymbol: line.data.length <= 60,
     symbolSize: 5,

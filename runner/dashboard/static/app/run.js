@@ -7,11 +7,14 @@ import {
   quality, seconds, StateBadge, useJSON, useStream, when,
 } from "./lib.js";
 
-const SERIES = ["train_loss", "eval_accuracy", "eval_loss", "throughput", "phases"];
+const SERIES = ["train_loss", "eval_accuracy", "eval_loss", "throughput", "phases", "global_batch", "b_noise", "workers"];
 const LOG_LIMIT = 1 << 20; // characters of a log kept on the page; older text is dropped
 
 export function emptyCurves() {
-  return { train_loss: [], eval_accuracy: [], eval_loss: [], throughput: [], phases: [], progress: null };
+  return {
+    train_loss: [], eval_accuracy: [], eval_loss: [], throughput: [], phases: [],
+    global_batch: [], b_noise: [], workers: [], progress: null,
+  };
 }
 
 // Appends a `points` message to curves already shown.
@@ -40,6 +43,11 @@ export function CurveCharts({ runs, target, metric, children }) {
         lines: lines("throughput", "samples/s"),
       }),
       phases: one ? epochPhasesOption(runs[0].curves.phases) : null,
+      // An adaptive run's knobs and monitors (none for a run without policies or monitors).
+      adaptive: runs.some((r) => r.curves.global_batch.length || r.curves.b_noise.length) ? adaptiveOption(runs) : null,
+      workers: runs.some((r) => r.curves.workers.length) ? linesOption({
+        title: "Workers", yName: "workers", lines: lines("workers", "workers"), steps: "all",
+      }) : null,
     };
   }, [runs, target, metric]);
   return html`<div class="charts">
@@ -47,8 +55,21 @@ export function CurveCharts({ runs, target, metric, children }) {
     <${Chart} name="quality" option=${options.quality} />
     <${Chart} name="throughput" option=${options.throughput} />
     ${options.phases ? html`<${Chart} name="phases" option=${options.phases} />` : ""}
+    ${options.adaptive ? html`<${Chart} name="adaptive" option=${options.adaptive} />` : ""}
+    ${options.workers ? html`<${Chart} name="workers" option=${options.workers} />` : ""}
     ${children}
   </div>`;
+}
+
+// The global batch (drawn as steps: it changes at once) beside the noise scale it follows.
+function adaptiveOption(runs) {
+  const one = runs.length === 1;
+  const batch = runs.map((r) => ({ name: one ? "global batch" : `${r.name} batch`, data: r.curves.global_batch }));
+  const noise = runs.map((r) => ({ name: one ? "B_noise" : `${r.name} B_noise`, data: r.curves.b_noise }));
+  return linesOption({
+    title: "Global batch and gradient noise scale B_noise", yName: "samples", log: true,
+    lines: [...batch, ...noise], steps: batch.map((l) => l.name),
+  });
 }
 
 function plural(count, word) {
