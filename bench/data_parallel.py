@@ -1,4 +1,4 @@
-"""The CS744 data-parallel comparison on this machine (shared/BENCHMARKS.md, VGG-11 study).
+"""The CS744 data-parallel comparison on this machine (docs/benchmarks.md, VGG-11 study).
 
 Per-iteration time (mean of iterations 2-40, the slowest rank's) for one process and for each
 communication strategy at 2 and 4 processes (gloo on CPU), with speedups over one process,

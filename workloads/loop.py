@@ -1,4 +1,4 @@
-"""One epoch of training and one evaluation, timed per shared/DESIGN.md section 3.
+"""One epoch of training and one evaluation, timed per docs/design.md, "Timing".
 
 Pure training mechanics: no event logging and no file output here (train.py does that), so
 the same functions serve the entry point, the tests and the overhead benchmark.

@@ -1,6 +1,6 @@
 """The optimizers a config can name, each a config component that builds its torch optimizer.
 
-SGD with momentum/Nesterov and weight decay, or Adam. "Centralized Adam" (shared/BENCHMARKS.md)
+SGD with momentum/Nesterov and weight decay, or Adam. "Centralized Adam" (docs/benchmarks.md)
 is Adam stepping on gradients that a strategy has averaged over all workers, so every worker
 applies the same update; it needs nothing here beyond Adam. Torch is imported only to build.
 Not here: learning-rate schedules (workloads/schedule.py sets each step's LR on the param

@@ -1,6 +1,6 @@
 """What a task's forward passes compute in: fp32, or bf16 under autocast.
 
-shared/BENCHMARKS.md's translation references train in mixed precision on GPUs; bf16 needs no
+docs/benchmarks.md's translation references train in mixed precision on GPUs; bf16 needs no
 loss scaling (fp16 would), so "auto" means bf16 autocast for the translation models on CUDA
 and fp32 everywhere else: CPUs have no fast bf16 path here, the image and linear references
 are fp32, and AWD-LSTM's reference trains in fp32. The resolved choice is recorded in the run

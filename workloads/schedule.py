@@ -172,7 +172,7 @@ def peak_lr(schedule: ScheduleConfig, world_size: int) -> float:
     """`lr` (one worker's) scaled to `world_size` workers as lr_scaling says."""
     if schedule.lr_scaling == "linear":
         return schedule.lr * world_size
-    if schedule.lr_scaling == "sqrt":  # AWD-LSTM's 15 * sqrt(k) (shared/BENCHMARKS.md 3a)
+    if schedule.lr_scaling == "sqrt":  # AWD-LSTM's 15 * sqrt(k) (docs/benchmarks.md 3a)
         return schedule.lr * math.sqrt(world_size)
     if schedule.lr_scaling == "table":
         return schedule.lr * table_multiplier(schedule.lr_scale_table, world_size)

@@ -1,4 +1,4 @@
-"""Step timing that splits compute from communication honestly (shared/DESIGN.md section 3).
+"""Step timing that splits compute from communication honestly (docs/design.md, "Timing").
 
 A step is a sequence of laps: data, forward, backward, communication, optimizer. Each lap ends
 at a clock stamp and lasts from the previous stamp, so the phases add up to the step time by

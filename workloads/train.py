@@ -167,7 +167,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
 
 def _require_canonical_data(config: TrainConfig) -> None:
     """A closed-division run trains on the canonical data set only, its split sizes those of
-    shared/BENCHMARKS.md (workloads/data/canonical.py: cheap, so it runs before anything)."""
+    docs/benchmarks.md (workloads/data/canonical.py: cheap, so it runs before anything)."""
     from workloads.data import DataError, canonical, data_root
 
     problem = canonical.problem(data_root(config.data.data_dir), config.data.name)

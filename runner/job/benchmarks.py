@@ -1,6 +1,6 @@
 """The benchmark registry: every benchmark a user can name, as plain frozen data.
 
-A benchmark fixes the closed division of one task (shared/BENCHMARKS.md): its config is a
+A benchmark fixes the closed division of one task (docs/benchmarks.md): its config is a
 model, data, task, optimizer, LR schedule, strategy, execution, run and target component
 (workloads/config.py), and it adds a name, a description, a light target, the tunables and
 defaults. Only the keys in `tunables`, the run and execution controls and `data_dir` may
@@ -45,7 +45,7 @@ RUN_CONTROLS = frozenset(f.name for f in fields(RunConfig)) | {"data_dir"}
 EXECUTION_CONTROLS = frozenset(f.name for f in fields(ExecutionConfig))
 FREE_KEYS = RUN_CONTROLS | EXECUTION_CONTROLS
 
-# MLPerf's tunables: batch size and the LR schedule's parameters (shared/BENCHMARKS.md).
+# MLPerf's tunables: batch size and the LR schedule's parameters (docs/benchmarks.md).
 SGD_TUNABLES = frozenset({"batch_size", "lr", "warmup_epochs", "lr_milestones", "lr_gamma"})
 # The Adam tasks' tunables: batch sizes, the LR schedule, and also betas and warm-up steps.
 ADAM_TUNABLES = frozenset({"batch_size", "global_batch", "lr", "warmup_steps", "adam_betas"})
@@ -124,7 +124,7 @@ ALLREDUCE_MICRO = MicroBenchmark(
     module="workloads.micro",
 )
 
-# ---- reference workloads (shared/BENCHMARKS.md) -----------------------------------------
+# ---- reference workloads (docs/benchmarks.md) -----------------------------------------
 
 RESNET20_CIFAR10 = Benchmark(
     name="resnet20-cifar10",

@@ -1,6 +1,6 @@
 """Talking to the `pulumi` CLI: finding it and the project, and running a command for a stack.
 
-The runner never provisions (shared/DESIGN.md); it reads stack outputs, and teardown asks
+The runner never provisions (docs/design.md); it reads stack outputs, and teardown asks
 pulumi to destroy. Every failure is a RunnerError that names the command and the next step.
 """
 

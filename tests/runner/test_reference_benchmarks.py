@@ -17,7 +17,7 @@ def test_vgg11_study_refuses_a_worker_count_that_does_not_divide_256():
     assert err.value.param == "--workers"
 
 
-# Every benchmark's resolved values, key by key, as shared/BENCHMARKS.md specifies them (and,
+# Every benchmark's resolved values, key by key, as docs/benchmarks.md specifies them (and,
 # where it names none, this suite's documented choice): a changed default anywhere shows here.
 RUN_DEFAULTS = {
     "time_budget_s": None,

@@ -1,4 +1,4 @@
-"""Communication timing is attributed honestly (shared/DESIGN.md section 3): a network made
+"""Communication timing is attributed honestly (docs/design.md, "Timing"): a network made
 slower by an injected delay raises the communication phase by about that delay and leaves
 forward, backward and optimizer as they were, for every strategy, including the overlapped
 DDP-hook ones whose exposed communication is measured from the last bucket's stamp."""

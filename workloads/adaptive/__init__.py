@@ -1,5 +1,5 @@
 """KungFu-style adaptive training: monitors inside the step, policies every rank agrees on,
-and elastic workers (shared/BENCHMARKS.md, "Adaptive policies"; open division).
+and elastic workers (docs/benchmarks.md, "Adaptive policies"; open division).
 
 - config.py: the adaptive component of a TrainConfig (`--set policy=batch,sync ...`);
 - noise.py: the gradient noise scale and the workers' gradient variance, pure math;

@@ -2,7 +2,7 @@
 
 `problem(root, dataset)` answers with the standard library only (no torch, no numpy) and in
 well under a second, so the runner can ask before it starts anything: None when the data
-set is there and its splits have the sizes shared/BENCHMARKS.md names, else one line saying
+set is there and its splits have the sizes docs/benchmarks.md names, else one line saying
 what is wrong and the command that fixes it. A closed-division run refuses data that is not
 canonical (workloads/train.py asks the same question before it starts); an open-division
 run may train on anything its loader accepts. It checks sizes, not content: the content is

@@ -1,4 +1,4 @@
-"""Communication strategies: how workers agree on a model each step (shared/BENCHMARKS.md).
+"""Communication strategies: how workers agree on a model each step (docs/benchmarks.md).
 
 Each strategy owns the backward pass of a step and any communication after the optimizer
 step, because where communication happens (inside backward for the DDP-based ones, after it

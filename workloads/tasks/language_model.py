@@ -11,7 +11,7 @@ every rank, so every rank takes the same windows); the window lengths come from 
 seeded by (seed, epoch), identical on every rank. Evaluation splits the validation stream the
 same way and adds up the NLL, so the perplexity is over the whole stream (each share starts
 from a zero hidden state, which at batch 10 and 217k tokens changes perplexity negligibly).
-Not here: the reference's activation regularization (AR/TAR), which shared/BENCHMARKS.md
+Not here: the reference's activation regularization (AR/TAR), which docs/benchmarks.md
 does not list among the task's hyperparameters.
 """
 

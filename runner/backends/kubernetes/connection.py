@@ -1,7 +1,7 @@
 """Where a Kubernetes run goes: a validated ClusterConnection, from a Pulumi stack or a kubeconfig.
 
-A stack's outputs are the only way the infra talks to the runner (shared/DESIGN.md §2); they are
-read with `pulumi stack output --json --show-secrets` and checked at the boundary by
+A stack's outputs are the only way the infra talks to the runner (docs/design.md, "The seams");
+they are read with `pulumi stack output --json --show-secrets` and checked at the boundary by
 contract/stack.py's `parse_outputs` (the same check infra's tests apply to what the program
 exports), so a missing or ill-typed output fails before anything is submitted, naming the
 output and the command to check it. A stack name is first looked up in stacks/, so a typo fails
