@@ -73,3 +73,32 @@ def test_a_manifest_reads_back_and_names_a_wrong_field():
     assert record.to_dict() == written and record.total_threads == 2
     with pytest.raises(DamagedFile, match=r"field 'packages\.torch' is not text"):
         parse_manifest(written | {"packages": {"torch": 2}})
+
+
+ADAPTIVE = {
+    "policies": ["batch", "sync"], "monitor_interval_steps": 10, "decisions": 3,
+    "decisions_by_knob": {"global_batch": 2, "sync_mode": 1},
+    "final": {"global_batch": 256, "sync_mode": "average"}, "b_noise": 812.5,
+}  # fmt: skip
+
+
+def test_an_adaptive_runs_section_reads_back_with_numbers_and_names_as_knob_values():
+    record = parse_summary(summary("r", 2, 12.5, steps=100) | {"adaptive": ADAPTIVE})
+    assert isinstance(record, TrainSummary) and record.adaptive is not None
+    assert record.adaptive.final == {"global_batch": 256, "sync_mode": "average"}
+    assert record.to_dict()["adaptive"] == ADAPTIVE
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"policies": "batch"}, "field 'adaptive.policies' is not a list of names"),
+        ({"decisions_by_knob": {"global_batch": 1.5}}, "'adaptive.decisions_by_knob.global_batch'"),
+        ({"final": {"global_batch": [256]}}, "field 'adaptive.final.global_batch' is not a finite"),
+        ({"b_noise": "big"}, "field 'adaptive.b_noise' is not a finite number"),
+    ],
+)
+def test_a_damaged_adaptive_section_is_named(change, message):
+    damaged = summary("r", 2, 12.5, steps=100) | {"adaptive": ADAPTIVE | change}
+    with pytest.raises(DamagedFile, match=re.escape(message)):
+        parse_summary(damaged)
