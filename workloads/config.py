@@ -192,8 +192,14 @@ class TrainConfig(Composite):
         if self.strategy.name in DDP_STRATEGIES:
             raise ConfigError(
                 "strategy", f"{self.strategy.name} keeps its process group open after a "
-                "worker leaves (docs/adaptive-elastic.md); use allreduce, model-averaging "
-                "or adaptive-sync"
+                "worker leaves (docs/adaptive-elastic.md): --set strategy=allreduce (or "
+                "allreduce-per-param, gather-scatter, model-averaging)"
+            )  # fmt: skip
+        if self.run.time_budget_s is not None:
+            raise ConfigError(
+                "time_budget_s", "the budget's check is a collective at a step count, which "
+                "survivors of a departure may not share: leave time_budget_s unset, or use "
+                "a fixed --workers N"
             )  # fmt: skip
         if self.task.kind != "classification" or not self.data.samples_shared:
             raise ConfigError(

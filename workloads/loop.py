@@ -119,19 +119,23 @@ def timed_steps(
     timer: StepTimer,
     epoch: int,
     num_steps: Callable[[int], int],
-    step: Callable[[int], StepResult],
+    step: Callable[[int], StepResult | None],
     out_of_time: Callable[[], bool] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     after_step: Callable[[dict[str, float]], None] | None = None,
 ) -> EpochStats:
     """timed_epoch for an epoch whose length is known only as it goes: `num_steps(i)` is the
-    step count as it stands after i steps (an adaptive batch size changes it mid-epoch).
-    `after_step` gets each finished step's phases (outside the step's clock)."""
+    step count as it stands after i steps (an adaptive batch size or a change of workers
+    changes it mid-epoch); `step` returns None when no step was taken (an elastic run
+    adopted a state that had finished the epoch). `after_step` gets each finished step's
+    phases (outside the step's clock)."""
     stats = EpochStats()
     losses = []  # summed once at the end: one op an epoch instead of one a step
     i = 0
     while i < num_steps(i):
         result = step(i)
+        if result is None:
+            continue
         losses.append(result.loss)
         step_phases = timer.finish()
         step_s = sum(step_phases.values())

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,15 +28,22 @@ from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import TrainSummary
 from workloads import dist, lifetime, manifest, mllog, strategies, tasks
 from workloads.adaptive import run as adaptive_run
+from workloads.adaptive.elastic import session as elastic
+from workloads.adaptive.elastic.launch import LaunchError
+from workloads.adaptive.elastic.membership import MembershipError
+from workloads.adaptive.elastic.session import KNOB, ElasticSession, Membership
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
 from workloads.divergence import DIVERGED_EXIT, Diverged
-from workloads.loop import Deadline
+from workloads.loop import Deadline, EpochStats
 from workloads.summary import RunTally, summarize
 from workloads.timing import LOOP_PHASES, clock_for
 
 PROGRESS_INTERVAL_S = 5.0
+ELASTIC_EXIT = 4  # an elastic run that cannot go on (too few workers, its writer gone)
 C = TypeVar("C", bound=Composite)
+T = TypeVar("T")
+Guard = Callable[[Callable[[], T], tuple[int, int]], T]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -46,6 +55,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-dir", required=True, type=Path)
     parser.add_argument("--log-dir", type=Path, default=None, help="write rank-N.log here")
     parser.add_argument("--open-division", action="store_true")
+    parser.add_argument(
+        "--elastic", metavar="MIN:MAX", default=None,
+        help="an elastic worker: goes on while MIN of the MAX started are left "
+        "(workloads/adaptive/elastic/launch.py says where it finds its group)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -53,9 +67,12 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     """The entry of every workload module: arguments, rank log, config, then run_fn."""
     lifetime.die_with_parent()  # no worker outlives its launcher (workloads/lifetime.py)
     args = parse_args(argv)
-    env = dist.DistEnv.from_environ()
+    if args.elastic is not None and config_type is not TrainConfig:
+        raise SystemExit("workloads: --elastic: only training runs have elastic workers")
+    # An elastic worker's rank is known once its group forms (ElasticSession.start).
+    env = None if args.elastic is not None else dist.DistEnv.from_environ()
     if args.log_dir is not None:
-        dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
+        dist.redirect_output(args.log_dir / f"rank-{_log_index(env)}.log")
     try:
         config = config_type.from_json(args.config)
     except ConfigError as err:  # e.g. written by a newer runner than this image's workloads
@@ -65,9 +82,22 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     # dist.shutdown's (it frees DDP's reducer before the group goes) and the interpreter's
     # at exit, 0.2-1 s each. What the run builds stays collectable.
     gc.freeze()
-    run_fn(config, env, args)
+    try:
+        run_fn(config, env, args)
+    except MembershipError as err:  # an elastic run that cannot go on: one line says why
+        print(f"stackbench: {err}", flush=True)
+        return ELASTIC_EXIT
     gc.freeze()  # the process ends here: nothing left is worth walking
     return 0
+
+
+def _log_index(env: dist.DistEnv | None) -> int:
+    """rank-N.log: the rank; an elastic worker's index among those started (its member id
+    wN, which is its starting rank: membership.first_generation orders by name)."""
+    if env is not None:
+        return env.rank
+    member = os.environ.get("STACKBENCH_MEMBER", "")
+    return int(member[1:]) if member[:1] == "w" and member[1:].isdigit() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,11 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     return launch(argv, TrainConfig, run)
 
 
-def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> TrainSummary | None:
-    """Train until the target, the epoch limit or the time budget; rank 0 returns the summary."""
+def run(
+    config: TrainConfig, env: dist.DistEnv | None, args: argparse.Namespace
+) -> TrainSummary | None:
+    """Train until the target, the epoch limit or the time budget; rank 0 returns the summary.
+    `env` is None for an elastic worker (--elastic): its group says its rank."""
     init_t0 = time.perf_counter()
     if not args.open_division:
         _require_canonical_data(config)
+    session, backend = None, ""
+    if env is None:
+        session, env = _elastic_start(args.elastic, args.device, config)
+        backend = "nccl" if args.device == "cuda" else "gloo"
     is_writer = env.rank == 0
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -94,9 +131,11 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
     )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
-    backend = dist.init(device, config.run.dist_timeout_s)
+    if session is None:
+        backend = dist.init(device, config.run.dist_timeout_s)
     torch.manual_seed(config.run.seed)  # the same initial model on every rank
-    adaptive = adaptive_run.build(config, env.world_size, device, log.point)
+    extra = () if session is None else ((Membership(), {KNOB: env.world_size}),)
+    adaptive = adaptive_run.build(config, env.world_size, device, log.point, extra)
     task = tasks.build(
         tasks.Context(
             config,
@@ -109,6 +148,10 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
             adaptive,
         )
     )
+    if session is not None:
+        assert adaptive is not None  # built with the `workers` knob
+        adaptive.elastic = session
+        session.bind(adaptive)
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.run.seed)
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
@@ -122,9 +165,10 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
     if adaptive is not None:
         adaptive.start(start)
     tally = RunTally()
+    guard = session.guard if session is not None else _unguarded
     deadline = Deadline(config.run.time_budget_s, start, device)
     try:
-        _train(task, config, device, tally, log, start, deadline)
+        _train(task, config, device, tally, log, start, deadline, guard)
     except Diverged as err:
         tally.diverged = str(err)
     except BaseException as err:
@@ -133,15 +177,18 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
     run_time_s = time.perf_counter() - start
     tally.close_loop(run_time_s - tally.eval_s)  # throughput is from wall time (summary.py)
     if not tally.diverged:  # a diverged run's ranks may be gone: no collective after it
-        tally.phases = _mean_over_ranks(tally.phases, device)
+        phases = tally.phases
+        tally.phases = guard(lambda: _mean_over_ranks(phases, device), (0, elastic.RUN_END))
+    # An elastic run's world at its end (its start's is the manifest's).
+    world_size = session.world_size if session is not None else env.world_size
     summary = summarize(
         config,
         tally,
         run_id=args.run_id,
         benchmark=args.benchmark or config.model.name,
         division="open" if args.open_division else "closed",
-        strategy=strategies.effective_name(config, env.world_size),
-        world_size=env.world_size,
+        strategy=strategies.effective_name(config, world_size),
+        world_size=world_size,
         device=device.type,
         precision=task.precision,
         run_time_s=run_time_s,
@@ -162,7 +209,22 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
         print(f"stackbench: {tally.diverged}", flush=True)
         raise SystemExit(DIVERGED_EXIT)
     dist.shutdown()
+    if session is not None:
+        session.close()
     return summary if is_writer else None
+
+
+def _elastic_start(
+    workers: str, device_name: str, config: TrainConfig
+) -> tuple[ElasticSession, dist.DistEnv]:
+    """An elastic worker's group, formed (workloads/adaptive/elastic/session.py)."""
+    device = torch.device("cuda" if device_name == "cuda" else "cpu")
+    try:
+        session = ElasticSession.open(workers, os.environ, device, config)
+    except (LaunchError, ValueError) as err:
+        raise SystemExit(f"workloads.train: --elastic: {err}") from None
+    session.start()
+    return session, dist.DistEnv(session.rank, 0, session.world_size)
 
 
 def _require_canonical_data(config: TrainConfig) -> None:
@@ -188,12 +250,22 @@ def _sum_over_ranks(counts: list[int], device: torch.device) -> list[int]:
     return [int(v) for v in values]
 
 
+def _epoch_sums(stats: EpochStats, device: torch.device) -> tuple[int, int, float]:
+    """Samples and tokens over all ranks, and the epoch's mean training loss."""
+    samples, tokens = _sum_over_ranks([stats.samples, stats.tokens], device)
+    return samples, tokens, _mean_loss_over_ranks(stats.loss_sum, stats.steps, device)
+
+
 def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str, float]:
     """Phase totals averaged over ranks: ranks wait for each other in different phases."""
     values = torch.tensor([phases[p] for p in LOOP_PHASES], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(values)
     world = torch.distributed.get_world_size()
     return {p: float(v) / world for p, v in zip(LOOP_PHASES, values, strict=True)}
+
+
+def _unguarded(fn: Callable[[], T], where: tuple[int, int]) -> T:
+    return fn()
 
 
 def _train(
@@ -204,7 +276,10 @@ def _train(
     log: mllog.EventLog,
     start: float,
     deadline: Deadline,
+    guard: Guard = _unguarded,
 ) -> None:
+    """The epochs. `guard(fn, (epoch, phase))` runs the epoch's end and evaluation: in an
+    elastic run, again on the re-formed group when a worker left during them."""
     last_progress = [time.perf_counter()]
 
     def on_step(step: int, steps: int) -> None:
@@ -220,9 +295,10 @@ def _train(
             tally.first_step_s = stats.first_step_s
         tally.add_step_times(stats.step_times_s)
         # Summed, not rank 0's times the ranks: length-batched ranks see different amounts.
-        samples, tokens = _sum_over_ranks([stats.samples, stats.tokens], device)
+        samples, tokens, train_loss = guard(
+            partial(_epoch_sums, stats, device), (epoch, elastic.EPOCH_END)
+        )
         tally.add_epoch(stats.phases, stats.steps, samples, tokens)
-        train_loss = _mean_loss_over_ranks(stats.loss_sum, stats.steps, device)
         log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
         tally.train_losses.append(
             {"epoch": epoch, "value": train_loss, "time_s": time.perf_counter() - start}
@@ -233,7 +309,7 @@ def _train(
         if epoch % config.run.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
             log.start(mllog.EVAL_START, epoch_num=epoch)
-            result = task.evaluate(epoch)
+            result = guard(partial(task.evaluate, epoch), (epoch, elastic.EVALUATION))
             # MLPerf logs every benchmark's quality metric as eval_accuracy (BLEU for its
             # translation tasks); the summary's target names the metric.
             log.point(mllog.EVAL_ACCURACY, result.value, epoch_num=epoch)

@@ -41,6 +41,11 @@ class LocalRequest:
     processes: tuple[Process, ...]
     # Shaped-network runs: the link every worker gets ("100mbit"); None: plain loopback.
     link: str | None = None
+    # Elastic runs (--workers MIN:MAX): the port on 127.0.0.1 where the supervisor hosts the
+    # workers' store (workloads/adaptive/elastic/launch.py); the run goes on while MIN of its
+    # processes (MAX) are left, rather than ending at the first that fails.
+    store_port: int | None = None
+    min_workers: int | None = None
 
 
 @dataclass(frozen=True)

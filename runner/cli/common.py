@@ -135,6 +135,27 @@ def confirm(question: str, yes: bool) -> None:
 # ---- option definitions shared by the commands ----------------------------------------------
 
 
+class WorkersType(click.ParamType):
+    """--workers N, or MIN:MAX for an elastic run: (None, N) or (MIN, MAX)."""
+
+    name = "workers"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int | None, int]:
+        if isinstance(value, tuple):
+            return value
+        low, sep, high = str(value).partition(":")
+        try:
+            numbers = (int(low), int(high)) if sep else (None, int(low))
+        except ValueError:
+            self.fail(f"expected N or MIN:MAX (2 or 2:4), got {value!r}", param, ctx)
+        if numbers[1] < 1 or (numbers[0] is not None and not 1 <= numbers[0] <= numbers[1]):
+            self.fail(f"expected N >= 1 or 1 <= MIN <= MAX, got {value!r}", param, ctx)
+        return numbers
+
+
+WORKERS = WorkersType()
+
+
 def where_options(fn: F) -> F:
     """Where runs go: here (the default) or a cluster (a stack, or a kubeconfig and an image)."""
     kubeconfig = click.Path(exists=True, dir_okay=False, path_type=Path)

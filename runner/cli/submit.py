@@ -10,6 +10,7 @@ import click
 from runner import api
 from runner.cli import views
 from runner.cli.common import (
+    WORKERS,
     Settings,
     console,
     device_option,
@@ -29,8 +30,10 @@ from runner.job.target import ClusterOptions
 @click.command()
 @click.argument("benchmark")
 @where_options
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Worker processes in all (default: the benchmark's).")  # fmt: skip
+@click.option("--workers", type=WORKERS, default=None, metavar="N|MIN:MAX",
+              help="Worker processes in all (default: the benchmark's); MIN:MAX starts MAX "
+              "elastic workers, and the run goes on while MIN are left "
+              "(docs/adaptive-elastic.md).")  # fmt: skip
 @per_node_option
 @device_option
 @link_option
@@ -43,7 +46,8 @@ from runner.job.target import ClusterOptions
 def submit(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
-    workers: int | None, per_node: int | None, device: str, link: str | None,
+    workers: tuple[int | None, int] | None, per_node: int | None, device: str,
+    link: str | None,
     overrides: tuple[str, ...], dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
@@ -55,6 +59,8 @@ def submit(
       runner submit cnn-digits --set strategy=allreduce --set max_epochs=5
       runner submit cnn-digits --workers 4 --detach
       runner submit cnn-digits --workers 4 --link 100mbit --set strategy=allreduce
+      runner submit cnn-digits --workers 2 --set policy=batch --set batch_size=8
+      runner submit cnn-digits --workers 2:3 --set strategy=allreduce
       runner submit cnn-digits --stack kind --dry-run
       runner submit cnn-digits --stack gke-gpu-8 --workers 4 --device cuda
       runner submit cnn-digits --kubeconfig ~/.kube/config --image REG/stackbench@sha256:...
@@ -68,7 +74,8 @@ def submit(
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
     target = make_target(results, local, cluster, per_node, device)  # type: ignore[arg-type]
     bench = get_benchmark(benchmark)
-    spec = resolve(benchmark, overrides, target.placement(workers or bench.default_workers, link))
+    low, high = workers or (None, bench.default_workers)
+    spec = resolve(benchmark, overrides, target.placement(high, link, low))
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl

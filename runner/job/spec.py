@@ -38,12 +38,17 @@ class Placement:
     procs_per_node: int = 1
     device: Device = "cpu"
     link: str | None = None  # canonical rate text ("100mbit"), runner/job/link.py
+    # Elastic runs (--workers MIN:MAX): the fewest workers the run goes on with; it starts
+    # with world_size (MAX) workers. None: a fixed number of workers.
+    min_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
             raise SpecError("--nodes", f"must be at least 1, got {self.num_nodes}")
         if self.procs_per_node < 1:
             raise SpecError("--workers", f"must be at least 1, got {self.procs_per_node}")
+        if self.min_workers is not None:
+            self._check_elastic()
         if self.device not in DEVICES:
             raise SpecError("--device", f"must be one of {', '.join(DEVICES)}")
         if self.link is not None:
@@ -52,6 +57,28 @@ class Placement:
     @property
     def world_size(self) -> int:
         return self.num_nodes * self.procs_per_node
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_workers is not None
+
+    @property
+    def workers_text(self) -> str:
+        """How --workers reads for this placement: "4", or "2:4" for an elastic run."""
+        if self.min_workers is None:
+            return str(self.world_size)
+        return f"{self.min_workers}:{self.world_size}"
+
+    def _check_elastic(self) -> None:
+        assert self.min_workers is not None
+        if not 1 <= self.min_workers <= self.world_size:
+            raise SpecError("--workers", f"MIN:MAX needs 1 <= MIN <= MAX, got {self.workers_text}")
+        if self.num_nodes > 1 and self.procs_per_node > 1:
+            raise SpecError(
+                "--per-node", "an elastic run has one worker per node (pod): drop --per-node"
+            )
+        if self.link is not None:
+            raise SpecError("--link", "a shaped link is for a fixed --workers N, not MIN:MAX")
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,7 @@ class JobSpec:
                 "procs_per_node": self.placement.procs_per_node,
                 "device": self.placement.device,
                 "link": self.placement.link,
+                "min_workers": self.placement.min_workers,
             },
             "config": self.config.to_dict(),
             "created_at": self.created_at,
@@ -137,6 +165,9 @@ def resolve(
     if isinstance(bench, Benchmark) and bench.global_batch_size and "batch_size" not in parsed:
         config = config.replace(batch_size=_split_batch(bench, placement.world_size))
     open_keys = open_division_keys(bench, parsed, config)
+    if placement.elastic:
+        _check_elastic(bench, config)
+        open_keys = tuple(sorted({*open_keys, ELASTIC_KEY}))
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
         benchmark=bench.name,
@@ -165,6 +196,19 @@ def open_division_keys(
 
 
 ADAPTIVE_KEYS = frozenset(f.name for f in fields(AdaptiveConfig))
+
+
+# What open_keys says of an elastic run: its worker count is no key, but it is not closed.
+ELASTIC_KEY = "--workers MIN:MAX"
+
+
+def _check_elastic(bench: AnyBenchmark, config: TrainConfig | AllReduceMicroConfig) -> None:
+    if not isinstance(config, TrainConfig):
+        raise SpecError("--workers", f"{bench.name} has a fixed number of workers, not MIN:MAX")
+    try:
+        config.check_elastic()
+    except ConfigError as err:
+        raise SpecError("--set", f"--workers MIN:MAX: {err}") from None
 
 
 def _split_batch(bench: Benchmark, world_size: int) -> int:
@@ -204,6 +248,8 @@ def workload_args(spec: JobSpec, output_dir: str, log_dir: str | None = None) ->
     args += ["--output-dir", output_dir]
     if spec.division == "open":
         args += ["--open-division"]
+    if spec.placement.elastic:
+        args += ["--elastic", spec.placement.workers_text]
     if log_dir is not None:
         args += ["--log-dir", log_dir]
     return args

@@ -43,9 +43,15 @@ class Target:
     device: Device = "cpu"
     per_node: int = 1  # cluster runs only
 
-    def placement(self, workers: int, link: str | None = None) -> Placement:
+    def placement(
+        self, workers: int, link: str | None = None, min_workers: int | None = None
+    ) -> Placement:
+        """`workers` processes in all (`min_workers`: an elastic run's fewest, --workers
+        MIN:MAX); on a cluster, one pod per node of `per_node` processes (elastic: one)."""
         if not self.remote:
-            return Placement(1, workers, self.device, link)
+            return Placement(1, workers, self.device, link, min_workers)
+        if min_workers is not None:
+            return Placement(workers, 1, self.device, link, min_workers)
         if workers % self.per_node:
             raise SpecError(
                 "--workers",

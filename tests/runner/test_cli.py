@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -69,6 +70,45 @@ def test_submit_zero_workers_is_a_usage_error(tmp_path):
     result = invoke("submit", "cnn-digits", "--workers", "0", results=tmp_path)
     assert result.exit_code == 2
     assert "--workers" in result.output
+
+
+@pytest.mark.parametrize(
+    ("workers", "expected"),
+    [
+        ("0", "expected N >= 1 or 1 <= MIN <= MAX, got '0'"),
+        ("3:2", "expected N >= 1 or 1 <= MIN <= MAX, got '3:2'"),
+        ("a:b", "expected N or MIN:MAX (2 or 2:4), got 'a:b'"),
+    ],
+)
+def test_a_bad_workers_value_is_one_line_saying_what_it_takes(tmp_path, workers, expected):
+    result = invoke("submit", "cnn-digits", "--workers", workers, results=tmp_path)
+    assert result.exit_code == 2
+    [line] = [ln for ln in result.output.splitlines() if ln.startswith("Error")]
+    assert line == f"Error: Invalid value for '--workers': {expected}"
+    assert "Traceback" not in result.output
+
+
+def test_an_elastic_run_with_a_ddp_strategy_is_refused_naming_the_fix(tmp_path):
+    result = invoke("submit", "cnn-digits", "--workers", "2:3", "--dry-run", results=tmp_path)
+    assert result.exit_code == 2
+    assert "--set strategy=allreduce" in result.output
+
+
+def test_an_elastic_dry_run_prints_each_worker_on_the_supervisors_store(tmp_path):
+    result = invoke("submit", "cnn-digits", "--workers", "2:3", "--set", "strategy=allreduce",
+                    "--dry-run", results=tmp_path)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    job, end = json.JSONDecoder().raw_decode(result.output)
+    assert job["division"] == "open" and job["placement"]["min_workers"] == 2
+    lines = result.output[end:].strip().splitlines()
+    port = re.search(r"store on 127\.0\.0\.1:(\d+); the run goes on while 2 are left", lines[0])
+    assert port is not None
+    workers = [ln for ln in lines[1:] if ln.startswith("cd ")]
+    assert len(workers) == 3 and all("torchrun" not in w for w in workers)
+    for i, line in enumerate(workers):
+        assert f"MASTER_PORT={port.group(1)}" in line and f"STACKBENCH_MEMBER=w{i}" in line
+        assert "WORLD_SIZE=3" in line and "-m workloads.train " in line
+        assert "--elastic 2:3" in line
 
 
 def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):

@@ -335,3 +335,38 @@ def test_render_refuses_gpu_runs_on_a_cpu_stack():
     conn = dataclasses.replace(stack_connection(), gpus_per_node=0)
     with pytest.raises(SpecError, match="no GPUs"):
         render(make_spec(), conn)
+
+
+# ---- elastic specs (--workers MIN:MAX) ------------------------------------------------------
+
+
+def elastic_spec(low: int = 2, high: int = 4) -> JobSpec:
+    placement = Placement(num_nodes=high, procs_per_node=1, device="cpu", min_workers=low)
+    return resolve("cnn-digits", ["strategy=allreduce"], placement, run_id=RUN_ID)
+
+
+def test_an_elastic_pytorchjob_has_an_elastic_policy_and_fits_the_crd():
+    manifest = render(elastic_spec(2, 4), stack_connection("pytorchjob"))
+    validate(manifest)
+    spec = manifest["spec"]
+    assert spec["elasticPolicy"] == {
+        "minReplicas": 2, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 0,
+    }  # fmt: skip
+    # Workers only (the operator's rendezvous endpoint is worker 0), MAX of them, none restarted.
+    assert list(spec["pytorchReplicaSpecs"]) == ["Worker"]
+    worker = spec["pytorchReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 4 and worker["restartPolicy"] == "Never"
+    # Each pod is one elastic worker started directly: torchrun's agent would restart them all.
+    container = worker["template"]["spec"]["containers"][0]
+    assert "torchrun" not in container["command"] and "args" not in container
+    assert container["command"][:3] == ["python", "-m", "workloads.train"]
+    assert container["command"][container["command"].index("--elastic") + 1] == "2:4"
+
+
+def test_a_fixed_pytorchjob_has_no_elastic_policy():
+    assert "elasticPolicy" not in render(make_spec(), stack_connection("pytorchjob"))["spec"]
+
+
+def test_trainjob_refuses_an_elastic_spec_naming_the_pytorchjob_api():
+    with pytest.raises(SpecError, match=r"has no elastic policy.*--job-api pytorchjob"):
+        render(elastic_spec(), stack_connection("trainjob"))

@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -43,6 +43,10 @@ from workloads.adaptive.sync import AdaptiveSyncConfig, AdaptiveSyncPolicy
 from workloads.config import TrainConfig
 from workloads.optim import SgdConfig
 
+if TYPE_CHECKING:
+    from workloads.adaptive.elastic.session import ElasticSession
+    from workloads.loop import Trainer
+
 Emit = Callable[[str, Any], Any]
 
 
@@ -59,6 +63,10 @@ class Adaptive:
     cursor: Cursor = field(default_factory=lambda: Cursor(0))
     steps_done: int = 0  # optimizer steps over the whole run
     run_start_s: float = 0.0  # on perf_counter: decisions' times count from here (start())
+    # What it drives, once the task has built it (training.attach); an elastic change
+    # replaces it with one on the new group.
+    trainer: Trainer = field(init=False)
+    elastic: ElasticSession | None = None
     _pending: list[tuple[str, Any]] = field(default_factory=list)
 
     def start(self, run_start_s: float) -> None:

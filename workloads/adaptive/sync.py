@@ -187,6 +187,16 @@ class AdaptiveSyncStrategy(LocalGradients):
     def sync_buffers(self) -> None:
         average_model(self.inner, self._collectives)
 
+    @property
+    def local_steps(self) -> int:
+        """Local steps since the last average (an elastic change hands it over)."""
+        return self._local_steps
+
+    def restore(self, state: SyncState, local_steps: int) -> None:
+        """Take over another replica's mode, period and place in it (after an elastic
+        change, every replica has just adopted the same weights)."""
+        self.state, self._local_steps = state, local_steps
+
     def switch(self, state: SyncState, optimizer: torch.optim.Optimizer) -> None:
         """Apply an agreed change between steps; back to exact, the replicas become one."""
         if self.state.mode == "averaging" and state.mode == "exact":

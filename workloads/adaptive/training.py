@@ -52,90 +52,113 @@ SYNC_KNOBS = ("sync_mode", "averaging_period")
 
 
 def attach(run: Adaptive, tr: Trainer) -> None:
-    """Connect the run's monitor to the model it watches (|theta|^2, for the sync policy)."""
+    """Give the run the trainer it drives (an elastic change replaces it), and connect the
+    monitor to the model it watches (|theta|^2, for the sync policy)."""
+    run.trainer = tr
     if run.monitor is not None and "sync" in tr.config.adaptive.policy:
         run.monitor.params = trainable(tr.strategy.inner)
 
 
 def train_epoch(
-    tr: Trainer,
     run: Adaptive,
     epoch: int,
     out_of_time: Callable[[], bool] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> EpochStats:
     """Train epoch `epoch` (1-based) under the run's policies."""
+    tr = run.trainer
     tr.strategy.module.train()
     if tr.splits.train_is_rank_shard:
-        stats = _shard_epoch(tr, run, epoch, out_of_time, on_step)
+        stats = _shard_epoch(run, epoch, out_of_time, on_step)
     else:
-        stats = _shared_epoch(tr, run, epoch, out_of_time, on_step)
-    stats.loss_sum += tr.objective.penalty_sum()
+        stats = _shared_epoch(run, epoch, out_of_time, on_step)
+    stats.loss_sum += run.trainer.objective.penalty_sum()
     return stats
 
 
 def _shared_epoch(
-    tr: Trainer,
     run: Adaptive,
     epoch: int,
     out_of_time: Callable[[], bool] | None,
     on_step: Callable[[int, int], None] | None,
 ) -> EpochStats:
-    """Every rank holds the data: each step is the cursor's next global batch."""
+    """Every rank holds the data: each step is the cursor's next global batch. The world
+    may change between two steps (elastic workers); each step reads it afresh."""
+    tr = run.trainer
     num = tr.splits.num_train
     if run.cursor.epoch != epoch - 1:  # a new epoch (an adopted cursor is mid-epoch already)
         run.cursor = Cursor(epoch - 1)
     order = epoch_order(num, epoch - 1, tr.config.run.seed).to(tr.device)
 
     def global_batch() -> int:
-        return fit_to_world(run.global_batch, tr.world_size)
+        return fit_to_world(run.global_batch, run.trainer.world_size)
 
-    def step(i: int) -> StepResult:
-        def draw() -> Batch:
-            return run.cursor.step_indices(order, global_batch(), tr.world_size, tr.rank)
+    def draw() -> Batch:
+        t = run.trainer
+        return run.cursor.step_indices(order, global_batch(), t.world_size, t.rank)
 
-        result = adaptive_step(tr, run, draw, run.cursor.fraction(num))
-        run.cursor = run.cursor.advance(num, result.samples * tr.world_size, tr.world_size)
+    def once() -> StepResult | None:
+        if run.cursor.epoch_done(num, run.trainer.world_size):
+            return None  # an adopted cursor finished the epoch
+        result = adaptive_step(run, draw, run.cursor.fraction(num))
+        world = run.trainer.world_size
+        run.cursor = run.cursor.advance(num, result.samples * world, world)
         return result
 
     def num_steps(done: int) -> int:
-        return done + run.cursor.steps_left(num, global_batch(), tr.world_size)
+        return done + run.cursor.steps_left(num, global_batch(), run.trainer.world_size)
 
-    return timed_steps(tr.timer, epoch, num_steps, step, out_of_time, on_step, run_after(run))
+    return timed_steps(
+        tr.timer, epoch, num_steps, lambda i: _guarded_step(run, epoch, once), out_of_time, on_step,
+        run_after(run),
+    )  # fmt: skip
 
 
 def _shard_epoch(
-    tr: Trainer,
     run: Adaptive,
     epoch: int,
     out_of_time: Callable[[], bool] | None,
     on_step: Callable[[int, int], None] | None,
 ) -> EpochStats:
-    """Static per-rank shards: loop.py's batches (no batch policy here, so a fixed size)."""
+    """Static per-rank shards: loop.py's batches (no batch policy and no elastic workers
+    here: workloads/config.py refuses them, so the size and the world are fixed)."""
+    tr = run.trainer
     cfg = tr.config
     batches = slice_batches(tr.splits.num_train, cfg.data.batch_size, tr.rank, epoch - 1,
                             cfg.run.seed)  # fmt: skip
 
     def step(i: int) -> StepResult:
-        return adaptive_step(tr, run, lambda: batches[i], epoch - 1 + i / len(batches))
+        return adaptive_step(run, lambda: batches[i], epoch - 1 + i / len(batches))
 
     return timed_steps(
         tr.timer, epoch, lambda done: len(batches), step, out_of_time, on_step, run_after(run)
     )
 
 
-def adaptive_step(
-    tr: Trainer, run: Adaptive, draw: Callable[[], Batch], epochs_done: float
-) -> StepResult:
+def _guarded_step(
+    run: Adaptive, epoch: int, once: Callable[[], StepResult | None]
+) -> StepResult | None:
+    """A step; in an elastic run, a step whose collective failed because a worker left is
+    taken again once the survivors have re-formed and adopted the most advanced state (None:
+    that state had finished the epoch). The re-formation is outside every step's clock: the
+    step taken again starts its clock afresh."""
+    if run.elastic is None:
+        return once()
+    return run.elastic.guard(once, (epoch, 0))  # 0: session.STEPS (it imports this module)
+
+
+def adaptive_step(run: Adaptive, draw: Callable[[], Batch], epochs_done: float) -> StepResult:
     """One timed step under the run's policies (see the module docstring) on the samples
     `draw` gives once the step's first decisions are taken. The caller (timed_steps)
     finishes the step's clock."""
-    timer, step = tr.timer, run.steps_done
+    step = run.steps_done
+    timer = run.trainer.timer
     # Only after_step decisions change the factor: the LR is fixed before the step starts.
-    lr = lr_at(tr.config, run.initial_world, epochs_done, step) * run.lr_factor
+    lr = lr_at(run.config, run.initial_world, epochs_done, step) * run.lr_factor
     timer.start()
     run.record_decisions(run.controller.before_step(step, lr))
     timer.lap("communication")
+    tr = run.trainer  # after a change of workers, the one on the new group
     index = draw()
     x, y = load_batch(tr, index)
     if run.monitor is not None:
@@ -161,9 +184,14 @@ def _apply_sync(tr: Trainer, decisions: list[Decision], run: Adaptive) -> None:
         return
     strategy = tr.strategy
     if isinstance(strategy, AdaptiveSyncStrategy):
-        values = run.controller.values
-        mode = "averaging" if values["sync_mode"] == "averaging" else "exact"
-        strategy.switch(SyncState(mode, int(values["averaging_period"])), tr.optimizer)
+        strategy.switch(sync_state(run), tr.optimizer)
+
+
+def sync_state(run: Adaptive) -> SyncState:
+    """The synchronisation the sync policy's knobs say."""
+    values = run.controller.values
+    mode = "averaging" if values["sync_mode"] == "averaging" else "exact"
+    return SyncState(mode, int(values["averaging_period"]))
 
 
 def run_after(run: Adaptive) -> Callable[[dict[str, float]], None]:

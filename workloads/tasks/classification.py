@@ -63,16 +63,22 @@ class ClassificationTask:
     ) -> EpochStats:
         assert self.trainer is not None, "the task is closed"
         if self.adaptive is not None:
-            return training.train_epoch(self.trainer, self.adaptive, epoch, out_of_time, on_step)
+            return training.train_epoch(self.adaptive, epoch, out_of_time, on_step)
         return train_epoch(self.trainer, epoch, out_of_time, on_step)
 
     def evaluate(self, epoch: int) -> Evaluation:
-        assert self.trainer is not None, "the task is closed"
-        metrics = evaluate_metrics(self.trainer)
+        metrics = evaluate_metrics(self.current_trainer())
         return Evaluation(value=metrics.accuracy, loss=metrics.loss)
+
+    def current_trainer(self) -> Trainer:
+        """The trainer as it stands: an elastic change replaces the adaptive run's."""
+        assert self.trainer is not None, "the task is closed"
+        return self.adaptive.trainer if self.adaptive is not None else self.trainer
 
     def close(self) -> None:
         self.trainer = None
+        if self.adaptive is not None:
+            del self.adaptive.trainer  # no strategy may outlive the process group
 
 
 def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torch.nn.Module:

@@ -30,7 +30,7 @@ from contract.events import parse_line
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_state
 from runner.backends.base import LocalRequest, Process, Request
-from runner.backends.local import launch, network, preflight, processes
+from runner.backends.local import elastic, launch, network, preflight, processes
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec, workload_args, workload_module
 from runner.results import rundir
@@ -58,6 +58,12 @@ class LocalBackend:
     def dryrun(self, spec: JobSpec, run_dir: Path) -> LocalRequest:
         preflight.check(spec)
         run_dir = run_dir.absolute()
+        if spec.placement.min_workers is not None:
+            port = elastic.free_port()
+            return LocalRequest(
+                str(run_dir), elastic.elastic_processes(spec, run_dir, port), None, port,
+                spec.placement.min_workers,
+            )  # fmt: skip
         if spec.placement.link is None:
             return LocalRequest(str(run_dir), (torchrun_process(spec, run_dir),))
         return LocalRequest(str(run_dir), shaped_processes(spec, run_dir), spec.placement.link)
@@ -65,6 +71,11 @@ class LocalBackend:
     def describe(self, request: Request) -> str:
         local = _local(request)
         lines = []
+        if local.store_port is not None:
+            lines.append(
+                f"# the supervisor hosts the workers' store on {elastic.ADDRESS}:"
+                f"{local.store_port}; the run goes on while {local.min_workers} are left"
+            )
         for p in local.processes:
             if p.netns is not None:
                 lines.append(f"# in worker namespace {p.netns}, on its own {local.link} link:")
@@ -227,7 +238,9 @@ def request_from_dict(data: dict[str, Any]) -> LocalRequest:
         Process(tuple(p["argv"]), dict(p["env"]), p["cwd"], p.get("netns"))
         for p in data["processes"]
     )
-    return LocalRequest(data["run_dir"], procs, data.get("link"))
+    return LocalRequest(
+        data["run_dir"], procs, data.get("link"), data.get("store_port"), data.get("min_workers")
+    )
 
 
 class EventTail:

@@ -9,8 +9,13 @@ SIGTERM, and whatever is left after a grace period SIGKILL. If this process is S
 kernel ends torchrun and the workers (workloads/lifetime.py), and the next command that reads
 the run records it FAILED (LocalBackend.status).
 
+An elastic run (--workers MIN:MAX, runner/backends/local/elastic.py): the supervisor also
+hosts the workers' store, and the run goes on until every worker has ended, since a worker's
+death is a change of workers, not the run's end.
+
 The outcome: exit codes decide, never a summary written before a crash. A run SUCCEEDED only
-when every process exited 0 and summary.json exists; a failure names the first failed rank, its
+when every process exited 0 and summary.json exists (an elastic one: its writer and at least
+MIN workers, the others named in the reason); a failure names the first failed rank, its
 exit code (and signal) and its first error line; a full or read-only disk is named as such,
 since a worker that cannot write cannot say so in its own log either.
 """
@@ -34,6 +39,7 @@ from contract.rundir import LOGS, STATE, SUMMARY, JobState, JobStatus, rank_log
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local import processes
 from runner.backends.local.backend import LAUNCH_FILE, request_from_dict
+from runner.backends.local.elastic import StoreUnavailable, hosted_store
 from runner.backends.local.launch import Started, launch
 from runner.backends.local.network import NetworkUnavailable
 from workloads import lifetime
@@ -63,10 +69,11 @@ def supervise(run_dir: Path) -> JobStatus:
         signal.signal(signum, on_signal)
     try:
         # The request's network (shaped links, when it has one) lives as long as this block;
-        # a SIGKILLed supervisor takes it with it (runner/backends/local/network.py).
-        with launch(request) as network:
+        # a SIGKILLed supervisor takes it with it (runner/backends/local/network.py), as it
+        # takes an elastic run's store (its socket dies with the process).
+        with launch(request) as network, hosted_store(request.store_port):
             status = _run(run_dir, request, network, stop)
-    except NetworkUnavailable as err:
+    except (NetworkUnavailable, StoreUnavailable) as err:
         status = JobStatus(JobState.FAILED, str(err)[:MAX_REASON_CHARS], since=_now())
     record(run_dir, status)
     return status
@@ -78,12 +85,19 @@ def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]
         for i, p in enumerate(request.processes)
     ]
     record(run_dir, JobStatus(JobState.RUNNING, since=_now()))
-    while not stop and not _done(started):
+    # An elastic run goes on while workers are left: they decide among themselves whether
+    # the survivors can go on (workloads/adaptive/elastic/session.py), so one's end is not
+    # the run's.
+    done = _all_done if request.min_workers is not None else _done
+    while not stop and not done(started):
         time.sleep(POLL_S)
     processes.end(processes.members(run_dir.name, run_dir), GRACE_S)
     for proc in started:
         proc.wait()
-    return outcome(run_dir, request, [p.returncode for p in started], cancelled=bool(stop))
+    codes = [p.returncode for p in started]
+    if request.min_workers is not None and not stop:
+        return elastic_outcome(run_dir, request.min_workers, codes)
+    return outcome(run_dir, request, codes, cancelled=bool(stop))
 
 
 def _start(process: Process, network: Started, log_path: Path) -> subprocess.Popen[bytes]:
@@ -105,6 +119,38 @@ def _done(started: Sequence[subprocess.Popen[bytes]]) -> bool:
     """Every process has exited, or one has failed (the others are then ended)."""
     codes = [p.poll() for p in started]
     return all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
+
+
+def _all_done(started: Sequence[subprocess.Popen[bytes]]) -> bool:
+    return all(p.poll() is not None for p in started)
+
+
+def elastic_outcome(
+    run_dir: Path, min_workers: int, returncodes: Sequence[int | None]
+) -> JobStatus:
+    """An elastic run (worker i is process i and writes rank-i.log) SUCCEEDED when its
+    writer (w0) finished it, wrote the summary and at least `min_workers` exited 0; the
+    workers that left are named. Otherwise the reason is a worker's own line (too few
+    workers left, the writer gone) before any worker's exit code."""
+    finished = [i for i, code in enumerate(returncodes) if code == 0]
+    left = [i for i, code in enumerate(returncodes) if code != 0]
+    exits = "; ".join(f"worker {i} exited with code {returncodes[i]}"
+                      f"{signal_note(returncodes[i])}" for i in left)  # fmt: skip
+    if returncodes[0] == 0 and (run_dir / SUMMARY).is_file() and len(finished) >= min_workers:
+        note = f"finished with {len(finished)} of {len(returncodes)} workers ({exits})"
+        return JobStatus(JobState.SUCCEEDED, note[:MAX_REASON_CHARS] if left else "",
+                         since=_now())  # fmt: skip
+    said = [(i, first_error_line(_read(rank_log(run_dir, i)))) for i in left]
+    worker, line = next(((i, ln) for i, ln in said if ln), (left[0] if left else 0, ""))
+    code = returncodes[worker]
+    if not left:
+        reason = f"every worker exited 0 but the run wrote no {SUMMARY}"
+    elif line:
+        reason = f"{line} ({exits})"
+    else:
+        reason = exits
+    disk = storage_problem(run_dir)
+    return _failed(reason, disk, failed_rank=worker, exit_code=code)
 
 
 def outcome(

@@ -17,6 +17,7 @@ Not here: the store the generations live in (rendezvous.py) or process groups (g
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +92,16 @@ class Generation:
 
 
 def first_generation(join_ids: Sequence[str]) -> Generation:
-    """The starting workers, in the order they registered."""
-    return Generation(0, tuple(join_ids), 0, len(join_ids), 0, "start", joined=tuple(join_ids))
+    """The starting workers, ordered by name with numbers compared as numbers (w2 before
+    w10), not by who registered first: rank 0 is w0 locally and <job>-worker-0 on Kubernetes
+    (the store's host there), whatever the race to register."""
+    members = tuple(sorted(join_ids, key=by_name))
+    return Generation(0, members, 0, len(members), 0, "start", joined=members)
+
+
+def by_name(member: str) -> list[tuple[int, int | str]]:
+    """A natural sort key: digit runs compare as numbers."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", member) if p]
 
 
 def grown(current: Generation, joiners: Sequence[str], step: int) -> Generation:

@@ -6,6 +6,10 @@ is i+1), WORLD_SIZE (replicas x nprocPerNode), PET_NNODES, PET_NODE_RANK and PET
 would read, so the command passes the node rank and rendezvous address explicitly through
 Kubernetes' $(VAR) expansion of those variables; torchrun then sets RANK, LOCAL_RANK and
 WORLD_SIZE per worker process, which is all the workload reads.
+
+An elastic spec (--workers MIN:MAX) renders MAX Worker pods, no Master, and an
+`elasticPolicy`; each pod runs one `python -m workloads.train ... --elastic MIN:MAX`, which
+finds its group from the operator's PET_RDZV_ENDPOINT (docs/adaptive-elastic.md).
 """
 
 from __future__ import annotations
@@ -33,8 +37,15 @@ def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
     common.check_placement(spec, conn)
     labels = common.labels(spec)
     annotations = common.pod_annotations(spec, conn)
-    replicas = {"Master": _replica(spec, conn, labels, annotations, 1)}
-    if spec.placement.num_nodes > 1:
+    elastic: dict[str, Any] = {}
+    if spec.placement.min_workers is not None:
+        # Workers only, as the operator's elastic jobs are: it points PET_RDZV_ENDPOINT at
+        # <job>-worker-0, which hosts the store (workloads/adaptive/elastic/launch.py).
+        replicas = {"Worker": _replica(spec, conn, labels, annotations, spec.placement.num_nodes)}
+        elastic = {"elasticPolicy": elastic_policy(spec)}
+    else:
+        replicas = {"Master": _replica(spec, conn, labels, annotations, 1)}
+    if spec.placement.num_nodes > 1 and not elastic:
         count = spec.placement.num_nodes - 1
         replicas["Worker"] = _replica(spec, conn, labels, annotations, count)
     return {
@@ -42,6 +53,7 @@ def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
         "kind": KIND,
         "metadata": {"name": spec.run_id, "namespace": conn.namespace, "labels": labels},
         "spec": {
+            **elastic,
             "nprocPerNode": str(spec.placement.procs_per_node),
             "runPolicy": {
                 "cleanPodPolicy": "None",
@@ -51,6 +63,20 @@ def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
             },
             "pytorchReplicaSpecs": replicas,
         },
+    }
+
+
+def elastic_policy(spec: JobSpec) -> dict[str, Any]:
+    """--workers MIN:MAX as the operator's elasticPolicy: MAX pods start (the Worker
+    replicas), the run goes on while MIN are left. The workers re-form their group in place
+    (not torchrun's agent, which would restart them all), so the operator restarts nothing:
+    maxRestarts 0, as BACKOFF_LIMIT; c10d is the rendezvous backend the endpoint names."""
+    assert spec.placement.min_workers is not None
+    return {
+        "minReplicas": spec.placement.min_workers,
+        "maxReplicas": spec.placement.num_nodes,
+        "rdzvBackend": "c10d",
+        "maxRestarts": 0,
     }
 
 
@@ -74,11 +100,14 @@ def _replica(
     annotations: dict[str, str],
     count: int,
 ) -> dict[str, Any]:
+    if spec.placement.min_workers is None:
+        command = {"command": torchrun_command(spec), "args": common.workload_args(spec, conn)}
+    else:  # each pod one elastic worker, started directly (workloads/train.py --elastic)
+        command = {"command": common.workload_args(spec, conn)}
     container = {
         "name": CONTAINER,
         "image": conn.image,
-        "command": torchrun_command(spec),
-        "args": common.workload_args(spec, conn),
+        **command,
         "env": common.launcher_env(spec),
         "resources": common.resources(spec, conn),
         "securityContext": common.container_security_context(),

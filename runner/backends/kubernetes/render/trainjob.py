@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render import common
+from runner.errors import SpecError
 from runner.job.spec import JobSpec
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -27,6 +28,11 @@ PATCH_MANAGER = "stackbench.dev/runner"
 
 def render_trainjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
     common.check_placement(spec, conn)
+    if spec.placement.min_workers is not None:
+        raise SpecError(
+            "--workers", "TrainJob (Kubeflow Trainer 2.3) has no elastic policy: run MIN:MAX "
+            "with the PyTorchJob API (--job-api pytorchjob) or give a fixed N"
+        )  # fmt: skip
     labels = common.labels(spec)
     annotations = common.pod_annotations(spec, conn)
     trainer = {

@@ -1,0 +1,82 @@
+"""An elastic local run (`runner submit --workers MIN:MAX`): its processes and its store.
+
+The workers are started directly, one `python -m workloads.train ... --elastic MIN:MAX` each,
+not under torchrun: torchrun's elastic agent restarts every worker on a membership change,
+and the state would die with them (docs/adaptive-elastic.md). Each is told where the
+group's store is and its name (workloads/adaptive/elastic/launch.py):
+
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=<store_port> WORLD_SIZE=<MAX> STACKBENCH_MEMBER=w<i>
+
+The supervisor hosts that store (`hosted_store`) for as long as it runs the request, so it
+outlives every worker; it goes on while workers are left and decides the outcome from the
+exit codes (supervisor.elastic_outcome). The store's port is chosen when the request is
+made, so `--dry-run` shows the exact commands; if another program takes it in between, the
+run fails with a line that says so.
+Not here: the group's mechanism (workloads/adaptive/elastic/), the supervisor's loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from contract.rundir import LOGS
+from runner.backends.base import Process
+from runner.job.spec import JobSpec, workload_args, workload_module
+
+ADDRESS = "127.0.0.1"
+STORE_TIMEOUT_S = 300.0
+
+
+class StoreUnavailable(RuntimeError):
+    """The supervisor cannot host the elastic run's store (one line)."""
+
+
+def elastic_processes(spec: JobSpec, run_dir: Path, store_port: int) -> tuple[Process, ...]:
+    """MAX workers, w0 ... w<MAX-1>, each its own process on the supervisor's store."""
+    max_workers = spec.placement.world_size
+    argv = (
+        sys.executable, "-m", workload_module(spec),
+        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
+    )  # fmt: skip
+    threads = os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max_workers)))
+    common = {"OMP_NUM_THREADS": threads, "MASTER_ADDR": ADDRESS,
+              "MASTER_PORT": str(store_port), "WORLD_SIZE": str(max_workers)}  # fmt: skip
+    return tuple(
+        Process(argv=argv, env={**common, "STACKBENCH_MEMBER": f"w{i}"}, cwd=str(run_dir))
+        for i in range(max_workers)
+    )
+
+
+def free_port() -> int:
+    """A port free on the loopback address now (the supervisor binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((ADDRESS, 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def hosted_store(port: int | None) -> Iterator[None]:
+    """The elastic run's store on 127.0.0.1:port while the block runs (nothing for None)."""
+    if port is None:
+        yield
+        return
+    from torch.distributed import TCPStore  # only an elastic run's supervisor pays for torch
+
+    try:
+        store = TCPStore(ADDRESS, port, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))  # fmt: skip
+    except (RuntimeError, OSError) as err:
+        raise StoreUnavailable(
+            f"cannot host the elastic workers' store on {ADDRESS}:{port} ({err}); "
+            "submit the run again (another program took the port)"
+        ) from None
+    try:
+        yield
+    finally:
+        del store

@@ -1,0 +1,199 @@
+"""An elastic worker inside a training run (`python -m workloads.train --elastic MIN:MAX`):
+its group for the whole run, and what happens to the run when a worker leaves.
+
+    session = ElasticSession.open("2:3", os.environ, device)   # launch.py: where the group is
+    session.start()                   # generation 0 formed: rank and world_size are known
+    ...build the adaptive run and the task...
+    session.bind(adaptive)            # what a change re-forms (the trainer, the knobs)
+    session.guard(step)               # a step; after a departure, taken again on the new group
+    session.close()
+
+When a step's collective fails because a worker left, the survivors re-form the group
+(group.recover), every survivor adopts the state of the one that had completed the most
+steps (model, optimizer, step count, sampler cursor, the policies' knobs: transfer.py), the
+trainer is rebuilt on the new group (its strategy's exchange spans the new world), and the
+change is a Decision of knob `workers` (old -> new, "w2 left") like every policy's, so it is
+an event and counts in the summary. Fewer than MIN left: TooFewWorkers, and the run fails.
+
+The writer: the worker that is rank 0 at the start (the first of the starting members by
+name: w0 locally, <job>-worker-0 on Kubernetes, the store's host there) writes the run's
+events and summary; a change keeps it rank 0 (membership.after_failure keeps the old order),
+and its departure ends the run (WriterLeft): the survivors cannot finish a record they do
+not hold. Joining a running group (group.grow) is the library's, not yet a run's.
+Not here: the group's mechanism (group.py), where the group is (launch.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+from workloads import strategies
+from workloads.adaptive import training
+from workloads.adaptive.elastic.group import Change, ElasticConfig, ElasticGroup
+from workloads.adaptive.elastic.launch import ElasticLaunch
+from workloads.adaptive.elastic.membership import MembershipError
+from workloads.adaptive.elastic.transfer import broadcast_state
+from workloads.adaptive.policy import Hook, Knob, Proposal, View
+from workloads.adaptive.run import Adaptive
+from workloads.adaptive.sampler import Cursor
+from workloads.adaptive.sync import AdaptiveSyncStrategy
+from workloads.config import TrainConfig
+
+T = TypeVar("T")
+KNOB = "workers"
+# Where in the run a guarded collective is (guard's `where`: (epoch, phase)). Survivors must
+# take up the run at the same point; a kill can leave them a collective apart, and then only
+# the step loop can line them up (the one behind adopts the state of the one ahead).
+STEPS, EPOCH_END, EVALUATION, RUN_END = range(4)
+
+
+class WriterLeft(MembershipError):
+    """The worker that writes the run's record left: the run cannot finish its record."""
+
+
+class Membership:
+    """The `workers` knob. The group changes it (Controller.record, after a departure), never
+    a decision point: no hooks, so it costs no collective."""
+
+    name = "elastic"
+    knobs = (Knob(KNOB, integral=True),)
+    hooks: tuple[Hook, ...] = ()
+
+    def propose(self, hook: Hook, view: View) -> Sequence[Proposal]:
+        return ()
+
+
+class ElasticSession:
+    def __init__(self, launch: ElasticLaunch, config: ElasticConfig, device: torch.device):
+        self.launch, self.device = launch, device
+        self._store = launch.host_store()  # hosted by this worker (a PyTorchJob's worker 0)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        self.group = ElasticGroup(launch.connector(), launch.member, config, backend)
+        self.writer = ""
+        self._run: Adaptive | None = None
+
+    @classmethod
+    def open(
+        cls, workers: str, environ: Mapping[str, str], device: torch.device, run: TrainConfig
+    ) -> ElasticSession:
+        """The run's heartbeat and `dead_after_s` (--set), its collective timeout (a hung
+        peer is found after it)."""
+        launch = ElasticLaunch.parse(workers, environ)
+        config = ElasticConfig(
+            launch.min_workers, launch.max_workers, heartbeat_s=run.adaptive.heartbeat_s,
+            dead_after_s=run.adaptive.dead_after_s, pg_timeout_s=run.run.dist_timeout_s,
+        )  # fmt: skip
+        return cls(launch, config, device)
+
+    @property
+    def rank(self) -> int:
+        return self.group.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.group.world_size
+
+    def start(self) -> None:
+        """Form generation 0 with the first workers to register (the process group is up)."""
+        change = self.group.start(self.launch.initial_workers)
+        if change.current.number > 0:
+            raise MembershipError(
+                f"worker {self.launch.member} arrived after the run started; joining a "
+                "running run is not supported yet (docs/adaptive-elastic.md)"
+            )
+        self.writer = change.current.members[0]
+
+    def bind(self, run: Adaptive) -> None:
+        """The run whose trainer and knobs a change re-forms (the task has built its trainer)."""
+        self._run = run
+
+    def guard(self, fn: Callable[[], T], where: tuple[int, int]) -> T:
+        """`fn()`; when a collective in it fails because a worker left, again on the
+        re-formed group, from the adopted state. `where`: (epoch, phase) of the run, the
+        same on every rank at this call (STEPS, EPOCH_END, EVALUATION, RUN_END)."""
+        while True:
+            try:
+                return fn()
+            except MembershipError:
+                raise
+            except RuntimeError as err:  # gloo raises as soon as a peer's connection closes
+                self.recover(err, where)
+
+    def recover(self, error: RuntimeError, where: tuple[int, int]) -> None:
+        """Re-form the group without the workers that left, check that the survivors are at
+        the same point of the run, record the change, adopt the source's state. Raises
+        `error` again when nobody left, TooFewWorkers below MIN, WriterLeft, MembershipError
+        when the survivors were at different points."""
+        run = self._bound()
+        traceback.clear_frames(error.__traceback__)  # frames may hold the old group's work
+        gc.collect()
+        change = self.group.recover(run.steps_done, error)
+        if self.writer in change.current.departed:
+            raise WriterLeft(
+                f"worker {self.writer}, which writes the run's record, left "
+                f"({change.reason}); the run cannot go on without it"
+            )
+        _agree_on(where, self.device)
+        print(f"elastic: {change.reason}: going on with {change.current.world_size} workers "
+              f"from step {change.current.step}", flush=True)  # fmt: skip
+        decision = run.controller.record(
+            "elastic", KNOB, change.current.world_size, change.current.step, change.reason
+        )
+        run.record_decisions([decision])
+        self._adopt(run, change)
+
+    def close(self) -> None:
+        self.group.close()
+
+    def _adopt(self, run: Adaptive, change: Change) -> None:
+        """Every member takes the source's state, then a trainer on the new group."""
+        tr = run.trainer
+        model = tr.strategy.inner
+        state = {
+            "model": model.state_dict(),
+            "optimizer": tr.optimizer.state_dict(),
+            "steps_done": run.steps_done,
+            "cursor": [run.cursor.epoch, run.cursor.consumed],
+            "knobs": dict(run.controller.values),
+            "last_change": dict(run.controller.last_change),
+            "local_steps": getattr(tr.strategy, "local_steps", 0),
+        }
+        got = broadcast_state(state, change.source_rank, self.device)
+        model.load_state_dict(got["model"])
+        tr.optimizer.load_state_dict(got["optimizer"])
+        run.steps_done, run.cursor = int(got["steps_done"]), Cursor(*got["cursor"])
+        run.controller.values.update(got["knobs"])
+        run.controller.last_change.update(got["last_change"])
+        monitor = run.monitor
+        strategy = strategies.build(tr.config, model, tr.timer.clock, monitor=monitor)
+        if isinstance(strategy, AdaptiveSyncStrategy):
+            strategy.restore(training.sync_state(run), int(got["local_steps"]))
+        rebuilt = dataclasses.replace(
+            tr, rank=dist.get_rank(), world_size=dist.get_world_size(), strategy=strategy
+        )
+        training.attach(run, rebuilt)
+
+    def _bound(self) -> Adaptive:
+        if self._run is None:
+            raise MembershipError("a worker left before the run's training began")
+        return self._run
+
+
+def _agree_on(where: tuple[int, int], device: torch.device) -> None:
+    """MembershipError unless every survivor is at `where` (one collective: max of +/-)."""
+    epoch, phase = where
+    code = epoch * 8 + phase
+    seen = torch.tensor([code, -code], dtype=torch.int64, device=device)
+    dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+    if int(seen[0]) != -int(seen[1]):
+        raise MembershipError(
+            "the survivors were at different points of the run when a worker left (a step "
+            "apart at an epoch's end); the run cannot go on"
+        )
