@@ -37,6 +37,7 @@ from torch.distributed import PrefixStore, Store
 
 from workloads.adaptive.elastic.membership import (
     Generation,
+    MembershipError,
     after_failure,
     check_size,
     first_generation,
@@ -170,6 +171,10 @@ class ElasticGroup:
         return outcome
 
     def close(self) -> None:
+        """Leave at the run's end; rank 0 (the run's writer) also says the run has ended, so
+        that a joiner still waiting to be admitted stops waiting."""
+        if self.generation is not None and self.rank == 0:
+            self._rdzv.mark_ended()
         self._heartbeat.stop()
         _destroy_process_group()
 
@@ -182,6 +187,8 @@ class ElasticGroup:
         """The newest generation, once it includes this joiner."""
 
         def admitting() -> Generation | None:
+            if self._rdzv.ended():
+                raise MembershipError(f"the run ended before worker {self.member} was admitted")
             newest = None
             number = max(0, self._rdzv.latest())
             while (candidate := self._rdzv.generation(number)) is not None:
