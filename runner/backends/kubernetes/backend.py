@@ -337,6 +337,15 @@ class KubernetesBackend:
         with contextlib.suppress(NotFound):
             self.api.delete_job(name)
 
+    def join(self, handle: str) -> str:
+        # Scaling the PyTorchJob's Worker replicas is the operator's business (its
+        # elasticPolicy bounds, an HPA): what it does with a running job's changed replica
+        # count is not verified here (docs/adaptive-elastic.md).
+        raise RunnerError(
+            "joining a Kubernetes run is not supported; it is a local run's command "
+            "(docs/adaptive-elastic.md, 'Joining')"
+        )
+
     # ---- helpers -----------------------------------------------------------------------
 
     def _name(self, handle: str) -> str:
