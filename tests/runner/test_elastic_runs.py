@@ -109,7 +109,8 @@ def test_a_kill_that_leaves_fewer_than_min_workers_fails_the_run_with_the_reason
 
 
 def test_a_joining_worker_brings_the_run_back_to_max_and_ends_with_its_peers_weights(tmp_path):
-    run = _submit(tmp_path, low=2, high=3, max_epochs=6)
+    # Long enough for the joiner to start (importing torch takes seconds on a busy machine).
+    run = _submit(tmp_path, low=2, high=3, max_epochs=30)
     _until(lambda: api.status(tmp_path, run).state.value == "RUNNING", "the run to start")
     with pytest.raises(RunnerError, match=r"already has 3 workers, its maximum \(--workers 2:3\)"):
         api.join(tmp_path, run)
