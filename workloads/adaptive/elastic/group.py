@@ -174,9 +174,13 @@ class ElasticGroup:
         """Leave at the run's end; rank 0 (the run's writer) also says the run has ended, so
         that a joiner still waiting to be admitted stops waiting."""
         if self.generation is not None and self.rank == 0:
-            self._rdzv.mark_ended()
+            self.end()
         self._heartbeat.stop()
         _destroy_process_group()
+
+    def end(self) -> None:
+        """Say that the run has ended (or cannot go on): a joiner waiting stops waiting."""
+        self._rdzv.mark_ended()
 
     def _current(self) -> Generation:
         if self.generation is None:
@@ -201,7 +205,11 @@ class ElasticGroup:
 
     def _form(self, generation: Generation) -> Change:
         previous, self.generation = self.generation, generation
-        check_size(generation, self.config.min_workers, self.config.max_workers)
+        try:
+            check_size(generation, self.config.min_workers, self.config.max_workers)
+        except MembershipError:
+            self.end()  # too few left: the run ends here
+            raise
         rank = generation.rank_of(self.member)  # Excluded if it left us out
         self._rdzv.publish_latest(generation.number)
         _destroy_process_group()

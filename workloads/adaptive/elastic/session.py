@@ -177,6 +177,7 @@ class ElasticSession:
         gc.collect()
         change = self.group.recover(run.steps_done, error)
         if self.writer in change.current.departed:
+            self.group.end()
             raise WriterLeft(
                 f"worker {self.writer}, which writes the run's record, left "
                 f"({change.reason}); the run cannot go on without it"
