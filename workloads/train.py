@@ -32,6 +32,7 @@ from workloads.adaptive.elastic import session as elastic
 from workloads.adaptive.elastic.launch import LaunchError
 from workloads.adaptive.elastic.membership import MembershipError
 from workloads.adaptive.elastic.session import KNOB, ElasticSession
+from workloads.adaptive.policy import KnobValue, Policy
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
 from workloads.divergence import DIVERGED_EXIT, Diverged
@@ -134,7 +135,9 @@ def run(
     if session is None:
         backend = dist.init(device, config.run.dist_timeout_s)
     torch.manual_seed(config.run.seed)  # the same initial model on every rank
-    extra = () if session is None else ((session.policy(), {KNOB: env.world_size}),)
+    extra: tuple[tuple[Policy, dict[str, KnobValue]], ...] = ()
+    if session is not None:
+        extra = ((session.policy(), {KNOB: env.world_size}),)
     # The LR schedule's world is the run's starting one, a joiner's included.
     start_world = env.world_size if session is None else session.launch.initial_workers
     adaptive = adaptive_run.build(config, start_world, device, log.point, extra)

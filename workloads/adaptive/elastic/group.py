@@ -236,7 +236,7 @@ class ElasticPolicy:
     count of waiting joiners is the one that counts (policy.py's agreement)."""
 
     name = "elastic"
-    knobs = (Knob("workers", integral=True),)
+    knobs: tuple[Knob, ...] = (Knob("workers", integral=True),)
     hooks: tuple[Hook, ...] = ("before_step",)
 
     def __init__(self, pending_joiners: Callable[[], int], max_workers: int) -> None:

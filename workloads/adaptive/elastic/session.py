@@ -150,7 +150,8 @@ class ElasticSession:
         digest = hashlib.sha256()
         for name, tensor in run.trainer.strategy.inner.named_parameters():
             digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+            raw = tensor.detach().cpu().contiguous().view(-1).view(torch.uint8)
+            digest.update(raw.numpy().tobytes())
         where = f"ended at step {run.steps_done} with {self.world_size} workers"
         print(f"elastic: {self.launch.member} {where}; weights sha256 {digest.hexdigest()}",
               flush=True)  # fmt: skip
