@@ -267,6 +267,21 @@ def cancel(results_root: Path, run: Run) -> JobStatus:
         backend.close()
 
 
+def join(results_root: Path, run: Run) -> str:
+    """One more worker in a running elastic run (`runner join`); what started, in a line."""
+    placement = run.record.spec.placement
+    if placement.min_workers is None:
+        raise RunnerError(
+            f"{run.run_id} is not elastic; only a run submitted with --workers MIN:MAX takes "
+            "a joining worker"
+        )
+    backend = backend_for(run, results_root)
+    try:
+        return backend.join(run.handle)
+    finally:
+        backend.close()
+
+
 def check(results_root: Path, run: Run) -> CheckResult:
     """The MLPerf compliance check of a run's event log (workloads.compliance)."""
     from workloads import compliance

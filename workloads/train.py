@@ -31,7 +31,8 @@ from workloads.adaptive import run as adaptive_run
 from workloads.adaptive.elastic import session as elastic
 from workloads.adaptive.elastic.launch import LaunchError
 from workloads.adaptive.elastic.membership import MembershipError
-from workloads.adaptive.elastic.session import KNOB, ElasticSession, Membership
+from workloads.adaptive.elastic.session import KNOB, ElasticSession
+from workloads.adaptive.policy import KnobValue, Policy
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
 from workloads.divergence import DIVERGED_EXIT, Diverged
@@ -134,8 +135,12 @@ def run(
     if session is None:
         backend = dist.init(device, config.run.dist_timeout_s)
     torch.manual_seed(config.run.seed)  # the same initial model on every rank
-    extra = () if session is None else ((Membership(), {KNOB: env.world_size}),)
-    adaptive = adaptive_run.build(config, env.world_size, device, log.point, extra)
+    extra: tuple[tuple[Policy, dict[str, KnobValue]], ...] = ()
+    if session is not None:
+        extra = ((session.policy(), {KNOB: env.world_size}),)
+    # The LR schedule's world is the run's starting one, a joiner's included.
+    start_world = env.world_size if session is None else session.launch.initial_workers
+    adaptive = adaptive_run.build(config, start_world, device, log.point, extra)
     task = tasks.build(
         tasks.Context(
             config,
@@ -157,7 +162,9 @@ def run(
     if is_writer:
         write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
     log.end(mllog.INIT_STOP)
-    torch.distributed.barrier()  # every rank starts the clock together
+    joined = session is not None and session.joined
+    if not joined:  # a joiner's peers are mid-run, in the step that admitted it
+        torch.distributed.barrier()  # every rank starts the clock together
     init_time_s = time.perf_counter() - init_t0
 
     start = time.perf_counter()
@@ -167,8 +174,10 @@ def run(
     tally = RunTally()
     guard = session.guard if session is not None else _unguarded
     deadline = Deadline(config.run.time_budget_s, start, device)
+    # A joiner enters the epoch the cursor it received is in, mid-epoch.
+    first_epoch = adaptive.cursor.epoch + 1 if joined and adaptive is not None else 1
     try:
-        _train(task, config, device, tally, log, start, deadline, guard)
+        _train(task, config, device, tally, log, start, deadline, guard, first_epoch)
     except Diverged as err:
         tally.diverged = str(err)
     except BaseException as err:
@@ -181,6 +190,8 @@ def run(
         tally.phases = guard(lambda: _mean_over_ranks(phases, device), (0, elastic.RUN_END))
     # An elastic run's world at its end (its start's is the manifest's).
     world_size = session.world_size if session is not None else env.world_size
+    if session is not None and not tally.diverged:
+        session.report()
     summary = summarize(
         config,
         tally,
@@ -277,9 +288,11 @@ def _train(
     start: float,
     deadline: Deadline,
     guard: Guard = _unguarded,
+    first_epoch: int = 1,
 ) -> None:
-    """The epochs. `guard(fn, (epoch, phase))` runs the epoch's end and evaluation: in an
-    elastic run, again on the re-formed group when a worker left during them."""
+    """The epochs, from `first_epoch` (a joiner's is the run's current one). `guard(fn,
+    (epoch, phase))` runs the epoch's end and evaluation: in an elastic run, again on the
+    re-formed group when a worker left during them."""
     last_progress = [time.perf_counter()]
 
     def on_step(step: int, steps: int) -> None:
@@ -288,7 +301,7 @@ def _train(
             last_progress[0] = now
             log.point(mllog.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
 
-    for epoch in range(1, config.run.max_epochs + 1):
+    for epoch in range(first_epoch, config.run.max_epochs + 1):
         log.start(mllog.EPOCH_START, epoch_num=epoch)
         stats = task.train_epoch(epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:

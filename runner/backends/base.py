@@ -110,6 +110,11 @@ class Backend(Protocol):
         """Stop the job; idempotent, and a no-op on a finished job."""
         ...
 
+    def join(self, handle: str) -> str:
+        """Start one more worker in a running elastic job (`runner join`); what started, in a
+        line. RunnerError, one line, when it cannot (not running, at MAX, not supported)."""
+        ...
+
     def close(self) -> None:
         """Release what the backend holds (credentials written to disk, connections)."""
         ...

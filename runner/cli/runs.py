@@ -1,4 +1,4 @@
-"""The commands about runs that exist: runs, status, logs, fetch, cancel, check."""
+"""The commands about runs that exist: runs, status, logs, fetch, cancel, join, check."""
 
 from __future__ import annotations
 
@@ -126,6 +126,23 @@ def cancel(settings: Settings, run_id: str, yes: bool) -> None:
 @run_argument
 @pass_settings
 @handle_errors
+def join(settings: Settings, run_id: str) -> None:
+    """Start one more worker in a running elastic run (`--workers MIN:MAX`), up to MAX.
+
+    \b
+    The worker joins at the run's next decision point with the current weights, optimizer
+    state, step and place in the epoch. A local run only.
+    Examples:
+      runner join RUN
+    """
+    run = api.open_run(settings.results_dir, run_id)
+    console.print(f"{run.run_id}: {api.join(settings.results_dir, run)}")
+
+
+@click.command()
+@run_argument
+@pass_settings
+@handle_errors
 def check(settings: Settings, run_id: str) -> None:
     """Check RUN's event log against the MLPerf compliance rules of its benchmark.
 
@@ -149,4 +166,4 @@ def check(settings: Settings, run_id: str) -> None:
     console.print(f"[green]compliant[/green]: {run.run_id}")
 
 
-COMMANDS = (runs, status, logs, fetch, cancel, check)
+COMMANDS = (runs, status, logs, fetch, cancel, join, check)

@@ -176,6 +176,14 @@ def test_cancel_of_a_finished_run_changes_nothing(finished_run):
     assert "SUCCEEDED" in invoke("cancel", run.run_id, "--yes", results=results).output
 
 
+def test_join_refuses_a_run_that_is_not_elastic_in_one_line(finished_run):
+    results, run = finished_run
+    result = invoke("join", run.run_id, results=results)
+    assert result.exit_code == 1
+    assert result.output.strip().count("\n") == 0
+    assert "is not elastic; only a run submitted with --workers MIN:MAX" in result.output
+
+
 def test_the_cli_starts_without_importing_torch():
     code = (
         "import sys; from click.testing import CliRunner; from runner.cli import main; "

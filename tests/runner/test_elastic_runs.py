@@ -1,8 +1,11 @@
 """Elastic runs through the runner (`--workers MIN:MAX`), end to end on local gloo workers:
 a worker killed with SIGKILL mid-training leaves a run that goes on with the survivors and
 ends SUCCEEDED with fewer workers, the change a decision event that says when; a kill that
-leaves fewer than MIN fails the run with the workers' own reason. The killed worker is found
-by its process (its environment names the run and the worker), never by a pid in a file."""
+leaves fewer than MIN fails the run with the workers' own reason; `runner join` brings the
+run back to MAX with a worker that starts from the current state and ends with its peers'
+weights, and is refused in one line at MAX, after the run, and for a run that is not
+elastic. The killed worker is found by its process (its environment names the run and the
+worker), never by a pid in a file."""
 
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ import psutil
 import pytest
 
 from contract.events import DECISION, read_events
-from contract.rundir import EVENTS, STATE, SUMMARY
+from contract.rundir import EVENTS, STATE, SUMMARY, rank_log
 from runner import api
 from runner.backends.local import processes
 from runner.backends.local.backend import LocalBackend
+from runner.errors import RunnerError
 from runner.job.spec import Placement, resolve
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -27,10 +31,27 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ELASTIC = ["strategy=allreduce", "stop_at_target=false", "heartbeat_s=0.2", "dead_after_s=2"]
 
 
-def _submit(results: Path, low: int, high: int, max_epochs: int) -> api.Run:
+def _submit(results: Path, low: int | None, high: int, max_epochs: int) -> api.Run:
     overrides = [*ELASTIC, f"max_epochs={max_epochs}"]
     spec = resolve("cnn-digits", overrides, Placement(procs_per_node=high, min_workers=low))
     return api.submit(spec, LocalBackend(results), results)
+
+
+def _decisions(run: api.Run) -> list[dict]:
+    return [e["value"] for e in read_events(run.run_dir / EVENTS) if e["key"] == DECISION]
+
+
+def _until(condition, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _digests(run: api.Run, rank: int) -> list[str]:
+    """The `weights sha256` a worker printed when it ended (one line, or none)."""
+    text = rank_log(run.run_dir, rank).read_text()
+    return [ln.rsplit(" ", 1)[1] for ln in text.splitlines() if "weights sha256" in ln]
 
 
 def _worker(run: api.Run, member: str) -> psutil.Process:
@@ -85,3 +106,46 @@ def test_a_kill_that_leaves_fewer_than_min_workers_fails_the_run_with_the_reason
     # Nothing outlives the run (the supervisor itself exits just after recording it).
     _, alive = psutil.wait_procs(processes.members(run.run_dir.name, run.run_dir), timeout=30)
     assert alive == []
+
+
+def test_a_joining_worker_brings_the_run_back_to_max_and_ends_with_its_peers_weights(tmp_path):
+    # Long enough for the joiner to start (importing torch takes seconds on a busy machine).
+    run = _submit(tmp_path, low=2, high=3, max_epochs=30)
+    _until(lambda: api.status(tmp_path, run).state.value == "RUNNING", "the run to start")
+    with pytest.raises(RunnerError, match=r"already has 3 workers, its maximum \(--workers 2:3\)"):
+        api.join(tmp_path, run)
+    _kill_after_epoch(run, "w2", epoch=1)
+    _until(lambda: _decisions(run), "the survivors to re-form")
+    started = api.join(tmp_path, run)
+    assert started.startswith("worker w3 started") and "logs/rank-3.log" in started
+    with pytest.raises(RunnerError, match="already has 3 workers"):  # w0, w1 and w3
+        api.join(tmp_path, run)
+    status = api.wait(tmp_path, run)
+    assert status.state.value == "SUCCEEDED", status
+    assert "finished with 3 of 4 workers (worker 2 exited with code -9" in status.reason
+    left, joined = _decisions(run)
+    assert (left["old"], left["new"], left["reason"]) == (3, 2, "w2 left")
+    assert (joined["knob"], joined["old"], joined["new"]) == ("workers", 2, 3)
+    assert joined["reason"] == "1 worker(s) waiting to join"
+    assert joined["step"] > left["step"]
+    summary = json.loads((run.run_dir / SUMMARY).read_text())
+    assert summary["world_size"] == 3
+    assert summary["adaptive"]["final"]["workers"] == 3
+    assert summary["adaptive"]["decisions_by_knob"] == {"workers": 2}
+    joiner_log = rank_log(run.run_dir, 3).read_text()
+    assert f"w3 admitted as rank 2 of 3 at step {joined['step']}" in joiner_log
+    # Every worker that finished holds the same weights, the joiner's included.
+    [writer] = _digests(run, 0)
+    assert _digests(run, 1) == _digests(run, 3) == [writer]
+    assert _digests(run, 2) == []  # killed: it never ended
+    with pytest.raises(RunnerError, match=r"is SUCCEEDED, not running"):
+        api.join(tmp_path, run)
+
+
+def test_joining_a_run_that_is_not_elastic_is_refused_in_one_line(tmp_path):
+    run = _submit(tmp_path, low=None, high=1, max_epochs=1)
+    try:
+        with pytest.raises(RunnerError, match=r"is not elastic; only a run submitted with "):
+            api.join(tmp_path, run)
+    finally:
+        api.cancel(tmp_path, run)

@@ -19,6 +19,7 @@ from contract import files
 from contract.rundir import JobState, read_state
 from runner.backends.kubernetes.backend import KubernetesBackend, from_handle
 from runner.errors import RunnerError, SpecError
+from runner.job.spec import Placement, resolve
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import (
@@ -252,6 +253,23 @@ def test_logs_follow_waits_out_a_container_not_ready_to_be_read(cluster, tmp_pat
     cluster.set_job_condition("trainjob", RUN_ID, "Complete")
     assert list(backend.logs(handle, 0, follow=True)) == ["hello"]
     assert cluster.requests("get", r"/log$") == 3
+
+
+def test_logs_of_an_elastic_job_count_its_worker_only_pods_from_zero(cluster, tmp_path):
+    """An elastic PyTorchJob has Worker replicas only (no Master), each pod one worker run
+    directly (no torchrun, so no rank prefix): worker i is rank i, every line its own."""
+    placement = Placement(num_nodes=3, procs_per_node=1, device="cuda", min_workers=2)
+    spec = resolve("cnn-digits", ["seed=7", "strategy=allreduce"], placement, run_id=RUN_ID)
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, _ = submit(backend, tmp_path, spec)
+    assert "Master" not in cluster.job("pytorchjob", RUN_ID)["spec"]["pytorchReplicaSpecs"]
+    for index in range(3):
+        worker = pod("pytorchjob", RUN_ID, index + 1)  # a Worker pod, replica index `index`
+        worker["metadata"]["name"] = f"{RUN_ID}-worker-{index}"
+        cluster.add_pod(worker, log=f"worker {index} training\nworker {index} done\n")
+    for rank in range(3):
+        lines = list(backend.logs(handle, rank, follow=False))
+        assert lines == [f"worker {rank} training", f"worker {rank} done"]
 
 
 def test_logs_refuse_a_rank_outside_the_job(cluster, tmp_path):

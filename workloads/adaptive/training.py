@@ -156,7 +156,9 @@ def adaptive_step(run: Adaptive, draw: Callable[[], Batch], epochs_done: float) 
     # Only after_step decisions change the factor: the LR is fixed before the step starts.
     lr = lr_at(run.config, run.initial_world, epochs_done, step) * run.lr_factor
     timer.start()
-    run.record_decisions(run.controller.before_step(step, lr))
+    # An elastic run's session takes them: a change of workers admits joiners in them.
+    decide = run.controller.before_step if run.elastic is None else run.elastic.before_step
+    run.record_decisions(decide(step, lr))
     timer.lap("communication")
     tr = run.trainer  # after a change of workers, the one on the new group
     index = draw()

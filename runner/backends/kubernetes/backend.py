@@ -255,7 +255,7 @@ class KubernetesBackend:
         if not 0 <= rank < shape.world_size:
             raise RunnerError(f"rank {rank} is out of range: the job has {shape.world_size} ranks")
         node = demux.NodeRanks(rank // shape.procs_per_node, shape.procs_per_node,
-                               shape.world_size)  # fmt: skip
+                               shape.world_size, shape.elastic)  # fmt: skip
         recorded = self._recorded_state(handle)
         archived = self._archived_log(name, rank)
         if archived is not None and recorded is not None and recorded.state.finished:
@@ -278,7 +278,7 @@ class KubernetesBackend:
         log (at most EVENTS_DRAIN_S), gives the last batch and ends."""
         name = self._name(handle)
         shape = self._shape(name)
-        node = demux.NodeRanks(0, shape.procs_per_node, shape.world_size)
+        node = demux.NodeRanks(0, shape.procs_per_node, shape.world_size, shape.elastic)
         observer = self._observers.acquire(name)
         follower = LogFollower(self.api, observer, node, 0, self._done, self.watch_config)
         feed = EventFeed(follower, on_end=lambda: self._observers.release(name))
@@ -337,6 +337,15 @@ class KubernetesBackend:
         with contextlib.suppress(NotFound):
             self.api.delete_job(name)
 
+    def join(self, handle: str) -> str:
+        # Scaling the PyTorchJob's Worker replicas is the operator's business (its
+        # elasticPolicy bounds, an HPA): what it does with a running job's changed replica
+        # count is not verified here (docs/adaptive-elastic.md).
+        raise RunnerError(
+            "joining a Kubernetes run is not supported; it is a local run's command "
+            "(docs/adaptive-elastic.md, 'Joining')"
+        )
+
     # ---- helpers -----------------------------------------------------------------------
 
     def _name(self, handle: str) -> str:
@@ -352,7 +361,7 @@ class KubernetesBackend:
         """Nodes and processes per node: from job.json, else from the job on the cluster."""
         placement = self._memory.placement(name)
         if placement is not None:
-            return observe.Shape(placement.num_nodes, placement.procs_per_node)
+            return observe.Shape(placement.num_nodes, placement.procs_per_node, placement.elastic)
         try:
             return observe.job_shape(self.conn.job_api, self.api.get_job(name))
         except NotFound:

@@ -74,7 +74,7 @@ def rank_lines(
             raise RunnerError(f"{_no_log(name, rank, recorded)}; {err}") from None
         log.warning("%s; showing the log archived by `runner fetch`", err)
         pods = []
-    pod = observe.pods_by_node(api.conn.job_api, pods).get(node.node)
+    pod = observe.pods_by_node(api.conn.job_api, pods, node.elastic).get(node.node)
     if pod is None or not observe.container_started(pod):
         if archived is not None:
             yield from archived
@@ -133,14 +133,16 @@ class Harvest:
         lines beside them)."""
         per_node, world = self.placement.procs_per_node, self.expected.world_size
         container = observe.CONTAINERS[self.conn.job_api]
-        for node, pod in sorted(observe.pods_by_node(self.conn.job_api, pods).items()):
+        elastic = self.placement.elastic
+        by_node = observe.pods_by_node(self.conn.job_api, pods, elastic)
+        for node, pod in sorted(by_node.items()):
             if node >= self.placement.num_nodes:
                 log.warning("ignoring pod %s: node %d is not in the job", _pod_name(pod), node)
                 continue
             if not observe.container_started(pod):
                 continue
             lines = self.api.pod_log(_pod_name(pod), container)
-            split = demux.split(lines, demux.NodeRanks(node, per_node, world))
+            split = demux.split(lines, demux.NodeRanks(node, per_node, world, elastic))
             for rank, rank_lines in split.per_rank.items():
                 files.write_text(rundir.rank_log(self.dest, rank), _text(rank_lines))
                 self.archived.add(rank)

@@ -33,11 +33,15 @@ def unattributed_log(run_dir: Path, node: int) -> Path:
 
 @dataclass(frozen=True)
 class NodeRanks:
-    """The ranks one node runs: procs_per_node consecutive ranks, none at or past world_size."""
+    """The ranks one node runs: procs_per_node consecutive ranks, none at or past world_size.
+    `elastic`: the node of an elastic job (--workers MIN:MAX), one worker started directly,
+    not under torchrun, so its lines carry no prefix and all are its (worker i is node i: the
+    PyTorchJob has Worker replicas only)."""
 
     node: int
     procs_per_node: int
     world_size: int
+    elastic: bool = False
 
     @property
     def ranks(self) -> range:
@@ -48,6 +52,8 @@ class NodeRanks:
 def attribute(line: str, node: NodeRanks) -> tuple[int | None, str]:
     """(rank, the line without its prefix) if one of this node's ranks wrote it, else
     (None, the line as it is)."""
+    if node.elastic:  # no torchrun, so no prefix: the pod's one process wrote every line
+        return node.node, line
     match = RANK_PREFIX.match(line)
     if match:
         rank = int(match.group(1))

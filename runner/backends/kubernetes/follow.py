@@ -66,7 +66,8 @@ class LogFollower:
             if view.closed or self._closed:
                 return
             done, timeout_s = self._finished(view), None
-            pod = observe.pods_by_node(self._api.conn.job_api, view.pods).get(self._node.node)
+            pods = observe.pods_by_node(self._api.conn.job_api, view.pods, self._node.elastic)
+            pod = pods.get(self._node.node)
             if pod is None or not observe.container_started(pod):
                 if done:
                     return

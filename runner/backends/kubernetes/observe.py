@@ -38,6 +38,7 @@ class Shape:
 
     num_nodes: int
     procs_per_node: int
+    elastic: bool = False  # Worker replicas only, worker i is node i (demux.NodeRanks)
 
     @property
     def world_size(self) -> int:
@@ -51,12 +52,13 @@ def job_shape(job_api: str, job: Mapping[str, Any]) -> Shape:
         return Shape(int(trainer.get("numNodes", 1)), int(trainer.get("numProcPerNode", 1)))
     replicas = spec.get("pytorchReplicaSpecs", {})
     nodes = sum(int(r.get("replicas", 1)) for r in replicas.values())
-    return Shape(nodes, int(spec.get("nprocPerNode", "1")))
+    return Shape(nodes, int(spec.get("nprocPerNode", "1")), "elasticPolicy" in spec)
 
 
-def node_rank(job_api: str, pod: Mapping[str, Any]) -> int | None:
+def node_rank(job_api: str, pod: Mapping[str, Any], elastic: bool = False) -> int | None:
     """The node a pod runs, from the labels and annotations its controller sets (never from
-    anything the pod writes); None for a pod that has none, or garbage."""
+    anything the pod writes); None for a pod that has none, or garbage. A PyTorchJob's Master
+    is node 0 and worker i node i + 1, but an elastic job (`elastic`) has Workers only."""
     meta = pod.get("metadata", {})
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     if job_api == "trainjob":
@@ -64,6 +66,8 @@ def node_rank(job_api: str, pod: Mapping[str, Any]) -> int | None:
     kind, index = str(labels.get(REPLICA_TYPE, "")).lower(), _index(labels.get(REPLICA_INDEX))
     if index is None or kind not in ("master", "worker"):
         return None
+    if elastic:
+        return index if kind == "worker" else None
     return index + (1 if kind == "worker" else 0)
 
 
@@ -72,11 +76,13 @@ def _index(value: Any) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) < 7 else None
 
 
-def pods_by_node(job_api: str, pods: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+def pods_by_node(
+    job_api: str, pods: Iterable[Mapping[str, Any]], elastic: bool = False
+) -> dict[int, Mapping[str, Any]]:
     """The newest pod of each node: a replaced pod's successor is the one that counts."""
     newest: dict[int, Mapping[str, Any]] = {}
     for pod in pods:
-        node = node_rank(job_api, pod)
+        node = node_rank(job_api, pod, elastic)
         if node is None:
             continue
         if node not in newest or _created(pod) >= _created(newest[node]):
@@ -92,14 +98,14 @@ def job_status(
 ) -> JobStatus:
     name = job["metadata"]["name"]
     conditions = {c.get("type"): c for c in job.get("status", {}).get("conditions") or []}
-    by_node = pods_by_node(job_api, pods)
+    shape = job_shape(job_api, job)
+    by_node = pods_by_node(job_api, pods, shape.elastic)
     done = conditions.get(SUCCESS_CONDITIONS[job_api], {})
     if done.get("status") == "True":
         return JobStatus(JobState.SUCCEEDED, since=done.get("lastTransitionTime"))
     failed = conditions.get("Failed", {})
     if failed.get("status") == "True":
         return _failed(job_api, failed, by_node)
-    shape = job_shape(job_api, job)
     # Pods that ran and ended count as started: the job's own condition comes a moment later.
     started = [p for p in by_node.values() if container_started(p)]
     if len(started) == shape.num_nodes:

@@ -30,7 +30,7 @@ from contract.events import parse_line
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_state
 from runner.backends.base import LocalRequest, Process, Request
-from runner.backends.local import elastic, launch, network, preflight, processes
+from runner.backends.local import elastic, joins, launch, network, preflight, processes
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec, workload_args, workload_module
 from runner.results import rundir
@@ -41,6 +41,7 @@ SUPERVISOR_FILE = "supervisor.json"  # the supervisor's pid and start time (neve
 SUPERVISOR_LOG = "supervisor.log"
 CANCEL_TIMEOUT_S = 60.0
 LEFTOVER_GRACE_S = 5.0
+JOIN_ANSWER_S = 10.0  # the supervisor answers within a poll; this is for a busy machine
 # status() reads state.json and checks one process: cheap enough to poll often, so that a run's
 # end shows within 0.05 s (`runner submit` returns right after the run, not seconds later).
 POLL_S = 0.05
@@ -132,8 +133,11 @@ class LocalBackend:
 
     def logs(self, handle: str, rank: int, follow: bool) -> Iterator[str]:
         run_dir = self._run_dir(handle)
-        world_size = rundir.read_record(run_dir).spec.placement.world_size
-        if not 0 <= rank < world_size:
+        placement = rundir.read_record(run_dir).spec.placement
+        world_size = placement.world_size
+        # An elastic run's joiners are workers MAX, MAX+1, ... with their own logs.
+        joined = placement.min_workers is not None and rank_log(run_dir, rank).is_file()
+        if not (0 <= rank < world_size or (rank >= 0 and joined)):
             raise RunnerError(f"rank {rank} does not exist; this run has ranks 0-{world_size - 1}")
         path = rank_log(run_dir, rank)
         yield from follow_lines(path, lambda: self.status(handle).state.finished, follow)
@@ -161,6 +165,16 @@ class LocalBackend:
         if state is None or not state.state.finished:
             cancelled = JobStatus(JobState.CANCELLED, "cancelled by the user", _now())
             rundir.write_state(run_dir, cancelled)
+
+    def join(self, handle: str) -> str:
+        run_dir = self._run_dir(handle)
+        state = self.status(handle)
+        if state.state is not JobState.RUNNING:
+            raise RunnerError(
+                f"{run_dir.name} is {state.state.value}, not running; only a running elastic "
+                "run takes a joining worker"
+            )
+        return joins.ask(run_dir, JOIN_ANSWER_S)
 
     def close(self) -> None:
         return None

@@ -9,15 +9,17 @@ group's store is and its name (workloads/adaptive/elastic/launch.py):
 
 The supervisor hosts that store (`hosted_store`) for as long as it runs the request, so it
 outlives every worker; it goes on while workers are left and decides the outcome from the
-exit codes (supervisor.elastic_outcome). The store's port is chosen when the request is
-made, so `--dry-run` shows the exact commands; if another program takes it in between, the
-run fails with a line that says so.
+exit codes (supervisor.elastic_outcome). `runner join` asks it (joins.py) for one more
+worker, w<n>, which it starts and owns like the others (`joiner_process`). The store's port
+is chosen when the request is made, so `--dry-run` shows the exact commands; if another
+program takes it in between, the run fails with a line that says so.
 Not here: the group's mechanism (workloads/adaptive/elastic/), the supervisor's loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import socket
@@ -51,6 +53,13 @@ def elastic_processes(spec: JobSpec, run_dir: Path, store_port: int) -> tuple[Pr
         Process(argv=argv, env={**common, "STACKBENCH_MEMBER": f"w{i}"}, cwd=str(run_dir))
         for i in range(max_workers)
     )
+
+
+def joiner_process(template: Process, index: int) -> Process:
+    """Worker w<index>, which joins the running run (`runner join`): a starting worker's
+    command and environment but for its name; it registers after the start, so the group
+    admits it at a decision point (workloads/adaptive/elastic/group.py)."""
+    return dataclasses.replace(template, env={**template.env, "STACKBENCH_MEMBER": f"w{index}"})
 
 
 def free_port() -> int:

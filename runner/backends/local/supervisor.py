@@ -11,7 +11,9 @@ the run records it FAILED (LocalBackend.status).
 
 An elastic run (--workers MIN:MAX, runner/backends/local/elastic.py): the supervisor also
 hosts the workers' store, and the run goes on until every worker has ended, since a worker's
-death is a change of workers, not the run's end.
+death is a change of workers, not the run's end. It answers `runner join` (joins.py): one more
+worker while fewer than MAX are alive and the writer (worker 0) still runs; worker n (n >= MAX
+for a joiner) is process n and writes rank-n.log.
 
 The outcome: exit codes decide, never a summary written before a crash. A run SUCCEEDED only
 when every process exited 0 and summary.json exists (an elastic one: its writer and at least
@@ -37,9 +39,9 @@ from pathlib import Path
 from contract import files
 from contract.rundir import LOGS, STATE, SUMMARY, JobState, JobStatus, rank_log
 from runner.backends.base import LocalRequest, Process
-from runner.backends.local import processes
+from runner.backends.local import joins, processes
 from runner.backends.local.backend import LAUNCH_FILE, request_from_dict
-from runner.backends.local.elastic import StoreUnavailable, hosted_store
+from runner.backends.local.elastic import StoreUnavailable, hosted_store, joiner_process
 from runner.backends.local.launch import Started, launch
 from runner.backends.local.network import NetworkUnavailable
 from workloads import lifetime
@@ -88,8 +90,11 @@ def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]
     # An elastic run goes on while workers are left: they decide among themselves whether
     # the survivors can go on (workloads/adaptive/elastic/session.py), so one's end is not
     # the run's.
-    done = _all_done if request.min_workers is not None else _done
+    elastic = request.min_workers is not None
+    done = _all_done if elastic else _done
     while not stop and not done(started):
+        if elastic:
+            _serve_joins(run_dir, request, network, started)
         time.sleep(POLL_S)
     processes.end(processes.members(run_dir.name, run_dir), GRACE_S)
     for proc in started:
@@ -98,6 +103,36 @@ def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]
     if request.min_workers is not None and not stop:
         return elastic_outcome(run_dir, request.min_workers, codes)
     return outcome(run_dir, request, codes, cancelled=bool(stop))
+
+
+def _serve_joins(
+    run_dir: Path, request: LocalRequest, network: Started, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Answer each `runner join` waiting: start worker n = len(started), or say why not."""
+    for token in joins.pending(run_dir):
+        refusal = join_refusal([p.poll() for p in started], request)
+        if refusal is not None:
+            joins.answer(run_dir, token, False, refusal)
+            continue
+        index = len(started)
+        process = joiner_process(request.processes[0], index)
+        started.append(_start(process, network, run_dir / LOGS / f"launcher-{index}.log"))
+        joins.answer(run_dir, token, True, f"worker w{index} started; it joins at the run's "
+                     f"next decision point (its log: {LOGS}/rank-{index}.log)")  # fmt: skip
+
+
+def join_refusal(returncodes: Sequence[int | None], request: LocalRequest) -> str | None:
+    """Why an elastic run cannot take one more worker now (None: it can). MAX is how many
+    it started; a worker counts while its process runs (one still waiting to be admitted
+    included, so two joins at once never pass MAX)."""
+    max_workers = len(request.processes)
+    if returncodes[0] is not None:
+        return "the run is ending (worker 0, which writes its record, has exited)"
+    alive = sum(code is None for code in returncodes)
+    if alive >= max_workers:
+        return (f"the run already has {alive} workers, its maximum (--workers "
+                f"{request.min_workers}:{max_workers})")  # fmt: skip
+    return None
 
 
 def _start(process: Process, network: Started, log_path: Path) -> subprocess.Popen[bytes]:

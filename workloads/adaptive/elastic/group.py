@@ -37,6 +37,7 @@ from torch.distributed import PrefixStore, Store
 
 from workloads.adaptive.elastic.membership import (
     Generation,
+    MembershipError,
     after_failure,
     check_size,
     first_generation,
@@ -170,8 +171,16 @@ class ElasticGroup:
         return outcome
 
     def close(self) -> None:
+        """Leave at the run's end; rank 0 (the run's writer) also says the run has ended, so
+        that a joiner still waiting to be admitted stops waiting."""
+        if self.generation is not None and self.rank == 0:
+            self.end()
         self._heartbeat.stop()
         _destroy_process_group()
+
+    def end(self) -> None:
+        """Say that the run has ended (or cannot go on): a joiner waiting stops waiting."""
+        self._rdzv.mark_ended()
 
     def _current(self) -> Generation:
         if self.generation is None:
@@ -182,6 +191,8 @@ class ElasticGroup:
         """The newest generation, once it includes this joiner."""
 
         def admitting() -> Generation | None:
+            if self._rdzv.ended():
+                raise MembershipError(f"the run ended before worker {self.member} was admitted")
             newest = None
             number = max(0, self._rdzv.latest())
             while (candidate := self._rdzv.generation(number)) is not None:
@@ -194,7 +205,11 @@ class ElasticGroup:
 
     def _form(self, generation: Generation) -> Change:
         previous, self.generation = self.generation, generation
-        check_size(generation, self.config.min_workers, self.config.max_workers)
+        try:
+            check_size(generation, self.config.min_workers, self.config.max_workers)
+        except MembershipError:
+            self.end()  # too few left: the run ends here
+            raise
         rank = generation.rank_of(self.member)  # Excluded if it left us out
         self._rdzv.publish_latest(generation.number)
         _destroy_process_group()
@@ -221,7 +236,7 @@ class ElasticPolicy:
     count of waiting joiners is the one that counts (policy.py's agreement)."""
 
     name = "elastic"
-    knobs = (Knob("workers", integral=True),)
+    knobs: tuple[Knob, ...] = (Knob("workers", integral=True),)
     hooks: tuple[Hook, ...] = ("before_step",)
 
     def __init__(self, pending_joiners: Callable[[], int], max_workers: int) -> None:

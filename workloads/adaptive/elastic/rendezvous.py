@@ -11,6 +11,8 @@ worker reaches it. Keys, all under the run's prefix:
     gen/<g>/in/<id>          worker id checked in to leave generation g, at this step
     hb/<id>                  worker id's heartbeat counter
     latest                   the newest generation formed
+    ended                    the run has ended (its writer set it): a joiner still waiting
+                             to be admitted stops waiting
 A worker is alive while its heartbeat counter moves; it is counted as gone when the counter
 has not moved for `dead_after_s` on the observer's own clock (no clocks are compared across
 machines). Everything read back is parsed defensively: a damaged record is a MembershipError.
@@ -70,6 +72,12 @@ class Rendezvous:
 
     def publish_latest(self, number: int) -> None:
         self.store.set("latest", str(number))
+
+    def mark_ended(self) -> None:
+        self.store.set("ended", "1")
+
+    def ended(self) -> bool:
+        return bool(self.store.check(["ended"]))
 
     def check_in(self, number: int, step: int) -> None:
         self.store.set(f"gen/{number}/in/{self.member}", str(step))

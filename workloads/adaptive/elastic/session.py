@@ -1,25 +1,35 @@
 """An elastic worker inside a training run (`python -m workloads.train --elastic MIN:MAX`):
-its group for the whole run, and what happens to the run when a worker leaves.
+its group for the whole run, and what happens to the run when a worker leaves or joins.
 
     session = ElasticSession.open("2:3", os.environ, device)   # launch.py: where the group is
-    session.start()                   # generation 0 formed: rank and world_size are known
-    ...build the adaptive run and the task...
+    session.start()                   # a generation formed: rank and world_size are known
+    ...build the adaptive run (with session.policy()) and the task...
     session.bind(adaptive)            # what a change re-forms (the trainer, the knobs)
+    session.before_step(step, lr)     # the step's decisions; admits waiting joiners
     session.guard(step)               # a step; after a departure, taken again on the new group
+    session.report()                  # one line: where this worker ended, a digest of its weights
     session.close()
 
-When a step's collective fails because a worker left, the survivors re-form the group
-(group.recover), every survivor adopts the state of the one that had completed the most
-steps (model, optimizer, step count, sampler cursor, the policies' knobs: transfer.py), the
-trainer is rebuilt on the new group (its strategy's exchange spans the new world), and the
-change is a Decision of knob `workers` (old -> new, "w2 left") like every policy's, so it is
-an event and counts in the summary. Fewer than MIN left: TooFewWorkers, and the run fails.
+Leaving: when a step's collective fails because a worker left, the survivors re-form the
+group (group.recover), every survivor adopts the state of the one that had completed the
+most steps (model, optimizer, step count, sampler cursor, the policies' knobs: transfer.py),
+the trainer is rebuilt on the new group (its strategy's exchange spans the new world), and
+the change is a Decision of knob `workers` (old -> new, "w2 left") like every policy's, so it
+is an event and counts in the summary. Fewer than MIN left: TooFewWorkers, and the run fails.
+
+Joining: a worker that registers after the start waits to be admitted (group.start). At the
+next decision point rank 0's ElasticPolicy sees it waiting and proposes `workers: W -> W+1`;
+every member takes the agreed decision in that step's before_step, forms the grown group
+(group.grow) and rank 0 broadcasts its state. The joiner receives that state as soon as it
+is admitted, before it builds its task (so its strategy's construction pairs with the
+members' rebuild), loads it once bound, and enters the epoch loop in the middle of that
+step: its first before_step is skipped, since the members took that step's decisions.
 
 The writer: the worker that is rank 0 at the start (the first of the starting members by
 name: w0 locally, <job>-worker-0 on Kubernetes, the store's host there) writes the run's
-events and summary; a change keeps it rank 0 (membership.after_failure keeps the old order),
-and its departure ends the run (WriterLeft): the survivors cannot finish a record they do
-not hold. Joining a running group (group.grow) is the library's, not yet a run's.
+events and summary; a change keeps it rank 0 (membership keeps the old order and appends
+joiners), and its departure ends the run (WriterLeft): the survivors cannot finish a record
+they do not hold.
 Not here: the group's mechanism (group.py), where the group is (launch.py).
 """
 
@@ -27,24 +37,26 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import hashlib
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from workloads import strategies
 from workloads.adaptive import training
-from workloads.adaptive.elastic.group import Change, ElasticConfig, ElasticGroup
+from workloads.adaptive.elastic.group import Change, ElasticConfig, ElasticGroup, ElasticPolicy
 from workloads.adaptive.elastic.launch import ElasticLaunch
 from workloads.adaptive.elastic.membership import MembershipError
 from workloads.adaptive.elastic.transfer import broadcast_state
-from workloads.adaptive.policy import Hook, Knob, Proposal, View
+from workloads.adaptive.policy import Decision
 from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor
 from workloads.adaptive.sync import AdaptiveSyncStrategy
 from workloads.config import TrainConfig
+from workloads.strategies.base import Strategy
 
 T = TypeVar("T")
 KNOB = "workers"
@@ -58,18 +70,6 @@ class WriterLeft(MembershipError):
     """The worker that writes the run's record left: the run cannot finish its record."""
 
 
-class Membership:
-    """The `workers` knob. The group changes it (Controller.record, after a departure), never
-    a decision point: no hooks, so it costs no collective."""
-
-    name = "elastic"
-    knobs = (Knob(KNOB, integral=True),)
-    hooks: tuple[Hook, ...] = ()
-
-    def propose(self, hook: Hook, view: View) -> Sequence[Proposal]:
-        return ()
-
-
 class ElasticSession:
     def __init__(self, launch: ElasticLaunch, config: ElasticConfig, device: torch.device):
         self.launch, self.device = launch, device
@@ -78,6 +78,9 @@ class ElasticSession:
         self.group = ElasticGroup(launch.connector(), launch.member, config, backend)
         self.writer = ""
         self._run: Adaptive | None = None
+        self._entry: dict[str, Any] | None = None  # a joiner's state, until bound
+        self._entering = False  # a joiner's first step: the members decided it already
+        self.joined = False  # this worker joined a running run (rather than starting it)
 
     @classmethod
     def open(
@@ -101,18 +104,57 @@ class ElasticSession:
         return self.group.world_size
 
     def start(self) -> None:
-        """Form generation 0 with the first workers to register (the process group is up)."""
+        """Form generation 0 with the first workers to register, or wait to be admitted to
+        the running group and receive its state (the process group is up either way)."""
         change = self.group.start(self.launch.initial_workers)
-        if change.current.number > 0:
-            raise MembershipError(
-                f"worker {self.launch.member} arrived after the run started; joining a "
-                "running run is not supported yet (docs/adaptive-elastic.md)"
-            )
         self.writer = change.current.members[0]
+        if change.current.number > 0:
+            self._entry = broadcast_state(None, change.source_rank, self.device)
+            self._entering = self.joined = True
+            print(f"elastic: {self.launch.member} admitted as rank {self.rank} of "
+                  f"{self.world_size} at step {change.current.step}", flush=True)  # fmt: skip
+
+    def policy(self) -> ElasticPolicy:
+        """The `workers` knob's policy: admits waiting joiners at decision points."""
+        return ElasticPolicy(self.group.pending_joiners, self.launch.max_workers)
 
     def bind(self, run: Adaptive) -> None:
-        """The run whose trainer and knobs a change re-forms (the task has built its trainer)."""
+        """The run whose trainer and knobs a change re-forms (the task has built its trainer);
+        a joiner takes the state it received."""
         self._run = run
+        if self._entry is not None:
+            _load(run, self._entry)
+            _restore_sync(run, run.trainer.strategy, self._entry)
+            self._entry = None
+
+    def before_step(self, step: int, lr: float) -> list[Decision]:
+        """The step's decisions (the controller's); a change of `workers` admits the waiting
+        joiners now. A joiner's first step has none: its members took them before admitting it."""
+        run = self._bound()
+        if self._entering:
+            self._entering = False
+            return []
+        decisions = run.controller.before_step(step, lr)
+        for decision in decisions:
+            if decision.knob == KNOB:
+                change = self.group.grow(int(decision.new), step)
+                print(f"elastic: {change.reason}: going on with {change.current.world_size} "
+                      f"workers from step {step}", flush=True)  # fmt: skip
+                self._adopt(run, change)
+        return decisions
+
+    def report(self) -> None:
+        """One line in this worker's log: where it ended and a digest of its weights (every
+        worker of a run must print the same one)."""
+        run = self._bound()
+        digest = hashlib.sha256()
+        for name, tensor in run.trainer.strategy.inner.named_parameters():
+            digest.update(name.encode())
+            raw = tensor.detach().cpu().contiguous().view(-1).view(torch.uint8)
+            digest.update(raw.numpy().tobytes())
+        where = f"ended at step {run.steps_done} with {self.world_size} workers"
+        print(f"elastic: {self.launch.member} {where}; weights sha256 {digest.hexdigest()}",
+              flush=True)  # fmt: skip
 
     def guard(self, fn: Callable[[], T], where: tuple[int, int]) -> T:
         """`fn()`; when a collective in it fails because a worker left, again on the
@@ -136,6 +178,7 @@ class ElasticSession:
         gc.collect()
         change = self.group.recover(run.steps_done, error)
         if self.writer in change.current.departed:
+            self.group.end()
             raise WriterLeft(
                 f"worker {self.writer}, which writes the run's record, left "
                 f"({change.reason}); the run cannot go on without it"
@@ -155,26 +198,11 @@ class ElasticSession:
     def _adopt(self, run: Adaptive, change: Change) -> None:
         """Every member takes the source's state, then a trainer on the new group."""
         tr = run.trainer
+        got = broadcast_state(_state(run), change.source_rank, self.device)
+        _load(run, got)
         model = tr.strategy.inner
-        state = {
-            "model": model.state_dict(),
-            "optimizer": tr.optimizer.state_dict(),
-            "steps_done": run.steps_done,
-            "cursor": [run.cursor.epoch, run.cursor.consumed],
-            "knobs": dict(run.controller.values),
-            "last_change": dict(run.controller.last_change),
-            "local_steps": getattr(tr.strategy, "local_steps", 0),
-        }
-        got = broadcast_state(state, change.source_rank, self.device)
-        model.load_state_dict(got["model"])
-        tr.optimizer.load_state_dict(got["optimizer"])
-        run.steps_done, run.cursor = int(got["steps_done"]), Cursor(*got["cursor"])
-        run.controller.values.update(got["knobs"])
-        run.controller.last_change.update(got["last_change"])
-        monitor = run.monitor
-        strategy = strategies.build(tr.config, model, tr.timer.clock, monitor=monitor)
-        if isinstance(strategy, AdaptiveSyncStrategy):
-            strategy.restore(training.sync_state(run), int(got["local_steps"]))
+        strategy = strategies.build(tr.config, model, tr.timer.clock, monitor=run.monitor)
+        _restore_sync(run, strategy, got)
         rebuilt = dataclasses.replace(
             tr, rank=dist.get_rank(), world_size=dist.get_world_size(), strategy=strategy
         )
@@ -184,6 +212,34 @@ class ElasticSession:
         if self._run is None:
             raise MembershipError("a worker left before the run's training began")
         return self._run
+
+
+def _state(run: Adaptive) -> dict[str, Any]:
+    """What a worker hands over: everything a step depends on besides the data."""
+    tr = run.trainer
+    return {
+        "model": tr.strategy.inner.state_dict(),
+        "optimizer": tr.optimizer.state_dict(),
+        "steps_done": run.steps_done,
+        "cursor": [run.cursor.epoch, run.cursor.consumed],
+        "knobs": dict(run.controller.values),
+        "last_change": dict(run.controller.last_change),
+        "local_steps": getattr(tr.strategy, "local_steps", 0),
+    }
+
+
+def _load(run: Adaptive, got: Mapping[str, Any]) -> None:
+    tr = run.trainer
+    tr.strategy.inner.load_state_dict(got["model"])
+    tr.optimizer.load_state_dict(got["optimizer"])
+    run.steps_done, run.cursor = int(got["steps_done"]), Cursor(*got["cursor"])
+    run.controller.values.update(got["knobs"])
+    run.controller.last_change.update(got["last_change"])
+
+
+def _restore_sync(run: Adaptive, strategy: Strategy, got: Mapping[str, Any]) -> None:
+    if isinstance(strategy, AdaptiveSyncStrategy):
+        strategy.restore(training.sync_state(run), int(got["local_steps"]))
 
 
 def _agree_on(where: tuple[int, int], device: torch.device) -> None:
