@@ -59,7 +59,7 @@ def submit(
       runner submit cnn-digits --set strategy=allreduce --set max_epochs=5
       runner submit cnn-digits --workers 4 --detach
       runner submit cnn-digits --workers 4 --link 100mbit --set strategy=allreduce
-      runner submit cnn-digits --workers 2 --set policy=batch --set batch_size=8
+      runner submit cnn-digits --set policy=batch --set batch_size=8 --set lr=0.025
       runner submit cnn-digits --workers 2:3 --set strategy=allreduce
       runner submit cnn-digits --stack kind --dry-run
       runner submit cnn-digits --stack gke-gpu-8 --workers 4 --device cuda
