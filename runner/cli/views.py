@@ -15,7 +15,7 @@ from contract.events import OTHER_PHASE
 from contract.events import STEP_PHASES as PHASES
 from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
-from contract.summary import MicroSummary, Summary, TrainSummary
+from contract.summary import AdaptiveSummary, MicroSummary, Summary, TrainSummary
 from runner.api import Outcome, Run, RunInfo
 from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
 from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
@@ -230,7 +230,8 @@ def summary_table(summary: TrainSummary) -> Table:
             f"{summary.throughput_samples_per_s:,.0f} samples/s "
             + (f"({tokens:,.0f} tokens/s) " if tokens else "")
             + f"on {summary.world_size} workers (global batch "
-            f"{summary.global_batch_size} {summary.batch_unit})",
+            f"{summary.global_batch_size} {summary.batch_unit}"
+            + (" at the start)" if summary.adaptive else ")"),
         )
     if summary.step_time_ms:
         table.add_row(
@@ -244,8 +245,25 @@ def summary_table(summary: TrainSummary) -> Table:
     table.add_row(
         "communication share", f"{100 * summary.communication_share:.1f} % of training time"
     )
+    if summary.adaptive:
+        table.add_row("adaptive", adaptive_text(summary.adaptive))
     table.add_row("division", summary.division)
     return table
+
+
+def adaptive_text(adaptive: AdaptiveSummary) -> str:
+    """What an adaptive run's policies did, in one line: "batch, sync: 4 decisions
+    (global_batch 3, sync_mode 1); at the end global_batch 64, sync_mode average; B_noise 66"."""
+    policies = ", ".join(adaptive.policies) or "monitors only"
+    by_knob = ", ".join(f"{k} {n}" for k, n in sorted(adaptive.decisions_by_knob.items()))
+    text = f"{policies}: {adaptive.decisions} decisions" + (f" ({by_knob})" if by_knob else "")
+    if adaptive.final:
+        final = ", ".join(f"{k} {v:g}" if not isinstance(v, str) else f"{k} {v}"
+                          for k, v in sorted(adaptive.final.items()))  # fmt: skip
+        text += f"; at the end {final}"
+    if adaptive.b_noise is not None:
+        text += f"; B_noise {adaptive.b_noise:,.0f}"
+    return escape(text)
 
 
 def allreduce_table(summary: MicroSummary) -> Table:

@@ -5,9 +5,12 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
-from runner.cli import main
+from contract.summary import TrainSummary, parse_summary
+from runner.cli import main, views
 from runner.job.benchmarks import BENCHMARKS
+from tests.runner.rundirs import summary
 
 
 def invoke(*args, results=None):
@@ -192,3 +195,20 @@ def test_the_cli_starts_without_importing_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_summary_of_an_adaptive_run_says_what_its_policies_did():
+    written = summary("adaptive-1", 2, 12.5, steps=100) | {
+        "adaptive": {
+            "policies": ["batch"], "monitor_interval_steps": 10, "decisions": 2,
+            "decisions_by_knob": {"global_batch": 2}, "final": {"global_batch": 128},
+            "b_noise": 66.4,
+        }
+    }  # fmt: skip
+    record = parse_summary(written)
+    assert isinstance(record, TrainSummary)
+    console = Console(record=True, width=200)
+    console.print(views.summary_table(record))
+    text = " ".join(console.export_text().split())
+    assert "(global batch 64 samples at the start)" in text
+    assert "batch: 2 decisions (global_batch 2); at the end global_batch 128; B_noise 66" in text
