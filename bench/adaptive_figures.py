@@ -87,8 +87,8 @@ def run_figure(
         ax.grid(alpha=0.3)
         if run.time_to_target_s is not None:
             ax.axvline(run.time_to_target_s, color="k", lw=0.8, ls=":")
-    decisions = next((r["decisions"] for r in rows if r["run_id"] == run.run_id), 0)
-    fig.suptitle(f"{run.benchmark}, adaptive batch, seed {run.seed}: {decisions} decisions "
+    changes = next((r["batch_changes"] for r in rows if r["run_id"] == run.run_id), 0)
+    fig.suptitle(f"{run.benchmark}, adaptive batch, seed {run.seed}: {changes} batch change(s) "
                  f"(dotted: target reached)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     return [_save(fig, out_dir / f"adaptive_run_{task}.png")]

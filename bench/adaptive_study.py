@@ -21,10 +21,13 @@ LR following it linearly; monitors every 10 steps; the first change after 10 rea
 set compile_model=false (the batch policy refuses compilation, so the fixed arm does too).
 Printed: every run's time to target, the MLPerf aggregate of each arm (runner.results.
 aggregate), their ratio, the decisions taken and the final global batch; with --figures,
-bench/adaptive_figures.py's two figures. A measurement, not a test: it asserts nothing.
+bench/adaptive_figures.py's two figures. `--studies` reads finished studies back instead of
+running new ones (the same table, JSON and figures). A measurement, not a test: it asserts
+nothing.
 
 Usage: python bench/adaptive_study.py [--runs 5] [--tasks cnn-digits resnet20]
        [--results-dir results] [--json out.json] [--figures bench/figures]
+       [--studies STUDY_ID ...]
 """
 
 from __future__ import annotations
@@ -99,6 +102,13 @@ def run_task(task: Task, results_dir: Path, runs: int, data_dir: Path | None) ->
     return sweep.run_study(results_dir, study, target, sweep.Callbacks(on_run_end=on_end))
 
 
+def read_study(results_dir: Path, study_id: str) -> studies.Study:
+    path = studies.find(results_dir, study_id)
+    if path is None:
+        raise SystemExit(f"no study {study_id} under {results_dir}; see `runner report`")
+    return studies.load(path)
+
+
 def arm_runs(results_dir: Path, study: studies.Study) -> dict[str, list[RunResult]]:
     """Each arm's runs, by seed."""
     out: dict[str, list[RunResult]] = {FIXED: [], ADAPTIVE: []}
@@ -118,7 +128,9 @@ def run_row(run: RunResult) -> dict[str, Any]:
         "time_to_target_s": run.time_to_target_s,
         "epochs": summary.epochs if summary else None,
         "steps": summary.steps if summary else None,
-        "decisions": adaptive.decisions if adaptive else 0,
+        "decisions": adaptive.decisions if adaptive else 0,  # one per knob changed
+        "batch_changes": int(adaptive.decisions_by_knob.get("global_batch", 0)) if adaptive
+        else 0,
         "final_global_batch": int(adaptive.final.get("global_batch", 0)) if adaptive
         else (summary.global_batch_size if summary else None),
         "b_noise": adaptive.b_noise if adaptive else None,
@@ -126,18 +138,32 @@ def run_row(run: RunResult) -> dict[str, Any]:
 
 
 def table(task: str, rows: dict[str, list[dict[str, Any]]], aggs: dict[str, Aggregate]) -> str:
-    lines = [f"{task}: time to target (s) by seed; MLPerf aggregate; decisions; final batch"]
+    lines = [f"{task}: time to target (s) by seed | MLPerf aggregate | epochs to target | "
+             "batch changes | final global batch"]  # fmt: skip
     for policy, arm in ARMS.items():
         times = " ".join(f"{_num(r['time_to_target_s']):>7}" for r in rows[policy])
         agg = aggs[policy]
         shown = _num(agg.mean_s) if agg.valid else f"invalid ({agg.reason})"
-        decisions = ",".join(str(r["decisions"]) for r in rows[policy])
+        epochs = ",".join(str(r["epochs"]) for r in rows[policy])
+        changes = ",".join(str(r["batch_changes"]) for r in rows[policy])
         batches = ",".join(str(r["final_global_batch"]) for r in rows[policy])
-        lines.append(f"  {arm:<9}{times}  | {shown:>7} | decisions {decisions} | batch {batches}")
+        lines.append(f"  {arm:<9}{times} | {shown:>7} | {epochs} | {changes} | {batches}")
     fixed, adaptive = aggs[FIXED].mean_s, aggs[ADAPTIVE].mean_s
     if fixed and adaptive:
         lines.append(f"  adaptive / fixed: {adaptive / fixed:.2f} ({aggs[FIXED].rule})")
+    epochs = {p: epochs_aggregate(rows[p]).mean_s for p in ARMS}
+    if epochs[FIXED] and epochs[ADAPTIVE]:
+        lines.append(f"  epochs to target, same rule: fixed {epochs[FIXED]:.2f}, adaptive "
+                     f"{epochs[ADAPTIVE]:.2f}, ratio {epochs[ADAPTIVE] / epochs[FIXED]:.2f} "
+                     "(the algorithm's part, without the machine's speed)")  # fmt: skip
     return "\n".join(lines)
+
+
+def epochs_aggregate(rows: list[dict[str, Any]]) -> Aggregate:
+    """Epochs to target by the same MLPerf rule (a missed target is infinitely many): what
+    the policy changed in the training itself, whatever the machine's load did to the time."""
+    reached = [r["epochs"] if r["time_to_target_s"] is not None else None for r in rows]
+    return mlperf_aggregate(reached)
 
 
 def _num(value: float | None) -> str:
@@ -160,35 +186,52 @@ def main() -> None:
     parser.add_argument("--results-dir", type=Path, default=Path("results"))
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--figures", type=Path, default=None, help="write the figures here")
+    parser.add_argument(
+        "--studies",
+        nargs="+",
+        default=None,
+        metavar="STUDY_ID",
+        help="read these finished studies (one per task, in --tasks order)",
+    )
     args = parser.parse_args()
+    if args.studies is not None and len(args.studies) != len(args.tasks):
+        parser.error(f"--studies needs one study id per task ({', '.join(args.tasks)})")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     results_dir = args.results_dir.resolve()
     started, load_start = time.perf_counter(), _load()
-    print(f"{os.cpu_count()} cores; load at start: {load_start}", flush=True)
-    report: dict[str, Any] = {"load_start": load_start, "cores": os.cpu_count(), "tasks": {}}
-    for name in args.tasks:
+    report: dict[str, Any] = {"cores": os.cpu_count(), "tasks": {}}
+    if args.studies is None:
+        print(f"{os.cpu_count()} cores; load at start: {load_start}", flush=True)
+        report["load_start"] = load_start
+    for i, name in enumerate(args.tasks):
         task = TASKS[name]
-        data_dir = write(SYNTH, results_dir / DATA_SUBDIR).parent if task.needs_data else None
-        study = run_task(task, results_dir, args.runs, data_dir)
+        if args.studies is not None:
+            study = read_study(results_dir, args.studies[i])
+        else:
+            data_dir = write(SYNTH, results_dir / DATA_SUBDIR).parent if task.needs_data else None
+            study = run_task(task, results_dir, args.runs, data_dir)
         runs = arm_runs(results_dir, study)
         rows = {p: [run_row(r) for r in runs[p]] for p in ARMS}
         aggs = {p: mlperf_aggregate([r["time_to_target_s"] for r in rows[p]]) for p in ARMS}
         print(table(name, rows, aggs), flush=True)
         report["tasks"][name] = {
             "study_id": study.study_id, "benchmark": task.benchmark, "sets": list(task.sets),
+            "created_at": study.created_at, "finished_at": study.finished_at,
             "rows": rows,
             "aggregate": {p: {"mean_s": a.mean_s, "kept_s": list(a.kept_s), "rule": a.rule,
                               "reason": a.reason} for p, a in aggs.items()},
+            "epochs_aggregate": {p: epochs_aggregate(rows[p]).mean_s for p in ARMS},
         }  # fmt: skip
         if args.figures is not None:
             from bench.adaptive_figures import run_figure
 
             for path in run_figure(name, runs[ADAPTIVE], rows[ADAPTIVE], args.figures):
                 print(f"wrote {path}")
-    report["load_end"] = _load()
-    report["elapsed_s"] = time.perf_counter() - started
-    print(f"study took {report['elapsed_s'] / 60:.1f} min; load at end: {report['load_end']}")
+    if args.studies is None:  # read back, the load and the time would be today's, not the study's
+        report["load_end"] = _load()
+        report["elapsed_s"] = time.perf_counter() - started
+        print(f"study took {report['elapsed_s'] / 60:.1f} min; load at end: {report['load_end']}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     if args.figures is not None:
