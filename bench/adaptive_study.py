@@ -105,7 +105,7 @@ def run_task(task: Task, results_dir: Path, runs: int, data_dir: Path | None) ->
 def read_study(results_dir: Path, study_id: str) -> studies.Study:
     path = studies.find(results_dir, study_id)
     if path is None:
-        raise SystemExit(f"no study {study_id} under {results_dir}; see `runner report`")
+        raise SystemExit(f"no study {study_id} under {results_dir}; the ids are in its studies/")
     return studies.load(path)
 
 
