@@ -83,11 +83,21 @@ def train_epoch(
         shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.run.seed)
         steps = list(batches(shard.to(tr.device), cfg.data.batch_size))
     tr.strategy.module.train()
+    positions = cfg.data.batch_size * tr.world_size  # of the epoch's order a step takes
+
+    def epochs_done(i: int) -> float:
+        """Where step i stands in the run, for epoch-based schedules. Shared data: samples
+        consumed over the data set, as the adaptive loop's cursor counts them (a run with
+        monitors on then trains with the same LRs as one without, bit for bit, and a short
+        last batch does not stretch the epoch); static shards: steps over the epoch's."""
+        if tr.splits.train_is_rank_shard:
+            return epoch - 1 + i / len(steps)
+        return epoch - 1 + (i * positions) / tr.splits.num_train
 
     def step(i: int) -> StepResult:
         # Every epoch has the same number of steps, so this is the run's step count so far.
         steps_done = (epoch - 1) * len(steps) + i
-        loss = train_step(tr, steps[i], epoch - 1 + i / len(steps), steps_done)
+        loss = train_step(tr, steps[i], epochs_done(i), steps_done)
         return StepResult(loss, batch_len(steps[i]))
 
     stats = timed_epoch(tr.timer, epoch, len(steps), step, out_of_time, on_step)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from contract.events import DECISION, MONITORS, SUBMISSION_DIVISION, read_events
+from contract.events import DECISION, MONITORS, SUBMISSION_DIVISION, TRAIN_LOSS, read_events
 from contract.rundir import EVENTS, SUMMARY
 from runner import api
 from tests.conftest import submit_local
@@ -48,3 +48,17 @@ def test_a_run_that_diverges_under_its_policies_is_failed_with_the_reason(tmp_pa
     status = api.wait(tmp_path, run)
     assert status.state.value == "FAILED"
     assert "diverged at epoch" in status.reason
+
+
+def test_watching_a_run_changes_none_of_its_numbers(tmp_path):
+    # Monitors on, no policy: the run goes through the adaptive loop, which must train with
+    # the fixed loop's batches and LRs. digits' 1,437 training samples leave a short last
+    # batch, where an LR schedule counting steps and one counting samples part ways.
+    plain = ["max_epochs=2", "stop_at_target=false"]
+    losses = []
+    for extra in ([], ["monitor=true"]):
+        run = submit_local(tmp_path, [*plain, *extra])
+        assert api.wait(tmp_path, run).state.value == "SUCCEEDED"
+        events = read_events(run.run_dir / EVENTS)
+        losses.append([e["value"] for e in events if e["key"] == TRAIN_LOSS])
+    assert len(losses[0]) == 2 and losses[0] == losses[1]
