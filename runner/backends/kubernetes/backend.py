@@ -330,7 +330,13 @@ class KubernetesBackend:
             job = self.api.get_job(name)
         except NotFound:
             return  # already gone: cancelling twice is fine
-        if observe.job_status(self.conn.job_api, job, [], []).state.finished:
+        # An elastic job's end is read from its pods (observe.elastic_end): the operator's
+        # Failed may stand while the survivors train on.
+        shape = observe.job_shape(self.conn.job_api, job)
+        pods = (
+            self.api.list_objects("pods", collect.pods_selector(name))[0] if shape.elastic else []
+        )
+        if observe.job_status(self.conn.job_api, job, pods, []).state.finished:
             return  # a finished job keeps its pods (and logs) for fetch
         # Recorded first: once deleted, the job can no longer say that it was cancelled.
         self._record_state(name, JobStatus(JobState.CANCELLED, "cancelled", self._now()))
