@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from contract.rundir import JobState, read_state
+from runner.errors import RunnerError
 from runner.job.spec import JobSpec, Placement, resolve
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
@@ -143,3 +144,15 @@ def test_an_elastic_job_whose_pods_the_operator_deleted_reports_its_condition(cl
     cluster.set_job_condition("pytorchjob", RUN_ID, "Failed", deadline)
     status = backend.status(handle)
     assert status.state is JobState.FAILED and status.reason == deadline
+
+
+def test_join_is_refused_without_touching_the_job_the_operator_would_not_grow(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, _ = submit(backend, tmp_path, elastic_spec(2, 3))
+    before = cluster.requests()
+    with pytest.raises(RunnerError, match="creates no pod for a job it has marked Failed"):
+        backend.join(handle)
+    assert cluster.requests() == before  # no PATCH of the replicas, nothing asked at all
+    assert (
+        cluster.job("pytorchjob", RUN_ID)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    )
