@@ -363,6 +363,16 @@ def test_an_elastic_pytorchjob_has_an_elastic_policy_and_fits_the_crd():
     assert container["command"][container["command"].index("--elastic") + 1] == "2:4"
 
 
+def test_an_elastic_pytorchjob_has_no_backoff_limit_so_a_departure_leaves_the_survivors():
+    """training-operator 1.9 deletes every pod of a job whose new failure exceeds its
+    backoffLimit (ReconcileJobs), cleanPodPolicy notwithstanding; a fixed job keeps 0."""
+    elastic = render(elastic_spec(), stack_connection("pytorchjob"))["spec"]["runPolicy"]
+    assert "backoffLimit" not in elastic and elastic["cleanPodPolicy"] == "None"
+    fixed = render(make_spec(), stack_connection("pytorchjob"))["spec"]["runPolicy"]
+    assert fixed["backoffLimit"] == 0
+    assert {k: v for k, v in fixed.items() if k != "backoffLimit"}.keys() == elastic.keys()
+
+
 def test_a_fixed_pytorchjob_has_no_elastic_policy():
     assert "elasticPolicy" not in render(make_spec(), stack_connection("pytorchjob"))["spec"]
 

@@ -330,7 +330,13 @@ class KubernetesBackend:
             job = self.api.get_job(name)
         except NotFound:
             return  # already gone: cancelling twice is fine
-        if observe.job_status(self.conn.job_api, job, [], []).state.finished:
+        # An elastic job's end is read from its pods (observe.elastic_end): the operator's
+        # Failed may stand while the survivors train on.
+        shape = observe.job_shape(self.conn.job_api, job)
+        pods = (
+            self.api.list_objects("pods", collect.pods_selector(name))[0] if shape.elastic else []
+        )
+        if observe.job_status(self.conn.job_api, job, pods, []).state.finished:
             return  # a finished job keeps its pods (and logs) for fetch
         # Recorded first: once deleted, the job can no longer say that it was cancelled.
         self._record_state(name, JobStatus(JobState.CANCELLED, "cancelled", self._now()))
@@ -338,12 +344,15 @@ class KubernetesBackend:
             self.api.delete_job(name)
 
     def join(self, handle: str) -> str:
-        # Scaling the PyTorchJob's Worker replicas is the operator's business (its
-        # elasticPolicy bounds, an HPA): what it does with a running job's changed replica
-        # count is not verified here (docs/adaptive-elastic.md).
+        # Raising the Worker replicas would create the next pod only while the job is
+        # unfinished, but a run starts at MAX, so a join follows a departure, and by then
+        # training-operator 1.9 has marked the job Failed (pytorchjob_controller.go,
+        # UpdateJobStatus) and ReconcileJobs (common/job.go) no longer creates pods: a PATCH
+        # would be accepted and do nothing (docs/adaptive-elastic.md, "Joining").
         raise RunnerError(
-            "joining a Kubernetes run is not supported; it is a local run's command "
-            "(docs/adaptive-elastic.md, 'Joining')"
+            "joining a Kubernetes run is not supported: training-operator 1.9 creates no pod "
+            "for a job it has marked Failed, which it does when a worker leaves; it is a "
+            "local run's command (docs/adaptive-elastic.md, 'Joining')"
         )
 
     # ---- helpers -----------------------------------------------------------------------

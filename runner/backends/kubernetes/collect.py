@@ -104,7 +104,9 @@ class Harvest:
         spec = rundir.read_record(dest).spec
         self.api, self.conn, self.name, self.dest, self.limits = api, conn, name, dest, limits
         self.placement = spec.placement
-        self.expected = records.Expected(spec.run_id, spec.placement.world_size)
+        self.expected = records.Expected(
+            spec.run_id, spec.placement.world_size, spec.placement.min_workers
+        )
         self.archived: set[int] = set()  # ranks whose log this fetch wrote
         self.refused: dict[str, str] = {}  # result file -> why no copy of it could be used
         self.unreachable: RunnerError | None = None

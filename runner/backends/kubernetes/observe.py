@@ -1,5 +1,6 @@
 """Reading a Kubeflow job from what the API server says about it: the job's state and, while it
-is pending, why; which pod runs which node. (Which rank wrote which log line: demux.py.)
+is pending, why; which pod runs which node. An elastic PyTorchJob's end is read from its pods,
+not from the operator's conditions (elastic_end). (Which rank wrote which log line: demux.py.)
 
 Pure functions over the JSON objects (job, pods, events); no client, no clock of their own.
 """
@@ -30,6 +31,8 @@ STUCK_WAITING = frozenset(
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # TrainJob (JobSet) pods
 REPLICA_TYPE = "training.kubeflow.org/replica-type"  # PyTorchJob pods
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
+ENDED_PHASES = frozenset({"Succeeded", "Failed"})
+MAX_REASON_CHARS = 600  # state.json stays small (as the local supervisor's)
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ def job_status(
     conditions = {c.get("type"): c for c in job.get("status", {}).get("conditions") or []}
     shape = job_shape(job_api, job)
     by_node = pods_by_node(job_api, pods, shape.elastic)
+    if shape.elastic and any(_phase(p) == "Running" for p in by_node.values()):
+        conditions = {}  # the workers go on whatever the operator says (elastic_end)
+    elif shape.elastic and _phase(by_node.get(0, {})) in ENDED_PHASES:
+        return elastic_end(job, by_node, shape.num_nodes)
     done = conditions.get(SUCCESS_CONDITIONS[job_api], {})
     if done.get("status") == "True":
         return JobStatus(JobState.SUCCEEDED, since=done.get("lastTransitionTime"))
@@ -115,6 +122,72 @@ def job_status(
     return JobStatus(
         JobState.PENDING, reason=reason, since=job["metadata"].get("creationTimestamp")
     )
+
+
+def elastic_end(
+    job: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]], num_nodes: int
+) -> JobStatus:
+    """How an elastic PyTorchJob ended, once worker 0 (the store's host and the record's
+    writer) has ended and no worker runs: SUCCEEDED when worker 0 exited 0 and at least
+    elasticPolicy.minReplicas workers did, FAILED otherwise; the reason names the pods that
+    left. The operator's conditions are not used: training-operator 1.9 marks a Worker-only
+    job Failed as soon as one Worker pod fails under restartPolicy Never
+    (pkg/controller.v1/pytorch/pytorchjob_controller.go, UpdateJobStatus: `failed > 0 &&
+    specReplicas > succeeded+running`), and Succeeded as soon as any Worker succeeded when it
+    has an elasticPolicy (`expected == 0 || (ElasticPolicy != nil && succeeded > 0)`); once
+    either is set, ReconcileJobs (pkg/controller.v1/common/job.go) never updates the status
+    again, so the first departure would stay the job's verdict while the survivors finish."""
+    min_workers = _min_replicas(job, num_nodes)
+    finished = [n for n in range(num_nodes) if _phase(by_node.get(n, {})) == "Succeeded"]
+    left = [n for n in range(num_nodes) if n not in finished]
+    exits = "; ".join(_left(n, by_node.get(n)) for n in left)
+    writer_done = 0 in finished
+    if writer_done and len(finished) >= min_workers:
+        note = f"finished with {len(finished)} of {num_nodes} workers ({exits})" if left else ""
+        return JobStatus(JobState.SUCCEEDED, note[:MAX_REASON_CHARS], since=_ended_at(by_node))
+    if not writer_done:
+        why = "worker 0, which hosts the store and writes the run's record, did not finish"
+    else:
+        why = f"{len(finished)} worker(s) finished; the run needs at least {min_workers}"
+    code = next((c for c in (_exit_code(by_node.get(n)) for n in left) if c), None)
+    return JobStatus(JobState.FAILED, f"{why} ({exits})"[:MAX_REASON_CHARS],
+                     since=_ended_at(by_node), exit_code=code)  # fmt: skip
+
+
+def _min_replicas(job: Mapping[str, Any], num_nodes: int) -> int:
+    """elasticPolicy.minReplicas; garbage reads as every worker (the strictest)."""
+    value = (job.get("spec", {}).get("elasticPolicy") or {}).get("minReplicas")
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= num_nodes
+    return value if ok else num_nodes
+
+
+def _left(node: int, pod: Mapping[str, Any] | None) -> str:
+    """How one worker left, in a few words."""
+    if pod is None:
+        return f"worker {node} has no pod"
+    if not container_started(pod):
+        return f"pod {_name(pod)} never started"
+    term = _terminated(pod)
+    why = f" ({term['reason']})" if term.get("reason") else ""
+    return f"pod {_name(pod)} exited with code {term.get('exitCode', '?')}{why}"
+
+
+def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    for status in (pod or {}).get("status", {}).get("containerStatuses") or []:
+        if status.get("name") == CONTAINERS["pytorchjob"]:
+            return (status.get("state") or {}).get("terminated") or {}
+    return {}
+
+
+def _exit_code(pod: Mapping[str, Any] | None) -> int | None:
+    code = _terminated(pod).get("exitCode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def _ended_at(by_node: Mapping[int, Mapping[str, Any]]) -> str | None:
+    """When the last worker's container ended (RFC 3339 strings sort as the times do)."""
+    ends = [str(_terminated(p).get("finishedAt") or "") for p in by_node.values()]
+    return max(ends) or None
 
 
 def pending_reason(
@@ -200,6 +273,10 @@ def _failed(
                     exit_code=int(code),
                 )
     return JobStatus(JobState.FAILED, reason=reason, since=condition.get("lastTransitionTime"))
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str(pod.get("status", {}).get("phase") or "")
 
 
 def _running_nodes(by_node: Mapping[int, Mapping[str, Any]]) -> set[int]:

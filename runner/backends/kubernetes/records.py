@@ -40,6 +40,9 @@ class Expected:
 
     run_id: str
     world_size: int
+    # An elastic run (--workers MIN:MAX): world_size is MAX and its summary says the world
+    # at its end, anything from MIN to MAX.
+    min_world_size: int | None = None
 
 
 def _number(value: Any) -> bool:
@@ -63,8 +66,10 @@ def check_record(name: str, data: Any, expected: Expected) -> str | None:
         return err.problem
     if record.run_id != expected.run_id:
         return f"is about run {record.run_id!r:.60}, not {expected.run_id}"
-    if record.world_size != expected.world_size:
-        return f"says {record.world_size} ranks; the run has {expected.world_size}"
+    low = expected.world_size if expected.min_world_size is None else expected.min_world_size
+    if not low <= record.world_size <= expected.world_size:
+        has = f"{low} to {expected.world_size}" if low < expected.world_size else str(low)
+        return f"says {record.world_size} ranks; the run has {has}"
     return None
 
 

@@ -55,15 +55,26 @@ def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
         "spec": {
             **elastic,
             "nprocPerNode": str(spec.placement.procs_per_node),
-            "runPolicy": {
-                "cleanPodPolicy": "None",
-                "backoffLimit": BACKOFF_LIMIT,
-                "activeDeadlineSeconds": common.deadline_s(spec),
-                "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
-            },
+            "runPolicy": run_policy(spec),
             "pytorchReplicaSpecs": replicas,
         },
     }
+
+
+def run_policy(spec: JobSpec) -> dict[str, Any]:
+    """Pods kept after the end (cleanPodPolicy None) for their logs, one deadline, the TTL.
+    An elastic job has no backoffLimit: with one, training-operator 1.9 answers a Worker pod's
+    failure by deleting every pod of the job, the survivors included, whatever cleanPodPolicy
+    says (pkg/controller.v1/common/job.go, ReconcileJobs: a new failed pod with fewer active
+    pods than replicas exceeds a backoffLimit of 0, and DeletePodsAndServices honours
+    cleanPodPolicy only for a job already marked finished). Without it the operator marks
+    the job Failed and leaves the survivors running (observe.elastic_end reads the end)."""
+    policy: dict[str, Any] = {"cleanPodPolicy": "None"}
+    if not spec.placement.elastic:
+        policy["backoffLimit"] = BACKOFF_LIMIT
+    policy["activeDeadlineSeconds"] = common.deadline_s(spec)
+    policy["ttlSecondsAfterFinished"] = TTL_AFTER_FINISHED_S
+    return policy
 
 
 def elastic_policy(spec: JobSpec) -> dict[str, Any]:
