@@ -29,8 +29,9 @@ CONTAINER = "pytorch"  # the operator finds the training container by this name
 # the stack's TrainJob runtime sets).
 TTL_AFTER_FINISHED_S = FINISHED_JOB_TTL_S
 # A benchmark that failed once is a result, not something to retry: a rerun would change the
-# time to accuracy. Pods are not restarted and the job fails on the first failure.
-BACKOFF_LIMIT = 0
+# time to accuracy. Pods are not restarted (restartPolicy Never), and the operator marks the job
+# Failed at the first failed pod (pytorchjob_controller.go, UpdateJobStatus). No backoffLimit:
+# see run_policy.
 
 
 def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
@@ -63,25 +64,25 @@ def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
 
 def run_policy(spec: JobSpec) -> dict[str, Any]:
     """Pods kept after the end (cleanPodPolicy None) for their logs, one deadline, the TTL.
-    An elastic job has no backoffLimit: with one, training-operator 1.9 answers a Worker pod's
-    failure by deleting every pod of the job, the survivors included, whatever cleanPodPolicy
-    says (pkg/controller.v1/common/job.go, ReconcileJobs: a new failed pod with fewer active
-    pods than replicas exceeds a backoffLimit of 0, and DeletePodsAndServices honours
-    cleanPodPolicy only for a job already marked finished). Without it the operator marks
-    the job Failed and leaves the survivors running (observe.elastic_end reads the end)."""
-    policy: dict[str, Any] = {"cleanPodPolicy": "None"}
-    if not spec.placement.elastic:
-        policy["backoffLimit"] = BACKOFF_LIMIT
-    policy["activeDeadlineSeconds"] = common.deadline_s(spec)
-    policy["ttlSecondsAfterFinished"] = TTL_AFTER_FINISHED_S
-    return policy
+    No backoffLimit: with one, training-operator 1.9 answers a pod's failure by deleting every
+    pod of the job, whatever cleanPodPolicy says (pkg/controller.v1/common/job.go,
+    ReconcileJobs: a new failed pod with fewer active pods than replicas exceeds a backoffLimit
+    of 0, and DeletePodsAndServices honours cleanPodPolicy only for a job already marked
+    finished). That would take the failing rank's log, the run's reason, with it, and an
+    elastic run's survivors. Without it the operator marks the job Failed and keeps the pods
+    (observe.elastic_end reads an elastic run's end from them)."""
+    return {
+        "cleanPodPolicy": "None",
+        "activeDeadlineSeconds": common.deadline_s(spec),
+        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+    }
 
 
 def elastic_policy(spec: JobSpec) -> dict[str, Any]:
     """--workers MIN:MAX as the operator's elasticPolicy: MAX pods start (the Worker
     replicas), the run goes on while MIN are left. The workers re-form their group in place
     (not torchrun's agent, which would restart them all), so the operator restarts nothing:
-    maxRestarts 0, as BACKOFF_LIMIT; c10d is the rendezvous backend the endpoint names."""
+    maxRestarts 0, as no pod is restarted; c10d is the rendezvous backend the endpoint names."""
     assert spec.placement.min_workers is not None
     return {
         "minReplicas": spec.placement.min_workers,
