@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import torch
 
-from workloads.mllog import OTHER_PHASE
-from workloads.mllog import STEP_PHASES as PHASES
+from contract.events import OTHER_PHASE
+from contract.events import STEP_PHASES as PHASES
 
 # What the training loop's wall time splits into: the step phases, then the rest (OTHER_PHASE).
 LOOP_PHASES = (*PHASES, OTHER_PHASE)
