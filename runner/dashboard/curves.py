@@ -119,10 +119,11 @@ class Curves:
                 if number is not None:
                     out[series].append([t_s, number])
         elif key == DECISION and isinstance(value, dict):
-            series = DECIDED.get(value.get("knob"))  # type: ignore[arg-type]
+            knob = value.get("knob")
+            decided = DECIDED.get(knob) if isinstance(knob, str) else None
             number = _number(value.get("new"))
-            if series is not None and number is not None:
-                out[series].append([t_s, number])
+            if decided is not None and number is not None:
+                out[decided].append([t_s, number])
 
 
 def series(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def _looks_like_run(path: Path) -> bool:
 
 def signature(path: Path) -> tuple[Any, ...]:
     """Changes whenever a file that a run's row or page is built from changes."""
-    out = []
+    out: list[tuple[int, int, int] | None] = []
     for name in (*RECORDS, EVENTS, SUPERVISOR):
         try:
             info = os.lstat(path / name)
@@ -401,7 +401,7 @@ def list_studies(root: Path) -> list[dict[str, Any]]:
     base = studies.studies_root(root)
     if not files.is_plain_dir(base):
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for name in sorted(os.listdir(base)):
         if not files.valid_name(name) or not files.is_plain_dir(base / name):
             continue

@@ -33,7 +33,7 @@ from workloads.adaptive.batch import fit_to_world
 from workloads.adaptive.policy import Decision
 from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor, epoch_order
-from workloads.adaptive.sync import AdaptiveSyncStrategy, SyncState
+from workloads.adaptive.sync import AdaptiveSyncStrategy, SyncMode, SyncState
 from workloads.data.sampling import slice_batches
 from workloads.loop import (
     Batch,
@@ -162,7 +162,7 @@ def _apply_sync(tr: Trainer, decisions: list[Decision], run: Adaptive) -> None:
     strategy = tr.strategy
     if isinstance(strategy, AdaptiveSyncStrategy):
         values = run.controller.values
-        mode = "averaging" if values["sync_mode"] == "averaging" else "exact"
+        mode: SyncMode = "averaging" if values["sync_mode"] == "averaging" else "exact"
         strategy.switch(SyncState(mode, int(values["averaging_period"])), tr.optimizer)
 
 

@@ -129,7 +129,11 @@ class LanguageModelTask(Trains):
         hidden = detach_hidden(hidden)  # truncated backpropagation
         timer.lap("data")
         # The reference scales the LR with the window so every token weighs the same.
-        lr = lr_at(cfg, self.world_size, epochs_done, self.updates_done) * length / self.data_config.bptt
+        lr = (
+            lr_at(cfg, self.world_size, epochs_done, self.updates_done)
+            * length
+            / self.data_config.bptt
+        )
         for group in optimizer.param_groups:
             group["lr"] = lr
         with precision.autocast(self.precision, self.device):

@@ -32,15 +32,15 @@ from contract import files
 from workloads import decoding, divergence, models, precision, strategies, textmetrics
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
-from workloads.data.config import WmtData
 from workloads.data import translation as corpus
+from workloads.data.config import WmtData
 from workloads.data.subword import SubwordTokenizer
 from workloads.data.token_batching import Unit, batch_units, length_batches, plan_updates
 from workloads.loop import EpochStats, StepResult, timed_epoch
+from workloads.models.seq2seq import Seq2Seq
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
 from workloads.strategies.base import Strategy
-from workloads.models.seq2seq import Seq2Seq
 from workloads.tasks import Context, Evaluation, Trains, narrow
 from workloads.tasks.config import TranslationConfig
 from workloads.timing import StepTimer
@@ -232,9 +232,7 @@ class TranslationTask(Trains):
         details = {"bleu_signature": bleu.signature, "beam_size": task.beam_size}
         return Evaluation(value=bleu.score, loss=float(sums[0] / sums[1]), details=details)
 
-    def _search(
-        self, model: Seq2Seq, src: torch.Tensor, src_len: torch.Tensor
-    ) -> list[list[int]]:
+    def _search(self, model: Seq2Seq, src: torch.Tensor, src_len: torch.Tensor) -> list[list[int]]:
         task, tok = self.task_config, self.tokenizer
         max_len = src_len + task.decode_extra_len
         if task.beam_size == 1:

@@ -139,9 +139,10 @@ class KubeApi:
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
         r = self.resource
         name = manifest["metadata"]["name"]
+        what = f"create {r.kind} {name}"
         try:
-            return self.call(
-                f"create {r.kind} {name}",
+            created = self.call(
+                what,
                 self.custom.create_namespaced_custom_object,
                 r.group,
                 r.version,
@@ -157,6 +158,9 @@ class KubeApi:
             ) from None
         except NotFound:
             raise self.missing_api_error() from None
+        if not isinstance(created, dict):
+            raise self._garbage(what, "something that is not a job object")
+        return created
 
     def get_job(self, name: str) -> dict[str, Any]:
         r = self.resource
@@ -396,6 +400,6 @@ class KubeApi:
 
 def _status_message(err: ApiException) -> str:
     try:
-        return json.loads(err.body).get("message") or err.reason
+        return json.loads(err.body or "").get("message") or err.reason
     except (TypeError, ValueError, AttributeError):
         return str(err.reason)
