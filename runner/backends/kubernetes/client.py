@@ -136,13 +136,13 @@ class KubeApi:
 
     # ---- jobs ------------------------------------------------------------------------
 
-    def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def create_job(self, manifest: dict[str, Any]) -> None:
         r = self.resource
         name = manifest["metadata"]["name"]
-        what = f"create {r.kind} {name}"
         try:
-            created = self.call(
-                what,
+            # The server's copy of the job is not read: status and watch fetch it as it goes.
+            self.call(
+                f"create {r.kind} {name}",
                 self.custom.create_namespaced_custom_object,
                 r.group,
                 r.version,
@@ -158,9 +158,6 @@ class KubeApi:
             ) from None
         except NotFound:
             raise self.missing_api_error() from None
-        if not isinstance(created, dict):
-            raise self._garbage(what, "something that is not a job object")
-        return created
 
     def get_job(self, name: str) -> dict[str, Any]:
         r = self.resource
