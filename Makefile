@@ -47,11 +47,13 @@ system:
 
 test: $(VENV)/.test system
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m mypy
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/overhead.py

@@ -85,8 +85,8 @@ def kind(request) -> str:  # type: ignore[no-untyped-def]
 
 def play_job(cluster, name: str, pending_s: float, running_s: float) -> None:  # type: ignore[no-untyped-def]
     """The controllers and the kubelet: pods pending, then running and logging, then done."""
+    from contract.events import PREFIX
     from tests.runner.k8s_helpers import pod
-    from workloads import mllog
 
     unschedulable = [{"type": "PodScheduled", "status": "False", "message": "no GPUs free"}]
     time.sleep(pending_s / 2)
@@ -99,7 +99,7 @@ def play_job(cluster, name: str, pending_s: float, running_s: float) -> None:  #
     for second in range(int(running_s)):
         time.sleep(1)
         line = f'{{"key": "step", "value": {second}, "event_type": "POINT_IN_TIME", "time_ms": 1}}'
-        cluster.append_log(rank0, f"[rank0]:{mllog.PREFIX}{line}\n")
+        cluster.append_log(rank0, f"[rank0]:{PREFIX}{line}\n")
     for node in (0, 1):
         cluster.add_pod(pod("trainjob", name, node, "Succeeded"))
     cluster.set_job_condition("trainjob", name, "Complete")

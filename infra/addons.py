@@ -80,6 +80,7 @@ class Addons(pulumi.ComponentResource):
             opts=in_namespace,
         )
         self.training_runtime = ""
+        self.operator: k8s.helm.v3.Release | k8s.kustomize.v2.Directory
         if cfg.job_api == "trainjob":
             self.operator = self._trainer(name)
             self._runtime(name, image)

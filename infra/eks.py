@@ -34,6 +34,8 @@ CPU_AMI = "AL2023_x86_64_STANDARD"
 
 
 class EksCluster(ClusterComponent):
+    cluster_resource: eks.Cluster
+    cloud_provider: aws.Provider
     """An EKS cluster; fills the ClusterComponent contract plus the OIDC provider."""
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:

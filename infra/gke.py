@@ -36,6 +36,8 @@ GKE_AUTH_PLUGIN = {
 
 
 class GkeCluster(ClusterComponent):
+    cluster_resource: gcp.container.Cluster
+    cloud_provider: gcp.Provider
     """A GKE cluster; fills the ClusterComponent contract plus project and workload pool."""
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
@@ -135,7 +137,7 @@ class GkeCluster(ClusterComponent):
             )
         return account
 
-    def _node_config(self, machine_type: str, node_sa) -> dict:
+    def _node_config(self, machine_type: str, node_sa) -> gcp.container.NodePoolNodeConfigArgsDict:
         return {
             "machine_type": machine_type,
             "service_account": node_sa.email,
@@ -161,7 +163,11 @@ class GkeCluster(ClusterComponent):
         node_config |= {
             "spot": cfg.spot,
             "labels": self.pool_labels(),
-            "taints": self.gpu_taints("NO_SCHEDULE"),
+            # Rebuilt as literals so that each is checked as the provider's taint record.
+            "taints": [
+                {"key": t["key"], "value": t["value"], "effect": t["effect"]}
+                for t in self.gpu_taints("NO_SCHEDULE")
+            ],
         }
         if cfg.has_gpus:
             node_config["guest_accelerators"] = [

@@ -17,6 +17,7 @@ import pulumi_gcp as gcp
 from contract.stack import IMAGE_HOME, IMAGE_UID
 from infra.cluster import ClusterComponent
 from infra.config import PROJECT_ROOT, StackConfig
+from infra.kind import kind_cluster
 
 IMAGE_NAME = "stackbench-train"
 DOCKERFILE = PROJECT_ROOT / "images" / "Dockerfile"
@@ -33,16 +34,16 @@ class TrainingImage(pulumi.ComponentResource):
         elif cfg.provider == "eks":
             repository, registries = self._ecr(name, cfg)
         else:
-            repository, registries = f"{cluster.registry_address}/{IMAGE_NAME}", []
+            repository, registries = f"{kind_cluster(cluster).registry_address}/{IMAGE_NAME}", []
         # On kind the push needs the registry container up; clouds' repos are inputs already.
-        needs = [cluster.registry] if cfg.provider == "kind" else []
+        needs = [kind_cluster(cluster).registry] if cfg.provider == "kind" else []
         self.repository = pulumi.Output.from_input(repository)
         self.image = docker_build.Image(
             f"{name}-build",
             context={"location": str(PROJECT_ROOT)},
             dockerfile={"location": str(DOCKERFILE)},
             build_args=build_args(cfg),
-            platforms=["linux/amd64"],
+            platforms=[docker_build.Platform.LINUX_AMD64],
             # A stack-named tag keeps the registry readable; jobs use the digest below.
             tags=[pulumi.Output.concat(self.repository, ":", cfg.stack)],
             push=True,

@@ -127,3 +127,11 @@ class KindCluster(ClusterComponent):
         self.results_uri = f"file://{cfg.results_dir}"
         self._make_k8s_provider(self.cluster_resource.stdout)
         self._finish(registry_address=self.registry_address, results_uri=self.results_uri)
+
+
+def kind_cluster(cluster: ClusterComponent) -> KindCluster:
+    """`cluster` as the kind cluster it is where a stack's provider is kind (its registry and
+    host-path results store are kind's alone); another kind is a bug in the caller."""
+    if not isinstance(cluster, KindCluster):
+        raise TypeError(f"expected a KindCluster, got a {type(cluster).__name__}")
+    return cluster

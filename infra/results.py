@@ -19,6 +19,7 @@ import pulumi_gcp as gcp
 from contract.stack import JOB_SERVICE_ACCOUNT
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
+from infra.kind import kind_cluster
 
 
 class ResultsStore(pulumi.ComponentResource):
@@ -33,7 +34,7 @@ class ResultsStore(pulumi.ComponentResource):
         elif cfg.provider == "eks":
             self.uri, self.service_account_annotations = self._s3(name, cluster)
         else:
-            self.uri = pulumi.Output.from_input(cluster.results_uri)
+            self.uri = pulumi.Output.from_input(kind_cluster(cluster).results_uri)
             self.service_account_annotations = {}
         self.register_outputs(
             {"uri": self.uri, "service_account_annotations": self.service_account_annotations}

@@ -119,6 +119,7 @@ def _tiered(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
 def kube_reserved(provider: str, shape: MachineShape) -> NodeResources:
     """What the kubelet, runtime and OS keep, plus the eviction threshold (docstring above)."""
     cpu_m = _tiered(shape.vcpus * 1000, CPU_RESERVED_TIERS)
+    memory: float
     if provider == "eks":
         max_pods = 110 if shape.vcpus < 30 else 250
         memory = EKS_MIB_PER_POD * max_pods + EKS_BASE_MIB

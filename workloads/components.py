@@ -255,7 +255,7 @@ class Composite:
         """Which component class reads part `name` of the JSON (`built`: the parts before)."""
         if name in cls.CHOICES:
             return cls.CHOICES[name].option(data.get(NAME))
-        return field_types(cls)[name]  # type: ignore[no-any-return]
+        return field_types(cls)[name]
 
 
 KeyMap = dict[str, tuple[str, str]]  # flat key -> (component, field)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -52,8 +53,10 @@ def select_device(requested: str, env: DistEnv) -> torch.device:
 def init(device: torch.device, timeout_s: float) -> str:
     """Join the process group (env:// rendezvous); returns the backend name."""
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    device_id = device if device.type == "cuda" else None  # None: the default, no device bound
+    dist.init_process_group(
+        backend, timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id
+    )
     return backend
 
 
@@ -80,5 +83,6 @@ def redirect_output(log_file: Path) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):  # a stream put in its place keeps its own
+            stream.reconfigure(line_buffering=True)

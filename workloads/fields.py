@@ -75,9 +75,15 @@ def setting(
     return dataclasses.field(default=default, metadata={BOUNDS: bounds})
 
 
-@functools.cache  # resolving annotations is slow, and every config checks every field
 def field_types(cls: type) -> dict[str, Any]:
     """The resolved type of each field of dataclass `cls`."""
+    # Through a plain function: mypy does not see a class object such as type[C] as Hashable,
+    # which functools.cache asks of its arguments (python/mypy#11470); a bare `type` it does.
+    return _field_types(cls)
+
+
+@functools.cache  # resolving annotations is slow, and every config checks every field
+def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -88,7 +94,7 @@ def bounds_of(cls: type, name: str) -> Bounds | None:
 
 def check_fields(obj: Any) -> None:
     """Refuse any field of dataclass instance `obj` whose value breaks its declaration."""
-    cls = type(obj)
+    cls: type = type(obj)  # a bare `type` for the cache (see field_types)
     bounds = _bounds(cls)
     for name, tp in field_types(cls).items():
         check_value(name, getattr(obj, name), tp, bounds.get(name))

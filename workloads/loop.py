@@ -7,7 +7,7 @@ the same functions serve the entry point, the tests and the overhead benchmark.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -74,7 +74,7 @@ def train_epoch(
 ) -> EpochStats:
     """Train one epoch (1-based). `out_of_time` is polled (collectively) to stop early."""
     cfg = tr.config
-    steps: list[Batch]
+    steps: Sequence[Batch]
     if tr.splits.train_is_rank_shard:  # the rank's own samples, shuffled when loaded
         steps = slice_batches(
             tr.splits.num_train, cfg.data.batch_size, tr.rank, epoch - 1, cfg.run.seed

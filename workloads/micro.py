@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
+from contract import events
 from contract.files import write_json
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import MICRO as KIND
@@ -100,17 +101,17 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> MicroSumm
         if is_writer
         else mllog.RankLog(env.rank, sys.stdout)
     )
-    log.start(mllog.INIT_START)
+    log.start(events.INIT_START)
     device = dist.select_device(args.device, env)
     backend = dist.init(device, config.run.dist_timeout_s)
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, seed=0)
-    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or KIND)
-    log.point(mllog.MANIFEST, env_manifest.to_dict())
+    log.point(events.SUBMISSION_BENCHMARK, args.benchmark or KIND)
+    log.point(events.MANIFEST, env_manifest.to_dict())
     if is_writer:
         write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
-    log.end(mllog.INIT_STOP)
+    log.end(events.INIT_STOP)
     start = time.perf_counter()
-    log.start(mllog.RUN_START)
+    log.start(events.RUN_START)
     results: list[Measurement] = []
     spec = config.measure
     sizes = log_sizes(spec.min_elements, spec.max_elements, spec.sizes_per_decade)
@@ -120,7 +121,7 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> MicroSumm
         if deadline.expired():
             break
         results.append(measure(spec, elements, dtype, device))
-        log.point(mllog.ALLREDUCE_RESULT, asdict(results[-1]), backend=backend, total=len(cells))
+        log.point(events.ALLREDUCE_RESULT, asdict(results[-1]), backend=backend, total=len(cells))
     summary = MicroSummary(
         run_id=args.run_id, benchmark=args.benchmark or KIND,
         division="open" if args.open_division else "closed", status="success",
@@ -128,8 +129,8 @@ def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> MicroSumm
         run_time_s=time.perf_counter() - start, results=tuple(results),
         stopped_by_time_budget=len(results) < len(cells),
     )  # fmt: skip
-    log.point(mllog.SUMMARY, summary.to_dict())
-    log.end(mllog.RUN_STOP, status="success")
+    log.point(events.SUMMARY, summary.to_dict())
+    log.end(events.RUN_STOP, status="success")
     if is_writer:
         write_json(args.output_dir / SUMMARY, summary.to_dict())
     log.close()

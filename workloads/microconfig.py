@@ -16,7 +16,8 @@ from workloads.components import Component, Composite
 from workloads.config import RunLimits
 from workloads.fields import ConfigError, setting
 
-DTYPES = ("float32", "float16", "bfloat16")
+Dtype = Literal["float32", "float16", "bfloat16"]
+DTYPES: tuple[Dtype, ...] = ("float32", "float16", "bfloat16")
 MAX_ELEMENTS = 2**34  # 64 GiB of fp32: more than any device holds
 
 
@@ -28,7 +29,7 @@ class MeasurementConfig(Component):
     # 400 MB in fp32; on CPU: --set max_elements=1000000
     max_elements: int = setting(100_000_000, ge=1, le=MAX_ELEMENTS)
     sizes_per_decade: int = setting(1, ge=1, le=100)  # log-spaced sizes: 1, 10, 100, ... with 1
-    dtypes: tuple[Literal["float32", "float16", "bfloat16"], ...] = DTYPES
+    dtypes: tuple[Dtype, ...] = DTYPES
     num_iters: int = setting(20, ge=1, le=10**6)  # timed all-reduces per size and dtype
     num_warmup_iters: int = setting(5, ge=0, le=10**6)
     # Large tensors on slow links: fewer timed iterations (at least one) past this budget.

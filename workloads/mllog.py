@@ -1,10 +1,11 @@
-"""MLPerf-style event log: `:::MLLOG {json}` lines on stdout, the same JSON in events.jsonl.
+"""MLPerf-style event log writers: `:::MLLOG {json}` lines on stdout, the same JSON in events.jsonl.
 
 Why not the `mlperf-logging` package: it is a process-global logger and pulls pandas and
 scipy into every training image; the format itself is one JSON object per line, written here.
 events.jsonl holds the bare JSON (valid JSON Lines for jq and pandas); stdout and therefore
-pod logs hold the prefixed lines, so a run can be rebuilt from its logs (`parse_line`).
-No torch import: the runner parses logs with this module.
+pod logs hold the prefixed lines, so a run can be rebuilt from its logs. Not here: the keys
+and how a line is read back (contract/events.py, which the writers and the runner import).
+No torch import.
 """
 
 from __future__ import annotations
@@ -13,60 +14,15 @@ import json
 import time
 from typing import IO, Any
 
-from contract.events import (  # noqa: F401  (re-exported until the workloads import them from contract.events)
-    ALLREDUCE_RESULT,
-    ASGD_NONMONO,
-    BEAM_SIZE,
-    BPTT,
-    COMPILE_TIME,
-    EPOCH_PHASES,
+from contract.events import (
     EPOCH_START,
     EPOCH_STOP,
-    EVAL_ACCURACY,
-    EVAL_DETAILS,
-    EVAL_LOSS,
-    EVAL_SAMPLES,
-    EVAL_START,
-    EVAL_STOP,
-    GLOBAL_BATCH_SIZE,
-    GRADIENT_ACCUMULATION_STEPS,
     INIT_START,
     INIT_STOP,
-    LABEL_SMOOTHING,
-    LENGTH_PENALTY,
-    MANIFEST,
-    MAX_SEQUENCE_LENGTH,
-    OPT_ADAM_BETA_1,
-    OPT_ADAM_BETA_2,
-    OPT_ADAM_EPSILON,
-    OPT_BASE_LR,
-    OPT_GRADIENT_CLIP_NORM,
-    OPT_LR_ALT_DECAY_FUNC,
-    OPT_LR_ALT_WARMUP_FUNC,
-    OPT_LR_DECAY_BOUNDARY_EPOCHS,
-    OPT_LR_DECAY_FACTOR,
-    OPT_LR_DECAY_SCHEDULE,
-    OPT_LR_DECAY_STEPS,
-    OPT_LR_WARMUP_EPOCHS,
-    OPT_LR_WARMUP_STEPS,
-    OPT_NAME,
-    OPT_WEIGHT_DECAY,
-    OTHER_PHASE,
     PREFIX,
-    PROGRESS,
     RUN_START,
     RUN_STOP,
-    SEED,
-    STEP_PHASES,
-    SUBMISSION_BENCHMARK,
-    SUBMISSION_DIVISION,
-    SUMMARY,
-    TRAIN_LOSS,
-    TRAIN_SAMPLES,
     EventType,
-    parse_line,
-    parse_lines,
-    read_events,
 )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workloads import mllog
+from contract import events
 from workloads.config import TrainConfig
 from workloads.optim import AdamConfig
 from workloads.schedule import MultiStep, WarmupInverseSqrt, WarmupStepDecay
@@ -28,38 +28,38 @@ def hyperparameters(config: TrainConfig, world_size: int) -> dict[str, Any]:
     """The MLPerf hyperparameter keys of a run of `config` on `world_size` workers."""
     optimizer = config.optimizer
     params: dict[str, Any] = {
-        mllog.GLOBAL_BATCH_SIZE: global_batch_size(config, world_size),
-        mllog.GRADIENT_ACCUMULATION_STEPS: gradient_accumulation_steps(config, world_size),
-        mllog.OPT_NAME: optimizer.name,
+        events.GLOBAL_BATCH_SIZE: global_batch_size(config, world_size),
+        events.GRADIENT_ACCUMULATION_STEPS: gradient_accumulation_steps(config, world_size),
+        events.OPT_NAME: optimizer.name,
         # What the schedule peaks at: the base lr scaled to the workers (config.lr_plan).
-        mllog.OPT_BASE_LR: config.lr_plan(world_size).peak_lr,
-        mllog.OPT_WEIGHT_DECAY: optimizer.weight_decay,
-        mllog.OPT_LR_DECAY_SCHEDULE: config.schedule.name,
+        events.OPT_BASE_LR: config.lr_plan(world_size).peak_lr,
+        events.OPT_WEIGHT_DECAY: optimizer.weight_decay,
+        events.OPT_LR_DECAY_SCHEDULE: config.schedule.name,
     }
     if isinstance(optimizer, AdamConfig):
         beta_1, beta_2 = optimizer.adam_betas
         params |= {
-            mllog.OPT_ADAM_BETA_1: beta_1,
-            mllog.OPT_ADAM_BETA_2: beta_2,
-            mllog.OPT_ADAM_EPSILON: optimizer.adam_eps,
+            events.OPT_ADAM_BETA_1: beta_1,
+            events.OPT_ADAM_BETA_2: beta_2,
+            events.OPT_ADAM_EPSILON: optimizer.adam_eps,
         }
     params |= _schedule(config)
     if config.task.grad_clip_norm is not None:
-        params[mllog.OPT_GRADIENT_CLIP_NORM] = config.task.grad_clip_norm
+        params[events.OPT_GRADIENT_CLIP_NORM] = config.task.grad_clip_norm
     if isinstance(config.task, TranslationConfig):
         params |= _translation(config.task, config.data.max_seq_len)  # type: ignore[attr-defined]
     if isinstance(config.task, LanguageModelConfig):
         bptt = config.data.bptt  # type: ignore[attr-defined]
-        params |= {mllog.BPTT: bptt, mllog.ASGD_NONMONO: config.task.asgd_nonmono}
+        params |= {events.BPTT: bptt, events.ASGD_NONMONO: config.task.asgd_nonmono}
     return params
 
 
 def metadata(config: TrainConfig) -> dict[str, dict[str, Any]]:
     """The metadata MLPerf (or we) attach to some of those keys, by key."""
-    meta: dict[str, dict[str, Any]] = {mllog.GLOBAL_BATCH_SIZE: {"unit": config.data.batch_unit}}
+    meta: dict[str, dict[str, Any]] = {events.GLOBAL_BATCH_SIZE: {"unit": config.data.batch_unit}}
     if isinstance(config.task, TranslationConfig):
-        meta[mllog.MAX_SEQUENCE_LENGTH] = {"method": MAX_SEQUENCE_METHOD}
-        meta[mllog.LENGTH_PENALTY] = {"form": config.task.length_penalty_form}
+        meta[events.MAX_SEQUENCE_LENGTH] = {"method": MAX_SEQUENCE_METHOD}
+        meta[events.LENGTH_PENALTY] = {"form": config.task.length_penalty_form}
     return meta
 
 
@@ -93,12 +93,12 @@ def _schedule(config: TrainConfig) -> dict[str, Any]:
     schedule = config.schedule
     if isinstance(schedule, MultiStep):
         return {
-            mllog.OPT_LR_WARMUP_EPOCHS: schedule.warmup_epochs,
-            mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS: list(schedule.lr_milestones),
-            mllog.OPT_LR_DECAY_FACTOR: schedule.lr_gamma,
+            events.OPT_LR_WARMUP_EPOCHS: schedule.warmup_epochs,
+            events.OPT_LR_DECAY_BOUNDARY_EPOCHS: list(schedule.lr_milestones),
+            events.OPT_LR_DECAY_FACTOR: schedule.lr_gamma,
         }
     if isinstance(schedule, WarmupInverseSqrt):
-        return {mllog.OPT_LR_WARMUP_STEPS: schedule.warmup_steps}
+        return {events.OPT_LR_WARMUP_STEPS: schedule.warmup_steps}
     if isinstance(schedule, WarmupStepDecay):
         # The MLPerf GNMT reference's schedule (WarmupMultiStepLR): exponential warm-up and
         # step decay, which the reference logs as the "alternative" functions, True. It logs
@@ -106,12 +106,12 @@ def _schedule(config: TrainConfig) -> dict[str, Any]:
         # _decay_interval); ours decays by training progress, so the boundaries are logged
         # in epochs, which is exact.
         return {
-            mllog.OPT_LR_WARMUP_STEPS: schedule.warmup_steps,
-            mllog.OPT_LR_ALT_WARMUP_FUNC: True,
-            mllog.OPT_LR_ALT_DECAY_FUNC: True,
-            mllog.OPT_LR_DECAY_FACTOR: schedule.lr_gamma,
-            mllog.OPT_LR_DECAY_STEPS: schedule.lr_decay_count,
-            mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS: decay_boundary_epochs(
+            events.OPT_LR_WARMUP_STEPS: schedule.warmup_steps,
+            events.OPT_LR_ALT_WARMUP_FUNC: True,
+            events.OPT_LR_ALT_DECAY_FUNC: True,
+            events.OPT_LR_DECAY_FACTOR: schedule.lr_gamma,
+            events.OPT_LR_DECAY_STEPS: schedule.lr_decay_count,
+            events.OPT_LR_DECAY_BOUNDARY_EPOCHS: decay_boundary_epochs(
                 schedule, config.run.max_epochs
             ),
         }
@@ -120,10 +120,10 @@ def _schedule(config: TrainConfig) -> dict[str, Any]:
 
 def _translation(task: TranslationConfig, max_seq_len: int | None) -> dict[str, Any]:
     params: dict[str, Any] = {
-        mllog.LABEL_SMOOTHING: task.label_smoothing,
-        mllog.BEAM_SIZE: task.beam_size,
-        mllog.LENGTH_PENALTY: task.length_penalty,
+        events.LABEL_SMOOTHING: task.label_smoothing,
+        events.BEAM_SIZE: task.beam_size,
+        events.LENGTH_PENALTY: task.length_penalty,
     }
     if max_seq_len is not None:
-        params[mllog.MAX_SEQUENCE_LENGTH] = max_seq_len
+        params[events.MAX_SEQUENCE_LENGTH] = max_seq_len
     return params

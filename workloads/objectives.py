@@ -64,7 +64,7 @@ class CrossEntropy:
 
 class RegularizedLogistic:
     def __init__(self, params: Iterable[nn.Parameter], l2_rate: float) -> None:
-        self._params = list(params)
+        self._params: list[torch.Tensor] = list(params)
         self._l2_rate = l2_rate
         # Each parameter's squares summed over the steps since the last penalty_sum().
         self._squares = [torch.zeros_like(p, requires_grad=False) for p in self._params]

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-from workloads.mllog import OTHER_PHASE
-from workloads.mllog import STEP_PHASES as PHASES
+from contract.events import OTHER_PHASE
+from contract.events import STEP_PHASES as PHASES
 
 # What the training loop's wall time splits into: the step phases, then the rest (OTHER_PHASE).
 LOOP_PHASES = (*PHASES, OTHER_PHASE)
@@ -60,6 +61,15 @@ def clock_for(device: torch.device) -> Clock:
     return CudaClock() if device.type == "cuda" else CpuClock()
 
 
+@dataclass(slots=True)
+class _Lap:
+    """One lap of a step, its seconds shortened when a move takes part of them elsewhere."""
+
+    phase: str
+    start_s: float  # offset from the step's start
+    seconds: float
+
+
 class StepTimer:
     """Laps of one step at a time; `finish` returns {phase: seconds} for the step."""
 
@@ -95,23 +105,23 @@ class StepTimer:
                 times[phase] += max(0.0, self.clock.elapsed_s(previous, stamp))
                 previous = stamp
             return times
-        laps = []  # (phase, start offset, seconds) of each lap
+        laps: list[_Lap] = []
         previous, offset_s = self._start, 0.0
         for phase, stamp in self._laps:
             seconds = max(0.0, self.clock.elapsed_s(previous, stamp))
-            laps.append([phase, offset_s, seconds])
+            laps.append(_Lap(phase, offset_s, seconds))
             offset_s += seconds
             previous = stamp
         for phase, start, end in self._moves:
             at_s = self.clock.elapsed_s(self._start, start)
-            lap = next((x for x in reversed(laps) if x[1] <= at_s), None)
-            if lap is None or lap[0] == phase:
+            lap = next((x for x in reversed(laps) if x.start_s <= at_s), None)
+            if lap is None or lap.phase == phase:
                 continue
-            moved_s = min(lap[2], max(0.0, self.clock.elapsed_s(start, end)))
-            lap[2] -= moved_s
+            moved_s = min(lap.seconds, max(0.0, self.clock.elapsed_s(start, end)))
+            lap.seconds -= moved_s
             times[phase] += moved_s
-        for phase, _, seconds in laps:
-            times[phase] += seconds
+        for lap in laps:
+            times[lap.phase] += lap.seconds
         return times
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from contract import events
 from contract.files import write_json
 from contract.manifest import Manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
@@ -130,7 +131,7 @@ def run(
         if is_writer
         else mllog.RankLog(env.rank, sys.stdout)
     )
-    log.start(mllog.INIT_START)
+    log.start(events.INIT_START)
     device = dist.select_device(args.device, env)
     if session is None:
         backend = dist.init(device, config.run.dist_timeout_s)
@@ -161,14 +162,14 @@ def run(
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
         write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
-    log.end(mllog.INIT_STOP)
+    log.end(events.INIT_STOP)
     joined = session is not None and session.joined
     if not joined:  # a joiner's peers are mid-run, in the step that admitted it
         torch.distributed.barrier()  # every rank starts the clock together
     init_time_s = time.perf_counter() - init_t0
 
     start = time.perf_counter()
-    log.start(mllog.RUN_START)
+    log.start(events.RUN_START)
     if adaptive is not None:
         adaptive.start(start)
     tally = RunTally()
@@ -181,7 +182,7 @@ def run(
     except Diverged as err:
         tally.diverged = str(err)
     except BaseException as err:
-        log.end(mllog.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
+        log.end(events.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
         raise
     run_time_s = time.perf_counter() - start
     tally.close_loop(run_time_s - tally.eval_s)  # throughput is from wall time (summary.py)
@@ -206,11 +207,11 @@ def run(
         init_time_s=init_time_s,
         adaptive=adaptive.summary() if adaptive is not None else None,
     )
-    log.point(mllog.SUMMARY, summary.to_dict())
+    log.point(events.SUMMARY, summary.to_dict())
     if tally.diverged:
-        log.end(mllog.RUN_STOP, status="aborted", error=tally.diverged)
+        log.end(events.RUN_STOP, status="aborted", error=tally.diverged)
     else:
-        log.end(mllog.RUN_STOP, status=summary.status)
+        log.end(events.RUN_STOP, status=summary.status)
     if is_writer:
         write_json(args.output_dir / SUMMARY, summary.to_dict())
     log.close()
@@ -299,10 +300,10 @@ def _train(
         now = time.perf_counter()
         if now - last_progress[0] >= PROGRESS_INTERVAL_S:
             last_progress[0] = now
-            log.point(mllog.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
+            log.point(events.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
 
     for epoch in range(first_epoch, config.run.max_epochs + 1):
-        log.start(mllog.EPOCH_START, epoch_num=epoch)
+        log.start(events.EPOCH_START, epoch_num=epoch)
         stats = task.train_epoch(epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:
             tally.first_step_s = stats.first_step_s
@@ -312,24 +313,24 @@ def _train(
             partial(_epoch_sums, stats, device), (epoch, elastic.EPOCH_END)
         )
         tally.add_epoch(stats.phases, stats.steps, samples, tokens)
-        log.point(mllog.TRAIN_LOSS, train_loss, epoch_num=epoch)
+        log.point(events.TRAIN_LOSS, train_loss, epoch_num=epoch)
         tally.train_losses.append(
             {"epoch": epoch, "value": train_loss, "time_s": time.perf_counter() - start}
         )
-        log.point(mllog.EPOCH_PHASES, stats.phases, epoch_num=epoch)
-        log.end(mllog.EPOCH_STOP, epoch_num=epoch)
+        log.point(events.EPOCH_PHASES, stats.phases, epoch_num=epoch)
+        log.end(events.EPOCH_STOP, epoch_num=epoch)
         last = epoch == config.run.max_epochs or stats.out_of_time
         if epoch % config.run.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
-            log.start(mllog.EVAL_START, epoch_num=epoch)
+            log.start(events.EVAL_START, epoch_num=epoch)
             result = guard(partial(task.evaluate, epoch), (epoch, elastic.EVALUATION))
             # MLPerf logs every benchmark's quality metric as eval_accuracy (BLEU for its
             # translation tasks); the summary's target names the metric.
-            log.point(mllog.EVAL_ACCURACY, result.value, epoch_num=epoch)
-            log.point(mllog.EVAL_LOSS, result.loss, epoch_num=epoch)
+            log.point(events.EVAL_ACCURACY, result.value, epoch_num=epoch)
+            log.point(events.EVAL_LOSS, result.loss, epoch_num=epoch)
             if result.details:
-                log.point(mllog.EVAL_DETAILS, dict(result.details), epoch_num=epoch)
-            log.end(mllog.EVAL_STOP, epoch_num=epoch)
+                log.point(events.EVAL_DETAILS, dict(result.details), epoch_num=epoch)
+            log.end(events.EVAL_STOP, epoch_num=epoch)
             now = time.perf_counter()
             tally.eval_s += now - eval_t0
             tally.evals.append(
@@ -361,16 +362,16 @@ def _log_run_parameters(
 ) -> None:
     from workloads import mlperf_keys
 
-    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model.name)
+    log.point(events.SUBMISSION_BENCHMARK, args.benchmark or config.model.name)
     # Before the hyperparameters: the compliance rules check closed-division values by it.
-    log.point(mllog.SUBMISSION_DIVISION, "open" if args.open_division else "closed")
-    log.point(mllog.MANIFEST, env_manifest.to_dict())
-    log.point(mllog.SEED, config.run.seed)
+    log.point(events.SUBMISSION_DIVISION, "open" if args.open_division else "closed")
+    log.point(events.MANIFEST, env_manifest.to_dict())
+    log.point(events.SEED, config.run.seed)
     meta = mlperf_keys.metadata(config)
     for key, value in mlperf_keys.hyperparameters(config, env.world_size).items():
         log.point(key, value, **meta.get(key, {}))
-    log.point(mllog.TRAIN_SAMPLES, task.num_train)
-    log.point(mllog.EVAL_SAMPLES, task.num_eval)
+    log.point(events.TRAIN_SAMPLES, task.num_train)
+    log.point(events.EVAL_SAMPLES, task.num_eval)
 
 
 if __name__ == "__main__":

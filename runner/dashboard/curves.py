@@ -29,10 +29,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from contract import events as keys
 from contract.events import DECISION, MONITORS
-from workloads import mllog
 
-POINT_SERIES = (mllog.TRAIN_LOSS, mllog.EVAL_ACCURACY, mllog.EVAL_LOSS)
+POINT_SERIES = (keys.TRAIN_LOSS, keys.EVAL_ACCURACY, keys.EVAL_LOSS)
 GLOBAL_BATCH, B_NOISE, WORKERS = "global_batch", "b_noise", "workers"
 ADAPTIVE_SERIES = (GLOBAL_BATCH, B_NOISE, WORKERS)
 # Where each comes from: a monitor event's field, a decision's knob.
@@ -76,11 +76,11 @@ class Curves:
             key = event.get("key")
             if time_ms is None or not isinstance(key, str):
                 continue
-            if key == mllog.RUN_START and self._start_ms is None:
+            if key == keys.RUN_START and self._start_ms is None:
                 self._start_ms = time_ms
-            elif key == mllog.TRAIN_SAMPLES:
+            elif key == keys.TRAIN_SAMPLES:
                 self._train_samples = _number(event.get("value"))
-            elif key == mllog.EPOCH_START and _epoch(event) is not None:
+            elif key == keys.EPOCH_START and _epoch(event) is not None:
                 epoch = _epoch(event)
                 self._epoch_start_ms[epoch] = time_ms  # type: ignore[index]
                 if self._start_ms is not None:  # progress events come every few seconds only
@@ -99,17 +99,17 @@ class Curves:
             number = _number(value)
             if number is not None:
                 out[key].append([t_s, number])
-        elif key == mllog.EPOCH_STOP:
+        elif key == keys.EPOCH_STOP:
             epoch = _epoch(event)
             started_ms = self._epoch_start_ms.get(epoch) if epoch is not None else None
             wall_s = (time_ms - started_ms) / 1000 if started_ms is not None else 0.0
             if wall_s > 0 and self._train_samples:
                 out[THROUGHPUT].append([t_s, self._train_samples / wall_s])
-        elif key == mllog.EPOCH_PHASES and isinstance(value, dict):
-            phases = {p: _number(value.get(p)) for p in mllog.STEP_PHASES}
+        elif key == keys.EPOCH_PHASES and isinstance(value, dict):
+            phases = {p: _number(value.get(p)) for p in keys.STEP_PHASES}
             if all(v is not None for v in phases.values()):
                 out[PHASES].append({"epoch": _epoch(event), "t": t_s, **phases})
-        elif key == mllog.PROGRESS and isinstance(value, dict):
+        elif key == keys.PROGRESS and isinstance(value, dict):
             fields = {k: value.get(k) for k in ("epoch", "step", "steps")}
             if all(isinstance(v, int) and not isinstance(v, bool) for v in fields.values()):
                 out[PROGRESS] = {**fields, "t": t_s}
@@ -119,10 +119,11 @@ class Curves:
                 if number is not None:
                     out[series].append([t_s, number])
         elif key == DECISION and isinstance(value, dict):
-            series = DECIDED.get(value.get("knob"))  # type: ignore[arg-type]
+            knob = value.get("knob")
+            decided = DECIDED.get(knob) if isinstance(knob, str) else None
             number = _number(value.get("new"))
-            if series is not None and number is not None:
-                out[series].append([t_s, number])
+            if decided is not None and number is not None:
+                out[decided].append([t_s, number])
 
 
 def series(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -135,8 +136,8 @@ def latest(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     (the runs table's figure for a run that has no summary yet)."""
     out: dict[str, Any] = {}
     for event in events:
-        if event.get("key") == mllog.EVAL_ACCURACY and _number(event.get("value")) is not None:
+        if event.get("key") == keys.EVAL_ACCURACY and _number(event.get("value")) is not None:
             out["value"] = _number(event["value"])
-        elif event.get("key") == mllog.EPOCH_START and _epoch(event) is not None:
+        elif event.get("key") == keys.EPOCH_START and _epoch(event) is not None:
             out["epoch"] = _epoch(event)
     return out

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.events import parse_lines
 from contract.files import DamagedFile, read_json_object
 from contract.manifest import parse_manifest
 from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus, read_state
@@ -32,7 +33,6 @@ from runner.errors import RunnerError
 from runner.results import rundir
 from runner.results import study as studies
 from runner.results.runs import RunResult, load_run
-from workloads import mllog
 from workloads.tasks.config import LOWER_IS_BETTER
 
 DAMAGED = "DAMAGED"  # a state of the dashboard's own: the records cannot be trusted
@@ -85,7 +85,7 @@ def _looks_like_run(path: Path) -> bool:
 
 def signature(path: Path) -> tuple[Any, ...]:
     """Changes whenever a file that a run's row or page is built from changes."""
-    out = []
+    out: list[tuple[int, int, int] | None] = []
     for name in (*RECORDS, EVENTS, SUPERVISOR):
         try:
             info = os.lstat(path / name)
@@ -260,7 +260,7 @@ def _latest(path: Path) -> dict[str, Any]:
         start = max(0, os.fstat(f.fileno()).st_size - LATEST_BYTES)
         f.seek(start)
         lines = f.read(LATEST_BYTES).decode("utf-8", errors="replace").splitlines()
-    return curves.latest(mllog.parse_lines(lines[1:] if start else lines))  # [0]: cut by seek
+    return curves.latest(parse_lines(lines[1:] if start else lines))  # [0]: cut by seek
 
 
 def _notes(row: Mapping[str, Any], path: Path, summary: Any) -> list[str]:
@@ -309,7 +309,7 @@ def events_tail(root: Path, run_id: str) -> files.LineTail:
 
 
 def parse_events(data: bytes) -> list[dict[str, Any]]:
-    return list(mllog.parse_lines(data.decode("utf-8", errors="replace").splitlines()))
+    return list(parse_lines(data.decode("utf-8", errors="replace").splitlines()))
 
 
 def read_events(root: Path, run_id: str) -> list[dict[str, Any]]:
@@ -401,7 +401,7 @@ def list_studies(root: Path) -> list[dict[str, Any]]:
     base = studies.studies_root(root)
     if not files.is_plain_dir(base):
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for name in sorted(os.listdir(base)):
         if not files.valid_name(name) or not files.is_plain_dir(base / name):
             continue

@@ -120,7 +120,8 @@ class LogFeed:
         self._started = False
 
     def poll(self) -> list[Message]:
-        parts, reset = [], not self._started
+        parts: list[str] = []
+        reset = not self._started
         try:
             for _ in range(MAX_READS_PER_POLL):
                 chunk, restarted = self._tail.read()

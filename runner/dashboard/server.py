@@ -43,9 +43,6 @@ HEARTBEAT_S = 15.0  # a comment line now and then, so proxies and browsers keep 
 MAX_RUNS_PER_REQUEST = 16  # a comparison or stream of more is refused
 TEXT_SUFFIXES = (".log", ".txt", ".jsonl", ".md", ".csv", ".yaml", ".yml")
 FILE_CSP = "default-src 'none'; sandbox"
-CONFIG_KEY = web.AppKey("config", "DashboardConfig")
-TABLE_KEY = web.AppKey("table", data.RunTable)
-CLOSING_KEY = web.AppKey("closing", asyncio.Event)
 
 
 @dataclass(frozen=True)
@@ -54,6 +51,11 @@ class DashboardConfig:
     host: str = "127.0.0.1"
     port: int = 8765  # 0: any free port (tests)
     poll_s: float = 0.5  # how often a stream looks at the files
+
+
+CONFIG_KEY = web.AppKey("config", DashboardConfig)
+TABLE_KEY = web.AppKey("table", data.RunTable)
+CLOSING_KEY = web.AppKey("closing", asyncio.Event)
 
 
 def app_csp(index_html: str) -> str:

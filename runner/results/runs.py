@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from contract.events import (
     DECISION,
@@ -140,12 +140,12 @@ def curves(events_path: Path) -> dict[str, tuple[tuple[float, float], ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
-def _decided(value: Any) -> bool:
+def _decided(value: Any) -> TypeGuard[dict[str, Any]]:
     """A decision record that moves a curve to a number."""
     return isinstance(value, dict) and value.get("knob") in DECIDED and _finite(value.get("new"))
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

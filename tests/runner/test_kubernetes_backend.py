@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract import events as keys
 from contract import files
 from contract.rundir import JobState, read_state
 from runner.backends.kubernetes.backend import KubernetesBackend, from_handle
@@ -55,12 +56,12 @@ def rank0_stdout(run_dir: Path | None = None) -> str:
     """What rank 0 prints (and, given run_dir, writes as a local run does), via mllog itself."""
     out = io.StringIO()
     events = mllog.EventLog(str(run_dir / rundir.EVENTS) if run_dir else None, echo=out)
-    events.point(mllog.SUBMISSION_BENCHMARK, "cnn-digits")
-    events.point(mllog.MANIFEST, MANIFEST)
-    events.start(mllog.RUN_START)
-    events.point(mllog.EVAL_ACCURACY, 0.96, epoch_num=3)
-    events.end(mllog.RUN_STOP, status="success")
-    events.point(mllog.SUMMARY, SUMMARY)
+    events.point(keys.SUBMISSION_BENCHMARK, "cnn-digits")
+    events.point(keys.MANIFEST, MANIFEST)
+    events.start(keys.RUN_START)
+    events.point(keys.EVAL_ACCURACY, 0.96, epoch_num=3)
+    events.end(keys.RUN_STOP, status="success")
+    events.point(keys.SUMMARY, SUMMARY)
     events.close()
     return "starting torchrun\n" + out.getvalue()
 
@@ -222,7 +223,7 @@ def test_logs_split_a_pods_output_by_rank(cluster, tmp_path, job_api):
     assert list(backend.logs(handle, 3, follow=False)) == ["rank 3 training", "rank 3 done"]
     rank0 = list(backend.logs(handle, 0, follow=False))
     assert rank0[0] == "starting torchrun"
-    assert any(line.startswith(mllog.PREFIX) for line in rank0)
+    assert any(line.startswith(keys.PREFIX) for line in rank0)
     # torchrun's own lines (unprefixed) are no rank's.
     assert "launcher: starting workers" not in rank0
 
@@ -291,8 +292,8 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     assert backend.fetch(handle, run_dir) == []
     assert rundir.read_summary(run_dir).to_dict() == SUMMARY
     assert files.read_json(run_dir / rundir.MANIFEST) == MANIFEST
-    keys = [e["key"] for e in mllog.read_events(run_dir / rundir.EVENTS)]
-    assert keys.count(mllog.RUN_START) == 1 and mllog.RUN_STOP in keys
+    logged = [e["key"] for e in keys.read_events(run_dir / rundir.EVENTS)]
+    assert logged.count(keys.RUN_START) == 1 and keys.RUN_STOP in logged
     assert rundir.rank_log(run_dir, 3).read_text() == "rank 3 training\nrank 3 done\n"
     # torchrun's own lines (unprefixed) are no rank's: they are kept beside, per node.
     assert rundir.rank_log(run_dir, 2).read_text() == "rank 2 training\nrank 2 done\n"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from contract import events as keys
 from contract.rundir import JobState, read_state
 from runner.errors import RunnerError
 from runner.job.spec import JobSpec, Placement, resolve
@@ -51,10 +52,10 @@ def writer_log(world_at_end: int) -> str:
     """Worker 0's log: the run's events, its summary saying the world at the end."""
     out = io.StringIO()
     events = mllog.EventLog(None, echo=out)
-    events.point(mllog.MANIFEST, env_manifest(RUN_ID, 3, image="img", seed=7))
-    events.start(mllog.RUN_START)
-    events.end(mllog.RUN_STOP, status="success")
-    events.point(mllog.SUMMARY, summary_record(RUN_ID, world_at_end, 12.5, steps=100))
+    events.point(keys.MANIFEST, env_manifest(RUN_ID, 3, image="img", seed=7))
+    events.start(keys.RUN_START)
+    events.end(keys.RUN_STOP, status="success")
+    events.point(keys.SUMMARY, summary_record(RUN_ID, world_at_end, 12.5, steps=100))
     events.close()
     return out.getvalue()
 

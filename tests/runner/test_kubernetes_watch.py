@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.events import PREFIX
 from contract.rundir import JobState, JobStatus, read_state
 from runner.backends.kubernetes.backend import KubernetesBackend
 from runner.backends.kubernetes.client import Selector
@@ -27,7 +28,6 @@ from runner.errors import RunnerError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, iso, make_backend, make_spec, pod, submit
-from workloads import mllog
 
 pytestmark = pytest.mark.timeout(60)
 UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
@@ -343,7 +343,7 @@ def follow(backend: KubernetesBackend, handle: str) -> tuple[list[JobStatus], li
 
 def step_event(step: int) -> str:
     event = {"key": "step", "value": step, "event_type": "POINT_IN_TIME", "time_ms": 1}
-    return mllog.PREFIX + json.dumps(event)
+    return PREFIX + json.dumps(event)
 
 
 def run_a_job(cluster: FakeCluster, running_s: float, lines: int) -> None:

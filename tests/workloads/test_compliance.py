@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from contract import events as keys
 from contract.manifest import parse_manifest
 from runner.job.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17
 from tests.runner.rundirs import env_manifest
@@ -39,25 +40,25 @@ def emit_run(
     division: str = "closed",
 ) -> None:
     """The events of a run of `config` on 4 workers, one evaluation per epoch."""
-    log.start(mllog.INIT_START)
+    log.start(keys.INIT_START)
     args = SimpleNamespace(benchmark=benchmark, open_division=division == "open")
     task = SimpleNamespace(num_train=4_500_000, num_eval=3003)
     manifest = parse_manifest(env_manifest("run", 4))  # what the checker never reads
     _log_run_parameters(log, config, args, SimpleNamespace(world_size=4), task, manifest)
-    log.end(mllog.INIT_STOP)
-    log.start(mllog.RUN_START)
+    log.end(keys.INIT_STOP)
+    log.start(keys.RUN_START)
     for epoch, value in enumerate(bleu, start=1):
-        log.start(mllog.EPOCH_START, epoch_num=epoch)
-        log.point(mllog.TRAIN_LOSS, 4.2, epoch_num=epoch)
-        log.point(mllog.EPOCH_PHASES, {"forward": 1.0}, epoch_num=epoch)
-        log.end(mllog.EPOCH_STOP, epoch_num=epoch)
-        log.start(mllog.EVAL_START, epoch_num=epoch)
-        log.point(mllog.EVAL_ACCURACY, value, epoch_num=epoch)
-        log.point(mllog.EVAL_LOSS, 3.1, epoch_num=epoch)
-        log.point(mllog.EVAL_DETAILS, {"signature": "nrefs:1"}, epoch_num=epoch)
-        log.end(mllog.EVAL_STOP, epoch_num=epoch)
-    log.point(mllog.SUMMARY, {"status": status})
-    log.end(mllog.RUN_STOP, status=status)
+        log.start(keys.EPOCH_START, epoch_num=epoch)
+        log.point(keys.TRAIN_LOSS, 4.2, epoch_num=epoch)
+        log.point(keys.EPOCH_PHASES, {"forward": 1.0}, epoch_num=epoch)
+        log.end(keys.EPOCH_STOP, epoch_num=epoch)
+        log.start(keys.EVAL_START, epoch_num=epoch)
+        log.point(keys.EVAL_ACCURACY, value, epoch_num=epoch)
+        log.point(keys.EVAL_LOSS, 3.1, epoch_num=epoch)
+        log.point(keys.EVAL_DETAILS, {"signature": "nrefs:1"}, epoch_num=epoch)
+        log.end(keys.EVAL_STOP, epoch_num=epoch)
+    log.point(keys.SUMMARY, {"status": status})
+    log.end(keys.RUN_STOP, status=status)
 
 
 def write_run(tmp_path: Path, benchmark: str, config: TrainConfig | None = None, **kw) -> Path:
@@ -99,11 +100,11 @@ def test_a_translation_log_of_the_events_train_emits_passes(tmp_path, benchmark)
 @pytest.mark.parametrize(
     ("benchmark", "key"),
     [
-        ("transformer-wmt17", mllog.OPT_ADAM_EPSILON),
-        ("transformer-wmt17", mllog.MAX_SEQUENCE_LENGTH),
-        ("gnmt-wmt16", mllog.OPT_GRADIENT_CLIP_NORM),
-        ("gnmt-wmt16", mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS),
-        ("gnmt-wmt16", mllog.GRADIENT_ACCUMULATION_STEPS),
+        ("transformer-wmt17", keys.OPT_ADAM_EPSILON),
+        ("transformer-wmt17", keys.MAX_SEQUENCE_LENGTH),
+        ("gnmt-wmt16", keys.OPT_GRADIENT_CLIP_NORM),
+        ("gnmt-wmt16", keys.OPT_LR_DECAY_BOUNDARY_EPOCHS),
+        ("gnmt-wmt16", keys.GRADIENT_ACCUMULATION_STEPS),
     ],
 )
 def test_a_missing_hyperparameter_fails_naming_it(tmp_path, benchmark, key):
@@ -116,16 +117,16 @@ def test_a_missing_hyperparameter_fails_naming_it(tmp_path, benchmark, key):
 @pytest.mark.parametrize(
     ("benchmark", "change", "key"),
     [
-        ("transformer-wmt17", {"adam_eps": 1e-8}, mllog.OPT_ADAM_EPSILON),
-        ("transformer-wmt17", {"beam_size": 5}, mllog.BEAM_SIZE),
-        ("transformer-wmt17", {"grad_clip_norm": 1.0}, mllog.OPT_GRADIENT_CLIP_NORM),
-        ("transformer-wmt17", {"length_penalty_form": "gnmt"}, mllog.LENGTH_PENALTY),
-        ("gnmt-wmt16", {"grad_clip_norm": 1.0}, mllog.OPT_GRADIENT_CLIP_NORM),
-        ("gnmt-wmt16", {"label_smoothing": 0.2}, mllog.LABEL_SMOOTHING),
-        ("gnmt-wmt16", {"optimizer": "sgd"}, mllog.OPT_NAME),
-        ("lstm-wikitext2", {"grad_clip_norm": 0.5}, mllog.OPT_GRADIENT_CLIP_NORM),
-        ("lstm-wikitext2", {"asgd_nonmono": 0}, mllog.ASGD_NONMONO),
-        ("lstm-wikitext2", {"lr_milestones": (100,)}, mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS),
+        ("transformer-wmt17", {"adam_eps": 1e-8}, keys.OPT_ADAM_EPSILON),
+        ("transformer-wmt17", {"beam_size": 5}, keys.BEAM_SIZE),
+        ("transformer-wmt17", {"grad_clip_norm": 1.0}, keys.OPT_GRADIENT_CLIP_NORM),
+        ("transformer-wmt17", {"length_penalty_form": "gnmt"}, keys.LENGTH_PENALTY),
+        ("gnmt-wmt16", {"grad_clip_norm": 1.0}, keys.OPT_GRADIENT_CLIP_NORM),
+        ("gnmt-wmt16", {"label_smoothing": 0.2}, keys.LABEL_SMOOTHING),
+        ("gnmt-wmt16", {"optimizer": "sgd"}, keys.OPT_NAME),
+        ("lstm-wikitext2", {"grad_clip_norm": 0.5}, keys.OPT_GRADIENT_CLIP_NORM),
+        ("lstm-wikitext2", {"asgd_nonmono": 0}, keys.ASGD_NONMONO),
+        ("lstm-wikitext2", {"lr_milestones": (100,)}, keys.OPT_LR_DECAY_BOUNDARY_EPOCHS),
     ],
 )
 def test_a_wrong_closed_division_value_fails_naming_it(tmp_path, benchmark, change, key):
@@ -144,7 +145,7 @@ def test_an_open_division_run_may_change_what_the_closed_division_fixes(tmp_path
 
 def test_a_log_without_run_stop_fails(tmp_path):
     path = rewrite(
-        write_run(tmp_path, "gnmt-wmt16"), lambda e: None if e["key"] == mllog.RUN_STOP else e
+        write_run(tmp_path, "gnmt-wmt16"), lambda e: None if e["key"] == keys.RUN_STOP else e
     )
     assert "Required EXACTLY_ONE occurrence of 'run_stop' but found 0" in failure(
         check_log(path, "gnmt-wmt16")
@@ -153,7 +154,7 @@ def test_a_log_without_run_stop_fails(tmp_path):
 
 def test_an_eval_accuracy_without_epoch_num_fails(tmp_path):
     def drop_epoch(event):
-        if event["key"] == mllog.EVAL_ACCURACY:
+        if event["key"] == keys.EVAL_ACCURACY:
             event["metadata"].pop("epoch_num")
         return event
 
@@ -184,7 +185,7 @@ def test_bleu_is_in_points_not_a_fraction_above_one_hundred(tmp_path):
 
 def test_evaluations_must_follow_their_epoch(tmp_path):
     def eval_ahead(event):
-        if event["key"] in (mllog.EVAL_START, mllog.EVAL_ACCURACY, mllog.EVAL_STOP):
+        if event["key"] in (keys.EVAL_START, keys.EVAL_ACCURACY, keys.EVAL_STOP):
             event["metadata"]["epoch_num"] += 1
         return event
 

@@ -1,7 +1,8 @@
 import io
 import json
 
-from workloads.mllog import EventLog, RankLog, parse_line, read_events
+from contract.events import parse_line, read_events
+from workloads.mllog import EventLog, RankLog
 
 
 def test_events_go_to_the_file_as_json_and_to_stdout_with_the_mllog_prefix(tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 
+from contract import events
 from runner.job.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17, Benchmark
-from workloads import mllog
 from workloads.mlperf_keys import decay_boundary_epochs, hyperparameters, metadata
 
 TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
@@ -10,37 +10,37 @@ TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
 def test_transformer_keys_are_the_mlperf_reference_settings():
     params = hyperparameters(TRANSFORMER, world_size=4)
     assert params == {
-        mllog.GLOBAL_BATCH_SIZE: 2**17,  # tokens
-        mllog.GRADIENT_ACCUMULATION_STEPS: 4,  # 2**17 / (8192 tokens x 4 workers)
-        mllog.OPT_NAME: "adam",
-        mllog.OPT_BASE_LR: 1.976e-3,
-        mllog.OPT_WEIGHT_DECAY: 0.0,
-        mllog.OPT_LR_DECAY_SCHEDULE: "warmup-inverse-sqrt",
-        mllog.OPT_ADAM_BETA_1: 0.9,
-        mllog.OPT_ADAM_BETA_2: 0.98,
-        mllog.OPT_ADAM_EPSILON: 1e-9,
-        mllog.OPT_LR_WARMUP_STEPS: 1000,
-        mllog.LABEL_SMOOTHING: 0.1,
-        mllog.BEAM_SIZE: 4,
-        mllog.LENGTH_PENALTY: 0.6,
-        mllog.MAX_SEQUENCE_LENGTH: 256,
+        events.GLOBAL_BATCH_SIZE: 2**17,  # tokens
+        events.GRADIENT_ACCUMULATION_STEPS: 4,  # 2**17 / (8192 tokens x 4 workers)
+        events.OPT_NAME: "adam",
+        events.OPT_BASE_LR: 1.976e-3,
+        events.OPT_WEIGHT_DECAY: 0.0,
+        events.OPT_LR_DECAY_SCHEDULE: "warmup-inverse-sqrt",
+        events.OPT_ADAM_BETA_1: 0.9,
+        events.OPT_ADAM_BETA_2: 0.98,
+        events.OPT_ADAM_EPSILON: 1e-9,
+        events.OPT_LR_WARMUP_STEPS: 1000,
+        events.LABEL_SMOOTHING: 0.1,
+        events.BEAM_SIZE: 4,
+        events.LENGTH_PENALTY: 0.6,
+        events.MAX_SEQUENCE_LENGTH: 256,
     }
     assert metadata(TRANSFORMER) == {
-        mllog.GLOBAL_BATCH_SIZE: {"unit": "tokens"},
-        mllog.MAX_SEQUENCE_LENGTH: {"method": "discard"},
-        mllog.LENGTH_PENALTY: {"form": "power"},
+        events.GLOBAL_BATCH_SIZE: {"unit": "tokens"},
+        events.MAX_SEQUENCE_LENGTH: {"method": "discard"},
+        events.LENGTH_PENALTY: {"form": "power"},
     }
 
 
 def test_gnmt_keys_give_the_step_decay_boundaries_in_epochs():
     params = hyperparameters(GNMT, world_size=2)
-    assert params[mllog.GRADIENT_ACCUMULATION_STEPS] == 8  # 2048 / (128 x 2)
-    assert params[mllog.OPT_GRADIENT_CLIP_NORM] == 5.0
-    assert params[mllog.OPT_LR_ALT_WARMUP_FUNC] is params[mllog.OPT_LR_ALT_DECAY_FUNC] is True
-    assert (params[mllog.OPT_LR_DECAY_FACTOR], params[mllog.OPT_LR_DECAY_STEPS]) == (0.5, 4)
+    assert params[events.GRADIENT_ACCUMULATION_STEPS] == 8  # 2048 / (128 x 2)
+    assert params[events.OPT_GRADIENT_CLIP_NORM] == 5.0
+    assert params[events.OPT_LR_ALT_WARMUP_FUNC] is params[events.OPT_LR_ALT_DECAY_FUNC] is True
+    assert (params[events.OPT_LR_DECAY_FACTOR], params[events.OPT_LR_DECAY_STEPS]) == (0.5, 4)
     # 6 epochs, first decay at 40%, then every (1 - 0.4) / 4 of training.
-    assert params[mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS] == [2.4, 3.3, 4.2, 5.1]
-    assert mllog.OPT_ADAM_EPSILON in params and mllog.OPT_LR_WARMUP_EPOCHS not in params
+    assert params[events.OPT_LR_DECAY_BOUNDARY_EPOCHS] == [2.4, 3.3, 4.2, 5.1]
+    assert events.OPT_ADAM_EPSILON in params and events.OPT_LR_WARMUP_EPOCHS not in params
 
 
 def test_decay_boundaries_match_where_the_schedule_decays():
@@ -55,8 +55,8 @@ def test_decay_boundaries_match_where_the_schedule_decays():
 
 def test_accumulation_reaches_the_global_batch_when_workers_do_not_divide_it():
     config = GNMT.replace(batch_size=96)
-    assert hyperparameters(config, world_size=3)[mllog.GRADIENT_ACCUMULATION_STEPS] == 8
-    assert hyperparameters(config, world_size=64)[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
+    assert hyperparameters(config, world_size=3)[events.GRADIENT_ACCUMULATION_STEPS] == 8
+    assert hyperparameters(config, world_size=64)[events.GRADIENT_ACCUMULATION_STEPS] == 1
 
 
 @pytest.mark.parametrize("name", [n for n, b in BENCHMARKS.items() if isinstance(b, Benchmark)])
@@ -68,10 +68,10 @@ def test_every_training_benchmark_maps_to_json_values(name):
     assert json.loads(json.dumps(params)) == params
     data = config.data
     if data.global_batch is None:  # one batch per worker per update
-        assert params[mllog.GLOBAL_BATCH_SIZE] == data.batch_size * 4
-        assert params[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
+        assert params[events.GLOBAL_BATCH_SIZE] == data.batch_size * 4
+        assert params[events.GRADIENT_ACCUMULATION_STEPS] == 1
     else:  # the translation tasks accumulate to their global batch
-        assert params[mllog.GLOBAL_BATCH_SIZE] == data.global_batch
-        steps = params[mllog.GRADIENT_ACCUMULATION_STEPS]
+        assert params[events.GLOBAL_BATCH_SIZE] == data.global_batch
+        steps = params[events.GRADIENT_ACCUMULATION_STEPS]
         assert steps * data.batch_size * 4 >= data.global_batch
         assert (steps - 1) * data.batch_size * 4 < data.global_batch

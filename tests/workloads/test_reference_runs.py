@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from contract.events import read_events
 from runner.job.benchmarks import BENCHMARKS
 from tests.datagen import epsilon_points, write_cifar10, write_libsvm
 from workloads.config import TrainConfig
 from workloads.data.epsilon import NUM_FEATURES, cache_dir
 from workloads.data.libsvm import convert
-from workloads.mllog import read_events
 
 pytestmark = pytest.mark.slow
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.events import read_events
 from runner.job.benchmarks import BENCHMARKS
 from tests.datagen import markov_lines, write_lines, write_parallel
 from tests.workloads.test_reference_runs import torchrun, train_losses
 from workloads.compliance import check_log
 from workloads.data import WIKITEXT2_SUBDIR, translation_cache_dir
 from workloads.data.translation import prepare_parallel
-from workloads.mllog import read_events
 
 pytestmark = pytest.mark.slow
 

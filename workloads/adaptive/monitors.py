@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from contract.events import STEP_PHASES
 from workloads.adaptive.noise import (
     NoiseEstimates,
     NoiseScale,
@@ -34,7 +35,6 @@ from workloads.adaptive.noise import (
     worker_variance,
 )
 from workloads.adaptive.probes import GradientProbe, ProbeReading, sq_norm
-from workloads.mllog import STEP_PHASES
 
 ROW_FIELDS = (
     "local_sq_norm",

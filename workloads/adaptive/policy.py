@@ -108,7 +108,10 @@ class View:
 
 class Policy(Protocol):
     name: str
-    knobs: tuple[Knob, ...]
+
+    @property
+    def knobs(self) -> tuple[Knob, ...]: ...  # read-only: a policy's tuple may be exact-length
+
     hooks: tuple[Hook, ...]  # which of before_step/after_step it decides in
 
     def propose(self, hook: Hook, view: View) -> Sequence[Proposal]: ...

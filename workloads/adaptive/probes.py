@@ -80,7 +80,7 @@ class GradientProbe:
         """A DDP communication hook that reads the bucket before and after `hook`."""
 
         # No annotations: DDP inspects a hook's annotations at runtime.
-        def probed(state, bucket):  # type: ignore[no-untyped-def]
+        def probed(state, bucket):
             if not self.armed:
                 return hook(state, bucket)
             self._local.append(sq_norm([bucket.buffer()]))

@@ -122,7 +122,7 @@ class AdaptiveSyncPolicy:
         snapshot = view.snapshot
         if snapshot is None:
             return ()
-        mode = "averaging" if view.knobs["sync_mode"] == "averaging" else "exact"
+        mode: SyncMode = "averaging" if view.knobs["sync_mode"] == "averaging" else "exact"
         state = SyncState(mode, int(view.knobs["averaging_period"]))
         predicted = None
         if snapshot.grad_variance is not None and snapshot.param_sq_norm:
@@ -217,7 +217,7 @@ def average_measuring(model: nn.Module, collectives: Collectives) -> tuple[float
     collectives.all_reduce_mean(flat)
     synced = _unflatten_dense_tensors(flat, state)
     mean_params = list(synced[: len(params)])
-    divergence_sq = sq_norm(torch._foreach_sub(params, mean_params))
+    divergence_sq = sq_norm(list(torch._foreach_sub(params, mean_params)))
     mean_sq = sq_norm(mean_params)
     for tensor, value in zip(state, synced, strict=True):
         tensor.copy_(value)

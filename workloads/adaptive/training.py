@@ -33,7 +33,7 @@ from workloads.adaptive.batch import fit_to_world
 from workloads.adaptive.policy import Decision
 from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor, epoch_order
-from workloads.adaptive.sync import AdaptiveSyncStrategy, SyncState
+from workloads.adaptive.sync import AdaptiveSyncStrategy, SyncMode, SyncState
 from workloads.data.sampling import slice_batches
 from workloads.loop import (
     Batch,
@@ -192,7 +192,7 @@ def _apply_sync(tr: Trainer, decisions: list[Decision], run: Adaptive) -> None:
 def sync_state(run: Adaptive) -> SyncState:
     """The synchronisation the sync policy's knobs say."""
     values = run.controller.values
-    mode = "averaging" if values["sync_mode"] == "averaging" else "exact"
+    mode: SyncMode = "averaging" if values["sync_mode"] == "averaging" else "exact"
     return SyncState(mode, int(values["averaging_period"]))
 
 

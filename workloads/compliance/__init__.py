@@ -26,8 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from contract.events import parse_object
-from workloads import mllog
+from contract.events import PREFIX, SUBMISSION_BENCHMARK, SUBMISSION_DIVISION, parse_object
 
 RULES_DIR = Path(__file__).parent
 COMMON = "common.yaml"
@@ -79,13 +78,13 @@ def check_log(events_path: Path, benchmark: str) -> CheckResult:
     bench_rules = rules_for(benchmark)
     with open(events_path, encoding="utf-8", errors="replace") as f:  # missing: an error
         events = [e for e in map(parse_object, f) if e is not None]
-    division = _first_value(events, mllog.SUBMISSION_DIVISION)
+    division = _first_value(events, SUBMISSION_DIVISION)
     # A log without a division is held to the closed rules (common.yaml reports the gap).
     files = [RULES_DIR / COMMON] if division == "open" else [bench_rules, RULES_DIR / COMMON]
     gaps = [(e, _missing(e)) for e in events]
     messages = [f"not an MLPerf event (no {', '.join(m)}): {e}" for e, m in gaps if m]
     messages += run_checker([e for e, m in gaps if not m], files)
-    logged = _first_value(events, mllog.SUBMISSION_BENCHMARK)
+    logged = _first_value(events, SUBMISSION_BENCHMARK)
     if logged is not None and logged != benchmark:
         messages.insert(0, f"submission_benchmark is {logged!r}: not a log of {benchmark}")
     ruleset = (
@@ -106,7 +105,7 @@ def run_checker(events: Sequence[dict[str, Any]], rule_files: Sequence[Path]) ->
     with tempfile.TemporaryDirectory(prefix="stackbench-compliance-") as tmp:
         log_path = Path(tmp) / "mllog.txt"
         log_path.write_text(
-            "".join(mllog.PREFIX + json.dumps(e, separators=(", ", ": ")) + "\n" for e in events),
+            "".join(PREFIX + json.dumps(e, separators=(", ", ": ")) + "\n" for e in events),
             encoding="utf-8",
         )
         loglines, errors = mlp_parser.parse_file(str(log_path), ruleset=PARSER_RULESET)

@@ -48,7 +48,7 @@ class DigitsData(DataConfig):
 class FileData(DataConfig):
     # None: $STACKBENCH_DATA or the XDG cache (workloads.data.data_root). Where the data
     # are read from, not what they are: free in the closed division.
-    data_dir: str | None = None
+    data_dir: str | None = None  # type: ignore[misc]  # a field where the base has a ClassVar
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,7 @@ Progress = Callable[[str, int], None]  # (split, rows converted so far)
 
 def read_rows(path: Path, num_features: int) -> Iterator[tuple[int, np.ndarray]]:
     """(label, dense float32 row) per line of a LIBSVM file; DataError names file:line."""
-    opener: Callable[..., IO[bytes]] = bz2.open if path.suffix == ".bz2" else open  # type: ignore[assignment]
+    opener: Callable[..., IO[bytes]] = bz2.open if path.suffix == ".bz2" else open
     line_number = 0
     try:
         with opener(path, "rb") as f:

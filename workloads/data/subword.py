@@ -211,6 +211,8 @@ class SubwordTokenizer:
     """A trained model: text to ids and back. Immutable; build it with load()."""
 
     __slots__ = ("_processor", "path")
+    _processor: sentencepiece.SentencePieceProcessor
+    path: Path
 
     def __init__(self, processor: sentencepiece.SentencePieceProcessor, path: Path) -> None:
         object.__setattr__(self, "_processor", processor)

@@ -63,11 +63,12 @@ def length_batches(
         )
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(longest))
-    batches = []
+    batches: list[np.ndarray] = []
     for start in range(0, len(order), bucket_sentences):
         bucket = order[start : start + bucket_sentences]
         # lexsort is stable, so equal lengths keep the shuffled order: batches vary by epoch
         bucket = bucket[np.lexsort((src[bucket], tgt[bucket], longest[bucket]))]
+        sizes: list[int] | np.ndarray
         if unit == "tokens":
             sizes = _token_batch_sizes(longest[bucket], max_units)
         else:

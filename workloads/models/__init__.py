@@ -49,5 +49,6 @@ def build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...] =
     if config.execution.memory_format == "channels_last":
         import torch
 
-        model = model.to(memory_format=torch.channels_last)
+        # Module.to takes memory_format at run time; torch's overloads leave it out.
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     return model

@@ -64,8 +64,16 @@ class Collectives:
 
 
 class Strategy(Protocol):
-    module: nn.Module  # the model to train (possibly wrapped)
-    inner: nn.Module  # the plain model, for evaluation and checkpoints
+    # Read-only members, so that a strategy may hold a subclass (DDP's DistributedDataParallel).
+    @property
+    def module(self) -> nn.Module:
+        """The model to train (possibly wrapped)."""
+        ...
+
+    @property
+    def inner(self) -> nn.Module:
+        """The plain model, for evaluation and checkpoints."""
+        ...
 
     def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
         """Run backward and gradient synchronization, ending laps backward and communication."""
@@ -87,11 +95,11 @@ class Strategy(Protocol):
         ...
 
 
-def trainable(model: nn.Module) -> list[nn.Parameter]:
+def trainable(model: nn.Module) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def gradients(params: Iterable[nn.Parameter]) -> list[torch.Tensor]:
+def gradients(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     return [p.grad for p in params if p.grad is not None]
 
 

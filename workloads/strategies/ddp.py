@@ -64,7 +64,7 @@ class DdpStrategy:
         self.module.register_comm_hook(state=hook_state, hook=self._hook)
 
     # No annotations: DDP checks a hook's annotations at runtime and would see strings here.
-    def _hook(self, state, bucket):  # type: ignore[no-untyped-def]
+    def _hook(self, state, bucket):
         # Called as each bucket's gradients are complete; the last entry marks the end of
         # gradient computation (on CUDA the stamps are events on the compute stream).
         entry = self._clock.stamp()
@@ -97,7 +97,7 @@ class DdpStrategy:
 def all_reduce_hook(collectives: Collectives) -> CommHook:
     """torch's allreduce_hook, with the collective issued through `collectives`."""
 
-    def hook(state, bucket):  # type: ignore[no-untyped-def]
+    def hook(state, bucket):
         return collectives.all_reduce_mean_async(bucket.buffer())
 
     return hook
@@ -153,7 +153,7 @@ def powersgd(
         random_seed=seed,
     )
 
-    def hook(hook_state, bucket):  # type: ignore[no-untyped-def]
+    def hook(hook_state, bucket):
         return collectives.delivered(powerSGD_hook.powerSGD_hook(hook_state, bucket))
 
     return DdpStrategy(model, clock, collectives, probed(hook, probe), hook_state=state)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from workloads.tasks.config import LOWER_IS_BETTER
 
@@ -73,6 +73,18 @@ class Task(Protocol):
     def close(self) -> None:
         """Drop the model, strategy and optimizer: no DDP reducer may outlive the group."""
         ...
+
+
+T = TypeVar("T")
+
+
+def narrow(value: object, kind: type[T], what: str) -> T:
+    """`value` as the class a task needs: a TrainConfig types its data and task by their base
+    class and a strategy its model as an nn.Module, while each task reads its own fields. Any
+    other class is a bug (the config pairs each task with its data and model)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{what}: expected a {kind.__name__}, got a {type(value).__name__}")
+    return value
 
 
 class Trains:

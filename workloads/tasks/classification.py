@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workloads import data, mllog, models, objectives, strategies
+from contract import events
+from workloads import data, models, objectives, strategies
 from workloads.adaptive import training
 from workloads.adaptive.run import Adaptive
 from workloads.loop import EVAL_BATCH_SIZE, EpochStats, Trainer, evaluate_metrics, train_epoch
@@ -108,7 +109,7 @@ def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torc
     except BackendCompilerFailed as err:  # e.g. no C++ compiler in the image
         reason = str(err).strip().splitlines()[0]
         print(f"workloads.train: training the eager model: torch.compile failed: {reason}")
-        ctx.log.point(mllog.COMPILE_TIME, None, compiled=False, reason=reason)
+        ctx.log.point(events.COMPILE_TIME, None, compiled=False, reason=reason)
         return model
-    ctx.log.point(mllog.COMPILE_TIME, seconds, compiled=True)
+    ctx.log.point(events.COMPILE_TIME, seconds, compiled=True)
     return compiled

@@ -30,13 +30,15 @@ from torch import nn
 from workloads import divergence, models, precision, strategies
 from workloads.config import TrainConfig
 from workloads.data import WIKITEXT2_SUBDIR, data_root
+from workloads.data.config import WikiText2Data
 from workloads.data.wikitext import load_wikitext
 from workloads.loop import EpochStats, StepResult, timed_epoch
-from workloads.models.awd_lstm.model import detach_hidden
+from workloads.models.awd_lstm.model import AWDLSTM, Hidden, detach_hidden
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
 from workloads.strategies.base import Strategy
-from workloads.tasks import Context, Evaluation, Trains
+from workloads.tasks import Context, Evaluation, Trains, narrow
+from workloads.tasks.config import LanguageModelConfig
 from workloads.timing import StepTimer
 
 EVAL_BATCH_SIZE = 10  # the reference's eval_batch_size
@@ -62,19 +64,26 @@ class LanguageModelTask(Trains):
     val_losses: list[float] = field(default_factory=list)
     averaging: bool = False  # NT-ASGD has switched to averaged SGD
     updates_done: int = 0
+    data_config: WikiText2Data = field(init=False)
+    task_config: LanguageModelConfig = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data_config = narrow(self.config.data, WikiText2Data, "data")
+        self.task_config = narrow(self.config.task, LanguageModelConfig, "task")
 
     @classmethod
     def build(cls, ctx: Context) -> LanguageModelTask:
         config = ctx.config
+        bptt = narrow(config.data, WikiText2Data, "data").bptt
         corpus = load_wikitext(data_root(config.data.data_dir) / WIKITEXT2_SUBDIR)
         model = models.build(config, corpus.vocab_size).to(ctx.device)
         strategy = strategies.build(config, model, ctx.clock)
         train = batchify(rank_share(corpus.train, ctx.world_size, ctx.rank), config.data.batch_size)
         valid = batchify(rank_share(corpus.valid, ctx.world_size, ctx.rank), EVAL_BATCH_SIZE)
-        if len(train) < config.data.bptt + 2:
+        if len(train) < bptt + 2:
             raise ValueError(
                 f"each of {ctx.world_size} ranks has {len(train)} tokens per stream, fewer than "
-                f"one bptt={config.data.bptt} window; lower bptt or batch_size, or use more data"
+                f"one bptt={bptt} window; lower bptt or batch_size, or use more data"
             )
         return cls(
             config,
@@ -99,9 +108,9 @@ class LanguageModelTask(Trains):
         on_step: Callable[[int, int], None] | None = None,
     ) -> EpochStats:
         cfg, strategy = self.config, self._strategy()
-        windows = bptt_windows(len(self.train), cfg.data.bptt, cfg.run.seed, epoch - 1)
+        windows = bptt_windows(len(self.train), self.data_config.bptt, cfg.run.seed, epoch - 1)
         strategy.module.train()
-        hidden = [strategy.inner.init_hidden(cfg.data.batch_size, self.device)]
+        hidden = [self._model().init_hidden(cfg.data.batch_size, self.device)]
 
         def step(i: int) -> StepResult:
             start, length = windows[i]
@@ -111,8 +120,8 @@ class LanguageModelTask(Trains):
         return timed_epoch(self.timer, epoch, len(windows), step, out_of_time, on_step)
 
     def _step(
-        self, start: int, length: int, hidden: object, epochs_done: float
-    ) -> tuple[torch.Tensor, object]:
+        self, start: int, length: int, hidden: Hidden, epochs_done: float
+    ) -> tuple[torch.Tensor, Hidden]:
         cfg, timer, strategy, optimizer = self.config, self.timer, self._strategy(), self._optim()
         timer.start()
         x = self.train[start : start + length]
@@ -120,7 +129,11 @@ class LanguageModelTask(Trains):
         hidden = detach_hidden(hidden)  # truncated backpropagation
         timer.lap("data")
         # The reference scales the LR with the window so every token weighs the same.
-        lr = lr_at(cfg, self.world_size, epochs_done, self.updates_done) * length / cfg.data.bptt
+        lr = (
+            lr_at(cfg, self.world_size, epochs_done, self.updates_done)
+            * length
+            / self.data_config.bptt
+        )
         for group in optimizer.param_groups:
             group["lr"] = lr
         with precision.autocast(self.precision, self.device):
@@ -142,14 +155,14 @@ class LanguageModelTask(Trains):
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> Evaluation:
-        strategy = self._strategy()
-        model = strategy.inner
+        model = self._model()
         model.eval()
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # nll, tokens
         with self._averaged_weights():
             hidden = model.init_hidden(EVAL_BATCH_SIZE, self.device)
-            for start in range(0, len(self.valid) - 1, self.config.data.bptt):
-                length = min(self.config.data.bptt, len(self.valid) - 1 - start)
+            bptt = self.data_config.bptt
+            for start in range(0, len(self.valid) - 1, bptt):
+                length = min(bptt, len(self.valid) - 1 - start)
                 x = self.valid[start : start + length]
                 y = self.valid[start + 1 : start + 1 + length]
                 with precision.autocast(self.precision, self.device):
@@ -165,9 +178,12 @@ class LanguageModelTask(Trains):
         details = {"optimizer": "asgd" if self.averaging else self.config.optimizer.name}
         return Evaluation(value=perplexity(loss), loss=loss, details=details)
 
+    def _model(self) -> AWDLSTM:
+        return narrow(self._strategy().inner, AWDLSTM, "model")
+
     def _maybe_switch_to_asgd(self, val_loss: float) -> None:
         """NT-ASGD: every rank sees the same loss, so every rank switches together."""
-        n = self.config.task.asgd_nonmono
+        n = self.task_config.asgd_nonmono
         if n and not self.averaging and asgd_due(self.val_losses, val_loss, n):
             self.optimizer = averaged_sgd(self.config, self._strategy().inner)
             self.averaging = True

@@ -33,13 +33,16 @@ from workloads import decoding, divergence, models, precision, strategies, textm
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
+from workloads.data.config import WmtData
 from workloads.data.subword import SubwordTokenizer
-from workloads.data.token_batching import batch_units, length_batches, plan_updates
+from workloads.data.token_batching import Unit, batch_units, length_batches, plan_updates
 from workloads.loop import EpochStats, StepResult, timed_epoch
+from workloads.models.seq2seq import Seq2Seq
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
 from workloads.strategies.base import Strategy
-from workloads.tasks import Context, Evaluation, Trains
+from workloads.tasks import Context, Evaluation, Trains, narrow
+from workloads.tasks.config import TranslationConfig
 from workloads.timing import StepTimer
 
 EVAL_SENTENCES = 128  # sentences per evaluation batch (sorted by length, so little padding)
@@ -67,8 +70,12 @@ class TranslationTask(Trains):
     updates_done: int = 0
     num_train: int = field(init=False)
     num_eval: int = field(init=False)
+    data_config: WmtData = field(init=False)
+    task_config: TranslationConfig = field(init=False)
 
     def __post_init__(self) -> None:
+        self.data_config = narrow(self.config.data, WmtData, "data")
+        self.task_config = narrow(self.config.task, TranslationConfig, "task")
         self.num_train = len(self.train_ids)
         self.num_eval = self.test.num_sentences
 
@@ -81,7 +88,7 @@ class TranslationTask(Trains):
         train = corpus.load_parallel(cache, "train", dataset=data.name)
         test = corpus.load_parallel(cache, "test", dataset=data.name)
         references = corpus.load_references(cache, "test", dataset=data.name)
-        train_ids = trainable_pairs(train, data.max_seq_len)
+        train_ids = trainable_pairs(train, narrow(data, WmtData, "data").max_seq_len)
         model = models.build(config, tokenizer.vocab_size).to(ctx.device)
         strategy = strategies.build(config, model, ctx.clock)
         return cls(
@@ -107,8 +114,8 @@ class TranslationTask(Trains):
         out_of_time: Callable[[], bool] | None = None,
         on_step: Callable[[int, int], None] | None = None,
     ) -> EpochStats:
-        cfg, data = self.config, self.config.data
-        unit = "tokens" if data.batch_unit == "tokens" else "sentences"
+        cfg, data = self.config, self.data_config
+        unit: Unit = "tokens" if data.batch_unit == "tokens" else "sentences"
         src_lengths = self.train.src_lengths[self.train_ids]
         tgt_lengths = self.train.tgt_lengths[self.train_ids]
         batches = length_batches(
@@ -149,7 +156,7 @@ class TranslationTask(Trains):
                 with precision.autocast(self.precision, self.device):
                     logits = strategy.module(src, src_len, tgt_in)
                 smoothed, nll, count = label_smoothed_loss(
-                    logits, tgt_out, cfg.task.label_smoothing, self.tokenizer.pad_id
+                    logits, tgt_out, self.task_config.label_smoothing, self.tokenizer.pad_id
                 )
                 # Each rank's part of the update's mean: the strategies average over ranks.
                 scaled = smoothed * (self.world_size / units)
@@ -190,9 +197,11 @@ class TranslationTask(Trains):
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> Evaluation:
-        task, strategy = self.config.task, self._strategy()
+        task, strategy = self.task_config, self._strategy()
         strategy.sync_buffers()
         model = strategy.inner
+        if not isinstance(model, Seq2Seq):  # narrow() takes concrete classes, not a Protocol
+            raise TypeError(f"model: expected a Seq2Seq, got a {type(model).__name__}")
         model.eval()
         mine = eval_order(self.test.src_lengths, self.world_size, self.rank)
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # nll, tokens
@@ -223,10 +232,8 @@ class TranslationTask(Trains):
         details = {"bleu_signature": bleu.signature, "beam_size": task.beam_size}
         return Evaluation(value=bleu.score, loss=float(sums[0] / sums[1]), details=details)
 
-    def _search(
-        self, model: nn.Module, src: torch.Tensor, src_len: torch.Tensor
-    ) -> list[list[int]]:
-        task, tok = self.config.task, self.tokenizer
+    def _search(self, model: Seq2Seq, src: torch.Tensor, src_len: torch.Tensor) -> list[list[int]]:
+        task, tok = self.task_config, self.tokenizer
         max_len = src_len + task.decode_extra_len
         if task.beam_size == 1:
             return decoding.greedy_search(

@@ -136,11 +136,12 @@ class KubeApi:
 
     # ---- jobs ------------------------------------------------------------------------
 
-    def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def create_job(self, manifest: dict[str, Any]) -> None:
         r = self.resource
         name = manifest["metadata"]["name"]
         try:
-            return self.call(
+            # The server's copy of the job is not read: status and watch fetch it as it goes.
+            self.call(
                 f"create {r.kind} {name}",
                 self.custom.create_namespaced_custom_object,
                 r.group,
@@ -396,6 +397,6 @@ class KubeApi:
 
 def _status_message(err: ApiException) -> str:
     try:
-        return json.loads(err.body).get("message") or err.reason
+        return json.loads(err.body or "").get("message") or err.reason
     except (TypeError, ValueError, AttributeError):
         return str(err.reason)

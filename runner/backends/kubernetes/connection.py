@@ -248,7 +248,7 @@ def check_image(image: str, param: str) -> str:
 def _job_api(value: str, param: str) -> JobApi:
     if value not in JOB_APIS:
         raise SpecError(param, f"must be one of {', '.join(JOB_APIS)}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _replace(conn: ClusterConnection, **changes: Any) -> ClusterConnection:

@@ -156,9 +156,12 @@ def elastic_end(
 
 def _min_replicas(job: Mapping[str, Any], num_nodes: int) -> int:
     """elasticPolicy.minReplicas; garbage reads as every worker (the strictest)."""
-    value = (job.get("spec", {}).get("elasticPolicy") or {}).get("minReplicas")
-    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= num_nodes
-    return value if ok else num_nodes
+    spec = job.get("spec")
+    policy = spec.get("elasticPolicy") if isinstance(spec, Mapping) else None
+    value = policy.get("minReplicas") if isinstance(policy, Mapping) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= num_nodes:
+        return value
+    return num_nodes
 
 
 def _left(node: int, pod: Mapping[str, Any] | None) -> str:

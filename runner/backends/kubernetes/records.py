@@ -21,17 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract import events as keys
 from contract import files
+from contract.events import parse_line
 from contract.files import DamagedFile
 from contract.manifest import parse_manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import parse_summary
-from workloads import mllog
 
 EVENT_TYPES = frozenset({"POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"})
 RESULT_FILES = (EVENTS, SUMMARY, MANIFEST)
 # Where the workload also logs a record as an event, so that it can be rebuilt from the log.
-RECORD_EVENTS = {SUMMARY: mllog.SUMMARY, MANIFEST: mllog.MANIFEST}
+RECORD_EVENTS = {SUMMARY: keys.SUMMARY, MANIFEST: keys.MANIFEST}
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def rebuild(rank0_lines: Iterable[str], expected: Expected, wanted: Iterable[str
     would have written them: every valid event, and the last summary and manifest events."""
     events = []
     for line in rank0_lines:
-        event = mllog.parse_line(line)
+        event = parse_line(line)
         if event is not None and check_event(event) is None:
             events.append(event)
     rebuilt = Rebuilt({}, {})

@@ -216,7 +216,7 @@ def outcome(
 def _failed(reason: str, disk: str | None, **fields: int | None) -> JobStatus:
     if disk:
         reason = f"{disk} ({reason})"
-    return JobStatus(JobState.FAILED, reason[:MAX_REASON_CHARS], since=_now(), **fields)  # type: ignore[arg-type]
+    return JobStatus(JobState.FAILED, reason[:MAX_REASON_CHARS], since=_now(), **fields)
 
 
 def parse_root_cause(launcher_text: str) -> tuple[int | None, int | None]:

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from workloads.models.layers import layers_of
+
 # One (h, c) pair per layer, each (1, batch, layer width): what nn.LSTM takes.
 Hidden = list[tuple[Tensor, Tensor]]
 
@@ -66,7 +68,9 @@ class WeightDropLSTM(nn.Module):
     def forward(self, x: Tensor, hx: tuple[Tensor, Tensor]) -> tuple[Tensor, Any]:
         if not self.training or self.weight_drop == 0:
             return self.lstm(x, hx)
-        dropped = F.dropout(self.lstm.weight_hh_l0, self.weight_drop, training=True)
+        dropped = F.dropout(
+            self.lstm.get_parameter("weight_hh_l0"), self.weight_drop, training=True
+        )
         # For this call only; the other weights are the module's own.
         return functional_call(self.lstm, {"weight_hh_l0": dropped}, (x, hx))
 
@@ -113,7 +117,7 @@ class AWDLSTM(nn.Module):
                 torch.zeros(1, batch_size, layer.hidden_size, device=device, dtype=dtype),
                 torch.zeros(1, batch_size, layer.hidden_size, device=device, dtype=dtype),
             )
-            for layer in self.layers
+            for layer in layers_of(self.layers, WeightDropLSTM)
         ]
 
     def forward(self, tokens: Tensor, hidden: Hidden) -> tuple[Tensor, Hidden]:

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from workloads.models.layers import layers_of
+
 
 def sinusoidal_positions(num_positions: int, dim: int) -> Tensor:
     """(num_positions, dim): sin(pos * f_i) in channels [0, dim/2), cos in [dim/2, dim), with
@@ -149,6 +151,8 @@ class DecoderState(NamedTuple):
 
 
 class Transformer(nn.Module):
+    positions: Tensor  # a buffer (register_buffer), declared for the type checker
+
     def __init__(
         self,
         vocab_size: int,
@@ -187,6 +191,9 @@ class Transformer(nn.Module):
         x = self.embed_scale * self.embedding(tokens) + self.positions[start:end]
         return self.dropout(x)
 
+    def _decoder_layers(self) -> list[DecoderLayer]:
+        return layers_of(self.decoder, DecoderLayer)
+
     def logits(self, x: Tensor) -> Tensor:
         return F.linear(x, self.embedding.weight)
 
@@ -197,13 +204,13 @@ class Transformer(nn.Module):
         x = self.embed(src)
         for layer in self.encoder:
             x = layer(x, mask)
-        return Encoded(mask, [layer.cross_attn.keys_values(x) for layer in self.decoder])
+        return Encoded(mask, [layer.cross_attn.keys_values(x) for layer in self._decoder_layers()])
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V)."""
         encoded = self.encode(src, src_lengths)
         x = self.embed(tgt_in)
-        for layer, cross_kv in zip(self.decoder, encoded.cross_kv, strict=True):
+        for layer, cross_kv in zip(self._decoder_layers(), encoded.cross_kv, strict=True):
             x = layer(x, layer.self_attn.keys_values(x), cross_kv, encoded.src_mask, causal=True)
         return self.logits(x)
 
@@ -217,7 +224,8 @@ class Transformer(nn.Module):
         """Log-probabilities (B, V) of the token after prev_tokens (B,), and the new state."""
         x = self.embed(prev_tokens[:, None], start=state.step)
         new_kv = []
-        for i, (layer, cross_kv) in enumerate(zip(self.decoder, encoded.cross_kv, strict=True)):
+        layers = self._decoder_layers()
+        for i, (layer, cross_kv) in enumerate(zip(layers, encoded.cross_kv, strict=True)):
             k, v = layer.self_attn.keys_values(x)
             if state.self_kv:
                 past_k, past_v = state.self_kv[i]
