@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -qq --constraint constraints.txt
 DEPS := pyproject.toml constraints.txt
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean system
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,8 @@ $(VENV)/.torch: $(BIN)/python constraints.txt
 	touch $@
 
 $(VENV)/.demo: $(VENV)/.torch $(DEPS)
-	@echo "installing stackbench[workloads] ..."
-	$(PIP) -e '.[workloads]'
+	@echo "installing stackbench[workloads,dashboard] ..."
+	$(PIP) -e '.[workloads,dashboard]'
 	touch $@
 
 $(VENV)/.test: $(VENV)/.torch $(DEPS)
@@ -31,7 +31,21 @@ $(VENV)/.test: $(VENV)/.torch $(DEPS)
 demo: $(VENV)/.demo
 	$(BIN)/runner submit cnn-digits --local --workers 2
 
-test: $(VENV)/.test
+# System packages some tests need: Debian's chromium + chromedriver (the dashboard's browser
+# test) and iproute2 + util-linux (shaped networks: ip, tc, nsenter). As root on Debian (CI) the
+# missing ones are installed here; elsewhere those tests skip and say what to install.
+SYSTEM_PACKAGES := chromedriver:chromium-driver chromium:chromium tc:iproute2 ip:iproute2 \
+	nsenter:util-linux
+system:
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+		PATH="$$PATH:/usr/sbin:/sbin" command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair##*:}"; \
+	done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing (apt) for the browser and shaped-network tests ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: $(VENV)/.test system
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 

@@ -5,8 +5,8 @@ communication strategy at 2 and 4 processes (gloo on CPU), with speedups over on
 as a table; then the published ordering (DDP fastest, gather/scatter slowest, every strategy
 faster than one process) is checked and every difference is explained from what was measured.
 
-The model is VGG-11-BN when workloads.models.vgg exists (the study's model); otherwise the
-largest model this checkout has, and the output says so. Data are synthetic CIFAR-shaped
+The model is VGG-11-BN when workloads.models.vgg.model exists (the study's model); otherwise
+the largest model this checkout has, and the output says so. Data are synthetic CIFAR-shaped
 tensors made once per rank: data loading is not what is compared. Global batch 256 split
 over the workers, SGD lr 0.1, momentum 0.9, weight decay 1e-4, fixed seed, as the study.
 This is a speed benchmark, not a test: it asserts nothing.
@@ -18,7 +18,6 @@ Usage: python bench/data_parallel.py [--iters 40] [--global-batch 256] [--worker
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import queue as queue_lib
@@ -45,15 +44,15 @@ PUBLISHED_S = {"single": 1.855, "gather-scatter": 1.304, "allreduce-per-param": 
 def build_model() -> tuple[nn.Module, tuple[int, ...], str]:
     """(model, one sample's shape, what it is)."""
     try:
-        from workloads.models.vgg import VGG  # type: ignore[import-not-found]
+        from workloads.models.vgg.model import VGG  # type: ignore[import-not-found]
 
         return VGG(num_classes=10), (3, 32, 32), "VGG-11-BN (the study's model)"
     except ImportError:
-        from workloads.models.cnn import DigitsCNN
+        from workloads.models.cnn.model import DigitsCNN
 
         note = (
-            "DigitsCNN, 0.14 M parameters, 8x8 inputs: VGG-11-BN (workloads/models/vgg.py) is "
-            "not in this checkout yet; this is the largest model it has. Rerun after the "
+            "DigitsCNN, 0.14 M parameters, 8x8 inputs: VGG-11-BN (workloads/models/vgg/model.py) "
+            "is not in this checkout yet; this is the largest model it has. Rerun after the "
             "models branch is merged for the study's model (9.2 M parameters)."
         )
         return DigitsCNN(10), (1, 8, 8), note
@@ -79,7 +78,7 @@ def rank_times(rank: int, world_size: int, strategy: str, args: dict[str, Any]) 
     if strategy == "single":
         strat = None
     else:
-        config = dataclasses.replace(CNN_DIGITS.config, strategy=strategy, **args["options"])
+        config = CNN_DIGITS.config.replace(strategy=strategy, **args["options"].get(strategy, {}))
         strat = strategies.build(config, model, clock)
     module = model if strat is None else strat.module
     steps, comms = [], []
@@ -159,7 +158,8 @@ def main() -> None:
     ns = parser.parse_args()
     args = {
         "iters": ns.iters, "global_batch": ns.global_batch, "timeout_s": ns.timeout_s,
-        "options": {"powersgd_start_iter": 2} if "powersgd" in ns.strategies else {},
+        # Each strategy's own options (a key of one strategy is refused with another).
+        "options": {"powersgd": {"powersgd_start_iter": 2}},
     }  # fmt: skip
     if ns.iters < 2:
         parser.error("--iters must be at least 2 (iteration 1 is warm-up, not averaged)")

@@ -1,7 +1,7 @@
 """How long the infra program takes to evaluate under Pulumi mocks, per stack.
 
 A speed benchmark of our own code (not a pass/fail test): `python bench/infra_eval.py`
-runs the real program (infra/__main__.py) for each stack file as tests/infra does and
+runs the real program (__main__.py, infra/program.py) for each stack file as tests/infra does and
 prints, largest stack first, the resource count, the cold time (the first run in the process,
 which includes importing the provider SDKs it is the first to use: pulumi_gcp and pulumi_aws
 take seconds) and the median of `--repeat N` warm runs.
@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "infra"))
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "infra")]  # the harness, and what it imports
 
 
 def main() -> None:

@@ -162,7 +162,7 @@ def stackbench_samples_per_s(config: Any, rank: int, world: int, device: str) ->
 
     env = DistEnv(rank, rank, world)
     summary = run_quietly(config, "--open-division", "--device", device, env=env)
-    return None if summary is None else summary["throughput_samples_per_s"]
+    return None if summary is None else summary.throughput_samples_per_s
 
 
 # ---- processes -----------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import contextlib
 import os
 import socket
 import tempfile
-from typing import Any
 
+from contract.summary import TrainSummary
 from workloads import dist as wdist
 from workloads.config import TrainConfig
 from workloads.train import parse_args, run
@@ -26,7 +26,7 @@ def single_rank_environment() -> None:
 
 def run_quietly(
     config: TrainConfig, *extra_args: str, env: wdist.DistEnv | None = None
-) -> dict[str, Any] | None:
+) -> TrainSummary | None:
     """One run of `config` in this process as rank `env` (default: 0 of 1, after
     single_rank_environment()); rank 0 returns the summary, the others None."""
     env = env or wdist.DistEnv(0, 0, 1)

@@ -16,7 +16,6 @@ Usage: python bench/overhead.py [--rounds 5] [--workloads cnn-digits,resnet20] [
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import statistics
@@ -60,7 +59,7 @@ def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
     Open division: the ResNet data are not CIFAR-10's canonical split."""
     summary = run_quietly(config, "--device", device, "--open-division")
     assert summary is not None
-    return summary["throughput_samples_per_s"]
+    return summary.throughput_samples_per_s
 
 
 def bare_samples_per_s(config: TrainConfig, device: str) -> float:
@@ -68,18 +67,18 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
     config compiles it), data, augmentation, optimizer and shuffling, evaluating after every
     epoch as the run does, its clock paused meanwhile: no timers, no strategy, no event log."""
     dev = torch.device(device)
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.run.seed)
     splits = data.load(config, dev)
     model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
     optimizer = build_optimizer(config, model.parameters())
-    forward = _compiled(model, config, splits) if config.compile_model else model
-    generator = torch.Generator(dev).manual_seed(config.seed)
+    forward = _compiled(model, config, splits) if config.execution.compile_model else model
+    generator = torch.Generator(dev).manual_seed(config.run.seed)
     sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else lambda: None
     samples, train_s, first_step_s = 0, 0.0, 0.0
-    for epoch in range(config.max_epochs):
+    for epoch in range(config.run.max_epochs):
         t0 = time.perf_counter()
-        order = epoch_shard(splits.num_train, 1, 0, epoch, config.seed).to(dev)
-        for index in batches(order, config.batch_size):
+        order = epoch_shard(splits.num_train, 1, 0, epoch, config.run.seed).to(dev)
+        for index in batches(order, config.data.batch_size):
             step_t0 = time.perf_counter() if not first_step_s else 0.0
             x, y = splits.train_x[index], splits.train_y[index]
             if splits.augment is not None:
@@ -101,12 +100,14 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
 
 def _compiled(model: torch.nn.Module, config: TrainConfig, splits: data.Splits) -> Any:
     """As stackbench compiles: every batch shape, training and evaluation, beforehand."""
-    compiled = compiling.compile_model(model, compiling.cache_dir(data.data_root(config.data_dir)))
-    fmt = torch.channels_last if config.memory_format == "channels_last" else None
+    compiled = compiling.compile_model(
+        model, compiling.cache_dir(data.data_root(config.data.data_dir))
+    )
+    fmt = torch.channels_last if config.execution.memory_format == "channels_last" else None
     compiling.precompile(
         compiled,
         splits.sample_shape,
-        compiling.batch_sizes(splits.num_train, config.batch_size),
+        compiling.batch_sizes(splits.num_train, config.data.batch_size),
         compiling.batch_sizes(splits.num_test, EVAL_BATCH_SIZE),
         fmt or torch.contiguous_format,
     )
@@ -123,11 +124,10 @@ def _evaluate(forward: Any, splits: data.Splits) -> None:
 
 def workload_configs(data_dir: Path, epochs: dict[str, int]) -> dict[str, TrainConfig]:
     return {
-        "cnn-digits": dataclasses.replace(
-            CNN_DIGITS.config, max_epochs=epochs["cnn-digits"], stop_at_target=False
+        "cnn-digits": CNN_DIGITS.config.replace(
+            max_epochs=epochs["cnn-digits"], stop_at_target=False
         ),
-        "resnet20": dataclasses.replace(
-            RESNET20_CIFAR10.config,
+        "resnet20": RESNET20_CIFAR10.config.replace(
             data_dir=str(data_dir),
             max_epochs=epochs["resnet20"],
             stop_at_target=False,
@@ -155,8 +155,8 @@ def compare(config: TrainConfig, rounds: int, device: str) -> dict[str, object]:
         "ratio_stackbench_to_bare": round(statistics.median(paired), 3),
         "per_round_ratios": [round(r, 3) for r in paired],
         "ratio_of_medians": round(medians["stackbench"] / medians["bare"], 3),
-        "epochs_per_round": config.max_epochs,
-        "batch_size": config.batch_size,
+        "epochs_per_round": config.run.max_epochs,
+        "batch_size": config.data.batch_size,
     }
 
 

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from workloads.data.cifar10 import CifarAugment
-from workloads.models.resnet import CifarResNet
+from workloads.models.resnet.model import CifarResNet
 
 NUM_IMAGES = 4096
 

@@ -15,7 +15,6 @@ Usage: python bench/transformer_throughput.py [--rounds 3] [--size small|big] [-
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import tempfile
@@ -35,7 +34,7 @@ from workloads.data.token_batching import length_batches
 from workloads.data.translation import load_parallel, prepare_parallel, tokenizer
 
 SIZES = {
-    "small": {"hidden_dim": 256, "ffn_dim": 1024, "num_heads": 4, "num_layers": 3},
+    "small": {"d_model": 256, "ffn_dim": 1024, "num_heads": 4, "num_layers": 3},
     "big": {},  # the benchmark's own: 1024 / 4096 / 16 / 6
 }
 
@@ -60,8 +59,7 @@ def write_corpus(root: Path, pairs: int, seed: int = 0) -> None:
 
 
 def bench_config(data_dir: Path, size: str, tokens: int) -> TrainConfig:
-    return dataclasses.replace(
-        TRANSFORMER_WMT17.config,
+    return TRANSFORMER_WMT17.config.replace(
         data_dir=str(data_dir),
         max_epochs=1,
         stop_at_target=False,
@@ -76,22 +74,25 @@ def bench_config(data_dir: Path, size: str, tokens: int) -> TrainConfig:
 def stackbench_tokens_per_s(config: TrainConfig, device: str) -> float:
     summary = run_quietly(config, "--device", device)
     assert summary is not None
-    return summary["throughput_tokens_per_s"]
+    return summary.throughput_tokens_per_s
 
 
 def bare_tokens_per_s(config: TrainConfig, device: str) -> float:
     """The same model, batches, optimizer and loss, in the plainest loop."""
     dev = torch.device(device)
-    cache = translation_cache_dir(Path(config.data_dir or ""), config.dataset)
+    cache = translation_cache_dir(Path(config.data.data_dir or ""), config.data.name)
     tok = tokenizer(cache)
     train = load_parallel(cache, "train")
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.run.seed)
     model = models.build(config, tok.vocab_size).to(dev)
-    beta1, beta2 = config.adam_betas
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(beta1, beta2), eps=config.adam_eps)
-    batches = length_batches(
-        train.src_lengths, train.tgt_lengths, config.batch_size, "tokens", seed=config.seed, epoch=0
+    beta1, beta2 = config.optimizer.adam_betas
+    opt = torch.optim.Adam(
+        model.parameters(), lr=1e-4, betas=(beta1, beta2), eps=config.optimizer.adam_eps
     )
+    batches = length_batches(
+        train.src_lengths, train.tgt_lengths, config.data.batch_size, "tokens",
+        seed=config.run.seed, epoch=0,
+    )  # fmt: skip
     autocast = torch.autocast("cuda", torch.bfloat16) if dev.type == "cuda" else None
     tokens, elapsed = 0, 0.0
     for i, batch in enumerate(batches):

@@ -1,12 +1,20 @@
 """Addons: what a cluster needs in it before the runner can submit a benchmark.
 
-The job operator (Kubeflow Trainer 2.3.x Helm chart with its torch-distributed runtime for
-trainjob stacks, or training-operator 1.9.x manifests for pytorchjob stacks), the NVIDIA
-device plugin where the cloud does not provide one (eks GPU stacks: GKE ships its own, kind
-stacks are CPU-only), the jobs' namespace, the service account jobs run as (bound to the
-results store's identity) and its namespace-scoped RBAC. Every object uses the cluster's
-explicit Kubernetes provider, every chart a pinned version, and every object is
-`deleted_with` the cluster, so destroy removes the cluster without waiting on its contents.
+The job operator (Kubeflow Trainer 2.3.x Helm chart plus the stack's own torch runtime,
+infra/runtime.py, for trainjob stacks; training-operator 1.9.x manifests for pytorchjob
+stacks), the NVIDIA device plugin where the cloud does not provide one (eks GPU stacks: GKE
+ships its own, kind stacks are CPU-only), the jobs' namespace and the service account jobs
+run as. Every object uses the cluster's explicit Kubernetes provider, every chart a pinned
+version, and every object is `deleted_with` the cluster, so destroy removes the cluster
+without waiting on its contents.
+
+The jobs' service account is an identity for the results store and nothing else: no Role or
+RoleBinding names it and it mounts no API token. What a job needs from the cluster it gets
+without the Kubernetes API: its peers' addresses come from the operator (environment
+variables, headless-service DNS), results go to a mounted volume (the CSI driver or the
+kubelet obtains a token for the account's cloud identity itself; the pod never holds one).
+Logs, events and job status are read by the runner with the admin kubeconfig, never by a
+pod, so one run cannot read another's logs through this account.
 """
 
 from __future__ import annotations
@@ -14,10 +22,13 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from contract.stack import JOB_SERVICE_ACCOUNT, STACK_TRAINING_RUNTIME
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
-from infra.outputs import GPU_PRESENT_LABEL, SERVICE_ACCOUNT, gpu_tolerations
+from infra.image import TrainingImage
+from infra.outputs import GPU_PRESENT_LABEL, gpu_tolerations
 from infra.results import ResultsStore
+from infra.runtime import runtime_manifest
 
 TRAINER_CHART = "oci://ghcr.io/kubeflow/charts/kubeflow-trainer"
 TRAINER_NAMESPACE = "kubeflow-system"
@@ -27,20 +38,13 @@ TRAINING_OPERATOR_MANIFESTS = (
 DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 HELM_TIMEOUT_S = 600
-# What a job's pods may do in their own namespace: discover their peers and read their logs
-# and events (rendezvous and progress reporting), nothing cluster-wide and nothing that writes.
-JOB_RULES = [
-    {
-        "apiGroups": [""],
-        "resources": ["pods", "pods/log", "events"],
-        "verbs": ["get", "list", "watch"],
-    },
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
-]
 
 
 class Addons(pulumi.ComponentResource):
-    """Operators, device plugin, namespace, service account and RBAC in one cluster."""
+    """Operators, device plugin, namespace and the jobs' service account in one cluster.
+
+    `training_runtime` is the ClusterTrainingRuntime TrainJobs reference ("" on pytorchjob
+    stacks)."""
 
     def __init__(
         self,
@@ -48,6 +52,7 @@ class Addons(pulumi.ComponentResource):
         cfg: StackConfig,
         cluster: ClusterComponent,
         results: ResultsStore,
+        image: TrainingImage,
         opts=None,
     ):
         super().__init__("stackbench:index:Addons", name, None, opts)
@@ -66,46 +71,30 @@ class Addons(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
             metadata={
-                "name": SERVICE_ACCOUNT,
+                "name": JOB_SERVICE_ACCOUNT,
                 "namespace": cfg.namespace,
                 "annotations": results.service_account_annotations,
             },
+            # No pod of the account gets an API token unless its spec asks (none does).
+            automount_service_account_token=False,
             opts=in_namespace,
         )
-        self._rbac(name, in_namespace)
+        self.training_runtime = ""
         if cfg.job_api == "trainjob":
             self.operator = self._trainer(name)
+            self._runtime(name, image)
+            self.training_runtime = STACK_TRAINING_RUNTIME
         else:
             self.operator = self._training_operator(name)
         self.device_plugin = self._device_plugin(name) if needs_device_plugin(cfg) else None
         self.register_outputs(
             {
                 "namespace": cfg.namespace,
-                "service_account": SERVICE_ACCOUNT,
+                "service_account": JOB_SERVICE_ACCOUNT,
                 "job_api": cfg.job_api,
+                "training_runtime": self.training_runtime,
                 "device_plugin": self.device_plugin is not None,
             }
-        )
-
-    def _rbac(self, name: str, opts: pulumi.ResourceOptions) -> None:
-        role = k8s.rbac.v1.Role(
-            f"{name}-jobs-role",
-            metadata={"name": "stackbench-jobs", "namespace": self.cfg.namespace},
-            rules=JOB_RULES,
-            opts=opts,
-        )
-        k8s.rbac.v1.RoleBinding(
-            f"{name}-jobs-binding",
-            metadata={"name": "stackbench-jobs", "namespace": self.cfg.namespace},
-            role_ref={
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "stackbench-jobs",
-            },
-            subjects=[
-                {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": self.cfg.namespace}
-            ],
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])),
         )
 
     def _trainer(self, name: str) -> k8s.helm.v3.Release:
@@ -118,13 +107,28 @@ class Addons(pulumi.ComponentResource):
             chart=TRAINER_CHART,
             version=self.cfg.trainer_version,
             namespace=TRAINER_NAMESPACE,
-            # The torch-distributed ClusterTrainingRuntime that TrainJobs reference.
-            values={"runtimes": {"torchDistributed": {"enabled": True}}},
+            # The chart's own torch-distributed runtime is off: the stack installs its own
+            # (_runtime), which is that one plus a TTL for finished jobs.
+            values={"runtimes": {"torchDistributed": {"enabled": False}}},
             atomic=True,
             cleanup_on_fail=True,
             timeout=HELM_TIMEOUT_S,
             opts=pulumi.ResourceOptions.merge(
                 self._k8s, pulumi.ResourceOptions(depends_on=[namespace])
+            ),
+        )
+
+    def _runtime(self, name: str, image: TrainingImage) -> k8s.apiextensions.CustomResource:
+        manifest = runtime_manifest(image.ref)
+        return k8s.apiextensions.CustomResource(
+            f"{name}-runtime",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            # The chart installs the ClusterTrainingRuntime CRD.
+            opts=pulumi.ResourceOptions.merge(
+                self._k8s, pulumi.ResourceOptions(depends_on=[self.operator])
             ),
         )
 

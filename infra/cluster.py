@@ -22,6 +22,7 @@ from infra.outputs import (
     TRAIN_POOL_LABEL,
     gpu_tolerations,
 )
+from infra.pools import training_pool
 
 
 class ClusterComponent(pulumi.ComponentResource):
@@ -32,19 +33,22 @@ class ClusterComponent(pulumi.ComponentResource):
       k8s_provider         the explicit Kubernetes provider every in-cluster object uses
       cluster_resource     the resource whose deletion takes the in-cluster objects with it
       cloud_provider       the explicit gcp/aws provider (None on kind)
+      bandwidth_shaping    whether the pod network enforces the kubernetes.io/ingress- and
+                           egress-bandwidth annotations (the CNI chains the bandwidth plugin)
     """
 
     kubeconfig: pulumi.Output[str]
     k8s_provider: k8s.Provider
     cluster_resource: pulumi.Resource
     cloud_provider: pulumi.ProviderResource | None
+    bandwidth_shaping: bool
 
     def __init__(self, type_name: str, name: str, cfg: StackConfig, opts=None) -> None:
         super().__init__(type_name, name, None, opts)
         self.cfg = cfg
         self.provider_name = cfg.provider
         self.gpus_per_node = cfg.gpus_per_node
-        self.num_nodes = cfg.max_nodes
+        self.num_nodes = training_pool(cfg).max_nodes
         gpu = {GPU_PRESENT_LABEL: "true"} if cfg.has_gpus else {}
         pool = {TRAIN_POOL_LABEL: "train"} if cfg.provider != "kind" else {}
         self.node_selector = gpu | pool
@@ -80,6 +84,7 @@ class ClusterComponent(pulumi.ComponentResource):
                 "gpu_tolerations": self.gpu_tolerations,
                 "gpus_per_node": self.gpus_per_node,
                 "num_nodes": self.num_nodes,
+                "bandwidth_shaping": self.bandwidth_shaping,
                 **extra,
             }
         )

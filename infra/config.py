@@ -17,16 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from contract.stack import JOB_APIS, PROVIDERS, JobApi, Provider
 from infra.catalog import EC2_INSTANCE_RE, GKE_MACHINE_RE, NO_GPUS, GpuOffer, eks_offer, gke_offer
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
 NAMESPACE = "stackbench"  # the Pulumi project name, so keys read `stackbench:KEY`
-Provider = Literal["kind", "gke", "eks"]
-JobApi = Literal["trainjob", "pytorchjob"]
-PROVIDERS: tuple[Provider, ...] = ("kind", "gke", "eks")
-JOB_APIS: tuple[JobApi, ...] = ("trainjob", "pytorchjob")
 GKE_DRIVER_VERSIONS = ("DEFAULT", "LATEST")
 MAX_NODES = 1000  # a guard against typos (80 for 8), not a cloud quota
+# An API CIDR this wide (0.0.0.0/0, or 0.0.0.0/1 + 128.0.0.0/1) opens the cluster to the
+# internet: accepted only with apiOpenToInternet, and every `pulumi up` then warns.
+WIDEST_QUIET_PREFIX = 8
+API_CIDR_EXAMPLE = "[0]' 203.0.113.7/32"  # the `pulumi config set --path` fix, after the key
 # Used when systemMachineType is empty: small general-purpose machines, no GPU.
 SYSTEM_MACHINE = {"gke": "e2-standard-4", "eks": "m6i.large", "kind": ""}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -66,6 +67,8 @@ class StackConfig:
     gpu_driver_version: str
     spot: bool
     api_allowed_cidrs: tuple[str, ...]
+    api_open_to_internet: bool
+    deletion_protection: bool
     job_api: JobApi
     namespace: str
     trainer_version: str
@@ -125,7 +128,7 @@ def _semver(key: str, raw: str) -> str:
 
 
 def _cidrs(key: str, raw: str) -> tuple[str, ...]:
-    example = "[0]' 203.0.113.7/32"
+    example = API_CIDR_EXAMPLE
     try:
         items = json.loads(raw)
     except json.JSONDecodeError:
@@ -158,6 +161,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "gpuDriverVersion": _choice(GKE_DRIVER_VERSIONS),
     "spot": _boolean,
     "apiAllowedCidrs": _cidrs,
+    "apiOpenToInternet": _boolean,
+    "deletionProtection": _boolean,
     "jobApi": _choice(JOB_APIS),
     "namespace": _text,
     "trainerVersion": _semver,
@@ -179,6 +184,7 @@ def parse_stack_config(raw: Mapping[str, str | None], stack: str, project_root: 
             raise ConfigError(key, "is not set (Pulumi.yaml declares every key)", example)
         values[key] = parse(key, text)
     _check_location(values)
+    _check_api_access(values)
     _check_names(values)
     _check_pools(values)
     _check_gpus(values)
@@ -200,6 +206,8 @@ def parse_stack_config(raw: Mapping[str, str | None], stack: str, project_root: 
         gpu_driver_version=values["gpuDriverVersion"],
         spot=values["spot"],
         api_allowed_cidrs=values["apiAllowedCidrs"],
+        api_open_to_internet=values["apiOpenToInternet"],
+        deletion_protection=values["deletionProtection"],
         job_api=values["jobApi"],
         namespace=values["namespace"],
         trainer_version=values["trainerVersion"],
@@ -221,12 +229,6 @@ def _check_location(v: dict[str, Any]) -> None:
             raise ConfigError("zone", f"must be a zone of {region}, got {zone!r}", f"{region}-a")
     if provider == "eks" and not _AWS_REGION.match(region):
         raise ConfigError("region", f"must be an AWS region for eks, got {region!r}", "us-east-1")
-    if provider != "kind" and not v["apiAllowedCidrs"]:
-        raise ConfigError(
-            "apiAllowedCidrs",
-            "is empty: list who may reach the Kubernetes API (it is never opened to everyone)",
-            "[0]' 203.0.113.7/32",
-        )
     version = v["kubernetesVersion"]
     match = _K8S_MINOR.match(version)
     if not match or int(match.group(1)) < 29:
@@ -235,6 +237,22 @@ def _check_location(v: dict[str, Any]) -> None:
         raise ConfigError(
             "kubernetesVersion", f"needs a patch version on kind, got {version!r}", "1.33.1"
         )
+
+
+def _check_api_access(v: dict[str, Any]) -> None:
+    wide = [c for c in v["apiAllowedCidrs"] if _opens_internet(c)]
+    if wide and not v["apiOpenToInternet"]:
+        raise ConfigError(
+            "apiAllowedCidrs",
+            f"has {', '.join(wide)}, which opens the Kubernetes API to the internet; list your "
+            f"own address, or accept it with `pulumi config set {NAMESPACE}:apiOpenToInternet "
+            "true` (every `pulumi up` then warns)",
+            API_CIDR_EXAMPLE,
+        )
+
+
+def _opens_internet(cidr: str) -> bool:
+    return ipaddress.ip_network(cidr).prefixlen < WIDEST_QUIET_PREFIX
 
 
 def _check_names(v: dict[str, Any]) -> None:
@@ -326,10 +344,39 @@ def _results_dir(v: dict[str, Any], stack: str, project_root: str) -> str:
     return path
 
 
+def check_deployable(cfg: StackConfig) -> None:
+    """What `pulumi up` needs on top of valid settings: a cloud stack names who may reach its
+    API (the stack files leave that to each operator, and `runner cost` reads them as is)."""
+    if cfg.provider != "kind" and not cfg.api_allowed_cidrs:
+        raise ConfigError(
+            "apiAllowedCidrs",
+            "is empty: list who may reach the Kubernetes API (it is never opened to everyone)",
+            API_CIDR_EXAMPLE,
+        )
+
+
+def open_api_warning(cfg: StackConfig) -> str | None:
+    """The warning every `pulumi up` prints while the API is open to the internet."""
+    wide = [c for c in cfg.api_allowed_cidrs if _opens_internet(c)]
+    if cfg.provider == "kind" or not wide:
+        return None
+    return (
+        f"the Kubernetes API of stack {cfg.stack} accepts connections from {', '.join(wide)}: "
+        "anyone on the internet can try its credentials and probe it for flaws. Narrow "
+        f"{NAMESPACE}:apiAllowedCidrs to your own addresses and set {NAMESPACE}:apiOpenToInternet "
+        "false."
+    )
+
+
 def load_stack_config() -> StackConfig:
-    """Read this stack's settings from the Pulumi runtime and validate them."""
+    """Read this stack's settings from the Pulumi runtime, validate them, warn if the API is
+    open to the internet."""
     import pulumi  # here, so the parser above stays importable and testable without a runtime
 
     config = pulumi.Config(NAMESPACE)
     raw = {key: config.get(key) for key in KEYS}
-    return parse_stack_config(raw, pulumi.get_stack(), str(PROJECT_ROOT))
+    cfg = parse_stack_config(raw, pulumi.get_stack(), str(PROJECT_ROOT))
+    check_deployable(cfg)
+    if warning := open_api_warning(cfg):
+        pulumi.log.warn(warning)
+    return cfg

@@ -5,8 +5,11 @@ the EKS-optimized AL2023 NVIDIA AMI when the stack has GPUs (drivers and contain
 included; addons.py installs the device plugin, which that AMI lacks), is tainted
 nvidia.com/gpu and labelled nvidia.com/gpu.present=true, and may run on spot capacity. An
 IAM OIDC provider is created for IRSA (results.py binds the job service account). The API
-endpoint is public but limited to apiAllowedCidrs. It uses the account's default VPC: a
-dedicated VPC is not built here. The group is sized to maxNodes (no cluster autoscaler).
+endpoint answers only apiAllowedCidrs from outside (nodes reach it privately), and deletion
+protection follows the deletionProtection setting. The VPC CNI chains the bandwidth plugin,
+so pods' kubernetes.io/{ingress,egress}-bandwidth annotations are enforced. It uses the
+account's default VPC: a dedicated VPC is not built here. The training group is fixed at
+maxNodes (no cluster autoscaler; infra/pools.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pulumi_eks as eks
 
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
+from infra.pools import PoolSize, system_pool, training_pool
 
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
@@ -34,6 +38,7 @@ class EksCluster(ClusterComponent):
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
         super().__init__("stackbench:index:EksCluster", name, cfg, opts)
+        self.bandwidth_shaping = True
         self.cloud_provider = aws.Provider(
             f"{name}-aws", region=cfg.region, opts=pulumi.ResourceOptions(parent=self)
         )
@@ -48,6 +53,9 @@ class EksCluster(ClusterComponent):
             endpoint_public_access=True,
             endpoint_private_access=True,
             public_access_cidrs=list(cfg.api_allowed_cidrs),
+            deletion_protection=cfg.deletion_protection,
+            # The bandwidth CNI plugin after aws-cni: pods' bandwidth annotations are enforced.
+            vpc_cni_options={"configuration_values": {"env": {"ENABLE_BANDWIDTH_PLUGIN": "true"}}},
             opts=pulumi.ResourceOptions(parent=self, providers={"aws": self.cloud_provider}),
         )
         self.system_group = self._node_group(
@@ -55,7 +63,7 @@ class EksCluster(ClusterComponent):
             node_role,
             instance_type=cfg.system_machine_type,
             ami_type=CPU_AMI,
-            sizes=(cfg.system_node_count, cfg.system_node_count),
+            size=system_pool(cfg),
             spot=False,
             labels={},
             taints=[],
@@ -65,7 +73,7 @@ class EksCluster(ClusterComponent):
             node_role,
             instance_type=cfg.node_machine_type,
             ami_type=GPU_AMI if cfg.has_gpus else CPU_AMI,
-            sizes=(cfg.min_nodes, cfg.max_nodes),
+            size=training_pool(cfg),
             spot=cfg.spot,
             labels=self.pool_labels(),
             taints=self.gpu_taints("NO_SCHEDULE"),
@@ -104,9 +112,8 @@ class EksCluster(ClusterComponent):
         return role
 
     def _node_group(
-        self, name, node_role, *, instance_type, ami_type, sizes, spot, labels, taints
+        self, name, node_role, *, instance_type, ami_type, size: PoolSize, spot, labels, taints
     ) -> eks.ManagedNodeGroup:
-        min_size, max_size = sizes
         return eks.ManagedNodeGroup(
             name,
             cluster=self.cluster_resource,
@@ -114,9 +121,11 @@ class EksCluster(ClusterComponent):
             instance_types=[instance_type],
             ami_type=ami_type,
             capacity_type="SPOT" if spot else "ON_DEMAND",
-            # Without a cluster autoscaler nothing would grow the group, so it starts at its
-            # maximum: the nodes a job asks for are there when it is submitted.
-            scaling_config={"min_size": min_size, "max_size": max_size, "desired_size": max_size},
+            scaling_config={
+                "min_size": size.min_nodes,
+                "max_size": size.max_nodes,
+                "desired_size": size.initial_nodes,
+            },
             disk_size=200,
             labels=labels,
             taints=taints,

@@ -2,10 +2,14 @@
 
 The default pool is removed; the system pool runs operators and DNS; the training pool
 carries the guest accelerators with driver installation, autoscales from minNodes (0 by
-default), optionally on spot VMs, and is tainted so only GPU jobs land on it. Workload
-Identity is on (results.py binds the job service account); deletion protection is off so
-`pulumi destroy` works; the API is reachable only from apiAllowedCidrs. GKE provides the
-NVIDIA device plugin itself, so addons.py installs none here.
+default, infra/pools.py), optionally on spot VMs, and is tainted so only GPU jobs land on it.
+Workload Identity is on (results.py binds the job service account) and so is the Cloud
+Storage FUSE CSI driver, through which job pods write the results bucket. Deletion
+protection follows the deletionProtection setting (on by default: turn it off, `pulumi up`,
+then destroy); the API is reachable only from apiAllowedCidrs. GKE provides the NVIDIA device
+plugin itself, so addons.py installs none here. Pod bandwidth annotations are not known to be
+enforced by GKE's pod network (neither its legacy dataplane's CNI config nor Dataplane V2 is
+documented to chain the bandwidth plugin), so the stack says it does not shape bandwidth.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pulumi_gcp as gcp
 
 from infra.cluster import ClusterComponent, exec_kubeconfig
 from infra.config import StackConfig
+from infra.pools import training_pool
 
 NODE_SA_ROLES = (
     "roles/logging.logWriter",
@@ -35,6 +40,7 @@ class GkeCluster(ClusterComponent):
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
         super().__init__("stackbench:index:GkeCluster", name, cfg, opts)
+        self.bandwidth_shaping = False
         self.cloud_provider = gcp.Provider(
             f"{name}-gcp",
             project=cfg.gcp_project or None,
@@ -97,7 +103,9 @@ class GkeCluster(ClusterComponent):
             initial_node_count=1,
             min_master_version=cfg.kubernetes_version,
             release_channel={"channel": "REGULAR"},
-            deletion_protection=False,
+            deletion_protection=cfg.deletion_protection,
+            # Job pods mount the results bucket through it (render/common.py).
+            addons_config={"gcs_fuse_csi_driver_config": {"enabled": True}},
             workload_identity_config={"workload_pool": self.workload_pool},
             master_authorized_networks_config={
                 "cidr_blocks": [
@@ -148,7 +156,7 @@ class GkeCluster(ClusterComponent):
         )
 
     def _training_pool(self, name: str, node_sa) -> gcp.container.NodePool:
-        cfg = self.cfg
+        cfg, size = self.cfg, training_pool(self.cfg)
         node_config = self._node_config(cfg.node_machine_type, node_sa)
         node_config |= {
             "spot": cfg.spot,
@@ -169,8 +177,8 @@ class GkeCluster(ClusterComponent):
             f"{name}-training",
             cluster=self.cluster_resource.name,
             location=cfg.zone,
-            initial_node_count=cfg.min_nodes,
-            autoscaling={"min_node_count": cfg.min_nodes, "max_node_count": cfg.max_nodes},
+            initial_node_count=size.initial_nodes,
+            autoscaling={"min_node_count": size.min_nodes, "max_node_count": size.max_nodes},
             node_config=node_config,
             management={"auto_repair": True, "auto_upgrade": True},
             opts=self._opts,

@@ -14,6 +14,7 @@ import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 import pulumi_gcp as gcp
 
+from contract.stack import IMAGE_HOME, IMAGE_UID
 from infra.cluster import ClusterComponent
 from infra.config import PROJECT_ROOT, StackConfig
 
@@ -40,7 +41,7 @@ class TrainingImage(pulumi.ComponentResource):
             f"{name}-build",
             context={"location": str(PROJECT_ROOT)},
             dockerfile={"location": str(DOCKERFILE)},
-            build_args={"VARIANT": cfg.image_variant},
+            build_args=build_args(cfg),
             platforms=["linux/amd64"],
             # A stack-named tag keeps the registry readable; jobs use the digest below.
             tags=[pulumi.Output.concat(self.repository, ":", cfg.stack)],
@@ -90,3 +91,9 @@ class TrainingImage(pulumi.ComponentResource):
             "password": pulumi.Output.secret(token.password),
         }
         return repo.repository_url, [login]
+
+
+def build_args(cfg: StackConfig) -> dict[str, str]:
+    """The Dockerfile's arguments: the torch variant, and the user pods run as (one uid for the
+    image and the manifests, contract/stack.py)."""
+    return {"VARIANT": cfg.image_variant, "UID": str(IMAGE_UID), "HOME_DIR": IMAGE_HOME}

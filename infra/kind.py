@@ -1,10 +1,12 @@
 """KindCluster: a local kind cluster with a local registry and a host results directory.
 
 Runs `kind` and `docker` on the machine that runs `pulumi up` (pulumi-command), so both must
-be installed there; nothing is reached over the network but Docker Hub for the node and
-registry images. The nodes mount the host results directory at /results (extraMounts), which
-is how jobs on kind write results the runner reads as file:///host/dir. Not a cloud cluster:
-CPU only, one kind stack per host (the registry port is fixed).
+be installed there; nothing is reached over the network but Docker Hub for the node, registry
+and Go images and GitHub for the CNI plugins' source. The nodes mount the host results
+directory at /results (extraMounts), which is how jobs on kind write results the runner reads
+as file:///host/dir. The nodes run the stack's own node image, whose CNI chain enforces pod
+bandwidth annotations (infra/kind_bandwidth.py). Not a cloud cluster: CPU only, one kind stack
+per host (the registry port is fixed).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import shlex
 import pulumi
 import pulumi_command as command
 
+from contract.stack import IMAGE_UID, RESULTS_MOUNT_PATH
+from infra import kind_bandwidth
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
-from infra.outputs import RESULTS_MOUNT_PATH
+from infra.pools import training_pool
 
 REGISTRY_IMAGE = "registry:2.8.3"
 REGISTRY_PORT = 5001  # host port; pods pull localhost:5001/..., which containerd maps below
@@ -28,7 +32,8 @@ def kind_config(cfg: StackConfig) -> dict:
     """The kind cluster config: one control plane and maxNodes workers, all mounting results."""
     mount = [{"hostPath": cfg.results_dir, "containerPath": RESULTS_MOUNT_PATH}]
     nodes = [{"role": "control-plane", "extraMounts": mount}]
-    nodes += [{"role": "worker", "extraMounts": mount} for _ in range(cfg.max_nodes)]
+    workers = training_pool(cfg).max_nodes
+    nodes += [{"role": "worker", "extraMounts": mount} for _ in range(workers)]
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
@@ -54,22 +59,29 @@ def registry_name(cfg: StackConfig) -> str:
 
 
 def create_script(cfg: StackConfig) -> str:
-    """Create the cluster, point every node at the registry, print the kubeconfig (only)."""
+    """Build the node image, create the cluster, point every node at the registry and chain the
+    bandwidth plugin there, hand the results folder to the image user, print the kubeconfig."""
     name, registry = shlex.quote(cluster_name(cfg)), shlex.quote(registry_name(cfg))
-    image = shlex.quote(f"kindest/node:v{cfg.kubernetes_version}")
+    image = shlex.quote(kind_bandwidth.node_image(cfg.kubernetes_version))
     hosts_dir = f"/etc/containerd/certs.d/{REGISTRY_HOST}"
     return "\n".join(
         [
             "set -euo pipefail",
             f"mkdir -p {shlex.quote(cfg.results_dir)}",
+            kind_bandwidth.build_command(cfg.kubernetes_version),
             f'printf "%s" "$KIND_CONFIG" | kind create cluster --name {name} --image {image}'
             " --config - --wait 180s >&2",
             f"for node in $(kind get nodes --name {name}); do",
             f'  docker exec "$node" mkdir -p {hosts_dir}',
             f"  printf '[host.\"http://%s:5000\"]\\n' {registry}"
             f' | docker exec -i "$node" cp /dev/stdin {hosts_dir}/hosts.toml',
+            *kind_bandwidth.chain_commands(f"{name}-control-plane"),
             "done",
             f"docker network connect kind {registry} >&2 2>/dev/null || true",
+            # Job pods run as the image's user and write the store through a hostPath, which
+            # ignores fsGroup: the folder must belong to that user. Only pods (and root) can
+            # then write it; the runner reads it as it is (files are 0644).
+            f"docker exec {name}-control-plane chown {IMAGE_UID}:{IMAGE_UID} {RESULTS_MOUNT_PATH}",
             f"kind get kubeconfig --name {name}",
         ]
     )
@@ -80,6 +92,7 @@ class KindCluster(ClusterComponent):
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
         super().__init__("stackbench:index:KindCluster", name, cfg, opts)
+        self.bandwidth_shaping = True  # kind_bandwidth.py
         child = pulumi.ResourceOptions(parent=self)
         registry = shlex.quote(registry_name(cfg))
         self.registry = command.local.Command(
@@ -95,9 +108,16 @@ class KindCluster(ClusterComponent):
             f"{name}-cluster",
             create=create_script(cfg),
             delete=f"kind delete cluster --name {shlex.quote(cluster_name(cfg))}",
-            environment={"KIND_CONFIG": json.dumps(kind_config(cfg), indent=2)},
+            environment={
+                "KIND_CONFIG": json.dumps(kind_config(cfg), indent=2),
+                "BANDWIDTH_CONFLIST": kind_bandwidth.conflist_template(),
+            },
             # A changed config means a new cluster: kind cannot edit one in place.
-            triggers=[json.dumps(kind_config(cfg), sort_keys=True)],
+            triggers=[
+                json.dumps(kind_config(cfg), sort_keys=True),
+                kind_bandwidth.conflist_template(),
+                kind_bandwidth.NODE_DOCKERFILE.read_text(),
+            ],
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[self.registry], additional_secret_outputs=["stdout"]
             ),

@@ -1,19 +1,16 @@
-"""The stack outputs: the only thing infra tells the runner, named once here.
+"""Exporting the stack outputs contract/stack.py declares, and the GPU pool's taint pair.
 
-The runner reads them with `pulumi stack output --json --show-secrets --stack NAME`. The
-names and shapes are a fixed contract (shared/DESIGN.md section 2); tests assert every stack
-exports exactly these. This module also holds the GPU taint/toleration pair, since the pool's
-taint and the exported toleration must agree. It creates no resources.
+`export_outputs` takes exactly the declared names (anything else is a bug in the program, so
+it raises) and marks the declared secrets secret. The taint and its toleration live together
+here because the pool's taint and the exported toleration must agree. Creates no resources.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
 from typing import Any
 
-RESULTS_MOUNT_PATH = "/results"
-TRAINING_RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime the Trainer chart installs
-SERVICE_ACCOUNT = "stackbench-runner"  # the Kubernetes service account jobs run as
+from contract.stack import OUTPUT_NAMES, SECRET_OUTPUTS
 
 # One taint on every GPU node, so that only pods asking for GPUs land there.
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -25,41 +22,16 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 TRAIN_POOL_LABEL = "stackbench/pool"
 
 
-@dataclass(frozen=True)
-class StackOutputs:
-    """Every exported output; values are plain values or pulumi Outputs.
+def export_outputs(values: Mapping[str, Any]) -> None:
+    """pulumi.export every contract output; values are plain values or pulumi Outputs."""
+    import pulumi
 
-    kubeconfig is the only secret. image is `repo@sha256:...`, never a tag. results_store is
-    gs://, s3:// or file:///host/dir (kind mounts that directory at results_mount_path).
-    """
-
-    kubeconfig: Any
-    provider: str
-    namespace: str
-    job_api: str
-    image: Any
-    # Selects the training pool (named node_selector, not gpu_: CPU stacks need one too).
-    node_selector: Any
-    gpu_tolerations: Any
-    gpus_per_node: int
-    num_nodes: int
-    results_store: Any
-    results_mount_path: str
-    service_account: str
-    training_runtime: str
-
-    def export(self) -> None:
-        import pulumi
-
-        for name, value in self.as_dict().items():
-            pulumi.export(name, value)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-OUTPUT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(StackOutputs))
-SECRET_OUTPUTS = frozenset({"kubeconfig"})
+    if set(values) != set(OUTPUT_NAMES):
+        missing, extra = set(OUTPUT_NAMES) - set(values), set(values) - set(OUTPUT_NAMES)
+        raise ValueError(f"stack outputs off contract: missing {missing}, extra {extra}")
+    for name in OUTPUT_NAMES:
+        value = values[name]
+        pulumi.export(name, pulumi.Output.secret(value) if name in SECRET_OUTPUTS else value)
 
 
 def gpu_tolerations(has_gpus: bool) -> list[dict[str, str]]:

@@ -16,9 +16,9 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_gcp as gcp
 
+from contract.stack import JOB_SERVICE_ACCOUNT
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
-from infra.outputs import SERVICE_ACCOUNT
 
 
 class ResultsStore(pulumi.ComponentResource):
@@ -27,7 +27,7 @@ class ResultsStore(pulumi.ComponentResource):
     def __init__(self, name: str, cfg: StackConfig, cluster: ClusterComponent, opts=None):
         super().__init__("stackbench:index:ResultsStore", name, None, opts)
         self._opts = pulumi.ResourceOptions(parent=self, provider=cluster.cloud_provider)
-        self.subject = f"system:serviceaccount:{cfg.namespace}:{SERVICE_ACCOUNT}"
+        self.subject = f"system:serviceaccount:{cfg.namespace}:{JOB_SERVICE_ACCOUNT}"
         if cfg.provider == "gke":
             self.uri, self.service_account_annotations = self._gcs(name, cfg, cluster)
         elif cfg.provider == "eks":
@@ -69,7 +69,7 @@ class ResultsStore(pulumi.ComponentResource):
             member=pulumi.Output.concat(
                 "serviceAccount:",
                 cluster.workload_pool,
-                f"[{cfg.namespace}/{SERVICE_ACCOUNT}]",
+                f"[{cfg.namespace}/{JOB_SERVICE_ACCOUNT}]",
             ),
             opts=self._opts,
         )

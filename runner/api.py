@@ -1,32 +1,39 @@
 """The runner's API: what the CLI does, as functions that return values and never print.
 
-Every command goes through here, so a notebook or a sweep script can do what the CLI does.
-Backends are chosen by a run's handle scheme; the run directory is the only state.
+Every command goes through here, so a notebook or a sweep does what the CLI does. One
+lifecycle for every backend (runner/backends/base.py): the request is made and checked before
+anything exists; job.json, with the run's handle, is written before anything starts, so a run
+always has a record, a failed submit included; then the run is followed, its results fetched,
+and an interrupt cancels it. Nothing here asks which backend a run has: its record says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract.rundir import JobState, JobStatus
+from contract.files import DamagedFile
+from contract.rundir import EVENTS, JobState, JobStatus, read_state
+from contract.summary import Summary
 from runner.backends.base import Backend
-from runner.errors import RunnerError
+from runner.errors import Interrupted, RunnerError, RunNotFound
 from runner.job.spec import JobSpec
 from runner.results import rundir
-from workloads.mllog import parse_line
 
 if TYPE_CHECKING:
     from workloads.compliance import CheckResult
 
 log = logging.getLogger(__name__)
-WAIT_POLL_S = 0.25
+FOLLOW_POLL_S = 0.25
+
+Event = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -47,54 +54,227 @@ class Run:
 
 @dataclass(frozen=True)
 class RunInfo:
+    """One row of `runner runs`: a run, or a damaged run directory and what is wrong with it."""
+
+    run_dir: Path
+    run: Run | None
+    status: JobStatus | None
+    summary: Summary | None
+    damage: str | None = None  # "job.json: is not valid JSON (...)": the run is DAMAGED
+    summary_damage: str | None = None  # the run is fine, its summary.json is not
+
+
+@dataclass
+class Callbacks:
+    """What a caller hears while a run goes: its submission, its events, its status changes."""
+
+    on_submitted: Callable[[Run], None] = lambda run: None
+    on_event: Callable[[Event], None] = lambda event: None
+    on_status: Callable[[JobStatus], None] = lambda status: None
+
+
+@dataclass(frozen=True)
+class Outcome:
     run: Run
     status: JobStatus
-    summary: dict[str, Any] | None
+    missing: tuple[str, ...] = field(default=())  # results a complete run has and this lacks
 
 
-def backend_for(handle: str, results_root: Path) -> Backend:
-    scheme = handle.partition("://")[0]
-    if scheme == "local":
+def backend_for(
+    run: Run, results_root: Path, fetch_caps_mib: tuple[int, int] | None = None
+) -> Backend:
+    """The backend that ran `run`, rebuilt from its record (job.json); `fetch_caps_mib` (per
+    file, per run) raises what a cluster fetch may copy from its results store."""
+    if run.record.backend == "local":
         from runner.backends.local.backend import LocalBackend
 
         return LocalBackend(results_root)
-    if scheme == "k8s":
-        from runner.backends.kubernetes.backend import from_handle
+    from runner.backends.kubernetes.backend import DEFAULT_LIMITS, from_handle
+    from runner.backends.kubernetes.results_store import StoreLimits
 
-        return from_handle(handle, results_root)  # reconnects from job.json's `cluster`
-    raise RunnerError(f"no backend for handle {handle!r}")
+    limits = DEFAULT_LIMITS
+    if fetch_caps_mib is not None:
+        limits = StoreLimits(fetch_caps_mib[0] << 20, fetch_caps_mib[1] << 20)
+    return from_handle(run.handle, results_root, limits)  # reconnects from job.json
 
 
-def submit(spec: JobSpec, backend: Backend, results_root: Path, backend_name: str) -> Run:
-    """Create the run directory (job.json first), then hand the job to the backend."""
-    cluster = getattr(backend, "reference", None)  # how to reconnect, for remote backends
-    placeholder = rundir.RunRecord(spec, backend_name, handle="", cluster=cluster)
-    run_dir = rundir.create(results_root, placeholder)
+def dryrun(spec: JobSpec, backend: Backend, results_root: Path) -> str:
+    """What submit would run, as a person reads it; nothing is created or started."""
+    return backend.describe(backend.dryrun(spec, results_root / spec.run_id))
+
+
+def submit(spec: JobSpec, backend: Backend, results_root: Path) -> Run:
+    """Check the request, write job.json with its handle, then start it. A submission that
+    fails after that point is a FAILED run with the reason, never a run without a record."""
+    request = backend.dryrun(spec, results_root / spec.run_id)
+    record = rundir.RunRecord(spec, backend.name, backend.handle(request), backend.reference)
+    run_dir = rundir.create(results_root, record)
+    run = Run(run_dir, record)
     try:
-        handle = backend.submit(spec, run_dir)
+        rundir.write_state(run_dir, JobStatus(JobState.PENDING, "submitting", _now()))
+        backend.submit(request)
     except BaseException as err:
-        rundir.write_state(run_dir, JobStatus(JobState.FAILED, f"submit failed: {err}"))
+        reason = "interrupted while submitting" if _interrupt(err) else f"submit failed: {err}"
+        with contextlib.suppress(OSError):
+            rundir.write_state(run_dir, JobStatus(JobState.FAILED, reason, _now()))
+        if isinstance(err, OSError):
+            raise rundir.storage_error(err, run_dir) from None
         raise
-    record = rundir.RunRecord(spec, backend_name, handle, cluster=cluster)
-    rundir.write_json(run_dir / rundir.JOB, record.to_dict())
-    log.info("submitted %s as %s", spec.run_id, handle)
-    return Run(run_dir, record)
+    log.info("submitted %s as %s", spec.run_id, record.handle)
+    return run
+
+
+def run_to_end(
+    spec: JobSpec, backend: Backend, results_root: Path, callbacks: Callbacks | None = None
+) -> Outcome:
+    """Submit, follow to the end and fetch: the one path `submit` and `sweep` share. Ctrl-C,
+    SIGTERM or SIGHUP (runner.errors.Interrupted) cancel the run, then propagate."""
+    cb = callbacks or Callbacks()
+    run = submit(spec, backend, results_root)
+    cb.on_submitted(run)
+    return follow_to_end(results_root, run, cb)
+
+
+def follow_to_end(results_root: Path, run: Run, callbacks: Callbacks | None = None) -> Outcome:
+    """Follow a submitted run until it ends, then fetch its results; an interrupt cancels."""
+    cb = callbacks or Callbacks()
+    try:
+        status = follow(results_root, run, cb.on_event, cb.on_status)
+    except (KeyboardInterrupt, Interrupted):
+        cancel(results_root, run)
+        raise
+    try:
+        missing = fetch(results_root, run)
+    except RunnerError as err:
+        missing = [str(err)]
+    return Outcome(run, status, tuple(missing))
+
+
+def follow(
+    results_root: Path,
+    run: Run,
+    on_event: Callable[[Event], None] = lambda event: None,
+    on_status: Callable[[JobStatus], None] = lambda status: None,
+) -> JobStatus:
+    """Pass each new event and status change along until the run ends; the final status."""
+    backend = backend_for(run, results_root)
+    try:
+        return _follow(backend, run.handle, on_event, on_status)
+    finally:
+        backend.close()
+
+
+def _follow(
+    backend: Backend,
+    handle: str,
+    on_event: Callable[[Event], None],
+    on_status: Callable[[JobStatus], None],
+) -> JobStatus:
+    # The watch blocks between changes (a Kubernetes watch holds a connection), so it runs on
+    # a thread of its own while this one passes events along.
+    statuses: queue.SimpleQueue[JobStatus | BaseException] = queue.SimpleQueue()
+
+    def pump() -> None:
+        try:
+            for status in backend.watch(handle):
+                statuses.put(status)
+        except BaseException as err:  # handed to the caller's thread, raised there
+            statuses.put(err)
+
+    threading.Thread(target=pump, name="watch", daemon=True).start()
+    events = backend.events(handle)
+    while True:
+        final = _drain(statuses, on_status)
+        for event in next(events, []):
+            on_event(event)
+        if final is not None:
+            for event in next(events, []):  # what was written just before the end
+                on_event(event)
+            return final
+
+
+def _drain(
+    statuses: queue.SimpleQueue[JobStatus | BaseException],
+    on_status: Callable[[JobStatus], None],
+) -> JobStatus | None:
+    """The statuses that arrived, waiting up to FOLLOW_POLL_S for one: a run's end is passed
+    on the moment the watch sees it, events at least every FOLLOW_POLL_S."""
+    final = None
+    try:
+        item = statuses.get(timeout=FOLLOW_POLL_S)
+    except queue.Empty:
+        return None
+    while True:
+        if isinstance(item, BaseException):
+            raise item
+        on_status(item)
+        if item.state.finished:
+            final = item
+        try:
+            item = statuses.get_nowait()
+        except queue.Empty:
+            return final
+
+
+def wait(results_root: Path, run: Run) -> JobStatus:
+    """Block until the run ends; its final status."""
+    return follow(results_root, run)
 
 
 def open_run(results_root: Path, run_id: str) -> Run:
     run_dir = rundir.find(results_root, run_id)
-    return Run(run_dir, rundir.read_record(run_dir))
+    return Run(run_dir, _record(run_dir))
+
+
+def status(results_root: Path, run: Run) -> JobStatus:
+    backend = backend_for(run, results_root)
+    try:
+        return backend.status(run.handle)
+    finally:
+        backend.close()
+
+
+def logs(results_root: Path, run: Run, rank: int, follow: bool) -> Iterator[str]:
+    backend = backend_for(run, results_root)
+    try:
+        yield from backend.logs(run.handle, rank, follow)
+    finally:
+        backend.close()
+
+
+def fetch(results_root: Path, run: Run, caps_mib: tuple[int, int] | None = None) -> list[str]:
+    """Bring results into the run directory; returns what is still missing (empty: complete).
+    `caps_mib`: the largest file and run a cluster fetch copies (default 128 and 256 MiB)."""
+    backend = backend_for(run, results_root, caps_mib)
+    try:
+        state = backend.status(run.handle)
+        if not state.state.finished:
+            raise RunnerError(
+                f"{run.run_id} is {state.state.value}; wait for it (`runner logs {run.run_id} "
+                "--follow`) or cancel it (`runner cancel`) before fetching"
+            )
+        return backend.fetch(run.handle, run.run_dir)
+    finally:
+        backend.close()
+
+
+def cancel(results_root: Path, run: Run) -> JobStatus:
+    backend = backend_for(run, results_root)
+    try:
+        backend.cancel(run.handle)
+        return backend.status(run.handle)
+    finally:
+        backend.close()
 
 
 def check(results_root: Path, run: Run) -> CheckResult:
     """The MLPerf compliance check of a run's event log (workloads.compliance)."""
     from workloads import compliance
 
-    events = run.run_dir / rundir.EVENTS
+    events = run.run_dir / EVENTS
     if not events.is_file():
         raise RunnerError(
-            f"{run.run_id} has no {rundir.EVENTS}; bring its results home first: "
-            f"runner fetch {run.run_id}"
+            f"{run.run_id} has no {EVENTS}; bring its results home first: runner fetch {run.run_id}"
         )
     try:
         return compliance.check_log(events, run.record.spec.benchmark)
@@ -102,119 +282,38 @@ def check(results_root: Path, run: Run) -> CheckResult:
         raise RunnerError(str(err)) from None
 
 
-def status(results_root: Path, run: Run) -> JobStatus:
-    return backend_for(run.handle, results_root).status(run.handle)
-
-
-def wait(
-    results_root: Path,
-    run: Run,
-    on_event: Callable[[dict[str, Any]], None] = lambda event: None,
-    on_status: Callable[[JobStatus], None] = lambda status: None,
-) -> JobStatus:
-    """Follow a run until it ends, passing each new event and status change along."""
-    backend = backend_for(run.handle, results_root)
-    events = event_source(run, backend)
-    last: JobStatus | None = None
-    while True:
-        current = backend.status(run.handle)
-        for event in events.read_new():
-            on_event(event)
-        if current != last:
-            on_status(current)
-            last = current
-        if current.state.finished:
-            for event in events.read_new():
-                on_event(event)
-            return current
-        # A backend whose status is a cheap local read polls faster (the local one: a run's
-        # end shows within 0.05 s); the default spares a cluster's API server.
-        time.sleep(getattr(backend, "poll_s", WAIT_POLL_S))
-
-
-def logs(results_root: Path, run: Run, rank: int, follow: bool) -> Iterator[str]:
-    return backend_for(run.handle, results_root).logs(run.handle, rank, follow)
-
-
-def fetch(results_root: Path, run: Run) -> list[str]:
-    """Bring results into the run directory; returns what is still missing (empty: complete)."""
-    backend = backend_for(run.handle, results_root)
-    state = backend.status(run.handle)
-    if not state.state.finished:
-        raise RunnerError(
-            f"{run.run_id} is {state.state.value}; wait for it (`runner logs {run.run_id} "
-            "--follow`) or cancel it (`runner cancel`) before fetching"
-        )
-    return backend.fetch(run.handle, run.run_dir)
-
-
-def cancel(results_root: Path, run: Run) -> JobStatus:
-    backend = backend_for(run.handle, results_root)
-    backend.cancel(run.handle)
-    return backend.status(run.handle)
-
-
 def list_runs(results_root: Path) -> list[RunInfo]:
-    infos = []
-    for run_dir in rundir.list_dirs(results_root):
-        record = rundir.read_record(run_dir)
-        run = Run(run_dir, record)
-        try:
+    """Every run directory, newest first. A damaged one is listed with what is wrong and never
+    stops the others. Local runs are asked for their state (cheap, and it notices a dead
+    supervisor); cluster runs show their last recorded state (`runner status RUN` asks the
+    cluster), so listing never waits on a network."""
+    return [_info(results_root, run_dir) for run_dir in rundir.list_dirs(results_root)]
+
+
+def _info(results_root: Path, run_dir: Path) -> RunInfo:
+    try:
+        run = Run(run_dir, _record(run_dir))
+        if run.record.backend == "local":
             state = status(results_root, run)
-        except RunnerError as err:
-            state = JobStatus(JobState.FAILED, str(err))
-        infos.append(RunInfo(run, state, rundir.read_summary(run_dir)))
-    return infos
+        else:
+            state = read_state(run_dir) or JobStatus(JobState.PENDING, "no state recorded yet")
+    except DamagedFile as err:
+        return RunInfo(run_dir, None, None, None, damage=f"{err.path.name}: {err.problem}")
+    except RunNotFound as err:
+        return RunInfo(run_dir, None, None, None, damage=str(err))
+    try:
+        return RunInfo(run_dir, run, state, rundir.read_summary(run_dir))
+    except DamagedFile as err:
+        return RunInfo(run_dir, run, state, None, summary_damage=f"{err.path.name}: {err.problem}")
 
 
-def event_source(run: Run, backend: Backend) -> EventTail | LogEvents:
-    """Where a running job's events appear: the run directory's events.jsonl for a local run,
-    rank 0's log for a remote one (its events.jsonl is only complete after fetch)."""
-    if run.handle.startswith("local://"):
-        return EventTail(run.run_dir / rundir.EVENTS)
-    return LogEvents(backend.logs(run.handle, 0, True))
+def _record(run_dir: Path) -> rundir.RunRecord:
+    return rundir.read_record(run_dir)
 
 
-class LogEvents:
-    """Events parsed from a followed log, read on a thread so that waiting for pods never
-    blocks status polling (which reports why a job is pending)."""
-
-    def __init__(self, lines: Iterator[str]) -> None:
-        self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._pump, args=(lines,), daemon=True)
-        self._thread.start()
-
-    def _pump(self, lines: Iterator[str]) -> None:
-        try:
-            for line in lines:
-                event = parse_line(line)
-                if event is not None:
-                    self._queue.put(event)
-        except RunnerError as err:  # the job went away; status() reports why
-            log.warning("stopped following logs: %s", err)
-
-    def read_new(self) -> list[dict[str, Any]]:
-        events = []
-        while not self._queue.empty():
-            events.append(self._queue.get())
-        return events
+def _interrupt(err: BaseException) -> bool:
+    return isinstance(err, KeyboardInterrupt | Interrupted)
 
 
-class EventTail:
-    """New complete events appended to an events.jsonl since the last read."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._offset = 0
-
-    def read_new(self) -> list[dict[str, Any]]:
-        try:
-            with open(self._path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1  # only whole lines; a line being written waits
-        self._offset += end
-        text = data[:end].decode("utf-8", errors="replace")
-        return [e for e in map(parse_line, text.splitlines()) if e is not None]
+def _now() -> str:
+    return datetime.now(UTC).isoformat()

@@ -1,5 +1,6 @@
 """The runner's error family. Bad input is a SpecError (the CLI turns it into a usage error,
-exit 2); an operational failure is a RunnerError whose message names the next command."""
+exit 2); an operational failure is a RunnerError whose message names the next command. A
+damaged file is contract.files.DamagedFile, which the CLI reports like a RunnerError."""
 
 from __future__ import annotations
 
@@ -22,3 +23,16 @@ class RunNotFound(RunnerError):
 
 class BackendUnavailable(RunnerError):
     """The backend cannot run here (a missing dependency or tool); the message says which."""
+
+
+class StorageError(RunnerError):
+    """A disk refused a write (full, read-only, not ours); the message names the path."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP reached a command that follows a run: it cancels the run, keeps what
+    was recorded and exits 128 + the signal's number, as Ctrl-C does with 130."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -1,10 +1,11 @@
-"""Running a study: the grid's runs one after another through runner.api (submit, wait, fetch).
+"""Running a study: the grid's runs one after another through runner.api's one lifecycle.
 
 Sequential on purpose: runs of a scaling study must not share the machine or the cluster, or
 their times would measure each other. The study record is saved before the first run and after
-every change, so a sweep stopped by Ctrl-C (the current run is cancelled, the study marked
-partial) or by a failed submit still reports what it got. A run that fails or misses the target
-is a data point: the sweep goes on. Never prints: progress goes to the callbacks.
+every change, so a sweep stopped by Ctrl-C, SIGTERM or SIGHUP (the current run is cancelled and
+recorded as such, the study marked partial) or by a failed submit still lists every run it
+started with its final state, and still reports. A run that fails or misses the target is a data
+point: the sweep goes on. Never prints: progress goes to the callbacks.
 """
 
 from __future__ import annotations
@@ -18,43 +19,19 @@ from typing import Any
 
 from contract.rundir import JobStatus
 from runner import api
-from runner.backends.base import Backend
-from runner.errors import SpecError
-from runner.job.spec import Placement, resolve
+from runner.errors import Interrupted, SpecError
+from runner.job.spec import resolve
+from runner.job.target import Target
 from runner.results import study as studies
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the runs go: here (one node, `workers` processes) or a stack (`workers` processes
-    spread over nodes of `procs_per_node` each)."""
-
-    backend_name: str  # "local" or "kubernetes"
-    make_backend: Callable[[], Backend]
-    stack: str | None = None
-    procs_per_node: int = 1
-    device: str = "cpu"
-
-    def placement(self, workers: int) -> Placement:
-        if self.stack is None:
-            return Placement(1, workers, self.device)  # type: ignore[arg-type]
-        if workers % self.procs_per_node:
-            raise SpecError(
-                "--workers",
-                f"{workers} workers do not fill nodes of {self.procs_per_node} (--per-node)",
-            )
-        return Placement(workers // self.procs_per_node, self.procs_per_node, self.device)  # type: ignore[arg-type]
 
 
 @dataclass
 class Callbacks:
     on_run_start: Callable[[int, studies.PlannedRun, api.Run], None] = lambda i, p, r: None
     on_event: Callable[[dict[str, Any]], None] = lambda event: None
-    on_run_end: Callable[[int, studies.PlannedRun, api.Run, JobStatus], None] = lambda i, p, r, s: (
-        None
-    )
+    on_run_end: Callable[[int, studies.PlannedRun, api.Outcome], None] = lambda i, p, o: None
 
 
 def new_study(
@@ -64,17 +41,33 @@ def new_study(
     runs_per_cell: int,
     target: Target,
     base_seed: int = 0,
+    links: Sequence[str | None] = (None,),
 ) -> studies.Study:
     """The study record of a grid, validated: every cell resolves before anything runs."""
     grid, fixed = studies.parse_grid(set_items)
-    planned = studies.plan(workers, grid, runs_per_cell, base_seed)
+    planned = studies.plan(workers, grid, runs_per_cell, base_seed, links)
     for run in planned:
-        resolve(benchmark, _overrides(fixed, run), target.placement(run.workers))
-    where = f"stack {target.stack}" if target.stack else "local"
+        resolve(benchmark, _overrides(fixed, run), target.placement(run.workers, run.link))
     return studies.Study(
         studies.new_study_id(benchmark), benchmark, tuple(workers), grid, fixed,
-        runs_per_cell, where, planned,
+        runs_per_cell, target.where, planned, links=tuple(links),
     )  # fmt: skip
+
+
+class _Recorder:
+    """The study as it stands, saved after every change (so an interrupt never loses one)."""
+
+    def __init__(self, results_root: Path, study: studies.Study) -> None:
+        self.results_root = results_root
+        self.study = study
+        studies.save(results_root, study)
+
+    def update(self, position: int | None = None, **changes: Any) -> None:
+        if position is None:
+            self.study = replace(self.study, **changes)
+        else:
+            self.study = studies.with_run(self.study, position, **changes)
+        studies.save(self.results_root, self.study)
 
 
 def run_study(
@@ -82,51 +75,49 @@ def run_study(
 ) -> studies.Study:
     """Run every planned run that has no run id yet; returns the final record."""
     cb = callbacks or Callbacks()
-    studies.save(results_root, study)
+    recorder = _Recorder(results_root, study)
     try:
         for position, planned in enumerate(study.runs):
             if planned.run_id is None:
-                study = _run_one(results_root, study, position, target, cb)
+                _run_one(recorder, position, target, cb)
     except BaseException:
-        study = replace(study, state="partial", finished_at=_now())
-        studies.save(results_root, study)
+        recorder.update(state="partial", finished_at=_now())
         raise
-    study = replace(study, state="complete", finished_at=_now())
-    studies.save(results_root, study)
-    return study
+    recorder.update(state="complete", finished_at=_now())
+    return recorder.study
 
 
-def _run_one(
-    results_root: Path, study: studies.Study, position: int, target: Target, cb: Callbacks
-) -> studies.Study:
+def _run_one(recorder: _Recorder, position: int, target: Target, cb: Callbacks) -> None:
+    study = recorder.study
     planned = study.runs[position]
-    spec = resolve(
-        study.benchmark, _overrides(study.fixed, planned), target.placement(planned.workers)
-    )
+    placement = target.placement(planned.workers, planned.link)
+    spec = resolve(study.benchmark, _overrides(study.fixed, planned), placement)
     backend = target.make_backend()
     try:
-        run = api.submit(spec, backend, results_root, target.backend_name)
+        run = api.submit(spec, backend, recorder.results_root)
     finally:
-        if hasattr(backend, "close"):  # a cluster backend holds credentials on disk
-            backend.close()
-    study = studies.with_run(study, position, run_id=run.run_id)
-    studies.save(results_root, study)
+        backend.close()
+    recorder.update(position, run_id=run.run_id)
     cb.on_run_start(position, planned, run)
     try:
-        status = api.wait(results_root, run, cb.on_event)
-    except KeyboardInterrupt:
-        status = api.cancel(results_root, run)
-        studies.save(results_root, studies.with_run(study, position, state=status.state.value))
+        outcome = api.follow_to_end(recorder.results_root, run, api.Callbacks(on_event=cb.on_event))
+    except (KeyboardInterrupt, Interrupted):  # follow_to_end cancelled the run
+        recorder.update(position, state=_final_state(recorder.results_root, run))
         log.warning("sweep interrupted; cancelled %s", run.run_id)
         raise
-    if not run.handle.startswith("local://") and status.state.value == "SUCCEEDED":
-        missing = api.fetch(results_root, run)
-        if missing:
-            log.warning("%s is incomplete: %s", run.run_id, "; ".join(missing))
-    study = studies.with_run(study, position, state=status.state.value)
-    studies.save(results_root, study)
-    cb.on_run_end(position, planned, run, status)
-    return study
+    if outcome.missing:
+        log.warning("%s is incomplete: %s", run.run_id, "; ".join(outcome.missing))
+    recorder.update(position, state=outcome.status.state.value)
+    cb.on_run_end(position, planned, outcome)
+
+
+def _final_state(results_root: Path, run: api.Run) -> str:
+    try:
+        status: JobStatus = api.status(results_root, run)
+    except Exception as err:  # the record must still be saved; say what we know
+        log.warning("state of %s unknown after cancel: %s", run.run_id, err)
+        return "CANCELLED"
+    return status.state.value
 
 
 def _overrides(fixed: Sequence[str], planned: studies.PlannedRun) -> list[str]:

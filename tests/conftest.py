@@ -13,7 +13,7 @@ from runner.job.spec import Placement, resolve
 
 def submit_local(results: Path, overrides: list[str], workers: int = 2) -> api.Run:
     spec = resolve("cnn-digits", overrides, Placement(procs_per_node=workers))
-    return api.submit(spec, LocalBackend(results), results, "local")
+    return api.submit(spec, LocalBackend(results), results)
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from workloads import divergence
 from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
 from workloads.objectives import CrossEntropy, Objective
 from workloads.schedule import lr_at
-from workloads.strategies import Strategy
+from workloads.strategies.base import Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
 
 EVAL_BATCH_SIZE = 1024
@@ -75,10 +76,12 @@ def train_epoch(
     cfg = tr.config
     steps: list[Batch]
     if tr.splits.train_is_rank_shard:  # the rank's own samples, shuffled when loaded
-        steps = slice_batches(tr.splits.num_train, cfg.batch_size, tr.rank, epoch - 1, cfg.seed)
+        steps = slice_batches(
+            tr.splits.num_train, cfg.data.batch_size, tr.rank, epoch - 1, cfg.run.seed
+        )
     else:
-        shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.seed)
-        steps = list(batches(shard.to(tr.device), cfg.batch_size))
+        shard = epoch_shard(tr.splits.num_train, tr.world_size, tr.rank, epoch - 1, cfg.run.seed)
+        steps = list(batches(shard.to(tr.device), cfg.data.batch_size))
     tr.strategy.module.train()
 
     def step(i: int) -> StepResult:
@@ -109,9 +112,25 @@ def timed_epoch(
 ) -> EpochStats:
     """Run `step(i)` for the epoch's steps, each timed by `timer` (the step starts and laps
     it; this finishes it), and account them: the bookkeeping every task shares."""
+    return timed_steps(timer, epoch, lambda done: num_steps, step, out_of_time, on_step)
+
+
+def timed_steps(
+    timer: StepTimer,
+    epoch: int,
+    num_steps: Callable[[int], int],
+    step: Callable[[int], StepResult],
+    out_of_time: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+    after_step: Callable[[dict[str, float]], None] | None = None,
+) -> EpochStats:
+    """timed_epoch for an epoch whose length is known only as it goes: `num_steps(i)` is the
+    step count as it stands after i steps (an adaptive batch size changes it mid-epoch).
+    `after_step` gets each finished step's phases (outside the step's clock)."""
     stats = EpochStats()
     losses = []  # summed once at the end: one op an epoch instead of one a step
-    for i in range(num_steps):
+    i = 0
+    while i < num_steps(i):
         result = step(i)
         losses.append(result.loss)
         step_phases = timer.finish()
@@ -123,9 +142,12 @@ def timed_epoch(
         stats.steps += 1
         stats.samples += result.samples
         stats.tokens += result.tokens
+        i += 1
+        if after_step is not None:
+            after_step(step_phases)
         if on_step is not None:
-            on_step(i + 1, num_steps)
-        if out_of_time is not None and (i + 1) % BUDGET_CHECK_EVERY_STEPS == 0 and out_of_time():
+            on_step(i, num_steps(i))
+        if out_of_time is not None and i % BUDGET_CHECK_EVERY_STEPS == 0 and out_of_time():
             stats.out_of_time = True
             break
     stats.loss_sum = float(torch.stack(losses).sum()) if losses else 0.0
@@ -138,18 +160,35 @@ def batch_len(index: Batch) -> int:
 
 def train_step(tr: Trainer, index: Batch, epochs_done: float, steps_done: int) -> torch.Tensor:
     """One timed step on the samples `index`; returns the loss (detached)."""
-    timer = tr.timer
-    timer.start()
+    tr.timer.start()
+    x, y = load_batch(tr, index)
+    lr = lr_at(tr.config, tr.world_size, epochs_done, steps_done)
+    return optimize(tr, x, y, lr, int(epochs_done) + 1, steps_done + 1)
+
+
+def load_batch(tr: Trainer, index: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's inputs and labels, augmented; ends the data lap."""
     x, y = tr.splits.train_x[index], tr.splits.train_y[index]
     if tr.splits.augment is not None:
         x = tr.splits.augment(x, tr.augment_generator)
-    timer.lap("data")
-    lr = lr_at(tr.config, tr.world_size, epochs_done, steps_done)
+    tr.timer.lap("data")
+    return x, y
+
+
+def optimize(
+    tr: Trainer, x: torch.Tensor, y: torch.Tensor, lr: float, epoch: int, step: int
+) -> torch.Tensor:
+    """Forward, backward with the strategy's exchange, the divergence check, the optimizer at
+    `lr`, and what the strategy communicates after it; the step's laps from forward on.
+    `epoch` and `step` (both counting from 1) name where a divergence happened. Returns the
+    loss."""
+    timer = tr.timer
     for group in tr.optimizer.param_groups:
         group["lr"] = lr
     loss = tr.objective.loss(tr.strategy.module(x), y)
     timer.lap("forward")
     tr.strategy.backward(loss, timer)
+    divergence.check(loss, tr.strategy.inner.parameters(), epoch, step)
     tr.optimizer.step()
     tr.optimizer.zero_grad(set_to_none=True)
     timer.lap("optimizer")

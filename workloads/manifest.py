@@ -1,6 +1,7 @@
-"""The environment a run ran in: code version, packages, hardware, seeds, world size.
+"""The environment a run ran in: code version, packages, hardware, network, seeds, world size.
 
-Enough to tell two runs apart that should not be compared, and to rebuild the setting.
+Enough to tell two runs apart that should not be compared, and to rebuild the setting. The
+network is what the launcher says it is (contract/network.py): a worker cannot tell.
 """
 
 from __future__ import annotations
@@ -17,25 +18,27 @@ from typing import Any
 
 import torch
 
+from contract import network
+from contract.manifest import Manifest
+
 PACKAGES = ("torch", "numpy", "scikit-learn", "sentencepiece", "sacrebleu", "stackbench")
 
 
-def build(
-    run_id: str, world_size: int, backend: str, device: torch.device, seed: int
-) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "code_version": code_version(),
-        "image": os.environ.get("STACKBENCH_IMAGE"),
-        "python": sys.version.split()[0],
-        "packages": {name: _version(name) for name in PACKAGES},
-        "hardware": hardware(device),
-        "world_size": world_size,
-        "dist_backend": backend,
-        "seed": seed,
-        "torch_threads": torch.get_num_threads(),
-        "hostname": socket.gethostname(),
-    }
+def build(run_id: str, world_size: int, backend: str, device: torch.device, seed: int) -> Manifest:
+    return Manifest(
+        run_id=run_id,
+        code_version=code_version(),
+        image=os.environ.get("STACKBENCH_IMAGE"),
+        python=sys.version.split()[0],
+        packages={name: _version(name) for name in PACKAGES},
+        hardware=hardware(device),
+        network=network.from_environ(os.environ),
+        world_size=world_size,
+        dist_backend=backend,
+        seed=seed,
+        torch_threads=torch.get_num_threads(),
+        hostname=socket.gethostname(),
+    )
 
 
 def code_version() -> str:

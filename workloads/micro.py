@@ -6,8 +6,10 @@ all-reduces as nccl-tests does: after warm-up, `n` all-reduces between two synch
 readings, time = elapsed / n, the slowest rank's time counts. Reported per size:
 latency, algorithm bandwidth (bytes / time) and bus bandwidth (algbw * 2(n-1)/n, the traffic
 each link carries in a ring all-reduce, comparable across world sizes). Rank 0 writes one
-`allreduce_result` event per measurement, then summary.json and manifest.json. It is not a
-training run: no model, no target; the summary's `kind` says so.
+`allreduce_result` event per measurement, then summary.json and manifest.json. With a time
+budget (`--set time_budget_s=N`) it stops before the first measurement that would start past
+it, and the summary says so. It is not a training run: no model, no target; the summary's
+`kind` says so.
 """
 
 from __future__ import annotations
@@ -15,30 +17,20 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import torch
 import torch.distributed as tdist
 
+from contract.files import write_json
+from contract.rundir import EVENTS, MANIFEST, SUMMARY
+from contract.summary import MICRO as KIND
+from contract.summary import Measurement, MicroSummary
 from workloads import dist, manifest, mllog
-from workloads.files import write_json
-from workloads.microconfig import AllReduceMicroConfig, log_sizes
+from workloads.loop import Deadline
+from workloads.microconfig import AllReduceMicroConfig, MeasurementConfig, log_sizes
 from workloads.train import launch
-
-RESULT = "allreduce_result"  # stackbench event key: one measurement
-KIND = "allreduce-micro"
-
-
-@dataclass(frozen=True)
-class Measurement:
-    elements: int
-    dtype: str
-    size_bytes: int
-    num_iters: int
-    time_us: float  # per all-reduce, the slowest rank's
-    algbw_gbps: float  # GB/s, 1e9 bytes
-    busbw_gbps: float
 
 
 def bus_bandwidth(algbw: float, world_size: int) -> float:
@@ -58,7 +50,7 @@ def measurement(
 
 
 def measure(
-    config: AllReduceMicroConfig, elements: int, dtype: str, device: torch.device
+    config: MeasurementConfig, elements: int, dtype: str, device: torch.device
 ) -> Measurement:
     tensor = torch.ones(elements, dtype=getattr(torch, dtype), device=device)
     first_s = _timed(tensor, 1, device)  # the first call sets up buffers: warm-up, not timed
@@ -82,7 +74,7 @@ def _timed(tensor: torch.Tensor, iters: int, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def _agreed_iters(config: AllReduceMicroConfig, first_s: float, device: torch.device) -> int:
+def _agreed_iters(config: MeasurementConfig, first_s: float, device: torch.device) -> int:
     """num_iters, fewer where they would not fit the time budget; rank 0's choice for all."""
     fit = int(config.max_time_per_size_s / max(first_s, 1e-9))
     iters = torch.tensor([max(1, min(config.num_iters, fit))], device=device)
@@ -99,43 +91,47 @@ def main(argv: list[str] | None = None) -> int:
     return launch(argv, AllReduceMicroConfig, run)
 
 
-def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> dict[str, Any] | None:
+def run(config: AllReduceMicroConfig, env: dist.DistEnv, args: Any) -> MicroSummary | None:
     is_writer = env.rank == 0
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     log = (
-        mllog.EventLog(str(args.output_dir / "events.jsonl"), sys.stdout)
+        mllog.EventLog(str(args.output_dir / EVENTS), sys.stdout)
         if is_writer
-        else mllog.NullEventLog()
+        else mllog.RankLog(env.rank, sys.stdout)
     )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
-    backend = dist.init(device, config.dist_timeout_s)
+    backend = dist.init(device, config.run.dist_timeout_s)
     env_manifest = manifest.build(args.run_id, env.world_size, backend, device, seed=0)
     log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or KIND)
-    log.point(mllog.MANIFEST, env_manifest)
+    log.point(mllog.MANIFEST, env_manifest.to_dict())
     if is_writer:
-        write_json(args.output_dir / "manifest.json", env_manifest)
+        write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
     log.end(mllog.INIT_STOP)
     start = time.perf_counter()
     log.start(mllog.RUN_START)
-    results = []
-    sizes = log_sizes(config.min_elements, config.max_elements, config.sizes_per_decade)
-    for dtype in config.dtypes:
-        for elements in sizes:
-            result = measure(config, elements, dtype, device)
-            results.append(asdict(result))
-            log.point(RESULT, results[-1], backend=backend, total=len(sizes) * len(config.dtypes))
-    summary = {
-        "kind": KIND, "run_id": args.run_id, "benchmark": args.benchmark or KIND,
-        "division": "open" if args.open_division else "closed", "status": "success",
-        "world_size": env.world_size, "device": device.type, "backend": backend,
-        "run_time_s": time.perf_counter() - start, "results": results,
-    }  # fmt: skip
-    log.point(mllog.SUMMARY, summary)
+    results: list[Measurement] = []
+    spec = config.measure
+    sizes = log_sizes(spec.min_elements, spec.max_elements, spec.sizes_per_decade)
+    deadline = Deadline(config.run.time_budget_s, start, device)
+    cells = [(dtype, elements) for dtype in spec.dtypes for elements in sizes]
+    for dtype, elements in cells:
+        if deadline.expired():
+            break
+        results.append(measure(spec, elements, dtype, device))
+        log.point(mllog.ALLREDUCE_RESULT, asdict(results[-1]), backend=backend, total=len(cells))
+    summary = MicroSummary(
+        run_id=args.run_id, benchmark=args.benchmark or KIND,
+        division="open" if args.open_division else "closed", status="success",
+        world_size=env.world_size, device=device.type, backend=backend,
+        run_time_s=time.perf_counter() - start, results=tuple(results),
+        stopped_by_time_budget=len(results) < len(cells),
+    )  # fmt: skip
+    log.point(mllog.SUMMARY, summary.to_dict())
     log.end(mllog.RUN_STOP, status="success")
     if is_writer:
-        write_json(args.output_dir / "summary.json", summary)
+        write_json(args.output_dir / SUMMARY, summary.to_dict())
     log.close()
     dist.shutdown()
     return summary if is_writer else None

@@ -14,8 +14,10 @@ import math
 from typing import Any
 
 from workloads import mllog
-from workloads.config import LANGUAGE_MODELS, TRANSLATION_MODELS, TrainConfig
-from workloads.schedule import peak_lr
+from workloads.config import TrainConfig
+from workloads.optim import AdamConfig
+from workloads.schedule import MultiStep, WarmupInverseSqrt, WarmupStepDecay
+from workloads.tasks.config import LanguageModelConfig, TranslationConfig
 
 # Our translation data pipeline skips training pairs longer than max_seq_len (MLPerf's
 # max_sequence_length metadata names the method: "discard" or "truncate").
@@ -24,45 +26,46 @@ MAX_SEQUENCE_METHOD = "discard"
 
 def hyperparameters(config: TrainConfig, world_size: int) -> dict[str, Any]:
     """The MLPerf hyperparameter keys of a run of `config` on `world_size` workers."""
+    optimizer = config.optimizer
     params: dict[str, Any] = {
         mllog.GLOBAL_BATCH_SIZE: global_batch_size(config, world_size),
         mllog.GRADIENT_ACCUMULATION_STEPS: gradient_accumulation_steps(config, world_size),
-        mllog.OPT_NAME: config.optimizer,
-        mllog.OPT_BASE_LR: peak_lr(config, world_size),  # what the schedule peaks at
-        mllog.OPT_WEIGHT_DECAY: config.weight_decay,
-        mllog.OPT_LR_DECAY_SCHEDULE: config.lr_schedule,
+        mllog.OPT_NAME: optimizer.name,
+        # What the schedule peaks at: the base lr scaled to the workers (config.lr_plan).
+        mllog.OPT_BASE_LR: config.lr_plan(world_size).peak_lr,
+        mllog.OPT_WEIGHT_DECAY: optimizer.weight_decay,
+        mllog.OPT_LR_DECAY_SCHEDULE: config.schedule.name,
     }
-    if config.optimizer == "adam":
-        beta_1, beta_2 = config.adam_betas
+    if isinstance(optimizer, AdamConfig):
+        beta_1, beta_2 = optimizer.adam_betas
         params |= {
             mllog.OPT_ADAM_BETA_1: beta_1,
             mllog.OPT_ADAM_BETA_2: beta_2,
-            mllog.OPT_ADAM_EPSILON: config.adam_eps,
+            mllog.OPT_ADAM_EPSILON: optimizer.adam_eps,
         }
     params |= _schedule(config)
-    if config.grad_clip_norm is not None:
-        params[mllog.OPT_GRADIENT_CLIP_NORM] = config.grad_clip_norm
-    if config.model in TRANSLATION_MODELS:
-        params |= _translation(config)
-    if config.model in LANGUAGE_MODELS:
-        params |= {mllog.BPTT: config.bptt, mllog.ASGD_NONMONO: config.asgd_nonmono}
+    if config.task.grad_clip_norm is not None:
+        params[mllog.OPT_GRADIENT_CLIP_NORM] = config.task.grad_clip_norm
+    if isinstance(config.task, TranslationConfig):
+        params |= _translation(config.task, config.data.max_seq_len)  # type: ignore[attr-defined]
+    if isinstance(config.task, LanguageModelConfig):
+        bptt = config.data.bptt  # type: ignore[attr-defined]
+        params |= {mllog.BPTT: bptt, mllog.ASGD_NONMONO: config.task.asgd_nonmono}
     return params
 
 
 def metadata(config: TrainConfig) -> dict[str, dict[str, Any]]:
     """The metadata MLPerf (or we) attach to some of those keys, by key."""
-    meta: dict[str, dict[str, Any]] = {mllog.GLOBAL_BATCH_SIZE: {"unit": config.batch_unit}}
-    if config.model in TRANSLATION_MODELS:
+    meta: dict[str, dict[str, Any]] = {mllog.GLOBAL_BATCH_SIZE: {"unit": config.data.batch_unit}}
+    if isinstance(config.task, TranslationConfig):
         meta[mllog.MAX_SEQUENCE_LENGTH] = {"method": MAX_SEQUENCE_METHOD}
-        meta[mllog.LENGTH_PENALTY] = {"form": config.length_penalty_form}
+        meta[mllog.LENGTH_PENALTY] = {"form": config.task.length_penalty_form}
     return meta
 
 
 def global_batch_size(config: TrainConfig, world_size: int) -> int:
-    """Units (config.batch_unit) per optimizer update over all workers."""
-    if config.global_batch is not None:
-        return config.global_batch
-    return config.batch_size * world_size
+    """Units (config.data.batch_unit) per optimizer update over all workers."""
+    return config.data.global_batch_size(world_size)
 
 
 def gradient_accumulation_steps(config: TrainConfig, world_size: int) -> int:
@@ -70,53 +73,57 @@ def gradient_accumulation_steps(config: TrainConfig, world_size: int) -> int:
     With token budgets this is the fewest: a batch holds fewer real tokens than its padded
     budget, and an update accumulates until its real tokens reach global_batch
     (workloads/data/token_batching.plan_updates), so it may take a round or more beyond."""
-    if config.global_batch is None:
+    data = config.data
+    if data.global_batch is None:
         return 1
-    return max(1, math.ceil(config.global_batch / (config.batch_size * world_size)))
+    return max(1, math.ceil(data.global_batch / (data.batch_size * world_size)))
 
 
-def decay_boundary_epochs(config: TrainConfig) -> list[float]:
+def decay_boundary_epochs(schedule: WarmupStepDecay, max_epochs: int) -> list[float]:
     """Where warmup-step-decay multiplies the LR by lr_gamma, in (fractional) epochs: first at
     lr_decay_start of training, then evenly spaced over the rest (workloads/schedule.py)."""
-    interval = (1.0 - config.lr_decay_start) / config.lr_decay_count
+    interval = (1.0 - schedule.lr_decay_start) / schedule.lr_decay_count
     return [
-        round((config.lr_decay_start + i * interval) * config.max_epochs, 6)
-        for i in range(config.lr_decay_count)
+        round((schedule.lr_decay_start + i * interval) * max_epochs, 6)
+        for i in range(schedule.lr_decay_count)
     ]
 
 
 def _schedule(config: TrainConfig) -> dict[str, Any]:
-    if config.lr_schedule == "multistep":
+    schedule = config.schedule
+    if isinstance(schedule, MultiStep):
         return {
-            mllog.OPT_LR_WARMUP_EPOCHS: config.warmup_epochs,
-            mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS: list(config.lr_milestones),
-            mllog.OPT_LR_DECAY_FACTOR: config.lr_gamma,
+            mllog.OPT_LR_WARMUP_EPOCHS: schedule.warmup_epochs,
+            mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS: list(schedule.lr_milestones),
+            mllog.OPT_LR_DECAY_FACTOR: schedule.lr_gamma,
         }
-    if config.lr_schedule == "warmup-inverse-sqrt":
-        return {mllog.OPT_LR_WARMUP_STEPS: config.warmup_steps}
-    if config.lr_schedule == "warmup-step-decay":
+    if isinstance(schedule, WarmupInverseSqrt):
+        return {mllog.OPT_LR_WARMUP_STEPS: schedule.warmup_steps}
+    if isinstance(schedule, WarmupStepDecay):
         # The MLPerf GNMT reference's schedule (WarmupMultiStepLR): exponential warm-up and
         # step decay, which the reference logs as the "alternative" functions, True. It logs
         # the decay start and interval in iterations (opt_learning_rate_remain_steps,
         # _decay_interval); ours decays by training progress, so the boundaries are logged
         # in epochs, which is exact.
         return {
-            mllog.OPT_LR_WARMUP_STEPS: config.warmup_steps,
+            mllog.OPT_LR_WARMUP_STEPS: schedule.warmup_steps,
             mllog.OPT_LR_ALT_WARMUP_FUNC: True,
             mllog.OPT_LR_ALT_DECAY_FUNC: True,
-            mllog.OPT_LR_DECAY_FACTOR: config.lr_gamma,
-            mllog.OPT_LR_DECAY_STEPS: config.lr_decay_count,
-            mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS: decay_boundary_epochs(config),
+            mllog.OPT_LR_DECAY_FACTOR: schedule.lr_gamma,
+            mllog.OPT_LR_DECAY_STEPS: schedule.lr_decay_count,
+            mllog.OPT_LR_DECAY_BOUNDARY_EPOCHS: decay_boundary_epochs(
+                schedule, config.run.max_epochs
+            ),
         }
     return {}  # inverse-sqrt: alpha / sqrt(t), fully given by the base LR
 
 
-def _translation(config: TrainConfig) -> dict[str, Any]:
+def _translation(task: TranslationConfig, max_seq_len: int | None) -> dict[str, Any]:
     params: dict[str, Any] = {
-        mllog.LABEL_SMOOTHING: config.label_smoothing,
-        mllog.BEAM_SIZE: config.beam_size,
-        mllog.LENGTH_PENALTY: config.length_penalty,
+        mllog.LABEL_SMOOTHING: task.label_smoothing,
+        mllog.BEAM_SIZE: task.beam_size,
+        mllog.LENGTH_PENALTY: task.length_penalty,
     }
-    if config.max_seq_len is not None:
-        params[mllog.MAX_SEQUENCE_LENGTH] = config.max_seq_len
+    if max_seq_len is not None:
+        params[mllog.MAX_SEQUENCE_LENGTH] = max_seq_len
     return params

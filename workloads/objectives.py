@@ -7,10 +7,11 @@
   l2_rate / 2 * ||params||^2 over every parameter (MLBench's BCELossRegularized); a
   prediction is the sign of the logit.
   The regularizer's gradient, l2_rate * p, is what weight decay adds to a gradient in SGD and
-  in Adam (coupled L2, not AdamW), so the optimizer applies it (`optimizer_weight_decay`, one
-  fused update) rather than autograd (a dozen small ops forward and backward: a third of a
-  step of this model). `loss` then returns the data term, for backward, and keeps the
-  regularizer's value at every step (one fused op) for the reported training loss, which
+  in Adam (coupled L2, not AdamW), so the optimizer applies it (one fused update: the model
+  config's `optimizer_weight_decay`) rather than autograd (a dozen small ops forward and
+  backward: a third of a step of this model). `loss` then returns the data term, for
+  backward, and keeps the regularizer's value at every step (one fused op) for the reported
+  training loss, which
   `penalty_sum` adds at the end of an epoch: the update and the reported loss are the same.
 Evaluation reports the data term only (no regularizer), summed so that ranks can add their
 parts exactly. Optimizers and models are not here.
@@ -19,13 +20,14 @@ parts exactly. Optimizers and models are not here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.config import TrainConfig
+if TYPE_CHECKING:
+    from workloads.config import TrainConfig
 
 
 class Objective(Protocol):
@@ -86,15 +88,6 @@ class RegularizedLogistic:
         return loss_sum, ((output > 0) == (target > 0.5)).sum()
 
 
-def optimizer_weight_decay(config: TrainConfig) -> float:
-    """The weight decay the optimizer adds for the objective's penalty: l2_rate for the
-    logistic loss, the gradient of its L2 term (see RegularizedLogistic); else 0."""
-    return config.l2_rate if config.loss == "logistic" else 0.0
-
-
 def build(config: TrainConfig, model: nn.Module) -> Objective:
-    if config.loss == "cross-entropy":
-        return CrossEntropy()
-    if config.loss == "logistic":
-        return RegularizedLogistic(model.parameters(), config.l2_rate)
-    raise ValueError(f"no objective for loss {config.loss!r}")
+    """What the configured model family trains on (ModelConfig.objective)."""
+    return config.model.objective(model)

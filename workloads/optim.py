@@ -1,43 +1,95 @@
-"""The optimizer a config names, over a model's parameters.
+"""The optimizers a config can name, each a config component that builds its torch optimizer.
 
 SGD with momentum/Nesterov and weight decay, or Adam. "Centralized Adam" (shared/BENCHMARKS.md)
 is Adam stepping on gradients that a strategy has averaged over all workers, so every worker
-applies the same update; it needs nothing here beyond Adam. Not here: learning-rate schedules
-(workloads/schedule.py sets each step's LR on the param groups).
+applies the same update; it needs nothing here beyond Adam. Torch is imported only to build.
+Not here: learning-rate schedules (workloads/schedule.py sets each step's LR on the param
+groups; the optimizer starts at the schedule's base lr).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-import torch
-from torch import nn
+from workloads.components import Choice, Component
+from workloads.fields import ConfigError, setting
 
-from workloads.config import TrainConfig
-from workloads.objectives import optimizer_weight_decay
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from workloads.config import TrainConfig
 
 
-def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    # The configured decay, plus the gradient of the objective's L2 penalty, if any.
-    weight_decay = config.weight_decay + optimizer_weight_decay(config)
-    if config.optimizer == "sgd":
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig(Component):
+    name: str  # each optimizer narrows it to its Literal: the key `optimizer`
+    weight_decay: float = setting(0.0, ge=0, lt=1)
+
+    def build(
+        self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
+    ) -> torch.optim.Optimizer:
+        """The torch optimizer; `extra_weight_decay` is added to the configured one (a model's
+        own L2 penalty, applied by the optimizer: ModelConfig.optimizer_weight_decay)."""
+        raise NotImplementedError  # a base class: SgdConfig and AdamConfig build
+
+
+@dataclass(frozen=True, kw_only=True)
+class SgdConfig(OptimizerConfig):
+    name: Literal["sgd"] = "sgd"
+    momentum: float = setting(0.0, ge=0, lt=1)
+    nesterov: bool = False
+
+    def validate(self) -> None:
+        if self.nesterov and self.momentum <= 0:
+            raise ConfigError("nesterov", "Nesterov momentum needs momentum > 0")
+
+    def build(
+        self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
+    ) -> torch.optim.Optimizer:
+        import torch
+
         return torch.optim.SGD(
             params,
-            lr=config.lr,
-            momentum=config.momentum,
-            nesterov=config.nesterov,
-            weight_decay=weight_decay,
+            lr=lr,
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+            weight_decay=self.weight_decay + extra_weight_decay,
             # One fused kernel for the whole update instead of a loop over parameters; the
             # same update rule (bench/resnet_throughput.py measures what it buys).
             fused=True,
         )
-    if config.optimizer == "adam":
-        beta1, beta2 = config.adam_betas
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdamConfig(OptimizerConfig):
+    name: Literal["adam"] = "adam"
+    adam_betas: tuple[float, ...] = setting((0.9, 0.999), ge=0, lt=1)
+    adam_eps: float = setting(1e-8, gt=0, le=1)
+
+    def validate(self) -> None:
+        if len(self.adam_betas) != 2:
+            raise ConfigError("adam_betas", f"expected two numbers, got {self.adam_betas}")
+
+    def build(
+        self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
+    ) -> torch.optim.Optimizer:
+        import torch
+
+        beta1, beta2 = self.adam_betas
         return torch.optim.Adam(
             params,
-            lr=config.lr,
+            lr=lr,
             betas=(beta1, beta2),
-            eps=config.adam_eps,
-            weight_decay=weight_decay,
+            eps=self.adam_eps,
+            weight_decay=self.weight_decay + extra_weight_decay,
         )
-    raise ValueError(f"unknown optimizer {config.optimizer!r}")
+
+
+OPTIMIZERS = Choice("optimizer", (SgdConfig, AdamConfig))
+
+
+def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    return config.optimizer.build(params, config.schedule.lr, config.model.optimizer_weight_decay())

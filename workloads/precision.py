@@ -14,14 +14,14 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from workloads.config import TRANSLATION_MODELS, TrainConfig
+from workloads.config import TrainConfig
 
 
 def resolve(config: TrainConfig, device: torch.device) -> str:
     """ "fp32" or "bf16" for `config` on `device`."""
-    if config.precision != "auto":
-        return config.precision
-    return "bf16" if device.type == "cuda" and config.model in TRANSLATION_MODELS else "fp32"
+    if config.execution.precision != "auto":
+        return config.execution.precision
+    return "bf16" if device.type == "cuda" and config.model.task == "translation" else "fp32"
 
 
 def autocast(precision: str, device: torch.device) -> AbstractContextManager[object]:

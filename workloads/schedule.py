@@ -1,7 +1,7 @@
-"""Learning-rate schedules as pure functions of training progress.
+"""Learning-rate schedules: their configs, and the LR as a pure function of training progress.
 
-Four schedules (TrainConfig.lr_schedule), each scaled to the number of workers by
-TrainConfig.lr_scaling:
+Four schedules (SCHEDULES, selected by the key `lr_schedule`), each peaking at `lr` (one
+worker's) scaled to the number of workers by `lr_scaling`:
 - "multistep" (tasks 1a, 3a): linear-scaling warm-up, then x lr_gamma at each milestone epoch
   (no milestones: a constant LR);
 - "inverse-sqrt" (task 2a): alpha / sqrt(t), with alpha from a per-worker-count table;
@@ -10,39 +10,173 @@ TrainConfig.lr_scaling:
 - "warmup-step-decay" (task 4a, the MLPerf GNMT reference): exponential warm-up from 1% over
   warmup_steps updates, then x lr_gamma lr_decay_count times, the first at lr_decay_start of
   training and the rest evenly spaced over what remains.
-No optimizer here: the loop sets the value on the optimizer each step.
+`lr_plan` says what the scaling did (base lr, rule, peak) for the dry run, the run banner
+and the MLPerf log. No optimizer here: the loop sets the value on the optimizer each step.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-from workloads.config import TrainConfig
+from workloads.components import Choice, Component
+from workloads.fields import ConfigError, setting
+
+if TYPE_CHECKING:
+    from workloads.config import TrainConfig
+
+MAX_LR = 1000.0  # 2a's alpha is 200 for one worker (800 at 16); beyond this is a typo
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleConfig(Component):
+    name: str  # each schedule narrows it to its Literal: the key `lr_schedule`
+    lr: float = setting(gt=0, le=MAX_LR)  # one worker's; see lr_scaling for more workers
+    # "linear": lr * workers (Goyal et al.); "sqrt": lr * sqrt(workers) (AWD-LSTM's);
+    # "table": lr * lr_scale_table[i] at 2**i workers; "none": lr at any worker count.
+    lr_scaling: Literal["none", "linear", "sqrt", "table"] = "none"
+    lr_scale_table: tuple[float, ...] = setting((), gt=0, le=MAX_LR)
+
+    def validate(self) -> None:
+        if (self.lr_scaling == "table") != bool(self.lr_scale_table):
+            raise ConfigError(
+                "lr_scale_table",
+                "give it (multipliers at 1, 2, 4, ... workers) iff lr_scaling=table",
+            )
+
+    def check_run(self, max_epochs: int) -> None:
+        """Rules against the run's length (raise ConfigError naming the key)."""
+
+    def lr_at(self, world_size: int, epochs_done: float, steps_done: int, max_epochs: int) -> float:
+        """The LR for the step after `epochs_done` (fractional) epochs, `steps_done` steps."""
+        raise NotImplementedError
+
+    def warmup(self) -> str:
+        """How the LR reaches its peak, in words ("" when it starts there)."""
+        return ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiStep(ScheduleConfig):
+    """With linear scaling, the LR ramps linearly from `lr` (one worker's) to the peak over
+    `warmup_epochs` (Goyal et al. 2017); then it is multiplied by `lr_gamma` once for every
+    milestone reached (epochs_done >= milestone, as MultiStepLR stepped per epoch)."""
+
+    name: Literal["multistep"] = "multistep"
+    warmup_epochs: float = setting(0.0, ge=0, le=100_000)
+    lr_milestones: tuple[int, ...] = setting((), ge=1, le=100_000)  # epochs
+    lr_gamma: float = setting(0.1, gt=0, le=1)
+
+    def validate(self) -> None:
+        super().validate()
+        if list(self.lr_milestones) != sorted(set(self.lr_milestones)):
+            raise ConfigError("lr_milestones", "must be strictly increasing epochs")
+
+    def check_run(self, max_epochs: int) -> None:
+        if self.warmup_epochs > max_epochs:
+            raise ConfigError("warmup_epochs", f"must not exceed max_epochs={max_epochs}")
+
+    def lr_at(self, world_size: int, epochs_done: float, steps_done: int, max_epochs: int) -> float:
+        peak = peak_lr(self, world_size)
+        if epochs_done < self.warmup_epochs:
+            return self.lr + (peak - self.lr) * epochs_done / self.warmup_epochs
+        return peak * self.lr_gamma ** bisect_right(self.lr_milestones, epochs_done)
+
+    def warmup(self) -> str:
+        if not self.warmup_epochs:
+            return ""
+        plural = "" if self.warmup_epochs == 1 else "s"
+        return f"ramped linearly from lr over {self.warmup_epochs:g} epoch{plural}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class InverseSqrt(ScheduleConfig):
+    """alpha / sqrt(t), t the 1-based step (MLBench's logistic-regression schedule)."""
+
+    name: Literal["inverse-sqrt"] = "inverse-sqrt"
+
+    def lr_at(self, world_size: int, epochs_done: float, steps_done: int, max_epochs: int) -> float:
+        return inverse_sqrt_lr(peak_lr(self, world_size), steps_done + 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmupInverseSqrt(ScheduleConfig):
+    name: Literal["warmup-inverse-sqrt"] = "warmup-inverse-sqrt"
+    warmup_steps: int = setting(ge=1, le=10**8)  # optimizer updates
+
+    def lr_at(self, world_size: int, epochs_done: float, steps_done: int, max_epochs: int) -> float:
+        return warmup_inverse_sqrt_lr(peak_lr(self, world_size), steps_done + 1, self.warmup_steps)
+
+    def warmup(self) -> str:
+        return f"linear warm-up over {self.warmup_steps} updates"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmupStepDecay(ScheduleConfig):
+    name: Literal["warmup-step-decay"] = "warmup-step-decay"
+    warmup_steps: int = setting(ge=0, le=10**8)  # optimizer updates
+    lr_gamma: float = setting(gt=0, le=1)
+    lr_decay_start: float = setting(ge=0, lt=1)  # the first decay, as a fraction of training
+    lr_decay_count: int = setting(ge=1, le=1000)  # decays, evenly spaced from there to the end
+
+    def lr_at(self, world_size: int, epochs_done: float, steps_done: int, max_epochs: int) -> float:
+        return warmup_step_decay_lr(
+            self, peak_lr(self, world_size), epochs_done / max_epochs, steps_done
+        )
+
+    def warmup(self) -> str:
+        return f"exponential warm-up over {self.warmup_steps} updates" if self.warmup_steps else ""
+
+
+SCHEDULES = Choice("lr_schedule", (MultiStep, InverseSqrt, WarmupInverseSqrt, WarmupStepDecay))
+
+
+@dataclass(frozen=True)
+class LrPlan:
+    """What the scaling rule made of the base LR on `world_size` workers."""
+
+    base_lr: float  # one worker's, as configured
+    rule: str  # "linear x 2 workers"
+    peak_lr: float  # what the schedule peaks at (after any warm-up)
+    warmup: str = ""  # how it gets there ("" when it starts at the peak)
+
+    def __str__(self) -> str:
+        ramp = f", {self.warmup}" if self.warmup else ""
+        return f"lr {self.base_lr:g} -> {self.peak_lr:g} ({self.rule}{ramp})"
+
+
+def lr_plan(schedule: ScheduleConfig, world_size: int) -> LrPlan:
+    """The base LR, the scaling rule applied at `world_size` workers, and the peak LR."""
+    scaling = schedule.lr_scaling
+    if scaling == "linear":
+        rule = f"linear x {world_size} workers"
+    elif scaling == "sqrt":
+        rule = f"sqrt x sqrt({world_size} workers)"
+    elif scaling == "table":
+        multiplier = table_multiplier(schedule.lr_scale_table, world_size)
+        rule = f"table x {multiplier:g} at {world_size} workers"
+    else:
+        rule = "none: the same at any worker count"
+    return LrPlan(schedule.lr, rule, peak_lr(schedule, world_size), schedule.warmup())
 
 
 def lr_at(config: TrainConfig, world_size: int, epochs_done: float, steps_done: int = 0) -> float:
-    """The LR for the step after `epochs_done` (fractional) epochs, `steps_done` steps."""
-    if config.lr_schedule == "inverse-sqrt":
-        return inverse_sqrt_lr(peak_lr(config, world_size), steps_done + 1)
-    if config.lr_schedule == "warmup-inverse-sqrt":
-        return warmup_inverse_sqrt_lr(
-            peak_lr(config, world_size), steps_done + 1, config.warmup_steps
-        )
-    if config.lr_schedule == "warmup-step-decay":
-        return warmup_step_decay_lr(config, peak_lr(config, world_size), epochs_done, steps_done)
-    return multistep_lr(config, world_size, epochs_done)
+    """The LR of `config`'s schedule for the step after `epochs_done` epochs, `steps_done`
+    steps."""
+    return config.schedule.lr_at(world_size, epochs_done, steps_done, config.run.max_epochs)
 
 
-def peak_lr(config: TrainConfig, world_size: int) -> float:
+def peak_lr(schedule: ScheduleConfig, world_size: int) -> float:
     """`lr` (one worker's) scaled to `world_size` workers as lr_scaling says."""
-    if config.lr_scaling == "linear":
-        return config.lr * world_size
-    if config.lr_scaling == "sqrt":  # AWD-LSTM's 15 * sqrt(k) (shared/BENCHMARKS.md 3a)
-        return config.lr * math.sqrt(world_size)
-    if config.lr_scaling == "table":
-        return config.lr * table_multiplier(config.lr_scale_table, world_size)
-    return config.lr
+    if schedule.lr_scaling == "linear":
+        return schedule.lr * world_size
+    if schedule.lr_scaling == "sqrt":  # AWD-LSTM's 15 * sqrt(k) (shared/BENCHMARKS.md 3a)
+        return schedule.lr * math.sqrt(world_size)
+    if schedule.lr_scaling == "table":
+        return schedule.lr * table_multiplier(schedule.lr_scale_table, world_size)
+    return schedule.lr
 
 
 def table_multiplier(table: tuple[float, ...], world_size: int) -> float:
@@ -52,17 +186,6 @@ def table_multiplier(table: tuple[float, ...], world_size: int) -> float:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     index = world_size.bit_length() - 1  # floor(log2(world_size))
     return table[min(index, len(table) - 1)]
-
-
-def multistep_lr(config: TrainConfig, world_size: int, epochs_done: float) -> float:
-    """With linear scaling, the LR ramps linearly from `lr` (one worker's) to `lr * world_size`
-    over `warmup_epochs` (Goyal et al. 2017); then it is multiplied by `lr_gamma` once for
-    every milestone already reached (epochs_done >= milestone, as MultiStepLR stepped per epoch).
-    """
-    peak = peak_lr(config, world_size)
-    if epochs_done < config.warmup_epochs:
-        return config.lr + (peak - config.lr) * epochs_done / config.warmup_epochs
-    return peak * config.lr_gamma ** bisect_right(config.lr_milestones, epochs_done)
 
 
 def inverse_sqrt_lr(alpha: float, step: int) -> float:
@@ -83,17 +206,16 @@ WARMUP_START_FACTOR = 0.01  # the GNMT reference's exponential warm-up starts at
 
 
 def warmup_step_decay_lr(
-    config: TrainConfig, peak: float, epochs_done: float, steps_done: int
+    schedule: WarmupStepDecay, peak: float, progress: float, steps_done: int
 ) -> float:
     """Exponential warm-up over warmup_steps updates, then step decays by training progress
-    (epochs_done / max_epochs), as the MLPerf GNMT reference's WarmupMultiStepLR."""
-    if steps_done < config.warmup_steps:
+    (the fraction of max_epochs done), as the MLPerf GNMT reference's WarmupMultiStepLR."""
+    if steps_done < schedule.warmup_steps:
         return peak * WARMUP_START_FACTOR ** (
-            (config.warmup_steps - steps_done) / config.warmup_steps
+            (schedule.warmup_steps - steps_done) / schedule.warmup_steps
         )
-    progress = epochs_done / config.max_epochs
-    if progress < config.lr_decay_start:
+    if progress < schedule.lr_decay_start:
         return peak
-    interval = (1.0 - config.lr_decay_start) / config.lr_decay_count
-    decays = min(config.lr_decay_count, 1 + int((progress - config.lr_decay_start) / interval))
-    return peak * config.lr_gamma**decays
+    interval = (1.0 - schedule.lr_decay_start) / schedule.lr_decay_count
+    decays = min(schedule.lr_decay_count, 1 + int((progress - schedule.lr_decay_start) / interval))
+    return peak * schedule.lr_gamma**decays

@@ -1,4 +1,4 @@
-"""The run's outcome as one JSON object (summary.json), from what the loop measured.
+"""The run's outcome (summary.json's record, contract/summary.py), from what the loop measured.
 
 Throughput and step time come from the training loop's wall time (the run's wall time less
 evaluation), not from the sum of the step timers: the time between steps (bookkeeping, the
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.summary import AdaptiveSummary, Evaluation, TrainLoss, TrainSummary
 from workloads.config import TrainConfig
 from workloads.tasks import best_of
 from workloads.timing import LOOP_PHASES, OTHER_PHASE, PHASES, add_phases, shares, zero_phases
@@ -35,6 +36,7 @@ class RunTally:
     evals: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
     time_to_target_s: float | None = None
     out_of_time: bool = False
+    diverged: str | None = None  # why the run stopped diverged (workloads/divergence.py)
     step_times_s: list[float] = field(default_factory=list)  # the first STEP_TIMES_KEPT
     train_losses: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
 
@@ -68,66 +70,76 @@ def summarize(
     precision: str,
     run_time_s: float,
     init_time_s: float,
-) -> dict[str, Any]:
+    adaptive: AdaptiveSummary | None = None,
+) -> TrainSummary:
     loop = {p: tally.phases.get(p, 0.0) for p in LOOP_PHASES}
     train_s = sum(loop.values())  # the loop's wall time once close_loop has run
     steady_s = train_s - tally.first_step_s
     steady_samples = tally.samples - tally.samples / max(1, tally.steps)  # minus ~one step
     steady_tokens = tally.tokens - tally.tokens / max(1, tally.steps)
-    final = tally.evals[-1] if tally.evals else None
+    evals = [_evaluation(e) for e in tally.evals]
     best = best_of(config.target_metric, tally.evals)
     reached = tally.time_to_target_s is not None
-    return {
-        "run_id": run_id,
-        "benchmark": benchmark,
-        "division": division,
-        "strategy": strategy,  # as run: `local` in a single process
-        "world_size": world_size,
-        "device": device,
-        "precision": precision,  # what forward passes computed in (workloads/precision.py)
-        "status": "success" if reached else "aborted",
-        "target": {"metric": config.target_metric, "value": config.target_value},
-        "target_reached": reached,
-        "time_to_target_s": tally.time_to_target_s,
-        "stopped_by_time_budget": tally.out_of_time,
-        "final": final,
-        "best": best,
-        "epochs": tally.epochs,
-        "steps": tally.steps,
-        "train_samples": tally.samples,
+    return TrainSummary(
+        run_id=run_id,
+        benchmark=benchmark,
+        division=division,
+        strategy=strategy,
+        world_size=world_size,
+        device=device,
+        precision=precision,  # what forward passes computed in (workloads/precision.py)
+        status="diverged" if tally.diverged else ("success" if reached else "aborted"),
+        diverged=tally.diverged,
+        target_metric=config.target_metric,
+        target_value=config.target.target_value,
+        target_reached=reached,
+        time_to_target_s=tally.time_to_target_s,
+        stopped_by_time_budget=tally.out_of_time,
+        final=evals[-1] if evals else None,
+        best=_evaluation(best) if best else None,
+        epochs=tally.epochs,
+        steps=tally.steps,
+        train_samples=tally.samples,
         # Units an update holds over all workers (batch_unit), reached by accumulation when
         # global_batch is set (the translation tasks).
-        "global_batch_size": config.global_batch or config.batch_size * world_size,
-        "batch_unit": config.batch_unit,
-        "run_time_s": run_time_s,
-        "init_time_s": init_time_s,
-        "train_time_s": train_s,
-        "eval_time_s": tally.eval_s,
-        "warmup": {"steps": 1 if tally.steps else 0, "time_s": tally.first_step_s},
+        global_batch_size=config.data.global_batch_size(world_size),
+        batch_unit=config.data.batch_unit,
+        run_time_s=run_time_s,
+        init_time_s=init_time_s,
+        train_time_s=train_s,
+        eval_time_s=tally.eval_s,
+        warmup_steps=1 if tally.steps else 0,
+        warmup_time_s=tally.first_step_s,
         # Steady state: the first (warm-up) step is reported above, not averaged in.
-        "throughput_samples_per_s": steady_samples / steady_s if steady_s > 0 else None,
-        "throughput_tokens_per_s": (
-            steady_tokens / steady_s if steady_s > 0 and tally.tokens else None
-        ),
-        "step_time_ms": 1000 * steady_s / (tally.steps - 1) if tally.steps > 1 else None,
-        "phases_s": loop,
-        "phase_shares": shares(loop),  # of the loop's wall time
-        "communication_share": shares(loop)["communication"],
-        "first_step_times_ms": [1000 * t for t in tally.step_times_s],
-        "iteration_time_ms_2_to_40": window_mean_ms(tally.step_times_s, *ITERATION_WINDOW),
-        "train_loss": train_loss_report(tally.train_losses, config.target_train_loss),
-    }
+        throughput_samples_per_s=steady_samples / steady_s if steady_s > 0 else None,
+        throughput_tokens_per_s=steady_tokens / steady_s if steady_s > 0 and tally.tokens else None,
+        step_time_ms=1000 * steady_s / (tally.steps - 1) if tally.steps > 1 else None,
+        phases_s=loop,
+        phase_shares=shares(loop),  # of the loop's wall time
+        communication_share=shares(loop)["communication"],
+        first_step_times_ms=tuple(1000 * t for t in tally.step_times_s),
+        iteration_time_ms_2_to_40=window_mean_ms(tally.step_times_s, *ITERATION_WINDOW),
+        adaptive=adaptive,
+        train_loss=train_loss_report(tally.train_losses, config.target.target_train_loss),
+    )
 
 
-def train_loss_report(losses: list[dict[str, float]], target: float | None) -> dict[str, Any]:
+def _evaluation(record: dict[str, Any]) -> Evaluation:
+    details = {k: v for k, v in record.items() if k not in ("epoch", "value", "loss", "time_s")}
+    return Evaluation(
+        int(record["epoch"]), record["value"], record["time_s"], record.get("loss"), details
+    )
+
+
+def train_loss_report(losses: list[dict[str, float]], target: float | None) -> TrainLoss:
     """The last epoch's mean training loss and, given a target, when it was first reached."""
     reached = [e for e in losses if target is not None and e["value"] <= target]
-    return {
-        "final": losses[-1]["value"] if losses else None,
-        "target": target,
-        "time_to_target_s": reached[0]["time_s"] if reached else None,
-        "target_epoch": reached[0]["epoch"] if reached else None,
-    }
+    return TrainLoss(
+        final=losses[-1]["value"] if losses else None,
+        target=target,
+        time_to_target_s=reached[0]["time_s"] if reached else None,
+        target_epoch=int(reached[0]["epoch"]) if reached else None,
+    )
 
 
 def window_mean_ms(step_times_s: list[float], first: int, last: int) -> float | None:

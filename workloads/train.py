@@ -20,15 +20,21 @@ from typing import Any, TypeVar
 
 import torch
 
-from workloads import dist, manifest, mllog, strategies, tasks
-from workloads.config import JsonConfig, TrainConfig
-from workloads.files import write_json
+from contract.files import write_json
+from contract.manifest import Manifest
+from contract.rundir import EVENTS, MANIFEST, SUMMARY
+from contract.summary import TrainSummary
+from workloads import dist, lifetime, manifest, mllog, strategies, tasks
+from workloads.adaptive import run as adaptive_run
+from workloads.components import Composite
+from workloads.config import ConfigError, TrainConfig
+from workloads.divergence import DIVERGED_EXIT, Diverged
 from workloads.loop import Deadline
 from workloads.summary import RunTally, summarize
 from workloads.timing import LOOP_PHASES, clock_for
 
 PROGRESS_INTERVAL_S = 5.0
-C = TypeVar("C", bound=JsonConfig)
+C = TypeVar("C", bound=Composite)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,16 +51,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., Any]) -> int:
     """The entry of every workload module: arguments, rank log, config, then run_fn."""
+    lifetime.die_with_parent()  # no worker outlives its launcher (workloads/lifetime.py)
     args = parse_args(argv)
     env = dist.DistEnv.from_environ()
     if args.log_dir is not None:
         dist.redirect_output(args.log_dir / f"rank-{env.rank}.log")
+    try:
+        config = config_type.from_json(args.config)
+    except ConfigError as err:  # e.g. written by a newer runner than this image's workloads
+        raise SystemExit(f"workloads: --config: {err}") from None
     # What the imports created lives as long as the process; frozen out of the garbage
     # collector, its few hundred thousand objects are not walked again by full collections:
     # dist.shutdown's (it frees DDP's reducer before the group goes) and the interpreter's
     # at exit, 0.2-1 s each. What the run builds stays collectable.
     gc.freeze()
-    run_fn(config_type.from_json(args.config), env, args)
+    run_fn(config, env, args)
     gc.freeze()  # the process ends here: nothing left is worth walking
     return 0
 
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     return launch(argv, TrainConfig, run)
 
 
-def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dict[str, Any] | None:
+def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> TrainSummary | None:
     """Train until the target, the epoch limit or the time budget; rank 0 returns the summary."""
     init_t0 = time.perf_counter()
     if not args.open_division:
@@ -75,12 +86,17 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
     is_writer = env.rank == 0
     if is_writer:
         args.output_dir.mkdir(parents=True, exist_ok=True)
-    events_path = str(args.output_dir / "events.jsonl")
-    log = mllog.EventLog(events_path, sys.stdout) if is_writer else mllog.NullEventLog()
+    events_path = str(args.output_dir / EVENTS)
+    log = (
+        mllog.EventLog(events_path, sys.stdout)
+        if is_writer
+        else mllog.RankLog(env.rank, sys.stdout)
+    )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
-    backend = dist.init(device, config.dist_timeout_s)
-    torch.manual_seed(config.seed)  # the same initial model on every rank
+    backend = dist.init(device, config.run.dist_timeout_s)
+    torch.manual_seed(config.run.seed)  # the same initial model on every rank
+    adaptive = adaptive_run.build(config, env.world_size, device, log.point)
     task = tasks.build(
         tasks.Context(
             config,
@@ -90,34 +106,39 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
             clock_for(device),
             log,
             args.output_dir if is_writer else None,
+            adaptive,
         )
     )
-    env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.seed)
+    env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.run.seed)
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
-        write_json(args.output_dir / "manifest.json", env_manifest)
+        write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
     log.end(mllog.INIT_STOP)
     torch.distributed.barrier()  # every rank starts the clock together
     init_time_s = time.perf_counter() - init_t0
 
     start = time.perf_counter()
     log.start(mllog.RUN_START)
+    if adaptive is not None:
+        adaptive.start(start)
     tally = RunTally()
+    deadline = Deadline(config.run.time_budget_s, start, device)
     try:
-        _train(
-            task, config, device, tally, log, start, Deadline(config.time_budget_s, start, device)
-        )
+        _train(task, config, device, tally, log, start, deadline)
+    except Diverged as err:
+        tally.diverged = str(err)
     except BaseException as err:
         log.end(mllog.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
         raise
     run_time_s = time.perf_counter() - start
     tally.close_loop(run_time_s - tally.eval_s)  # throughput is from wall time (summary.py)
-    tally.phases = _mean_over_ranks(tally.phases, device)
+    if not tally.diverged:  # a diverged run's ranks may be gone: no collective after it
+        tally.phases = _mean_over_ranks(tally.phases, device)
     summary = summarize(
         config,
         tally,
         run_id=args.run_id,
-        benchmark=args.benchmark or config.model,
+        benchmark=args.benchmark or config.model.name,
         division="open" if args.open_division else "closed",
         strategy=strategies.effective_name(config, env.world_size),
         world_size=env.world_size,
@@ -125,13 +146,21 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> dic
         precision=task.precision,
         run_time_s=run_time_s,
         init_time_s=init_time_s,
+        adaptive=adaptive.summary() if adaptive is not None else None,
     )
-    log.point(mllog.SUMMARY, summary)
-    log.end(mllog.RUN_STOP, status=summary["status"])
+    log.point(mllog.SUMMARY, summary.to_dict())
+    if tally.diverged:
+        log.end(mllog.RUN_STOP, status="aborted", error=tally.diverged)
+    else:
+        log.end(mllog.RUN_STOP, status=summary.status)
     if is_writer:
-        write_json(args.output_dir / "summary.json", summary)
+        write_json(args.output_dir / SUMMARY, summary.to_dict())
     log.close()
     task.close()  # no DDP reducer may outlive the process group
+    if tally.diverged:
+        # One line the supervisor takes as the run's reason; an exit code that fails the run.
+        print(f"stackbench: {tally.diverged}", flush=True)
+        raise SystemExit(DIVERGED_EXIT)
     dist.shutdown()
     return summary if is_writer else None
 
@@ -141,7 +170,7 @@ def _require_canonical_data(config: TrainConfig) -> None:
     shared/BENCHMARKS.md (workloads/data/canonical.py: cheap, so it runs before anything)."""
     from workloads.data import DataError, canonical, data_root
 
-    problem = canonical.problem(data_root(config.data_dir), config.dataset)
+    problem = canonical.problem(data_root(config.data.data_dir), config.data.name)
     if problem is not None:
         raise DataError(f"the closed division trains on the canonical data set only: {problem}")
 
@@ -184,7 +213,7 @@ def _train(
             last_progress[0] = now
             log.point(mllog.PROGRESS, {"epoch": epoch, "step": step, "steps": steps})
 
-    for epoch in range(1, config.max_epochs + 1):
+    for epoch in range(1, config.run.max_epochs + 1):
         log.start(mllog.EPOCH_START, epoch_num=epoch)
         stats = task.train_epoch(epoch, deadline.expired, on_step)
         if stats.first_step_s is not None:
@@ -200,8 +229,8 @@ def _train(
         )
         log.point(mllog.EPOCH_PHASES, stats.phases, epoch_num=epoch)
         log.end(mllog.EPOCH_STOP, epoch_num=epoch)
-        last = epoch == config.max_epochs or stats.out_of_time
-        if epoch % config.eval_every_epochs == 0 or last:
+        last = epoch == config.run.max_epochs or stats.out_of_time
+        if epoch % config.run.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
             log.start(mllog.EVAL_START, epoch_num=epoch)
             result = task.evaluate(epoch)
@@ -223,10 +252,10 @@ def _train(
                     **dict(result.details),
                 }
             )
-            met = tasks.reached(config.target_metric, result.value, config.target_value)
+            met = tasks.reached(config.target_metric, result.value, config.target.target_value)
             if met and tally.time_to_target_s is None:
                 tally.time_to_target_s = now - start
-                if config.stop_at_target:
+                if config.run.stop_at_target:
                     return
         if stats.out_of_time or deadline.expired():
             tally.out_of_time = True
@@ -239,15 +268,15 @@ def _log_run_parameters(
     args: argparse.Namespace,
     env: dist.DistEnv,
     task: tasks.Task,
-    env_manifest: dict[str, Any],
+    env_manifest: Manifest,
 ) -> None:
     from workloads import mlperf_keys
 
-    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model)
+    log.point(mllog.SUBMISSION_BENCHMARK, args.benchmark or config.model.name)
     # Before the hyperparameters: the compliance rules check closed-division values by it.
     log.point(mllog.SUBMISSION_DIVISION, "open" if args.open_division else "closed")
-    log.point(mllog.MANIFEST, env_manifest)
-    log.point(mllog.SEED, config.seed)
+    log.point(mllog.MANIFEST, env_manifest.to_dict())
+    log.point(mllog.SEED, config.run.seed)
     meta = mlperf_keys.metadata(config)
     for key, value in mlperf_keys.hyperparameters(config, env.world_size).items():
         log.point(key, value, **meta.get(key, {}))

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from contract import events
+from contract.events import OTHER_PHASE
+from contract.events import STEP_PHASES as PHASES
+from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
-from runner.api import RunInfo
-from runner.job.benchmarks import AnyBenchmark, MicroBenchmark
-from workloads.config import LOWER_IS_BETTER
-from workloads.mllog import OTHER_PHASE
-from workloads.mllog import STEP_PHASES as PHASES
+from contract.summary import MicroSummary, Summary, TrainSummary
+from runner.api import Outcome, Run, RunInfo
+from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
+from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
+from workloads.tasks.config import LOWER_IS_BETTER
+
+if TYPE_CHECKING:
+    from runner.cli.progress import MeasurementProgress, TrainingProgress
+    from runner.job.spec import JobSpec
 
 STATE_STYLE = {
     JobState.PENDING: "yellow",
@@ -38,28 +50,54 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
             b.name,
             b.task,
             f"{c.target_metric} {'<=' if c.target_metric in LOWER_IS_BETTER else '>='} "
-            f"{c.target_value:g} ({b.light_target:g})",
-            f"{b.default_workers} workers x batch {c.batch_size}, {c.strategy}, "
+            f"{c.target.target_value:g} ({b.light_target:g})",
+            f"{b.default_workers} workers x batch {c.data.batch_size}, {c.strategy.name}, "
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
         )
     return table
 
 
-def headline(summary: dict[str, Any] | None) -> str:
+def keys_table(bench: AnyBenchmark) -> Table:
+    """The keys `--set` takes for `bench`, by component, with what changing each means."""
+    table = Table(title=f"Keys of {bench.name} (--set KEY=VALUE)", title_justify="left")
+    for column in ("key", "component", "value", "accepts", "division"):
+        table.add_column(column, no_wrap=column in ("key", "value"))
+    flat = bench.config.flat()
+    for key, (part, _) in bench.config.flat_keys().items():
+        value = flat[key]
+        shown = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        table.add_row(key, part, shown, bench.config.describe(key), _division(bench, key))
+    return table
+
+
+def _division(bench: AnyBenchmark, key: str) -> str:
+    if isinstance(bench, MicroBenchmark) or key in bench.tunables:
+        return "tunable"
+    if key in FREE_KEYS:
+        return "free"
+    if key == "strategy":
+        exact = [name for name in STRATEGIES.names() if name in EXACT_STRATEGIES]
+        return f"closed among {', '.join(exact)}"
+    return "open"
+
+
+def headline(summary: Summary | None) -> str:
     """One line of result: the final metric and time to target (or that it was missed)."""
-    if not summary:
+    if summary is None:
         return "-"
-    if summary.get("kind") == "allreduce-micro":
-        best = max(summary["results"], key=lambda r: r["busbw_gbps"], default=None)
+    if isinstance(summary, MicroSummary):
+        best = max(summary.results, key=lambda r: r.busbw_gbps, default=None)
         if best is None:
             return "no measurements"
-        where = f"{best['dtype']}, {best['elements']:,} elements"
-        return f"peak busbw {best['busbw_gbps']:.2f} GB/s ({where})"
-    final = summary.get("final") or {}
-    metric = f"{summary['target']['metric']} {final.get('value', float('nan')):.4f}"
-    if summary.get("target_reached"):
-        return f"{metric}, target in {summary['time_to_target_s']:.1f} s"
-    return f"{metric}, target {summary['target']['value']:g} not reached"
+        where = f"{best.dtype}, {best.elements:,} elements"
+        return f"peak busbw {best.busbw_gbps:.2f} GB/s ({where})"
+    value = summary.final.value if summary.final else float("nan")
+    metric = f"{summary.target_metric} {value:.4f}"
+    if summary.diverged:
+        return f"{metric}, {summary.diverged}"
+    if summary.target_reached and summary.time_to_target_s is not None:
+        return f"{metric}, target in {summary.time_to_target_s:.1f} s"
+    return f"{metric}, target {summary.target_value:g} not reached"
 
 
 def runs_table(infos: list[RunInfo]) -> Table:
@@ -68,21 +106,29 @@ def runs_table(infos: list[RunInfo]) -> Table:
     for column in ("benchmark", "backend", "workers", "state", "result"):
         table.add_column(column)
     for info in infos:
+        if info.run is None or info.status is None:
+            table.add_row(info.run_dir.name, "-", "-", "-", "[red]DAMAGED[/red]",
+                          escape(info.damage or ""))  # fmt: skip
+            continue
         spec = info.run.record.spec
         table.add_row(
             spec.run_id, spec.benchmark, info.run.record.backend, str(spec.placement.world_size),
-            state_text(info.status), headline(info.summary),
+            state_text(info.status),
+            escape(info.summary_damage or headline(info.summary)),
         )  # fmt: skip
     return table
 
 
 def state_text(status: JobStatus) -> str:
+    """The state in its colour and, when there is one, why (as text, never as markup)."""
     style = STATE_STYLE[status.state]
     text = f"[{style}]{status.state.value}[/{style}]"
-    return f"{text} ({status.reason})" if status.reason else text
+    return f"{text} ({escape(status.reason)})" if status.reason else text
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
+    if info.run is None or info.status is None:
+        return {"run_dir": str(info.run_dir), "state": "DAMAGED", "damage": info.damage}
     return {
         "run_id": info.run.run_id,
         "benchmark": info.run.record.spec.benchmark,
@@ -92,63 +138,121 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "division": info.run.record.spec.division,
         "status": info.status.to_dict(),
         "run_dir": str(info.run.run_dir),
-        "summary": info.summary,
+        "summary": info.summary.to_dict() if info.summary else None,
+        "summary_damage": info.summary_damage,
     }
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
-    """The end-of-run summary: outcome, throughput, and where the step time went."""
-    table = Table(title=f"Summary of {summary['run_id']}", title_justify="left", show_header=False)
+def lr_text(spec: JobSpec) -> str | None:
+    """The learning rate the run will use, and how it got there from the benchmark's base LR
+    ("lr 0.05 -> 0.1 (linear x 2 workers, ...)"); None for a benchmark without one."""
+    from workloads.config import TrainConfig
+
+    if not isinstance(spec.config, TrainConfig):
+        return None
+    return str(spec.config.lr_plan(spec.placement.world_size))
+
+
+def progress_for(console: Console, spec: JobSpec) -> TrainingProgress | MeasurementProgress:
+    """The live view that fits the run's kind of benchmark."""
+    from runner.cli.progress import MeasurementProgress, TrainingProgress
+    from workloads.microconfig import AllReduceMicroConfig
+
+    if isinstance(spec.config, AllReduceMicroConfig):
+        return MeasurementProgress(console)
+    return TrainingProgress(console, spec.config.run.max_epochs, spec.config.target_metric)
+
+
+def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
+    """The end of a followed run: its summary (when it has one), its state and its files."""
+    from runner.results import rundir
+
+    try:
+        summary = rundir.read_summary(run.run_dir)
+    except DamagedFile as err:
+        console.print(f"[red]{escape(str(err))}[/red]")
+        summary = None
+    if isinstance(summary, MicroSummary):
+        console.print(allreduce_table(summary))
+    elif summary is not None:
+        console.print(summary_table(summary))
+    if outcome.missing:
+        console.print(f"[yellow]incomplete results[/yellow]: {escape('; '.join(outcome.missing))}")
+    console.print(f"{state_text(outcome.status)}  results: {run.run_dir}")
+
+
+def event_text(event: dict[str, Any], start_ms: int | None) -> str:
+    """One MLLOG event as a person reads it: time since run_start (or the clock), the key,
+    its value and metadata; the manifest and summary, which are long, by name only."""
+    when = event.get("time_ms", 0)
+    if start_ms is not None:
+        stamp = f"{(when - start_ms) / 1000:+9.2f} s"
+    else:
+        stamp = datetime.fromtimestamp(when / 1000, UTC).strftime("%H:%M:%S")
+    key, value = event.get("key"), event.get("value")
+    if isinstance(value, dict | list) and len(json.dumps(value)) > 80:
+        shown = "{...}" if isinstance(value, dict) else "[...]"
+    elif isinstance(value, float):
+        shown = f"{value:.6g}"
+    else:
+        shown = "" if value is None else str(value)
+    meta = events.metadata(event)
+    extras = " ".join(f"{k}={v}" for k, v in meta.items() if k not in ("file", "lineno"))
+    return " ".join(part for part in (f"[{stamp}]", str(key), shown, extras) if part)
+
+
+def summary_table(summary: TrainSummary) -> Table:
+    """The end-of-run summary: outcome, throughput, and where the training time went."""
+    table = Table(title=f"Summary of {summary.run_id}", title_justify="left", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    target = summary["target"]
-    reached = summary["target_reached"]
+    direction = "<=" if summary.target_metric in LOWER_IS_BETTER else ">="
+    outcome = "[green]reached[/green]" if summary.target_reached else "[red]not reached[/red]"
     table.add_row(
-        "target",
-        f"{target['metric']} {'<=' if target['metric'] in LOWER_IS_BETTER else '>='} "
-        f"{target['value']:g}: "
-        + ("[green]reached[/green]" if reached else "[red]not reached[/red]"),
+        "target", f"{summary.target_metric} {direction} {summary.target_value:g}: {outcome}"
     )
-    if reached:
-        table.add_row("time to target", f"{summary['time_to_target_s']:.2f} s")
-    final = summary.get("final") or {}
-    if final:
-        table.add_row(f"final {target['metric']}", f"{final['value']:.4f} (epoch {final['epoch']})")
+    if summary.diverged:
+        table.add_row("diverged", f"[red]{escape(summary.diverged)}[/red]")
+    if summary.target_reached and summary.time_to_target_s is not None:
+        table.add_row("time to target", f"{summary.time_to_target_s:.2f} s")
+    if summary.final:
+        final = summary.final
+        table.add_row(f"final {summary.target_metric}", f"{final.value:.4f} (epoch {final.epoch})")
     table.add_row(
         "run time",
-        f"{summary['run_time_s']:.2f} s ({summary['epochs']} epochs, "
-        f"{summary['steps']} steps; init {summary['init_time_s']:.2f} s outside)",
+        f"{summary.run_time_s:.2f} s ({summary.epochs} epochs, {summary.steps} steps; "
+        f"init {summary.init_time_s:.2f} s outside)",
     )
-    if summary.get("throughput_samples_per_s"):
-        tokens = summary.get("throughput_tokens_per_s")
+    if summary.throughput_samples_per_s:
+        tokens = summary.throughput_tokens_per_s
         table.add_row(
             "throughput",
-            f"{summary['throughput_samples_per_s']:,.0f} samples/s "
+            f"{summary.throughput_samples_per_s:,.0f} samples/s "
             + (f"({tokens:,.0f} tokens/s) " if tokens else "")
-            + f"on {summary['world_size']} workers (global batch "
-            f"{summary['global_batch_size']} {summary.get('batch_unit', 'samples')})",
+            + f"on {summary.world_size} workers (global batch "
+            f"{summary.global_batch_size} {summary.batch_unit})",
         )
-    if summary.get("step_time_ms"):
+    if summary.step_time_ms:
         table.add_row(
             "step time",
-            f"{summary['step_time_ms']:.2f} ms (warm-up step "
-            f"{1000 * summary['warmup']['time_s']:.1f} ms, reported apart)",
+            f"{summary.step_time_ms:.2f} ms (warm-up step "
+            f"{1000 * summary.warmup_time_s:.1f} ms, reported apart)",
         )
-    for phase in (p for p in (*PHASES, OTHER_PHASE) if p in summary["phases_s"]):
-        share = summary["phase_shares"][phase]
-        table.add_row(f"  {phase}", f"{summary['phases_s'][phase]:.3f} s  {100 * share:5.1f} %")
+    for phase in (p for p in (*PHASES, OTHER_PHASE) if p in summary.phases_s):
+        share = summary.phase_shares.get(phase, 0.0)
+        table.add_row(f"  {phase}", f"{summary.phases_s[phase]:.3f} s  {100 * share:5.1f} %")
     table.add_row(
-        "communication share", f"{100 * summary['communication_share']:.1f} % of training time"
+        "communication share", f"{100 * summary.communication_share:.1f} % of training time"
     )
-    table.add_row("division", summary["division"])
+    table.add_row("division", summary.division)
     return table
 
 
-def allreduce_table(summary: dict[str, Any]) -> Table:
+def allreduce_table(summary: MicroSummary) -> Table:
     """allreduce-micro's result: one row per tensor size and dtype, as nccl-tests prints."""
     title = (
-        f"All-reduce on {summary['world_size']} ranks, {summary['backend']} "
-        f"({summary['device']}): {summary['run_id']}"
+        f"All-reduce on {summary.world_size} ranks, {summary.backend} "
+        f"({summary.device}): {summary.run_id}"
     )
     table = Table(title=title, title_justify="left")
     for column in (
@@ -161,10 +265,10 @@ def allreduce_table(summary: dict[str, Any]) -> Table:
         "busbw (GB/s)",
     ):
         table.add_column(column, justify="right")
-    for r in summary["results"]:
+    for r in summary.results:
         table.add_row(
-            f"{r['elements']:,}", _bytes_text(r["size_bytes"]), r["dtype"], str(r["num_iters"]),
-            f"{r['time_us']:,.1f}", f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}",
+            f"{r.elements:,}", _bytes_text(r.size_bytes), r.dtype, str(r.num_iters),
+            f"{r.time_us:,.1f}", f"{r.algbw_gbps:.3f}", f"{r.busbw_gbps:.3f}",
         )  # fmt: skip
     return table
 

@@ -11,22 +11,17 @@ import json
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runner.errors import SpecError
-from runner.job.benchmarks import (
-    BENCHMARKS,
-    EXACT_STRATEGIES,
-    EXECUTION_CONTROLS,
-    RUN_CONTROLS,
-    TRAIN_MODULE,
-    AnyBenchmark,
-    Benchmark,
-)
-from workloads.config import ConfigError, TrainConfig, describe_type, field_names, with_overrides
+from runner.job.benchmarks import BENCHMARKS, FREE_KEYS, TRAIN_MODULE, AnyBenchmark, Benchmark
+from runner.job.link import parse_link
+from workloads.adaptive.config import AdaptiveConfig
+from workloads.config import ConfigError, TrainConfig
 from workloads.microconfig import AllReduceMicroConfig
+from workloads.strategies.config import EXACT_STRATEGIES
 
 Device = Literal["cpu", "cuda"]
 Division = Literal["closed", "open"]
@@ -36,11 +31,13 @@ SPEC_VERSION = 1
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the processes run: nodes x processes per node, on one kind of device."""
+    """Where the processes run: nodes x processes per node, on one kind of device, and the
+    network link each worker gets (None: whatever the machine or cluster has)."""
 
     num_nodes: int = 1
     procs_per_node: int = 1
     device: Device = "cpu"
+    link: str | None = None  # canonical rate text ("100mbit"), runner/job/link.py
 
     def __post_init__(self) -> None:
         if self.num_nodes < 1:
@@ -49,6 +46,8 @@ class Placement:
             raise SpecError("--workers", f"must be at least 1, got {self.procs_per_node}")
         if self.device not in DEVICES:
             raise SpecError("--device", f"must be one of {', '.join(DEVICES)}")
+        if self.link is not None:
+            object.__setattr__(self, "link", parse_link(self.link).text)
 
     @property
     def world_size(self) -> int:
@@ -78,6 +77,7 @@ class JobSpec:
                 "num_nodes": self.placement.num_nodes,
                 "procs_per_node": self.placement.procs_per_node,
                 "device": self.placement.device,
+                "link": self.placement.link,
             },
             "config": self.config.to_dict(),
             "created_at": self.created_at,
@@ -131,11 +131,11 @@ def resolve(
     placement = placement or Placement(procs_per_node=bench.default_workers)
     parsed = parse_overrides(overrides)
     try:
-        config = with_overrides(bench.config, parsed)
+        config = bench.config.with_overrides(parsed)
     except ConfigError as err:
-        raise SpecError("--set", _config_message(err)) from None
+        raise SpecError("--set", _config_message(bench, err)) from None
     if isinstance(bench, Benchmark) and bench.global_batch_size and "batch_size" not in parsed:
-        config = replace(config, batch_size=_split_batch(bench, placement.world_size))
+        config = config.replace(batch_size=_split_batch(bench, placement.world_size))
     open_keys = open_division_keys(bench, parsed, config)
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
@@ -153,12 +153,18 @@ def open_division_keys(
 ) -> tuple[str, ...]:
     """The overridden keys that make a run open division: those outside the benchmark's
     tunables, run controls and execution controls, except a switch between exact strategies
-    (EXACT_STRATEGIES)."""
-    keys = {k for k in parsed if k not in bench.tunables | RUN_CONTROLS | EXECUTION_CONTROLS}
-    strategies = {getattr(bench.config, "strategy", None), getattr(config, "strategy", None)}
+    (EXACT_STRATEGIES) and the adaptive keys of a run with neither policy nor monitor
+    (`--set policy=none`, a sweep's fixed baseline, stays closed)."""
+    keys = {k for k in parsed if k not in bench.tunables | FREE_KEYS}
+    strategies = {bench.config.flat().get("strategy"), config.flat().get("strategy")}
     if strategies <= EXACT_STRATEGIES:
         keys.discard("strategy")
+    if isinstance(config, TrainConfig) and not config.adaptive.monitored:
+        keys -= ADAPTIVE_KEYS  # no policy and no monitor: the adaptive keys act on nothing
     return tuple(sorted(keys))
+
+
+ADAPTIVE_KEYS = frozenset(f.name for f in fields(AdaptiveConfig))
 
 
 def _split_batch(bench: Benchmark, world_size: int) -> int:
@@ -215,7 +221,12 @@ def workload_argv(
     ]
 
 
-def _config_message(err: ConfigError) -> str:
-    if err.key in field_names() and "expected" not in str(err):
-        return f"{err} ({err.key} takes {describe_type(err.key)})"
+def _config_message(bench: AnyBenchmark, err: ConfigError) -> str:
+    """The error, with what the key takes when the error does not say it (a rule between
+    keys), and whose keys an unknown key was not one of."""
+    keys = bench.config.flat_keys()
+    if err.key not in keys:
+        return f"{bench.name}: {err}"
+    if "expected" not in str(err):
+        return f"{err} ({err.key} takes {bench.config.describe(err.key)})"
     return str(err)

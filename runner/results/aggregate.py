@@ -70,9 +70,27 @@ def mlperf_aggregate(times_s: Sequence[float | None]) -> Aggregate:
     if converged < n:
         reason = f"{n - converged} of {n} runs missed the target, and with fewer than "
         reason += f"{MLPERF_MIN_RUNS} runs none may be dropped"
-        kept = tuple(t for t in times if math.isfinite(t))
-        return Aggregate(n, converged, None, kept, (), rule, reason)
+        finite = tuple(t for t in times if math.isfinite(t))
+        return Aggregate(n, converged, None, finite, (), rule, reason)
     return Aggregate(n, converged, statistics.fmean(times), tuple(times), (), rule)
+
+
+# A run whose time to target is this many times its cell's median, or less than the median
+# divided by it, is flagged: "far from its cell's median". A ratio, not a multiple of the
+# spread, because cells hold 3 to 5 runs, too few for a standard deviation to mean much.
+OUTLIER_RATIO = 1.5
+
+
+def outliers(times_s: Mapping[str, float | None]) -> dict[str, float]:
+    """The runs far from their cell's median time to target, each with its ratio to the
+    median (runs that missed the target have no time and are not outliers, they are misses).
+    Needs three runs with a time: with fewer, the median is one of two runs."""
+    valid = {k: t for k, t in times_s.items() if t is not None and math.isfinite(t) and t > 0}
+    if len(valid) < 3:
+        return {}
+    median = statistics.median(valid.values())
+    ratios = {k: t / median for k, t in valid.items()}
+    return {k: r for k, r in ratios.items() if r > OUTLIER_RATIO or r < 1 / OUTLIER_RATIO}
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.events import EVAL_ACCURACY, OTHER_PHASE, STEP_PHASES, TRAIN_LOSS
 from runner.results.aggregate import Aggregate
-from workloads.mllog import EVAL_ACCURACY, OTHER_PHASE, STEP_PHASES, TRAIN_LOSS
 
 FORMATS = ("png", "svg")
 PHASE_COLORS = {
@@ -106,6 +106,8 @@ def time_to_accuracy_figure(
     ax.set_ylabel("time to accuracy (s)")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
+    ax.annotate("bars: mean of the runs kept; whiskers: fastest to slowest of them",
+                xy=(0, -0.16), xycoords="axes fraction", fontsize=7, color="0.35")  # fmt: skip
     if labelled:
         ax.legend(fontsize=8)
     return _save(fig, base)
@@ -168,5 +170,54 @@ def curves_figure(
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    fig.suptitle(title)
+    return _save(fig, base)
+
+
+# Panels of the adaptive figure: (curve key, y label, log scale, drawn as steps).
+ADAPTIVE_PANELS = (
+    (TRAIN_LOSS, "training loss", True, False),
+    (EVAL_ACCURACY, "quality metric (eval_accuracy)", False, False),
+    ("global_batch", "global batch (samples)", True, True),
+    ("b_noise", "B_noise (smoothed, samples)", True, False),
+    ("workers", "workers", False, True),
+    ("lr", "learning rate", False, True),
+)
+
+
+def adaptive_figure(
+    runs: Sequence[tuple[str, Mapping[str, Sequence[tuple[float, float]]]]],
+    target: float | None,
+    title: str,
+    base: Path,
+) -> list[Path]:
+    """An adaptive run's knobs and monitors beside its loss and quality, against seconds
+    since run_start, one line per run (runs with the same label share a colour): the global
+    batch, B_noise, the worker count and the LR, drawn as steps where they change at once."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5), sharex=True)
+    colors: dict[str, str] = {}
+    for label, curves in runs:
+        first = label not in colors
+        color = colors.setdefault(label, f"C{len(colors) % 10}")
+        for ax, (key, _, _, steps) in zip(axes.flat, ADAPTIVE_PANELS, strict=True):
+            points = curves.get(key) or ()
+            if points:
+                ax.plot(*zip(*points, strict=True), color=color, alpha=0.75, lw=1.3,
+                        drawstyle="steps-post" if steps else "default",
+                        label=label if first else None)  # fmt: skip
+    if target is not None:
+        axes.flat[1].axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
+    from matplotlib.ticker import MaxNLocator
+
+    for ax, (key, ylabel, log, _) in zip(axes.flat, ADAPTIVE_PANELS, strict=True):
+        ax.set(ylabel=ylabel, yscale="log" if log and ax.has_data() else "linear")
+        ax.grid(alpha=0.3)
+        if key == "workers":
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes[1]:
+        ax.set_xlabel("time since run_start (s)")
+    axes.flat[0].legend(fontsize=7)
+    axes.flat[1].legend(fontsize=7)
     fig.suptitle(title)
     return _save(fig, base)

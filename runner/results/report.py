@@ -11,25 +11,32 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from runner.stack import cost as costs
-from runner.results import figures
-from runner.results import rundir
-from runner.results import study as studies
-from runner.results.aggregate import Aggregate, mean_phase_ms_per_step, mlperf_aggregate, speedups
-from runner.job.benchmarks import RUN_CONTROLS
-from runner.stack.cost import Cost
+from contract.files import DamagedFile
 from runner.errors import RunnerError
+from runner.job.benchmarks import RUN_CONTROLS
+from runner.results import figures, rundir
+from runner.results import study as studies
+from runner.results.aggregate import (
+    OUTLIER_RATIO,
+    Aggregate,
+    mean_phase_ms_per_step,
+    mlperf_aggregate,
+    outliers,
+    speedups,
+)
 from runner.results.runs import (
-    TOTAL_THREADS,
+    ADAPTIVE_CURVES,
     RunResult,
     config_conflicts,
     environment_differences,
+    environment_values,
     load_run,
-    total_threads,
 )
+from runner.stack import cost as costs
+from runner.stack.cost import Cost
 
 # Runs that cannot count: stopped by a person, or not over yet (failed runs count as misses).
 EXCLUDED_STATES = ("CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
@@ -56,6 +63,8 @@ class Cell:
     phase_ms: Mapping[str, float]
     speedup: float | None = None
     efficiency: float | None = None
+    # Run id -> its time to target over the cell's median, for runs far from it.
+    outliers: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,8 @@ class Report:
     @property
     def target(self) -> float | None:
         for run in self.runs:
-            if run.summary:
-                return run.summary["target"]["value"]
+            if run.train_summary:
+                return run.train_summary.target_value
         return None
 
 
@@ -108,8 +117,8 @@ def build(
 
 
 def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
-    """Label runs by the --set values (and benchmark) that vary among them, run controls
-    aside; when nothing varies, by strategy."""
+    """Label runs by the --set values (and benchmark and link) that vary among them, run
+    controls aside; when nothing varies, by strategy."""
     keys: dict[str, set[str]] = {}
     for run in runs:
         for key in set(run.overrides) - RUN_CONTROLS:
@@ -119,9 +128,11 @@ def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
             keys[key].add(str(run.overrides.get(key, run.config.get(key))))
     varying = sorted(k for k, values in keys.items() if len(values) > 1)
     several_benchmarks = len({r.benchmark for r in runs}) > 1
+    several_links = len({r.link for r in runs}) > 1
 
     def label(run: RunResult) -> str:
         parts = [run.benchmark] if several_benchmarks else []
+        parts += [f"link={run.link or 'machine'}"] if several_links else []
         parts += [f"{k}={run.overrides.get(k, run.config.get(k))}" for k in varying]
         return ", ".join(parts) or f"strategy={run.strategy}"
 
@@ -132,9 +143,10 @@ def _cell(series: str, workers: int, runs: list[RunResult]) -> Cell:
     runs.sort(key=lambda r: r.created_at)
     tta = mlperf_aggregate([r.time_to_target_s for r in runs])
     phases = mean_phase_ms_per_step(
-        [(r.summary["phases_s"], r.summary["steps"]) for r in runs if r.summary]
+        [(r.train_summary.phases_s, r.train_summary.steps) for r in runs if r.train_summary]
     )
-    return Cell(series, workers, tuple(runs), tta, phases)
+    flagged = outliers({r.run_id: r.time_to_target_s for r in runs})
+    return Cell(series, workers, tuple(runs), tta, phases, outliers=flagged)
 
 
 def _with_speedups(cells: list[Cell]) -> list[Cell]:
@@ -144,16 +156,16 @@ def _with_speedups(cells: list[Cell]) -> list[Cell]:
         by_workers = {s.workers: s for s in speedups({c.workers: c.tta.mean_s for c in members})}
         for c in members:
             s = by_workers[c.workers]
-            out.append(
-                Cell(c.series, c.workers, c.runs, c.tta, c.phase_ms, s.speedup, s.efficiency)
-            )
+            out.append(replace(c, speedup=s.speedup, efficiency=s.efficiency))
     return out
 
 
-def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], str]:
-    """The runs named by run ids, study ids or prefixes of either, and a title."""
+def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], str, list[str]]:
+    """The runs named by run ids, study ids or prefixes of either, a title, and the runs left
+    out because their directories are damaged (each with the file and the problem)."""
     runs: dict[str, RunResult] = {}
     names = []
+    damaged: list[str] = []
     for ident in ids:
         study_file = studies.find(results_root, ident)
         if study_file is not None:
@@ -168,14 +180,18 @@ def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], st
             dirs = [rundir.find(results_root, ident)]
             names.append(dirs[0].name)
         for run_dir in dirs:
-            run = load_run(run_dir)
+            try:
+                run = load_run(run_dir)
+            except DamagedFile as err:
+                damaged.append(f"{run_dir.name}: {err.path.name} {err.problem}")
+                continue
             runs.setdefault(run.run_id, run)
     title = (
         names[0]
         if len(names) == 1
         else f"{len(runs)} runs of {', '.join(sorted({r.benchmark for r in runs.values()}))}"
     )
-    return list(runs.values()), title
+    return list(runs.values()), title, damaged
 
 
 def cluster_costs(runs: Sequence[RunResult], project_dir: Path | None) -> dict[str, Cost]:
@@ -205,8 +221,8 @@ def cluster_costs(runs: Sequence[RunResult], project_dir: Path | None) -> dict[s
 
 def run_duration_s(run: RunResult) -> float:
     """How long the run held its nodes (see runner.stack.cost.run_duration_s)."""
-    s = run.summary or {}
-    fallback = (s.get("init_time_s") or 0.0) + (s.get("run_time_s") or 0.0)
+    s = run.train_summary
+    fallback = s.init_time_s + s.run_time_s if s else 0.0
     finished = run.state_since if run.state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
     return costs.run_duration_s(run.created_at, finished, fallback)
 
@@ -238,9 +254,36 @@ def cells_table(report: Report) -> Table:
             speedup, f"{compute:.2f} + {comm:.2f}", f"{comm / total:.0%}" if total else "-",
         ))  # fmt: skip
     rules = sorted({c.tta.rule for c in report.cells})
-    notes = [f"aggregation: {r}; ± is the sample std of the runs averaged" for r in rules] + notes
+    notes = [f"aggregation: {r}" for r in rules] + notes
+    notes.append(
+        "± is the sample standard deviation of the runs averaged; range (s) and the figure's "
+        "error bars are their fastest to slowest"
+    )
     notes.append("speedup: time to accuracy at the fewest workers / at this many (efficiency)")
+    notes += outlier_notes(report)
     return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
+
+
+def outlier_notes(report: Report) -> list[str]:
+    """Runs far from their cell's median, and speedups they may have bent."""
+    notes = []
+    for c in report.cells:
+        for run_id, ratio in c.outliers.items():
+            notes.append(
+                f"OUTLIER {run_id} ({c.series}, {c.workers} workers): time to accuracy "
+                f"{ratio:.2f}x its cell's median; the cell's mean and every speedup against "
+                "it lean on it"
+            )
+    base = {c.series: min(x.workers for x in report.cells if x.series == c.series)
+            for c in report.cells}  # fmt: skip
+    for c in report.cells:
+        scale = c.workers / base[c.series]
+        if c.speedup is not None and scale > 1 and c.speedup > scale * OUTLIER_RATIO:
+            notes.append(
+                f"SUSPECT speedup {c.speedup:.2f}x for {scale:g}x the workers ({c.series}): "
+                "far beyond linear; look for an outlier or too few runs in either cell"
+            )
+    return notes
 
 
 def runs_table(report: Report) -> Table:
@@ -249,10 +292,14 @@ def runs_table(report: Report) -> Table:
               "comm", "cost")  # fmt: skip
     rows = []
     for r in report.runs:
-        s = r.summary or {}
-        final = (s.get("final") or {}).get("value")
+        s = r.train_summary
+        final = s.final.value if s and s.final else None
         tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
-        share = s.get("communication_share")
+        if s and s.diverged:
+            tta = "DIVERGED"
+        if any(r.run_id in c.outliers for c in report.cells):
+            tta += " OUTLIER"
+        share = s.communication_share if s else None
         rows.append((
             r.run_id, label(r), str(r.world_size), str(r.seed), r.state,
             tta if s else "no summary", _num(final, ".4f"), _num(share, ".0%"),
@@ -273,19 +320,10 @@ def cost_text(cost: Cost | None, run: RunResult) -> str:
 def environment_table(report: Report) -> Table:
     """The manifests: what was the same for every run, and what was not."""
     rows = []
-    first = next((r.manifest for r in report.runs if r.manifest), {}) or {}
-    for key in ("code_version", "image", "python", "dist_backend", TOTAL_THREADS):
-        same = total_threads(first) if key == TOTAL_THREADS else first.get(key)
-        values = report.env_diffs.get(key) or [str(same)]
+    first = environment_values(next((r.manifest for r in report.runs if r.manifest), None))
+    for key, value in first.items():
+        values = report.env_diffs.get(key) or [str(value)]
         rows.append((key, ", ".join(values), "DIFFERS" if key in report.env_diffs else "same"))
-    for name, version in sorted((first.get("packages") or {}).items()):
-        key = f"package {name}"
-        rows.append((key, ", ".join(report.env_diffs.get(key) or [str(version)]),
-                     "DIFFERS" if key in report.env_diffs else "same"))  # fmt: skip
-    for name, value in sorted((first.get("hardware") or {}).items()):
-        key = f"hardware {name}"
-        rows.append((key, ", ".join(report.env_diffs.get(key) or [str(value)]),
-                     "DIFFERS" if key in report.env_diffs else "same"))  # fmt: skip
     divisions = sorted({r.division for r in report.runs})
     rows.append(("division", ", ".join(divisions), "DIFFERS" if len(divisions) > 1 else "same"))
     seeds = sorted({str(r.seed) for r in report.runs})
@@ -305,7 +343,9 @@ def tables(report: Report) -> list[Table]:
 
 
 def write_figures(report: Report, out_dir: Path) -> list[Path]:
-    """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG."""
+    """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG;
+    adaptive (batch size, B_noise, workers and LR beside loss and quality) when a run has
+    monitor or decision events."""
     by_series: dict[str, list[Cell]] = {s: [] for s in report.series}
     for c in report.cells:
         by_series[c.series].append(c)
@@ -326,6 +366,12 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
     paths += figures.curves_figure(
         curves, report.target, f"{report.title}: loss and accuracy", out_dir / "curves"
     )
+    adaptive = [(name, c) for name, c in curves if any(k in c for k in ADAPTIVE_CURVES)]
+    if adaptive:  # the runs that adapted, and the others beside them for comparison
+        paths += figures.adaptive_figure(
+            curves, report.target, f"{report.title}: batch size, B_noise and workers",
+            out_dir / "adaptive",
+        )  # fmt: skip
     return paths
 
 

@@ -1,26 +1,28 @@
-"""The run directory `results/<run-id>/`: the same files whatever the backend ran the job.
+"""Run directories on the runner's side: creating one, finding one by id, listing them, and
+reading job.json back into the resolved job (file names and records: contract/rundir.py).
 
-    job.json        the resolved JobSpec plus backend and handle (written before submit)
-    state.json      the last known JobStatus (written by whoever supervises the job)
-    events.jsonl    MLPerf-style events from rank 0
-    summary.json    the run's outcome, written once at the end
-    manifest.json   the environment: code version, packages, hardware, seeds, world size
-    logs/rank-N.log every rank's output
-
-Nothing else holds state: listing runs is listing this directory.
+Every read tolerates damage: a run directory whose job.json is truncated, binary, of the wrong
+shape or a link is reported as damaged (contract.files.DamagedFile, naming the file and the
+problem) and never stops a command about other runs. Nothing else holds state: listing runs is
+listing this directory.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import errno
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contract import files
-from contract.rundir import (  # noqa: F401  (read_state: callers still reach it here)
+from contract.events import RUN_START, RUN_STOP, read_events
+from contract.files import DamagedFile
+from contract.manifest import Manifest, parse_manifest
+from contract.rundir import (
     EVENTS,
     JOB,
     LOGS,
@@ -28,12 +30,12 @@ from contract.rundir import (  # noqa: F401  (read_state: callers still reach it
     STATE,
     SUMMARY,
     JobStatus,
+    check_version,
     rank_log,
-    read_state,
 )
-from runner.errors import RunNotFound
+from contract.summary import Summary, parse_summary
+from runner.errors import RunnerError, RunNotFound, StorageError
 from runner.job.spec import JobSpec
-from workloads.mllog import RUN_START, RUN_STOP, read_events
 
 RESULTS_ENV = "STACKBENCH_RESULTS"
 
@@ -59,23 +61,64 @@ class RunRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
-        return cls(JobSpec.from_dict(data), data["backend"], data["handle"], data.get("cluster"))
+    def from_dict(cls, data: Mapping[str, Any], path: Path = Path(JOB)) -> RunRecord:
+        """The record, or DamagedFile saying what is wrong with it."""
+        check_version(data, path)
+        backend, handle, cluster = data.get("backend"), data.get("handle"), data.get("cluster")
+        if backend not in ("local", "kubernetes"):
+            raise DamagedFile(path, f"names no known backend ({backend!r})")
+        if not isinstance(handle, str):
+            raise DamagedFile(path, "has no handle")
+        if cluster is not None and not isinstance(cluster, dict):
+            raise DamagedFile(path, "has a `cluster` that is not an object")
+        try:
+            spec = JobSpec.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise DamagedFile(
+                path, f"does not describe a job ({type(err).__name__}: {err})"
+            ) from None
+        return cls(spec, backend, handle, cluster)
 
 
 def create(root: Path, record: RunRecord) -> Path:
-    """Make the run directory and write job.json; refuses to reuse an existing run id."""
+    """Make the run directory with job.json in it; refuses to reuse a run id. A disk that is
+    full, read-only or not ours fails with one line naming the path, and leaves nothing."""
     run_dir = root / record.spec.run_id
-    (run_dir / LOGS).mkdir(parents=True, exist_ok=False)
-    write_json(run_dir / JOB, record.to_dict())
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir()
+    except FileExistsError:
+        raise RunnerError(f"{run_dir} already exists; run ids are unique, submit again") from None
+    except OSError as err:
+        raise storage_error(err, run_dir) from None
+    try:
+        (run_dir / LOGS).mkdir()
+        files.write_json(run_dir / JOB, record.to_dict())
+    except OSError as err:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise storage_error(err, run_dir) from None
     return run_dir
+
+
+def storage_error(err: OSError, path: Path) -> StorageError:
+    """One line for a disk that refuses a write: the path and what the system said."""
+    hint = {
+        errno.ENOSPC: "free some space or use another --results-dir",
+        errno.EDQUOT: "free some space or use another --results-dir",
+        errno.EROFS: "the file system is read-only; use another --results-dir",
+        errno.EACCES: "no permission to write there; use another --results-dir",
+        errno.EPERM: "no permission to write there; use another --results-dir",
+    }.get(err.errno or 0, "check the disk")
+    where = err.filename or path
+    return StorageError(f"cannot write {where}: {err.strerror or err}; {hint}")
 
 
 def find(root: Path, run_id: str) -> Path:
     """The run directory for an id or an unambiguous prefix of one."""
-    exact = root / run_id
-    if (exact / JOB).is_file():
-        return exact
+    if run_id and "/" not in run_id and run_id not in (".", ".."):
+        exact = root / run_id
+        if _is_run_dir(exact):
+            return exact
     matches = [p for p in _run_dirs(root) if p.name.startswith(run_id)]
     if len(matches) == 1:
         return matches[0]
@@ -86,30 +129,62 @@ def find(root: Path, run_id: str) -> Path:
 
 
 def list_dirs(root: Path) -> list[Path]:
-    """Run directories, newest first (run ids sort by time within a benchmark)."""
-    return sorted(_run_dirs(root), key=lambda p: (p / JOB).stat().st_mtime, reverse=True)
+    """Run directories, newest first (by job.json's time of writing)."""
+
+    def written(p: Path) -> float:
+        with contextlib.suppress(OSError):
+            return (p / JOB).lstat().st_mtime
+        return 0.0
+
+    return sorted(_run_dirs(root), key=written, reverse=True)
 
 
 def read_record(run_dir: Path) -> RunRecord:
-    return RunRecord.from_dict(read_json(run_dir / JOB))
+    """job.json, or DamagedFile; RunNotFound when there is none."""
+    path = run_dir / JOB
+    try:
+        return RunRecord.from_dict(files.read_json_object(path), path)
+    except FileNotFoundError:
+        raise RunNotFound(f"{run_dir} has no {JOB}; it is not a run directory") from None
 
 
 def write_state(run_dir: Path, status: JobStatus) -> None:
-    write_json(run_dir / STATE, status.to_dict())
+    files.write_json(run_dir / STATE, status.to_dict())
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    return read_json_or_none(run_dir / SUMMARY)
+def read_summary(run_dir: Path) -> Summary | None:
+    """summary.json's record, None when there is none yet; DamagedFile when it is unusable."""
+    path = run_dir / SUMMARY
+    try:
+        return parse_summary(files.read_json(path), path)
+    except FileNotFoundError:
+        return None
+
+
+def read_manifest(run_dir: Path) -> Manifest | None:
+    """manifest.json's record, None when there is none yet; DamagedFile when it is unusable."""
+    path = run_dir / MANIFEST
+    try:
+        return parse_manifest(files.read_json(path), path)
+    except FileNotFoundError:
+        return None
+
+
+def read_json_or_none(path: Path) -> Any:
+    try:
+        return files.read_json(path)
+    except FileNotFoundError:
+        return None
 
 
 def missing_results(run_dir: Path, world_size: int) -> list[str]:
     """What a complete successful run has and this one lacks, as human-readable items."""
-    missing = [name for name in (JOB, EVENTS, SUMMARY, MANIFEST) if not (run_dir / name).is_file()]
+    missing = [name for name in (JOB, EVENTS, SUMMARY, MANIFEST) if not _is_file(run_dir / name)]
     missing += [
-        f"{LOGS}/rank-{r}.log" for r in range(world_size) if not rank_log(run_dir, r).is_file()
+        f"{LOGS}/rank-{r}.log" for r in range(world_size) if not _is_file(rank_log(run_dir, r))
     ]
-    keys = [e["key"] for e in read_events(run_dir / EVENTS)]
     if EVENTS not in missing:
+        keys = [e["key"] for e in read_events(run_dir / EVENTS)]
         if keys.count(RUN_START) != 1:
             missing.append(f"{EVENTS}: exactly one {RUN_START} event")
         if RUN_STOP not in keys:
@@ -117,23 +192,20 @@ def missing_results(run_dir: Path, world_size: int) -> list[str]:
     return missing
 
 
-write_json = files.write_json
-write_text = files.write_text
+def _is_file(path: Path) -> bool:
+    """A regular file, not a link to one (links are never followed)."""
+    return path.is_file() and not path.is_symlink()
 
 
-def read_json(path: Path) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def read_json_or_none(path: Path) -> Any:
-    try:
-        return read_json(path)
-    except FileNotFoundError:
-        return None
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and (path / JOB).exists()
 
 
 def _run_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
-    return [p for p in root.iterdir() if (p / JOB).is_file()]
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return []
+    return [p for p in entries if _is_run_dir(p)]

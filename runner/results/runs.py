@@ -1,24 +1,37 @@
 """Run directories read back as flat result records, for reports, studies, cost and teardown.
 
 What a report needs from one run (job.json, state.json, summary.json, manifest.json and the
-loss/accuracy curves in events.jsonl), and which runs may stand side by side: two runs are
-comparable when their closed-division configurations agree (the config minus the tunables and
-run controls; the strategy too when both use an exact one). Not here: statistics
+loss/accuracy curves in events.jsonl, with an adaptive run's batch, noise scale and workers),
+and which runs may stand side by side: two runs are comparable when their closed-division
+configurations agree (the config minus the tunables and run controls; the strategy too when
+both use an exact one). Not here: statistics
 (runner.results.aggregate), output (runner.results.report), anything that talks to a backend.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.results import rundir
-from runner.job.benchmarks import EXACT_STRATEGIES, RUN_CONTROLS
+from contract.events import (
+    DECISION,
+    EVAL_ACCURACY,
+    MONITORS,
+    RUN_START,
+    TRAIN_LOSS,
+    read_events,
+)
+from contract.manifest import Manifest
+from contract.rundir import read_state
+from contract.summary import Summary, TrainSummary
+from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.spec import get_benchmark
-from workloads.mllog import EVAL_ACCURACY, RUN_START, TRAIN_LOSS, read_events
+from runner.results import rundir
+from workloads.strategies.config import EXACT_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -31,15 +44,16 @@ class RunResult:
     world_size: int
     num_nodes: int
     device: str
+    link: str | None  # the link each worker had (--link); None: the machine's own
     division: str
     open_keys: tuple[str, ...]
     overrides: Mapping[str, str]
-    config: Mapping[str, Any]
+    config: Mapping[str, Any]  # the flat view: the keys `--set` takes
     state: str  # the last recorded JobState value ("UNKNOWN" without state.json)
     state_since: str | None
     created_at: str
-    summary: Mapping[str, Any] | None
-    manifest: Mapping[str, Any] | None
+    summary: Summary | None
+    manifest: Manifest | None
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
     @property
@@ -47,12 +61,17 @@ class RunResult:
         return str(self.config.get("strategy", "-"))
 
     @property
+    def train_summary(self) -> TrainSummary | None:
+        return self.summary if isinstance(self.summary, TrainSummary) else None
+
+    @property
     def converged(self) -> bool:
-        return bool(self.summary and self.summary.get("target_reached"))
+        return bool(self.train_summary and self.train_summary.target_reached)
 
     @property
     def time_to_target_s(self) -> float | None:
-        return self.summary.get("time_to_target_s") if self.converged else None  # type: ignore[union-attr]
+        summary = self.train_summary
+        return summary.time_to_target_s if summary and summary.target_reached else None
 
     @property
     def seed(self) -> Any:
@@ -60,43 +79,74 @@ class RunResult:
 
 
 def load_run(run_dir: Path) -> RunResult:
-    job = rundir.read_json(run_dir / rundir.JOB)
-    state = rundir.read_json_or_none(run_dir / rundir.STATE) or {}
-    cluster = job.get("cluster") or {}
-    placement = job["placement"]
+    """The run as a report reads it; DamagedFile (naming the file) when a record is unusable."""
+    record = rundir.read_record(run_dir)
+    spec = record.spec
+    state = read_state(run_dir)
+    manifest = rundir.read_manifest(run_dir)
     return RunResult(
-        run_id=job["run_id"],
+        run_id=spec.run_id,
         run_dir=run_dir,
-        benchmark=job["benchmark"],
-        backend=job["backend"],
-        stack=cluster.get("stack"),
-        world_size=placement["num_nodes"] * placement["procs_per_node"],
-        num_nodes=placement["num_nodes"],
-        device=placement["device"],
-        division=job["division"],
-        open_keys=tuple(job.get("open_keys", ())),
-        overrides=dict(job.get("overrides", ())),
-        config=job["config"],
-        state=state.get("state", "UNKNOWN"),
-        state_since=state.get("since"),
-        created_at=job["created_at"],
+        benchmark=spec.benchmark,
+        backend=record.backend,
+        stack=(record.cluster or {}).get("stack"),
+        world_size=spec.placement.world_size,
+        num_nodes=spec.placement.num_nodes,
+        device=spec.placement.device,
+        link=spec.placement.link,
+        division=spec.division,
+        open_keys=spec.open_keys,
+        overrides=dict(spec.overrides),
+        # The flat view (the keys --set takes), tuples as lists as the JSON has them.
+        config={k: list(v) if isinstance(v, tuple) else v for k, v in spec.config.flat().items()},
+        state=state.state.value if state else "UNKNOWN",
+        state_since=state.since if state else None,
+        created_at=spec.created_at,
         summary=rundir.read_summary(run_dir),
-        manifest=rundir.read_json_or_none(run_dir / rundir.MANIFEST),
+        manifest=manifest,
         curves=curves(run_dir / rundir.EVENTS),
     )
 
 
+# What an adaptive run adds to its curves (from its stackbench_monitors and _decision events).
+B_NOISE, GLOBAL_BATCH, WORKERS, LR = "b_noise", "global_batch", "workers", "lr"
+ADAPTIVE_CURVES = (GLOBAL_BATCH, B_NOISE, WORKERS, LR)
+# A decision's knob -> the curve it moves at the moment it is taken.
+DECIDED = {"global_batch": GLOBAL_BATCH, "workers": WORKERS}
+MONITORED = {"b_noise": B_NOISE, "global_batch": GLOBAL_BATCH, "world_size": WORKERS, "lr": LR}
+
+
 def curves(events_path: Path) -> dict[str, tuple[tuple[float, float], ...]]:
-    """train_loss and eval_accuracy as (seconds since run_start, value) points."""
+    """train_loss and eval_accuracy as (seconds since run_start, value) points, and for an
+    adaptive run the global batch, B_noise, worker count and LR over time (none of those
+    for a run without them). Values that are not finite numbers are left out."""
     events = read_events(events_path)
     start = next((e["time_ms"] for e in events if e["key"] == RUN_START), None)
     if start is None:
         return {}
     out: dict[str, list[tuple[float, float]]] = {TRAIN_LOSS: [], EVAL_ACCURACY: []}
+    adaptive: dict[str, list[tuple[float, float]]] = {k: [] for k in ADAPTIVE_CURVES}
     for e in events:
-        if e["key"] in out and isinstance(e.get("value"), int | float):
-            out[e["key"]].append(((e["time_ms"] - start) / 1000, float(e["value"])))
+        t_s, value = (e["time_ms"] - start) / 1000, e.get("value")
+        if e["key"] in out and _finite(value):
+            out[e["key"]].append((t_s, float(value)))
+        elif e["key"] == MONITORS and isinstance(value, dict):
+            for field_name, curve in MONITORED.items():
+                if _finite(value.get(field_name)):
+                    adaptive[curve].append((t_s, float(value[field_name])))
+        elif e["key"] == DECISION and _decided(value):
+            adaptive[DECIDED[value["knob"]]].append((t_s, float(value["new"])))
+    out |= {k: v for k, v in adaptive.items() if v}
     return {k: tuple(v) for k, v in out.items()}
+
+
+def _decided(value: Any) -> bool:
+    """A decision record that moves a curve to a number."""
+    return isinstance(value, dict) and value.get("knob") in DECIDED and _finite(value.get("new"))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def comparison_key(run: RunResult) -> str:
@@ -145,10 +195,38 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 TOTAL_THREADS = "threads x workers"
 
 
-def total_threads(manifest: dict[str, Any]) -> int | None:
+NETWORK = "network"
+
+
+def total_threads(manifest: Manifest | None) -> int | None:
     """Threads per worker times workers: the compute a run was given."""
-    threads, world = manifest.get("torch_threads"), manifest.get("world_size")
-    return threads * world if threads is not None and world is not None else None
+    return manifest.total_threads if manifest else None
+
+
+def network_text(manifest: Manifest | None) -> str | None:
+    """The link a run asked for ("100mbit"), or what its network was ("loopback, unshaped");
+    the measured rate varies run to run and is in each manifest."""
+    if manifest is None or manifest.network is None:
+        return None
+    return manifest.network.get("link") or manifest.network.get("description")
+
+
+def environment_values(m: Manifest | None) -> dict[str, Any]:
+    """What of a run's environment must match across runs that stand side by side."""
+    if m is None:
+        return {"manifest": None}
+    return {
+        "code_version": m.code_version,
+        "image": m.image,
+        "python": m.python,
+        "dist_backend": m.dist_backend,
+        # Threads per worker shrink as workers grow (the local backend gives each run all
+        # cores); what must match across a scaling study is the total.
+        TOTAL_THREADS: m.total_threads,
+        NETWORK: network_text(m),
+        **{f"package {k}": v for k, v in m.packages.items()},
+        **{f"hardware {k}": v for k, v in m.hardware.items()},
+    }
 
 
 def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
@@ -156,18 +234,6 @@ def environment_differences(runs: Sequence[RunResult]) -> dict[str, list[str]]:
     package versions, hardware): not a refusal, but a reader must see it."""
     fields: dict[str, set[str]] = {}
     for run in runs:
-        m = run.manifest or {}
-        values = {
-            "code_version": m.get("code_version"),
-            "image": m.get("image"),
-            "python": m.get("python"),
-            "dist_backend": m.get("dist_backend"),
-            # Threads per worker shrink as workers grow (the local backend gives each run all
-            # cores); what must match across a scaling study is the total.
-            TOTAL_THREADS: total_threads(m),
-            **{f"package {k}": v for k, v in (m.get("packages") or {}).items()},
-            **{f"hardware {k}": v for k, v in (m.get("hardware") or {}).items()},
-        }
-        for key, value in values.items():
+        for key, value in environment_values(run.manifest).items():
             fields.setdefault(key, set()).add(str(value))
     return {k: sorted(v) for k, v in fields.items() if len(v) > 1}

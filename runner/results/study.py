@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from runner.results import rundir
+from contract import files
 from runner.errors import RunNotFound, SpecError
 
 STUDIES_DIR = "studies"
@@ -34,10 +34,11 @@ class PlannedRun:
     seed: int
     run_id: str | None = None
     state: str | None = None  # the run's final JobState value, once it ended
+    link: str | None = None  # the link each worker gets (--link); None: the machine's own
 
     @property
-    def cell(self) -> tuple[int, tuple[tuple[str, str], ...]]:
-        return (self.workers, self.sets)
+    def cell(self) -> tuple[int, str | None, tuple[tuple[str, str], ...]]:
+        return (self.workers, self.link, self.sets)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Study:
     where: str  # "local" or "stack <name>"
     runs: tuple[PlannedRun, ...]
     state: StudyState = "running"
+    links: tuple[str | None, ...] = (None,)  # link rates swept (--link a,b)
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     finished_at: str | None = None
 
@@ -72,6 +74,7 @@ class Study:
             **{
                 **data,
                 "workers": tuple(data["workers"]),
+                "links": tuple(data.get("links", (None,))),
                 "grid": {k: tuple(v) for k, v in data["grid"].items()},
                 "fixed": tuple(data["fixed"]),
                 "runs": runs,
@@ -112,17 +115,37 @@ def parse_grid(items: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], tuple[
 
 
 def plan(
-    workers: Sequence[int], grid: Mapping[str, Sequence[str]], runs_per_cell: int, base_seed: int
+    workers: Sequence[int],
+    grid: Mapping[str, Sequence[str]],
+    runs_per_cell: int,
+    base_seed: int,
+    links: Sequence[str | None] = (None,),
 ) -> tuple[PlannedRun, ...]:
-    """Every run of the grid, cell by cell. Run i of every cell uses seed base_seed + i: the
-    runs of a cell differ in seed, and the cells are paired run by run."""
+    """Every run of the grid (workers x links x --set values), cell by cell. Run i of every
+    cell uses seed base_seed + i: the runs of a cell differ in seed, and the cells are paired
+    run by run."""
     keys = sorted(grid)
-    cells = itertools.product(workers, itertools.product(*(grid[k] for k in keys)))
+    cells = itertools.product(workers, links, itertools.product(*(grid[k] for k in keys)))
     return tuple(
-        PlannedRun(w, tuple(zip(keys, values, strict=True)), i, base_seed + i)
-        for w, values in cells
+        PlannedRun(w, tuple(zip(keys, values, strict=True)), i, base_seed + i, link=link)
+        for w, link, values in cells
         for i in range(runs_per_cell)
     )
+
+
+def parse_links(text: str | None) -> tuple[str | None, ...]:
+    """'10mbit,100mbit' -> ('10mbit', '100mbit'), each checked; None -> (None,)."""
+    if text is None:
+        return (None,)
+    from runner.job.link import parse_link
+
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise SpecError("--link", f"expected rates like 10mbit,100mbit, got {text!r}")
+    links = tuple(parse_link(v).text for v in values)
+    if len(set(links)) != len(links):
+        raise SpecError("--link", f"{text!r} repeats a rate")
+    return links
 
 
 def new_study_id(benchmark: str, now: datetime | None = None) -> str:
@@ -136,12 +159,19 @@ def studies_root(results_root: Path) -> Path:
 
 def save(results_root: Path, study: Study) -> Path:
     path = studies_root(results_root) / study.study_id / STUDY_FILE
-    rundir.write_json(path, study.to_dict())
+    files.write_json(path, study.to_dict())
     return path
 
 
 def load(path: Path) -> Study:
-    return Study.from_dict(rundir.read_json(path))
+    """study.json; DamagedFile when it is not one."""
+    data = files.read_json_object(path)
+    try:
+        return Study.from_dict(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise files.DamagedFile(
+            path, f"is not a study record ({type(err).__name__}: {err})"
+        ) from None
 
 
 def find(results_root: Path, study_id: str) -> Path | None:

@@ -1,22 +1,24 @@
 """What runs and stacks cost: node-hours times the hourly prices of runner/stack/prices.toml.
 
-A stack's shape (training pool: machine type, GPUs, node counts; system pool: machine type and
-size; spot or not) comes from its stacks/Pulumi.<stack>.yaml with the defaults Pulumi.yaml
-declares. A shape the table lacks costs "unknown price" (None with the reason), never $0.
+A stack's shape is its validated settings (infra/stackfiles.py reads stacks/Pulumi.<stack>.yaml
+with Pulumi.yaml's declared defaults through the program's own parser) sized by the program's
+own pool rule (infra/pools.py), so what is priced is what `pulumi up` makes. A shape the table
+lacks costs "unknown price" (None with the reason), never $0.
 
 What is counted, and what is not:
 - a run: its training nodes for the time the job existed (created to finished, which includes
   scheduling and image pulls), plus the system pool and control plane for the same time;
-- a stack's lifetime: the system pool and control plane for the whole lifetime, the training
-  pool's minimum nodes for the whole lifetime, and the node-hours of its runs above that (a
-  lower bound: the autoscaler's scale-up and scale-down idle time is not seen);
+- a stack's lifetime: the system pool and control plane for the whole lifetime; a fixed
+  training pool (eks, kind) at its size for the whole lifetime, jobs or not; an autoscaled
+  one (gke) at its floor for the whole lifetime plus each recorded run's nodes above the floor
+  for the run's duration (a lower bound: the autoscaler's scale-up and its idle time before
+  scale-down are not seen). `Cost.parts` says what each part counted;
 - not counted: disks, network egress, registry and bucket storage, load balancers, taxes,
   discounts (sustained use, committed use, free tiers).
 """
 
 from __future__ import annotations
 
-import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,23 +27,36 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from infra.config import ConfigError, StackConfig
+from infra.pools import PoolSize, system_pool, training_pool
+from infra.stackfiles import StackFileError
+from infra.stackfiles import load as load_stack_config
 from runner.errors import RunnerError
 
 SECONDS_PER_HOUR = 3600.0
 
 
 @dataclass(frozen=True)
+class Pool:
+    machine_type: str
+    size: PoolSize
+    gpu_type: str = ""
+    gpus_per_node: int = 0
+
+    def describe(self) -> str:
+        gpus = f" + {self.gpus_per_node} x {self.gpu_type}" if self.gpus_per_node else ""
+        return f"{self.machine_type}{gpus}, {self.size.describe()}"
+
+
+@dataclass(frozen=True)
 class StackShape:
+    """What a stack runs, from its validated settings and the program's pool rule."""
+
     stack: str
     provider: str
     region: str
-    node_machine_type: str
-    gpu_type: str
-    gpus_per_node: int
-    min_nodes: int
-    max_nodes: int
-    system_machine_type: str
-    system_node_count: int
+    training: Pool
+    system: Pool
     spot: bool
 
 
@@ -66,12 +81,68 @@ class StackPrices:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One priced part of a cost: what it is, how its node-hours were counted, its USD (None:
+    unknown price, `unknown_reason` says why)."""
+
+    what: str
+    counted: str
+    node_hours: float
+    usd: float | None
+    unknown_reason: str = ""
+
+
+@dataclass(frozen=True)
 class Cost:
-    """USD for one item (None: unknown price, `reason` says why) and the node-hours behind it."""
+    """USD for one item (None: unknown price, `reason` says why), the node-hours behind it and
+    the parts it sums."""
 
     usd: float | None
     node_hours: float
     reason: str = ""
+    parts: tuple[Part, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunUse:
+    """What one run held: nodes for a duration."""
+
+    num_nodes: int
+    duration_s: float
+
+
+# ---- shapes ------------------------------------------------------------------------------
+
+
+KIND_NODE = "kind node (a container on this machine)"
+
+
+def shape_of(cfg: StackConfig) -> StackShape:
+    kind = cfg.provider == "kind"
+    node, system = (
+        (KIND_NODE, KIND_NODE) if kind else (cfg.node_machine_type, cfg.system_machine_type)
+    )
+    return StackShape(
+        stack=cfg.stack,
+        provider=cfg.provider,
+        region=cfg.region,
+        training=Pool(node, training_pool(cfg), cfg.gpu_type, cfg.gpus_per_node),
+        system=Pool(system, system_pool(cfg)),
+        spot=cfg.spot,
+    )
+
+
+def load_shape(stack: str, project_dir: Path) -> StackShape:
+    """The shape of a stack in this project; RunnerError naming the fix if it has none."""
+    try:
+        return shape_of(load_stack_config(project_dir, stack))
+    except StackFileError as err:
+        raise RunnerError(str(err)) from None
+    except ConfigError as err:
+        raise RunnerError(f"stack {stack!r} has an invalid setting: {err}") from None
+
+
+# ---- prices ------------------------------------------------------------------------------
 
 
 def load_price_table(path: Path | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -103,20 +174,21 @@ def machine_price(table: Mapping[str, Any], shape: StackShape, machine_type: str
 
 def training_node_price(table: Mapping[str, Any], shape: StackShape) -> Price:
     """Machine plus attached GPUs; spot capacity is unknown (its price floats)."""
+    pool = shape.training
     if shape.spot:
         return Price(None, unknown_reason="spot capacity: its price changes hourly")
-    machine = machine_price(table, shape, shape.node_machine_type)
-    if not machine.known or shape.gpus_per_node == 0:
+    machine = machine_price(table, shape, pool.machine_type)
+    if not machine.known or pool.gpus_per_node == 0:
         return machine
     row = _row(table.get("machine", []), provider=shape.provider, region=shape.region,
-               machine_type=shape.node_machine_type)  # fmt: skip
+               machine_type=pool.machine_type)  # fmt: skip
     if row is not None and row.get("includes_gpus"):
         return machine
     gpu = _row(table.get("gpu", []), provider=shape.provider, region=shape.region,
-               gpu_type=shape.gpu_type)  # fmt: skip
+               gpu_type=pool.gpu_type)  # fmt: skip
     if gpu is None:
-        return Price(None, unknown_reason=f"no price for GPU {shape.gpu_type} in {shape.region}")
-    total = machine.usd_per_hour + shape.gpus_per_node * float(gpu["usd_per_gpu_hour"])  # type: ignore[operator]
+        return Price(None, unknown_reason=f"no price for GPU {pool.gpu_type} in {shape.region}")
+    total = machine.usd_per_hour + pool.gpus_per_node * float(gpu["usd_per_gpu_hour"])  # type: ignore[operator]
     return Price(total, (*machine.sources, _source(gpu)))
 
 
@@ -124,51 +196,84 @@ def stack_prices(table: Mapping[str, Any], shape: StackShape) -> StackPrices:
     fee = _row(table.get("control_plane", []), provider=shape.provider)
     if fee is not None:
         control = Price(float(fee["usd_per_hour"]), (_source(fee),))
+    elif shape.provider == "kind":
+        control = Price(None, unknown_reason="kind runs on this machine: no cloud price")
     else:
         control = Price(None, unknown_reason=f"no control-plane price for {shape.provider}")
     return StackPrices(
         training_node_price(table, shape),
-        machine_price(table, shape, shape.system_machine_type),
+        machine_price(table, shape, shape.system.machine_type),
         control,
     )
 
 
-def _times(price: Price, node_hours: float) -> Cost:
-    if price.usd_per_hour is None:
-        return Cost(None, node_hours, price.unknown_reason)
-    return Cost(price.usd_per_hour * node_hours, node_hours)
+# ---- costs -------------------------------------------------------------------------------
 
 
 def run_cost(prices: StackPrices, shape: StackShape, num_nodes: int, duration_s: float) -> Cost:
     """Training nodes, system pool and control plane for the run's duration."""
     hours = duration_s / SECONDS_PER_HOUR
-    return _total(prices, num_nodes * hours, shape.system_node_count * hours, hours)
+    system = shape.system.size.max_nodes
+    return _total(
+        _part(prices.training_node, "training nodes", f"{num_nodes} x {hours:.3g} h",
+              num_nodes * hours),
+        _part(prices.system_node, "system pool", f"{system} x {hours:.3g} h", system * hours),
+        _part(prices.control_plane, "control plane", f"{hours:.3g} h", 0.0, hours),
+    )  # fmt: skip
 
 
 def lifetime_cost(
-    prices: StackPrices, shape: StackShape, lifetime_s: float, run_node_hours: float
+    prices: StackPrices, shape: StackShape, lifetime_s: float, runs: Sequence[RunUse]
 ) -> Cost:
-    """The stack from `pulumi up` to now (or destroy); see the module docstring for what the
-    training pool's share leaves out."""
+    """The stack from `pulumi up` to now (or destroy); see the module docstring."""
     hours = lifetime_s / SECONDS_PER_HOUR
-    training_node_hours = max(shape.min_nodes * hours, run_node_hours)
-    return _total(prices, training_node_hours, shape.system_node_count * hours, hours)
+    system = shape.system.size.max_nodes
+    return _total(
+        _training_lifetime(prices.training_node, shape.training, hours, runs),
+        _part(prices.system_node, f"system pool ({shape.system.describe()})",
+              f"{_nodes(system)} x {hours:g} h", system * hours),
+        _part(prices.control_plane, "control plane", f"{hours:g} h", 0.0, hours),
+    )  # fmt: skip
 
 
-def _total(
-    prices: StackPrices, training_node_hours: float, system_node_hours: float, hours: float
-) -> Cost:
-    """The three parts summed; unknown if any part is (node-hours: training plus system)."""
-    parts = [
-        _times(prices.training_node, training_node_hours),
-        _times(prices.system_node, system_node_hours),
-    ]
+def _training_lifetime(price: Price, pool: Pool, hours: float, runs: Sequence[RunUse]) -> Part:
+    size, what = pool.size, f"training pool ({pool.describe()})"
+    if not size.autoscaled:
+        counted = f"{_nodes(size.max_nodes)} x {hours:g} h (a fixed pool is paid, jobs or not)"
+        return _part(price, what, counted, size.max_nodes * hours)
+    floor = size.min_nodes * hours
+    above = sum(max(0, r.num_nodes - size.min_nodes) * r.duration_s for r in runs)
+    above /= SECONDS_PER_HOUR
+    counted = (
+        f"floor {_nodes(size.min_nodes)} x {hours:g} h + {above:.2f} node-h of "
+        f"{len(runs)} recorded run(s) above it"
+    )
+    if floor + above == 0:
+        counted += "; no training node is counted: the pool idles at 0 and no run is recorded"
+    return _part(price, what, counted, floor + above)
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
+
+
+def _part(
+    price: Price, what: str, counted: str, node_hours: float, hours: float | None = None
+) -> Part:
+    """node_hours x price (a control plane: `hours` x price, and no node-hours)."""
+    billed = node_hours if hours is None else hours
+    if price.usd_per_hour is None:
+        return Part(what, counted, node_hours, None, price.unknown_reason)
+    return Part(what, counted, node_hours, price.usd_per_hour * billed)
+
+
+def _total(*parts: Part) -> Cost:
+    """The parts summed; unknown if any part is."""
     node_hours = sum(p.node_hours for p in parts)
-    parts.append(_times(prices.control_plane, hours))
-    unknown = [p.reason for p in parts if p.usd is None]
+    unknown = [p.unknown_reason for p in parts if p.usd is None]
     if unknown:
-        return Cost(None, node_hours, "; ".join(dict.fromkeys(unknown)))
-    return Cost(sum(p.usd for p in parts), node_hours)  # type: ignore[misc]
+        return Cost(None, node_hours, "; ".join(dict.fromkeys(unknown)), parts)
+    return Cost(sum(p.usd for p in parts), node_hours, "", parts)  # type: ignore[misc]
 
 
 def run_duration_s(created_at: str, finished_at: str | None, fallback_s: float | None) -> float:
@@ -179,54 +284,3 @@ def run_duration_s(created_at: str, finished_at: str | None, fallback_s: float |
         end = datetime.fromisoformat(finished_at.replace("Z", "+00:00"))
         return max(0.0, (end - start).total_seconds())
     return fallback_s or 0.0
-
-
-# ---- stack shapes from the stack files ---------------------------------------------------
-
-
-def load_shape(stack: str, project_dir: Path) -> StackShape:
-    """The shape of stacks/Pulumi.<stack>.yaml, with Pulumi.yaml's declared defaults."""
-    import yaml  # the report extra; not on the runner's start-up path
-
-    path = project_dir / "stacks" / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        raise RunnerError(
-            f"no stack file {path}; the stacks are: {', '.join(stack_names(project_dir))}"
-        )
-    schema = (yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}).get("config", {})
-    values = {k: v.get("default") for k, v in schema.items() if isinstance(v, dict)}
-    for key, value in ((yaml.safe_load(path.read_text()) or {}).get("config") or {}).items():
-        values[key.partition(":")[2] or key] = value
-    provider = str(values["provider"])
-    return StackShape(
-        stack=stack,
-        provider=provider,
-        region=str(values.get("region") or ""),
-        node_machine_type=str(values.get("nodeMachineType") or ""),
-        gpu_type=str(values.get("gpuType") or ""),
-        gpus_per_node=int(values.get("gpusPerNode") or 0),
-        min_nodes=int(values.get("minNodes") or 0),
-        max_nodes=int(values.get("maxNodes") or 1),
-        system_machine_type=str(
-            values.get("systemMachineType") or _system_default(provider, project_dir)
-        ),
-        system_node_count=int(values.get("systemNodeCount") or 0),
-        spot=str(values.get("spot")).lower() == "true",
-    )
-
-
-def stack_names(project_dir: Path) -> list[str]:
-    return sorted(
-        p.name[len("Pulumi.") : -len(".yaml")]
-        for p in (project_dir / "stacks").glob("Pulumi.*.yaml")
-    )
-
-
-def _system_default(provider: str, project_dir: Path) -> str:
-    """The system pool's machine type when the stack leaves it empty: infra/config.py declares
-    it (once); importing that module creates nothing (infra/__init__.py)."""
-    if str(project_dir) not in sys.path:
-        sys.path.insert(0, str(project_dir))
-    from infra.config import SYSTEM_MACHINE
-
-    return SYSTEM_MACHINE.get(provider, "")

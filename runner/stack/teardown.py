@@ -5,7 +5,9 @@ Order, and why:
    only on the cluster (pod logs, a bucket the stack owns). Unfetched: the run's last recorded
    state is not final; or it SUCCEEDED and its run directory lacks summary.json; or it FAILED
    and rank 0's log was never archived (the only trace of why). A CANCELLED run has nothing
-   left to fetch. `force` skips the guard.
+   left to fetch. `force` skips the guard. Refuse too while the stack's settings keep deletion
+   protection on (the cloud would refuse to delete the cluster halfway through); `force` does
+   not skip that: turning it off is a deliberate `pulumi config set` and `pulumi up`.
 2. cancel the runs still pending or running, through their backend, so no job keeps creating
    pods while the node pools go away (and so their state.json says CANCELLED).
 3. `pulumi destroy --stack S --yes`, its output streamed line by line.
@@ -24,6 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.files import DamagedFile
+from contract.rundir import read_state
+from infra import stackfiles
+from infra.config import ConfigError
 from runner import api
 from runner.errors import RunnerError
 from runner.results import rundir
@@ -49,6 +55,16 @@ class TeardownRefused(RunnerError):
         self.unfetched = unfetched
 
 
+class DeletionProtected(RunnerError):
+    def __init__(self, stack: str) -> None:
+        super().__init__(
+            f"stack {stack!r} keeps its cluster deletion-protected (stackbench:"
+            "deletionProtection), so the cloud would refuse to delete it; turn that off first: "
+            f"`pulumi config set stackbench:deletionProtection false --stack {stack} && pulumi "
+            f"up --stack {stack}`, then `runner teardown --stack {stack}` again"
+        )
+
+
 @dataclass(frozen=True)
 class TeardownResult:
     cancelled: tuple[str, ...]
@@ -61,7 +77,10 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
     """Kubernetes runs whose job.json names this stack."""
     runs = []
     for run_dir in rundir.list_dirs(results_root):
-        record = rundir.read_record(run_dir)
+        try:
+            record = rundir.read_record(run_dir)
+        except DamagedFile:
+            continue  # `runner runs` lists it as DAMAGED; nothing says it is this stack's
         if record.backend == "kubernetes" and (record.cluster or {}).get("stack") == stack:
             runs.append(api.Run(run_dir, record))
     return runs
@@ -69,7 +88,7 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
 
 def unfetched_reason(run: api.Run) -> str | None:
     """Why this run's results may still be only on the cluster, or None if they are home."""
-    state = rundir.read_state(run.run_dir)
+    state = read_state(run.run_dir)
     if state is None or not state.state.finished:
         last = state.state.value if state else "unknown"
         return f"last recorded state {last}; it may still be running or hold results"
@@ -89,15 +108,35 @@ def unfetched(results_root: Path, stack: str) -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def teardown(
-    results_root: Path, stack: str, force: bool, on_line: Callable[[str], None] = lambda s: None
-) -> TeardownResult:
+def refuse(results_root: Path, stack: str, force: bool) -> None:
+    """The guards alone (step 1), so a caller can refuse before asking for confirmation."""
     missing = unfetched(results_root, stack)
     if missing and not force:
         raise TeardownRefused(stack, missing)
+    if deletion_protected(stack):
+        raise DeletionProtected(stack)
+
+
+def teardown(
+    results_root: Path, stack: str, force: bool, on_line: Callable[[str], None] = lambda s: None
+) -> TeardownResult:
+    refuse(results_root, stack, force)
     cancelled, errors = cancel_remaining(results_root, stack, on_line)
     destroy(stack, on_line)
     return TeardownResult(tuple(cancelled), tuple(errors), tuple(leftovers(stack)))
+
+
+def deletion_protected(stack: str) -> bool:
+    """Whether the stack's settings keep deletion protection on a cloud cluster. A stack whose
+    settings cannot be read here is left to `pulumi destroy`, which says what is wrong."""
+    project = pulumi_cli.project_dir()
+    if project is None:
+        return False
+    try:
+        cfg = stackfiles.load(project, stack)
+    except (stackfiles.StackFileError, ConfigError):
+        return False
+    return cfg.provider != "kind" and cfg.deletion_protection
 
 
 def cancel_remaining(
@@ -107,7 +146,7 @@ def cancel_remaining(
     raised: destroy removes the jobs with the cluster anyway."""
     cancelled, errors = [], []
     for run in stack_runs(results_root, stack):
-        state = rundir.read_state(run.run_dir)
+        state = read_state(run.run_dir)
         if state is not None and state.state.finished:
             continue
         try:

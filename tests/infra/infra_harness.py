@@ -1,19 +1,18 @@
-"""Run the real Pulumi program (infra/__main__.py) for a stack file under Pulumi mocks.
+"""Run the real Pulumi program (the project root's __main__.py) for a stack under Pulumi mocks.
 
 `evaluate(stack)` does what `pulumi up --stack NAME` hands the program: the Pulumi.yaml
 defaults overlaid with stacks/Pulumi.NAME.yaml (every value a string, lists as JSON, keys
-`stackbench:KEY`), then runs the program exactly as the Python language host does
-(`run_in_stack(runpy.run_path("infra"))`). The recording monitor keeps every registered
-resource with its options (provider, parent, deletedWith) and the stack outputs as the engine
-receives them, secrets marked. Mocks answer with plausible cloud outputs. Pulumi's runtime
-state is process-global: each evaluation resets the root stack and config first.
+`stackbench:KEY`; infra/stackfiles.py reads them), then runs the program exactly as the
+Python language host does (`run_in_stack(runpy.run_path(<project root>))`, which puts the
+root on sys.path for the run). The recording monitor keeps every registered resource with its
+options (provider, parent, deletedWith) and the stack outputs as the engine receives them,
+secrets marked. Mocks answer with plausible cloud outputs. Pulumi's runtime state is
+process-global: each evaluation resets the root stack and config first.
 """
 
 from __future__ import annotations
 
-import json
 import runpy
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,19 +20,17 @@ from typing import Any
 import pulumi
 import yaml
 from google.protobuf import json_format
+from infra_mocks import CloudMocks
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
+from infra.stackfiles import STACKS_DIR, as_cli_string, cli_values
+from infra.stackfiles import stack_names as _stack_names
+
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # the infra package is not installed; import it from the tree
-    sys.path.insert(0, str(REPO))
-
-from infra_mocks import CloudMocks  # noqa: E402
-
-STACKS_DIR = REPO / "stacks"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 SIG_KEY = "4dabf18193072939515e22adb298388d"
 # What an operator sets before `pulumi up` on a cloud stack (the files leave it to them).
@@ -41,39 +38,24 @@ OPERATOR_CIDR = "198.51.100.7/32"
 
 
 def stack_names() -> list[str]:
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+    return _stack_names(REPO)
 
 
 def project_schema() -> dict[str, dict[str, Any]]:
     return yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]
 
 
-def _as_cli_string(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | dict):
-        return json.dumps(value)
-    return str(value)
-
-
 def stack_file_config(stack: str) -> dict[str, Any]:
-    return yaml.safe_load((STACKS_DIR / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return yaml.safe_load((REPO / STACKS_DIR / f"Pulumi.{stack}.yaml").read_text())["config"]
 
 
 def cli_config(stack: str, overrides: dict[str, Any] | None = None) -> dict[str, str]:
-    """The config map the CLI gives the program: schema defaults < stack file < overrides."""
-    values = {
-        f"stackbench:{key}": _as_cli_string(spec["default"])
-        for key, spec in project_schema().items()
-        if "default" in spec
-    }
-    file_values = stack_file_config(stack)
-    values |= {key: _as_cli_string(v) for key, v in file_values.items()}
-    if file_values.get("stackbench:provider") != "kind":
-        values.setdefault("stackbench:apiAllowedCidrs", "[]")
-        if values["stackbench:apiAllowedCidrs"] == "[]":
-            values["stackbench:apiAllowedCidrs"] = json.dumps([OPERATOR_CIDR])
-    values |= {key: _as_cli_string(v) for key, v in (overrides or {}).items()}
+    """The config map the CLI gives the program: schema defaults < stack file < overrides,
+    with an operator's address in apiAllowedCidrs where the stack file leaves it empty."""
+    values = {f"stackbench:{key}": value for key, value in cli_values(REPO, stack).items()}
+    if values["stackbench:provider"] != "kind" and values["stackbench:apiAllowedCidrs"] == "[]":
+        values["stackbench:apiAllowedCidrs"] = as_cli_string([OPERATOR_CIDR])
+    values |= {key: as_cli_string(v) for key, v in (overrides or {}).items()}
     return values
 
 
@@ -94,6 +76,7 @@ class Registered:
     providers: dict[str, str]  # package -> provider ref, as remote components receive them
     parent: str
     deleted_with: str
+    dependencies: list[str]
 
 
 @dataclass
@@ -158,6 +141,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     providers=dict(request.providers),
                     parent=request.parent,
                     deleted_with=request.deletedWith,
+                    dependencies=list(request.dependencies),
                 )
             )
         return response
@@ -197,6 +181,6 @@ def evaluate(
     )
     settings.ROOT.set(None)  # run_in_stack makes the root Stack, as the language host does
     pulumi.runtime.set_all_config(cli_config(stack, overrides))
-    program = str(REPO / "infra")
+    program = str(REPO)
     _sync_await(run_in_stack(lambda: runpy.run_path(program, run_name="__main__")))
     return evaluation

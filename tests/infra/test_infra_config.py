@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from infra_harness import cli_config, evaluate, project_schema, stack_names
 
-from infra.config import KEYS, ConfigError, StackConfig, parse_stack_config
+from infra.config import KEYS, ConfigError, StackConfig, check_deployable, parse_stack_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 ROOT = "/repo"
@@ -27,6 +27,13 @@ def raw_config(stack: str, **changes: str) -> dict[str, str]:
 
 def parse(stack: str, **changes: str) -> StackConfig:
     return parse_stack_config(raw_config(stack, **changes), stack, ROOT)
+
+
+def validate(stack: str, **changes: str) -> StackConfig:
+    """What the program does before any resource: parse, then check it can be deployed."""
+    cfg = parse(stack, **changes)
+    check_deployable(cfg)
+    return cfg
 
 
 def test_pulumi_yaml_declares_exactly_the_keys_the_parser_reads():
@@ -62,7 +69,7 @@ def test_gpu_count_error_names_key_and_fix():
 
 def test_list_key_fix_uses_path_syntax():
     with pytest.raises(ConfigError) as err:
-        parse("eks-gpu-8", apiAllowedCidrs="[]")
+        validate("eks-gpu-8", apiAllowedCidrs="[]")
     assert "pulumi config set --path 'stackbench:apiAllowedCidrs[0]' 203.0.113.7/32" in str(
         err.value
     )
@@ -78,6 +85,7 @@ def test_missing_key_is_named():
 def test_values_are_typed_and_defaults_resolved():
     cfg = parse("gke-gpu-8", spot="true", apiAllowedCidrs='["10.0.0.0/8"]')
     assert cfg.spot is True and cfg.gpus_per_node == 1 and cfg.api_allowed_cidrs == ("10.0.0.0/8",)
+    assert cfg.deletion_protection is True and cfg.api_open_to_internet is False
     assert cfg.system_machine_type == "e2-standard-4" and cfg.image_variant == "cuda"
     assert parse("kind").results_dir == f"{ROOT}/results/.kind-store/kind"
 
@@ -128,9 +136,13 @@ ANY_STACK = [
     ("kubernetesVersion", st.sampled_from(["", "1", "1.28", "v1.33", "2.0", "latest", "1.x"])),
 ]
 # Invalid for the cloud stacks.
+# Valid CIDRs that reach a /7 or wider: the internet, refused without apiOpenToInternet.
+internet = st.integers(0, 7).map(lambda bits: f'["0.0.0.0/{bits}"]')
 CLOUD = [
     ("apiAllowedCidrs", bad_cidrs),
     ("apiAllowedCidrs", st.just("[]")),
+    ("apiAllowedCidrs", internet),
+    ("deletionProtection", junk.filter(lambda s: s.strip().lower() not in ("true", "false"))),
     ("region", st.sampled_from(["", "us", "europe west1", "US-EAST-1", "moon-base-9z"])),
     ("nodeMachineType", st.sampled_from(["", "N1-STANDARD-4", "g5 xlarge", "-x"])),
 ]
@@ -184,7 +196,7 @@ def invalid(draw):
 def test_every_invalid_value_raises_an_error_naming_its_key(case):
     stack, key, value = case
     with pytest.raises(ConfigError) as err:
-        parse(stack, **{key: value})
+        validate(stack, **{key: value})
     assert err.value.key == key, (case, str(err.value))
     message = str(err.value)
     assert message.startswith(f"stackbench:{key} ") and "fix: pulumi config set " in message

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from infra_harness import REPO
 
+from contract.stack import IMAGE_HOME, IMAGE_UID
 from infra.image import DOCKERFILE
 
 LINES = [line.strip() for line in DOCKERFILE.read_text().splitlines()]
@@ -33,9 +34,31 @@ def test_variant_build_argument_selects_cuda_or_cpu_and_rejects_others():
     assert "download.pytorch.org/whl/cpu" in text and "exit 2" in text
 
 
-def test_runs_as_a_non_root_user():
+def arg_default(name: str) -> str:
+    [value] = [line.split("=", 1)[1] for line in INSTRUCTIONS if line.startswith(f"ARG {name}=")]
+    return value
+
+
+def test_runs_as_the_contract_user_the_manifests_run_as():
+    """One uid for image and pods (contract/stack.py): a mismatch leaves the home unwritable."""
+    assert arg_default("UID") == str(IMAGE_UID) and IMAGE_UID >= 10000
+    assert arg_default("HOME_DIR") == IMAGE_HOME
     users = [line.split()[1] for line in INSTRUCTIONS if line.startswith("USER ")]
-    assert users and users[-1] not in ("root", "0")
+    assert users == ["$UID"]
+    text = DOCKERFILE.read_text()
+    assert '--uid "$UID" --gid "$UID" --home-dir "$HOME_DIR"' in text
+    assert 'groupadd --gid "$UID"' in text
+
+
+def test_the_user_cannot_change_the_code_it_runs():
+    copies = [line for line in INSTRUCTIONS if line.startswith("COPY ") and "/opt/" in line]
+    assert copies and not any("--chown" in line for line in copies)
+
+
+def test_the_image_carries_the_contract_package_the_workloads_import():
+    assert "COPY contract/ /opt/stackbench/contract/" in INSTRUCTIONS
+    ignore = (REPO / "images" / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "!contract/" in ignore
 
 
 def test_workload_package_is_copied_after_dependencies_are_installed():

@@ -1,24 +1,44 @@
 """The real infra program, run for every file in stacks/ under Pulumi mocks.
 
 Each test reads what the program registered (types, inputs, provider, parent, deletedWith)
-and the stack outputs as the engine receives them, and checks one promise of the issue or
-the runner contract. Evaluations are cached per stack: one program run per stack file.
+and the stack outputs as the engine receives them, and checks one promise of the runner
+contract or of the issue. Evaluations are cached per stack: one program run per stack file.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from infra_harness import Evaluation, Secret, evaluate, stack_file_config, stack_names
+import yaml
+from infra_harness import REPO, Evaluation, Secret, evaluate, stack_file_config, stack_names
 
-from infra.outputs import OUTPUT_NAMES, RESULTS_MOUNT_PATH, SECRET_OUTPUTS
+from contract.stack import (
+    FINISHED_JOB_TTL_S,
+    IMAGE_HOME,
+    IMAGE_UID,
+    OUTPUT_NAMES,
+    RESULTS_MOUNT_PATH,
+    SECRET_OUTPUTS,
+    NodeResources,
+    parse_outputs,
+)
+from infra import kind_bandwidth, stackfiles
+from infra.pools import training_pool
+from infra.shapes import node_job_resources
+from tests.schemas import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 STACKS = stack_names()
 _CACHE: dict[str, Evaluation] = {}
 K8S_EFFECT = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+RUNTIME_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
 
 
 @pytest.fixture(params=STACKS)
@@ -32,7 +52,11 @@ def setting(ev: Evaluation, key: str, default=None):
     return stack_file_config(ev.stack).get(f"stackbench:{key}", default)
 
 
-def training_pool(ev: Evaluation):
+def plain_outputs(ev: Evaluation) -> dict:
+    return {name: ev.value(name) for name in ev.outputs}
+
+
+def training_pool_resource(ev: Evaluation):
     kind = ev.value("provider")
     if kind == "gke":
         return ev.one("gcp:container/nodePool:NodePool", "-training")
@@ -42,7 +66,7 @@ def training_pool(ev: Evaluation):
 
 
 def pool_taints(ev: Evaluation) -> list[dict]:
-    pool = training_pool(ev)
+    pool = training_pool_resource(ev)
     if pool is None:
         return []
     taints = pool.inputs.get("nodeConfig", pool.inputs).get("taints", [])
@@ -50,7 +74,7 @@ def pool_taints(ev: Evaluation) -> list[dict]:
 
 
 def pool_labels(ev: Evaluation) -> dict:
-    pool = training_pool(ev)
+    pool = training_pool_resource(ev)
     return {} if pool is None else pool.inputs.get("nodeConfig", pool.inputs).get("labels", {})
 
 
@@ -61,193 +85,6 @@ def tolerates(toleration: dict, taint: dict) -> bool:
     if toleration.get("operator", "Equal") == "Exists":
         return not toleration.get("key") or toleration["key"] == taint["key"]
     return toleration.get("key") == taint["key"] and toleration.get("value") == taint.get("value")
-
-
-def test_there_are_the_five_stacks_the_issue_names():
-    assert {"kind", "gke-gpu-8", "eks-gpu-8", "gke-cpu-16"} <= set(STACKS)
-    assert any(
-        stack_file_config(s).get("stackbench:gpusPerNode") == "8"
-        and stack_file_config(s).get("stackbench:maxNodes") == "1"
-        for s in STACKS
-    )
-
-
-def test_stack_exports_exactly_the_runner_contract(ev):
-    assert set(ev.outputs) == set(OUTPUT_NAMES)
-    assert ev.value("results_mount_path") == RESULTS_MOUNT_PATH
-    assert ev.value("job_api") in ("trainjob", "pytorchjob")
-    assert ev.value("provider") == setting(ev, "provider")
-
-
-def test_kubeconfig_is_the_only_secret_output(ev):
-    secret = {name for name, value in ev.outputs.items() if isinstance(value, Secret)}
-    assert secret == SECRET_OUTPUTS
-    assert json.loads(ev.value("kubeconfig"))["kind"] == "Config"
-
-
-def test_image_is_pinned_by_digest_never_a_tag(ev):
-    image = ev.value("image")
-    assert re.fullmatch(r"[a-z0-9.:-]+(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}", image), image
-    build = ev.one("docker-build:index:Image")
-    assert build.inputs["push"] is True
-    assert not any(tag.endswith(":latest") for tag in build.inputs["tags"])
-    variant = "cuda" if ev.value("gpus_per_node") else "cpu"
-    assert build.inputs["buildArgs"] == {"VARIANT": variant}
-
-
-def test_gpu_pool_taint_is_tolerated_by_the_exported_toleration(ev):
-    taints, tolerations = pool_taints(ev), ev.value("gpu_tolerations")
-    if ev.value("gpus_per_node") == 0:
-        assert taints == [] and tolerations == []
-        assert ev.value("node_selector").items() <= pool_labels(ev).items()
-        return
-    assert taints, "a GPU pool must be tainted so CPU pods stay off it"
-    for taint in taints:
-        assert any(tolerates(t, taint) for t in tolerations), (taint, tolerations)
-    # ... and the selector picks exactly the labelled pool.
-    assert ev.value("node_selector").items() <= pool_labels(ev).items()
-
-
-def test_accelerator_type_and_count_follow_the_stack_file(ev):
-    gpus = int(setting(ev, "gpusPerNode", "0"))
-    assert ev.value("gpus_per_node") == gpus
-    pool = training_pool(ev)
-    if ev.value("provider") == "gke":
-        accelerators = pool.inputs["nodeConfig"].get("guestAccelerators", [])
-        expected = [(setting(ev, "gpuType"), gpus)] if gpus else []
-        assert [(a["type"], a["count"]) for a in accelerators] == expected
-    elif ev.value("provider") == "eks":
-        ami = pool.inputs["amiType"]
-        assert ami == ("AL2023_x86_64_NVIDIA" if gpus else "AL2023_x86_64_STANDARD")
-        assert pool.inputs["instanceTypes"] == [setting(ev, "nodeMachineType")]
-
-
-def test_training_pool_scales_between_min_and_max_nodes(ev):
-    max_nodes = int(setting(ev, "maxNodes"))
-    assert ev.value("num_nodes") == max_nodes
-    pool = training_pool(ev)
-    if ev.value("provider") == "gke":
-        assert pool.inputs["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": max_nodes}
-        assert pool.inputs["initialNodeCount"] == 0
-    elif ev.value("provider") == "eks":
-        assert pool.inputs["scalingConfig"]["maxSize"] == max_nodes
-    else:
-        workers = kind_config(ev)["nodes"][1:]
-        assert len(workers) == max_nodes and {n["role"] for n in workers} == {"worker"}
-
-
-def test_gpu_drivers_are_installed_and_device_plugin_only_where_missing(ev):
-    gpus, kind = ev.value("gpus_per_node"), ev.value("provider")
-    plugin = [r for r in ev.of_type("kubernetes:helm.sh/v3:Release") if "device-plugin" in r.name]
-    assert bool(plugin) == (gpus > 0 and kind == "eks")
-    if kind == "gke" and gpus:
-        [accelerator] = training_pool(ev).inputs["nodeConfig"]["guestAccelerators"]
-        driver = accelerator["gpuDriverInstallationConfig"]["gpuDriverVersion"]
-        assert driver in ("DEFAULT", "LATEST")
-    if plugin:
-        values = plugin[0].inputs["values"]
-        assert values["tolerations"] == ev.value("gpu_tolerations")
-        assert values["nodeSelector"].items() <= pool_labels(ev).items()  # it reaches GPU nodes
-
-
-def test_charts_are_pinned_to_exact_versions(ev):
-    releases = ev.of_type("kubernetes:helm.sh/v3:Release")
-    assert releases or ev.value("job_api") == "pytorchjob"
-    for release in releases:
-        assert re.fullmatch(r"\d+\.\d+\.\d+", release.inputs["version"]), release.name
-        assert release.inputs["atomic"] is True and release.inputs["cleanupOnFail"] is True
-    if ev.value("job_api") == "trainjob":
-        trainer = ev.one("kubernetes:helm.sh/v3:Release", "-trainer")
-        assert trainer.inputs["chart"] == "oci://ghcr.io/kubeflow/charts/kubeflow-trainer"
-        assert trainer.inputs["version"].startswith("2.3.")
-        assert trainer.inputs["values"]["runtimes"]["torchDistributed"]["enabled"] is True
-        assert ev.value("training_runtime") == "torch-distributed"
-
-
-def test_every_kubernetes_object_uses_the_cluster_provider_and_dies_with_it(ev):
-    [provider] = ev.of_type("pulumi:providers:kubernetes")
-    cluster_urn = cluster_resource(ev).urn
-    objects = [r for r in ev.resources if r.type.startswith("kubernetes:")]
-    assert len(objects) >= 5
-    for obj in objects:
-        assert obj.provider.startswith(provider.urn + "::"), obj.name
-        assert obj.deleted_with == cluster_urn, obj.name
-    assert json.loads(provider.inputs["kubeconfig"].value)["kind"] == "Config"
-
-
-def test_every_resource_is_a_child_of_a_component(ev):
-    stack_urn = f"urn:pulumi:{ev.stack}::stackbench::pulumi:pulumi:Stack::stackbench-{ev.stack}"
-    top = {r.name for r in ev.resources if r.parent == stack_urn}
-    assert all(r.type.startswith("stackbench:index:") for r in ev.resources if r.name in top)
-
-
-def test_nothing_blocks_destroy(ev):
-    for cluster in ev.of_type("gcp:container/cluster:Cluster"):
-        assert cluster.inputs["deletionProtection"] is False
-    for cluster in ev.of_type("eks:index:Cluster"):
-        assert cluster.inputs.get("deletionProtection") in (None, False)
-    for repo in ev.of_type("aws:ecr/repository:Repository"):
-        assert repo.inputs["forceDelete"] is True
-    buckets = ev.of_type("gcp:storage/bucket:Bucket") + ev.of_type("aws:s3/bucket:Bucket")
-    assert all(b.inputs["forceDestroy"] is True for b in buckets)
-    assert len(buckets) == (0 if ev.value("provider") == "kind" else 1)
-
-
-def _strings(value):
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-    elif isinstance(value, Secret):
-        yield from _strings(value.value)
-    elif isinstance(value, str):
-        yield value
-
-
-def test_nothing_is_open_to_the_whole_internet(ev):
-    for resource in ev.resources:
-        assert not any("0.0.0.0/0" in s for s in _strings(resource.inputs)), resource.name
-    allowed = [c for c in api_cidrs(ev)]
-    if ev.value("provider") == "kind":
-        assert kind_config(ev)["networking"]["apiServerAddress"] == "127.0.0.1"
-    else:
-        assert allowed and "0.0.0.0/0" not in allowed
-
-
-def test_results_store_is_private_and_bound_to_the_job_service_account(ev):
-    store, kind = ev.value("results_store"), ev.value("provider")
-    [sa] = ev.of_type("kubernetes:core/v1:ServiceAccount")
-    assert sa.inputs["metadata"]["name"] == ev.value("service_account")
-    assert sa.inputs["metadata"]["namespace"] == ev.value("namespace")
-    annotations = sa.inputs["metadata"].get("annotations", {})
-    if kind == "gke":
-        bucket = ev.one("gcp:storage/bucket:Bucket")
-        assert store == f"gs://{bucket.name}-7f3a"
-        assert bucket.inputs["publicAccessPrevention"] == "enforced"
-        binding = ev.one("gcp:serviceaccount/iAMMember:IAMMember", "-wi")
-        assert binding.inputs["member"].endswith("[stackbench/stackbench-runner]")
-        writer = ev.one("gcp:serviceaccount/account:Account", "-writer")
-        assert annotations["iam.gke.io/gcp-service-account"].startswith(
-            writer.inputs["accountId"] + "@"
-        )
-    elif kind == "eks":
-        assert store.startswith("s3://")
-        role = ev.one("aws:iam/role:Role", "-writer")
-        policy = json.loads(role.inputs["assumeRolePolicy"])
-        [condition] = [s["Condition"]["StringEquals"] for s in policy["Statement"]]
-        assert "system:serviceaccount:stackbench:stackbench-runner" in condition.values()
-        assert annotations["eks.amazonaws.com/role-arn"].endswith(role.name)
-        block = ev.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-        assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy"))
-    else:
-        host_dir = store.removeprefix("file://")
-        assert store.startswith("file:///") and annotations == {}
-        for node in kind_config(ev)["nodes"]:
-            assert {"hostPath": host_dir, "containerPath": RESULTS_MOUNT_PATH} in node[
-                "extraMounts"
-            ]
 
 
 def cluster_resource(ev: Evaluation):
@@ -264,41 +101,326 @@ def kind_config(ev: Evaluation) -> dict:
     )
 
 
-def api_cidrs(ev: Evaluation) -> list[str]:
+# ---- the output contract -----------------------------------------------------------------
+
+
+def test_there_are_the_five_stacks_the_issue_names():
+    assert {"kind", "gke-gpu-8", "eks-gpu-8", "gke-cpu-16"} <= set(STACKS)
+    assert any(
+        stack_file_config(s).get("stackbench:gpusPerNode") == "8"
+        and stack_file_config(s).get("stackbench:maxNodes") == "1"
+        for s in STACKS
+    )
+
+
+def test_stack_exports_exactly_the_contract_and_the_runner_check_accepts_it(ev):
+    assert set(ev.outputs) == set(OUTPUT_NAMES)
+    outputs = parse_outputs(plain_outputs(ev))  # the check runner/.../connection.py applies
+    assert outputs.results_mount_path == RESULTS_MOUNT_PATH
+    assert outputs.provider == setting(ev, "provider")
+
+
+def test_kubeconfig_is_the_only_secret_output(ev):
+    secret = {name for name, value in ev.outputs.items() if isinstance(value, Secret)}
+    assert secret == SECRET_OUTPUTS == {"kubeconfig"}
+    assert json.loads(ev.value("kubeconfig"))["kind"] == "Config"
+
+
+def test_stack_settings_reach_the_outputs(ev):
+    """Each setting an output carries comes from the stack's validated config, none is
+    hard-coded (the job API, namespace, node counts and shapes, GPUs)."""
+    cfg = stackfiles.load(REPO, ev.stack)
+    resources = node_job_resources(cfg)
+    assert ev.value("job_api") == cfg.job_api
+    assert ev.value("namespace") == cfg.namespace
+    assert ev.value("gpus_per_node") == cfg.gpus_per_node
+    assert ev.value("num_nodes") == training_pool(cfg).max_nodes
+    assert ev.value("node_job_resources") == (resources.__dict__ if resources else {})
+
+
+@pytest.mark.parametrize(
+    ("stack", "changes", "expected"),
+    [
+        ("kind", {"jobApi": "pytorchjob"}, {"job_api": "pytorchjob", "training_runtime": ""}),
+        ("gke-gpu-8", {"jobApi": "pytorchjob"}, {"job_api": "pytorchjob"}),
+        ("eks-gpu-8", {"namespace": "bench-a"}, {"namespace": "bench-a"}),
+        ("gke-cpu-16", {"maxNodes": 3}, {"num_nodes": 3}),
+        ("gke-gpu-8", {"gpusPerNode": 4}, {"gpus_per_node": 4}),
+        ("kind", {"maxNodes": 5}, {"num_nodes": 5}),
+        (
+            "gke-cpu-16",
+            {"nodeMachineType": "n2-standard-32"},
+            {"node_job_resources": {"cpu_m": 31100, "memory_mib": 119892}},
+        ),
+    ],
+)
+def test_a_changed_setting_changes_its_output(stack, changes, expected):
+    ev = evaluate(stack, {f"stackbench:{k}": v for k, v in changes.items()})
+    assert {name: ev.value(name) for name in expected} == expected
+    parse_outputs(plain_outputs(ev))
+
+
+def test_image_is_pinned_by_digest_and_built_for_the_contract_user(ev):
+    image = ev.value("image")
+    assert re.fullmatch(r"[a-z0-9.:-]+(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}", image), image
+    build = ev.one("docker-build:index:Image")
+    assert build.inputs["push"] is True
+    assert not any(tag.endswith(":latest") for tag in build.inputs["tags"])
+    variant = "cuda" if ev.value("gpus_per_node") else "cpu"
+    assert build.inputs["buildArgs"] == {
+        "VARIANT": variant,
+        "UID": str(IMAGE_UID),
+        "HOME_DIR": IMAGE_HOME,
+    }
+
+
+# ---- scheduling and pools ------------------------------------------------------------------
+
+
+def test_gpu_pool_taint_is_tolerated_by_the_exported_toleration(ev):
+    taints, tolerations = pool_taints(ev), ev.value("gpu_tolerations")
+    if ev.value("gpus_per_node") == 0:
+        assert taints == [] and tolerations == []
+        assert ev.value("node_selector").items() <= pool_labels(ev).items()
+        return
+    assert taints, "a GPU pool must be tainted so CPU pods stay off it"
+    for taint in taints:
+        assert any(tolerates(t, taint) for t in tolerations), (taint, tolerations)
+    assert ev.value("node_selector").items() <= pool_labels(ev).items()
+
+
+def test_accelerator_type_and_count_follow_the_stack_file(ev):
+    gpus = int(setting(ev, "gpusPerNode", "0"))
+    pool = training_pool_resource(ev)
     if ev.value("provider") == "gke":
-        networks = ev.one("gcp:container/cluster:Cluster").inputs["masterAuthorizedNetworksConfig"]
-        return [b["cidrBlock"] for b in networks["cidrBlocks"]]
-    if ev.value("provider") == "eks":
-        return ev.one("eks:index:Cluster").inputs["publicAccessCidrs"]
-    return []
+        accelerators = pool.inputs["nodeConfig"].get("guestAccelerators", [])
+        expected = [(setting(ev, "gpuType"), gpus)] if gpus else []
+        assert [(a["type"], a["count"]) for a in accelerators] == expected
+    elif ev.value("provider") == "eks":
+        ami = pool.inputs["amiType"]
+        assert ami == ("AL2023_x86_64_NVIDIA" if gpus else "AL2023_x86_64_STANDARD")
+        assert pool.inputs["instanceTypes"] == [setting(ev, "nodeMachineType")]
 
 
-# --- variants of the stack files, as an operator would set them ------------------------
+def test_training_pool_is_sized_by_the_one_pool_rule(ev):
+    size = training_pool(stackfiles.load(REPO, ev.stack))
+    pool = training_pool_resource(ev)
+    if ev.value("provider") == "gke":
+        assert pool.inputs["autoscaling"] == {
+            "minNodeCount": size.min_nodes,
+            "maxNodeCount": size.max_nodes,
+        }
+        assert pool.inputs["initialNodeCount"] == size.initial_nodes == size.min_nodes
+    elif ev.value("provider") == "eks":
+        assert pool.inputs["scalingConfig"] == {
+            "minSize": size.min_nodes,
+            "maxSize": size.max_nodes,
+            "desiredSize": size.initial_nodes,
+        }
+        assert not size.autoscaled  # nothing would scale it: it holds maxNodes from `up` on
+    else:
+        workers = kind_config(ev)["nodes"][1:]
+        assert len(workers) == size.max_nodes and {n["role"] for n in workers} == {"worker"}
 
 
-def test_api_cidrs_reach_the_cluster_exactly_as_configured():
-    cidrs = ["203.0.113.0/28", "198.51.100.9/32"]
-    for stack in ("gke-gpu-8", "eks-gpu-8"):
-        ev = evaluate(stack, {"stackbench:apiAllowedCidrs": cidrs})
-        assert api_cidrs(ev) == cidrs
+def test_gpu_drivers_are_installed_and_device_plugin_only_where_missing(ev):
+    gpus, kind = ev.value("gpus_per_node"), ev.value("provider")
+    plugin = [r for r in ev.of_type("kubernetes:helm.sh/v3:Release") if "device-plugin" in r.name]
+    assert bool(plugin) == (gpus > 0 and kind == "eks")
+    if kind == "gke" and gpus:
+        [accelerator] = training_pool_resource(ev).inputs["nodeConfig"]["guestAccelerators"]
+        driver = accelerator["gpuDriverInstallationConfig"]["gpuDriverVersion"]
+        assert driver in ("DEFAULT", "LATEST")
+    if plugin:
+        values = plugin[0].inputs["values"]
+        assert values["tolerations"] == ev.value("gpu_tolerations")
+        assert values["nodeSelector"].items() <= pool_labels(ev).items()
 
 
-def test_open_api_only_when_the_operator_lists_0_0_0_0():
-    ev = evaluate("gke-cpu-16", {"stackbench:apiAllowedCidrs": ["0.0.0.0/0"]})
-    assert api_cidrs(ev) == ["0.0.0.0/0"]
+# ---- the job operator and its runtime -----------------------------------------------------
+
+
+def test_charts_are_pinned_to_exact_versions(ev):
+    releases = ev.of_type("kubernetes:helm.sh/v3:Release")
+    assert releases or ev.value("job_api") == "pytorchjob"
+    for release in releases:
+        assert re.fullmatch(r"\d+\.\d+\.\d+", release.inputs["version"]), release.name
+        assert release.inputs["atomic"] is True and release.inputs["cleanupOnFail"] is True
+    if ev.value("job_api") == "trainjob":
+        trainer = ev.one("kubernetes:helm.sh/v3:Release", "-trainer")
+        assert trainer.inputs["chart"] == "oci://ghcr.io/kubeflow/charts/kubeflow-trainer"
+        assert trainer.inputs["version"].startswith("2.3.")
+
+
+def test_trainjob_stacks_install_the_runtime_they_export_with_a_ttl(ev):
+    runtimes = ev.of_type(RUNTIME_TYPE)
+    if ev.value("job_api") == "pytorchjob":
+        assert runtimes == [] and ev.value("training_runtime") == ""
+        return
+    [runtime] = runtimes
+    manifest = {k: runtime.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+    validate(manifest)  # the upstream ClusterTrainingRuntime schema, strictly
+    assert manifest["metadata"]["name"] == ev.value("training_runtime")
+    assert manifest["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == FINISHED_JOB_TTL_S
+    [job] = manifest["spec"]["template"]["spec"]["replicatedJobs"]
+    pod = job["template"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == ev.value("image")
+    # What a TrainJob's patches cannot set, the runtime does (render/trainjob.py).
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
+    trainer = ev.one("kubernetes:helm.sh/v3:Release", "-trainer")
+    assert trainer.urn in runtime.dependencies  # the chart brings the CRD
 
 
 def test_pytorchjob_stack_installs_training_operator_instead_of_trainer():
     ev = evaluate("kind", {"stackbench:jobApi": "pytorchjob"})
     assert ev.value("job_api") == "pytorchjob"
-    assert not ev.of_type("kubernetes:helm.sh/v3:Release")
+    assert not ev.of_type("kubernetes:helm.sh/v3:Release") and not ev.of_type(RUNTIME_TYPE)
     directory = ev.one("kubernetes:kustomize/v2:Directory")
     assert directory.inputs["directory"].endswith("/tree/v1.9.4/manifests/overlays/standalone")
     assert directory.deleted_with == cluster_resource(ev).urn
 
 
-def test_spot_training_pool_when_asked():
-    gke = training_pool(evaluate("gke-gpu-8", {"stackbench:spot": True}))
-    assert gke.inputs["nodeConfig"]["spot"] is True
-    eks = training_pool(evaluate("eks-gpu-8", {"stackbench:spot": True}))
-    assert eks.inputs["capacityType"] == "SPOT"
+# ---- ownership and teardown ------------------------------------------------------------------
+
+
+def test_every_kubernetes_object_uses_the_cluster_provider_and_dies_with_it(ev):
+    [provider] = ev.of_type("pulumi:providers:kubernetes")
+    cluster_urn = cluster_resource(ev).urn
+    objects = [r for r in ev.resources if r.type.startswith("kubernetes:")]
+    assert len(objects) >= 3
+    for obj in objects:
+        assert obj.provider.startswith(provider.urn + "::"), obj.name
+        assert obj.deleted_with == cluster_urn, obj.name
+    assert json.loads(provider.inputs["kubeconfig"].value)["kind"] == "Config"
+
+
+def test_every_resource_is_a_child_of_a_component(ev):
+    stack_urn = f"urn:pulumi:{ev.stack}::stackbench::pulumi:pulumi:Stack::stackbench-{ev.stack}"
+    top = {r.name for r in ev.resources if r.parent == stack_urn}
+    assert all(r.type.startswith("stackbench:index:") for r in ev.resources if r.name in top)
+
+
+def test_stores_and_registries_empty_themselves_on_destroy(ev):
+    for repo in ev.of_type("aws:ecr/repository:Repository"):
+        assert repo.inputs["forceDelete"] is True
+    buckets = ev.of_type("gcp:storage/bucket:Bucket") + ev.of_type("aws:s3/bucket:Bucket")
+    assert all(b.inputs["forceDestroy"] is True for b in buckets)
+    assert len(buckets) == (0 if ev.value("provider") == "kind" else 1)
+
+
+def test_results_store_is_private_and_bound_to_the_job_service_account(ev):
+    store, kind = ev.value("results_store"), ev.value("provider")
+    [sa] = ev.of_type("kubernetes:core/v1:ServiceAccount")
+    assert sa.inputs["metadata"]["name"] == ev.value("service_account")
+    assert sa.inputs["metadata"]["namespace"] == ev.value("namespace")
+    annotations = sa.inputs["metadata"].get("annotations", {})
+    subject = f"{ev.value('namespace')}:{ev.value('service_account')}"
+    if kind == "gke":
+        bucket = ev.one("gcp:storage/bucket:Bucket")
+        assert store == f"gs://{bucket.name}-7f3a"
+        assert bucket.inputs["publicAccessPrevention"] == "enforced"
+        binding = ev.one("gcp:serviceaccount/iAMMember:IAMMember", "-wi")
+        assert binding.inputs["member"].endswith(f"[{subject.replace(':', '/')}]")
+        writer = ev.one("gcp:serviceaccount/account:Account", "-writer")
+        assert annotations["iam.gke.io/gcp-service-account"].startswith(
+            writer.inputs["accountId"] + "@"
+        )
+        # The job pods write the bucket through GKE's Cloud Storage FUSE CSI driver.
+        addons = cluster_resource(ev).inputs["addonsConfig"]
+        assert addons["gcsFuseCsiDriverConfig"] == {"enabled": True}
+    elif kind == "eks":
+        assert store.startswith("s3://")
+        role = ev.one("aws:iam/role:Role", "-writer")
+        policy = json.loads(role.inputs["assumeRolePolicy"])
+        [condition] = [s["Condition"]["StringEquals"] for s in policy["Statement"]]
+        assert f"system:serviceaccount:{subject}" in condition.values()
+        assert annotations["eks.amazonaws.com/role-arn"].endswith(role.name)
+        block = ev.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+        assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy"))
+    else:
+        host_dir = store.removeprefix("file://")
+        assert store.startswith("file:///") and annotations == {}
+        for node in kind_config(ev)["nodes"]:
+            assert {"hostPath": host_dir, "containerPath": RESULTS_MOUNT_PATH} in node[
+                "extraMounts"
+            ]
+
+
+def test_kind_results_folder_belongs_to_the_image_user():
+    """hostPath ignores fsGroup: pods (uid IMAGE_UID) can write the store only if they own it."""
+    ev = evaluate("kind")
+    script = ev.one("command:local:Command", "-cluster").inputs["create"]
+    assert f"chown {IMAGE_UID}:{IMAGE_UID} {RESULTS_MOUNT_PATH}" in script
+    assert script.index("kind create cluster") < script.index("chown")
+
+
+def test_bandwidth_shaping_output_follows_the_pod_network(ev):
+    shaping = ev.value("bandwidth_shaping")
+    if ev.value("provider") == "eks":
+        cni = cluster_resource(ev).inputs["vpcCniOptions"]["configurationValues"]
+        assert cni["env"]["ENABLE_BANDWIDTH_PLUGIN"] == "true"
+        assert shaping is True
+    elif ev.value("provider") == "gke":
+        assert shaping is False  # not documented to chain the bandwidth plugin
+    else:
+        assert shaping is True
+        check_kind_chains_the_bandwidth_plugin(ev)
+
+
+def check_kind_chains_the_bandwidth_plugin(ev: Evaluation) -> None:
+    cluster = ev.one("command:local:Command", "-cluster")
+    script = cluster.inputs["create"]
+    node_image = kind_bandwidth.node_image(setting(ev, "kubernetesVersion"))
+    # The node image with the plugin is built first, and the cluster runs it.
+    assert script.index(f"docker build -t {node_image} ") < script.index("kind create cluster")
+    assert f"kind create cluster --name stackbench-{ev.stack} --image {node_image} " in script
+    # Every node gets kindnet's chain plus bandwidth, for its own pod CIDR and MTU, under a
+    # name containerd reads before kindnet's 10-kindnet.conflist.
+    loop = script[script.index("for node in") : script.index("done")]
+    assert f"cp /dev/stdin {kind_bandwidth.CONFLIST}" in loop and "spec.podCIDR" in loop
+    assert Path(kind_bandwidth.CONFLIST).name < "10-kindnet.conflist"
+    template = cluster.inputs["environment"]["BANDWIDTH_CONFLIST"]
+    conflist = json.loads(template % ("10.244.1.0/24", "1500"))
+    assert conflist["name"] == "kindnet"  # one IPAM store with kindnet's own config
+    assert [p["type"] for p in conflist["plugins"]] == ["ptp", "portmap", "bandwidth"]
+    assert conflist["plugins"][2]["capabilities"] == {"bandwidth": True}
+    ipam = conflist["plugins"][0]["ipam"]
+    assert ipam["dataDir"] == "/run/cni-ipam-state" and ipam["ranges"] == [
+        [{"subnet": "10.244.1.0/24"}]
+    ]
+    assert conflist["plugins"][0]["mtu"] == 1500
+
+
+def test_kind_node_image_builds_the_bandwidth_plugin_from_a_pinned_commit():
+    lines = [line.strip() for line in kind_bandwidth.NODE_DOCKERFILE.read_text().splitlines()]
+    [go] = [line for line in lines if line.startswith("FROM golang:")]
+    assert re.fullmatch(r"FROM golang:\d+\.\d+\.\d+-\w+ AS bandwidth", go), go
+    [commit] = [line for line in lines if line.startswith("ARG CNI_PLUGINS_COMMIT=")]
+    assert re.fullmatch(r"ARG CNI_PLUGINS_COMMIT=[0-9a-f]{40}", commit)
+    assert "COPY --from=bandwidth /bandwidth /opt/cni/bin/bandwidth" in lines
+    assert lines[-2] == "FROM ${NODE_IMAGE}"
+
+
+def test_language_host_runs_the_program_as_a_package_without_path_changes():
+    """What pulumi-language-python-exec does: chdir to the project, runpy.run_path("."). With
+    no PYTHONPATH the program must import `infra` and get as far as reading its settings."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = "import runpy; runpy.run_path('.', run_name='__main__')"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert "ConfigError: stackbench:provider is not set" in done.stderr, done.stderr[-2000:]
+    for path in [REPO / "__main__.py", *Path(REPO, "infra").glob("*.py")]:
+        imported = {
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        assert "sys" not in imported, path
+    assert "main" not in yaml.safe_load((REPO / "Pulumi.yaml").read_text())
+
+
+def test_node_job_resources_output_matches_the_shape_formula():
+    cfg = stackfiles.load(REPO, "gke-gpu-8")  # n1-standard-8: 8 vCPU, 30 GiB
+    assert node_job_resources(cfg) == NodeResources(cpu_m=7160, memory_mib=25561)

@@ -1,18 +1,25 @@
 """A fake Kubernetes API server for the backend's tests: kmock's emulator (an in-memory API
-server speaking real HTTP) on its own thread, with the few things kmock does not do itself:
-label selectors on lists, pod logs, and injected failures (403, 409, 500, ...).
+server speaking real HTTP) on its own thread, with what kmock does not do itself and the backend
+relies on: resource versions and watches that resume from one (with 410 Gone once a version is
+compacted away, server-side timeouts and bookmarks), label and field selectors, pod logs (followed
+too), injected failures (403, 409, 500, ...), and connections dropped mid-stream.
 
 The test plays the controllers: it adds pods and sets job conditions the way the Kubeflow
 operators and the kubelet would. The backend under test talks to it with the official client.
+Every change, through HTTP or through these helpers, gets the next resource version and is kept
+in a history that watches replay from the version they ask for, as the real API server's watch
+cache does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +30,7 @@ EVENTS = "v1/events"
 TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
 PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
 JOB_RESOURCES = {"trainjob": TRAINJOBS, "pytorchjob": PYTORCHJOBS}
+STATUS_CHANGES = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
 
 
 @dataclass
@@ -32,17 +40,56 @@ class Fault:
     status: int
     times: int
     message: str
+    watch: bool | None  # None: any request; True/False: only watches / only the others
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of the watch history: what changed, at which resource version."""
+
+    version: int
+    plural: str
+    namespace: str
+    event: dict[str, Any]  # {"type": ADDED/MODIFIED/DELETED, "object": ...}
 
 
 class _Emulator(kmock.KubernetesEmulator):
-    """kmock's emulator plus label selectors, pod logs and injected faults."""
+    """kmock's emulator plus versions, watches, selectors, pod logs and injected faults."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.faults: list[Fault] = []
         self.pod_logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> current log
+        self.ended_logs: set[tuple[str, str]] = set()  # containers that stopped: follows end
         self.after_log_read: Callable[[str], None] = lambda pod: None
         self.now = "2030-01-01T00:00:00Z"  # creationTimestamp of what is created
+        # A real cluster's versions start far from zero (etcd has a history before our objects),
+        # and "0" means "any version" to a watch: start higher, so it never means that here.
+        self.version = 1000
+        self.history: list[Change] = []
+        self.oldest_version = 0  # a watch from before this version is told 410 Gone
+        self.drops = 0  # bumped to cut every open stream
+        self._tick = asyncio.Event()
+
+    # ---- the history of changes --------------------------------------------------------
+
+    def record(self, resource: Any, namespace: str, name: str, kind: str) -> None:
+        """Give the object its next resource version and keep the change (under the lock)."""
+        self.version += 1
+        obj = self.objects[resource, namespace, name]
+        if kind == "DELETED":
+            raw = copy.deepcopy(obj.last.raw)
+        else:
+            obj.patch({"metadata": {"resourceVersion": str(self.version)}})
+            raw = copy.deepcopy(obj.raw)
+        raw.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        plural = kmock.resource(resource).plural if isinstance(resource, str) else resource.plural
+        self.history.append(Change(self.version, plural, namespace, {"type": kind, "object": raw}))
+        self.wake()
+
+    def wake(self) -> None:
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()
 
     async def _handle(self, request: Any) -> Any:
         if request.action == kmock.action.CREATE and isinstance(request.data, dict):
@@ -51,38 +98,153 @@ class _Emulator(kmock.KubernetesEmulator):
             meta.setdefault("creationTimestamp", self.now)
             meta.setdefault("uid", f"uid-{meta.get('name')}")
         for fault in self.faults:
+            is_watch = request.params.get("watch") == "true"
             if (
                 fault.times
                 and request.method.value.upper() == fault.method
-                and (fault.path.search(request.url.path))
+                and fault.path.search(request.url.path)
+                and fault.watch in (None, is_watch)
             ):
                 fault.times -= 1
                 raise kmock.KubernetesError(
                     status=fault.status, reason="Injected", message=fault.message, details={}
                 )
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        if request.resource is not None and request.action in STATUS_CHANGES:
+            name = request.name or (request.data or {}).get("metadata", {}).get("name")
+            kind = {kmock.action.CREATE: "ADDED", kmock.action.DELETE: "DELETED"}
+            async with self._lock:
+                self.record(request.resource, request.namespace, name,
+                            kind.get(request.action, "MODIFIED"))  # fmt: skip
+        return response
+
+    # ---- list and watch ----------------------------------------------------------------
+
+    async def _serve_list(self, request: Any) -> Any:
+        if not any(resource == request.resource for resource in self._get_resources()):
+            raise kmock.KubernetesError(status=404, reason="NotFound", message="no such resource")
+        async with self._lock:
+            items = [
+                copy.deepcopy(obj.raw)
+                for (resource, namespace, _), obj in self.objects.items()
+                if resource.plural == request.resource.plural
+                and namespace == request.namespace
+                and not obj.deleted
+                and _selected(obj.raw, request.params)
+            ]
+            return {"metadata": {"resourceVersion": str(self.version)}, "items": items}
+
+    async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
+        yield b""  # the headers go now, even if nothing happens for a while
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(request.params.get("timeoutSeconds") or 3600)
+        drops = self.drops
+        since = request.params.get("resourceVersion") or "0"
+        cursor = int(since)
+        if cursor < self.oldest_version:
+            yield _status_event(410, "Expired", f"too old resource version: {cursor}")
+            return
+        if cursor == 0:  # "any version": the current objects first, as ADDED
+            listed = await self._serve_list(request)
+            for item in listed["items"]:
+                yield {"type": "ADDED", "object": item}
+            cursor = int(listed["metadata"]["resourceVersion"])
+        while True:
+            tick = self._tick
+            if self.drops != drops:
+                # Cut mid-line, as a dying proxy or a node failure would; what changed since
+                # is left for the next watch to replay.
+                yield b'{"type": "MODIFIED", "object": {"metad'
+                request._raw_request.transport.abort()
+                return
+            for change in [c for c in self.history if c.version > cursor]:
+                cursor = change.version
+                if self._watched(change, request):
+                    yield change.event
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                if request.params.get("allowWatchBookmarks") == "true":
+                    meta = {"resourceVersion": str(cursor)}
+                    yield {"type": "BOOKMARK", "object": {"metadata": meta}}
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(tick.wait(), remaining)
+
+    def _watched(self, change: Change, request: Any) -> bool:
+        return (
+            change.plural == request.resource.plural
+            and change.namespace == request.namespace
+            and _selected(change.event["object"], request.params)
+        )
+
+    # ---- pod logs ------------------------------------------------------------------------
 
     async def _serve_fetch(self, request: Any) -> Any:
         if request.subresource == "log":
-            text = self.pod_logs.get((request.namespace, request.name))
-            if text is None:
+            key = (request.namespace, request.name)
+            if key not in self.pod_logs:
                 raise kmock.KubernetesObjectNotFoundError()
             self.after_log_read(request.name)
-            return text.encode()
+            if request.params.get("follow") == "true":
+                return self._follow_log(request, key)
+            return self.pod_logs[key].encode()
         return await super()._serve_fetch(request)
 
-    async def _serve_list(self, request: Any) -> Any:
-        result = await super()._serve_list(request)
-        selector = _parse_selector(request.params.get("labelSelector", ""))
-        result["items"] = [i for i in result["items"] if _matches(i, selector)]
-        return result
+    async def _follow_log(self, request: Any, key: tuple[str, str]) -> AsyncIterator[bytes]:
+        """The log so far, then what is appended, until the container stops."""
+        sent, text, drops = 0, self.pod_logs.get(key, ""), self.drops
+        yield b""
+        while True:
+            tick = self._tick
+            current = self.pod_logs.get(key, "")
+            if not current.startswith(text[:sent]):
+                return  # replaced: a new container; this stream was the old one's
+            if len(current) > sent:
+                yield current[sent:].encode()
+                sent, text = len(current), current
+            if key in self.ended_logs or key not in self.pod_logs:
+                return
+            if self.drops != drops:
+                request._raw_request.transport.abort()
+                return
+            await tick.wait()
+
+
+def _status_event(code: int, reason: str, message: str) -> dict[str, Any]:
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+              "message": message, "reason": reason, "code": code}  # fmt: skip
+    return {"type": "ERROR", "object": status}
+
+
+def _selected(obj: dict[str, Any], params: Any) -> bool:
+    """labelSelector (k=v,...) and fieldSelector (dotted.path=v,...) equality terms."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for key, value in _terms(params.get("labelSelector", "")):
+        if labels.get(key) != value:
+            return False
+    for path, value in _terms(params.get("fieldSelector", "")):
+        node: Any = obj
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node != value:
+            return False
+    return True
+
+
+def _terms(text: str) -> list[tuple[str, str]]:
+    pairs = (part.split("=", 1) for part in text.split(",") if "=" in part)
+    return [(k.strip(), v.strip()) for k, v in pairs]
 
 
 class FakeCluster:
     """The emulator serving on 127.0.0.1 from a background event loop."""
 
-    def __init__(self, namespace: str = "bench") -> None:
+    def __init__(
+        self, namespace: str = "bench", installed: tuple[str, ...] = ("trainjob", "pytorchjob")
+    ) -> None:
+        """`installed`: the job APIs whose CRDs the cluster has."""
         self.namespace = namespace
+        self._installed = installed
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -91,7 +253,8 @@ class FakeCluster:
 
     async def _start(self) -> tuple[_Emulator, kmock.Server]:
         emulator = _Emulator()
-        for resource in (PODS, EVENTS):  # listing needs them declared, even when empty
+        # Listing needs them declared, even when empty (the CRDs are installed).
+        for resource in (PODS, EVENTS, *(JOB_RESOURCES[api] for api in self._installed)):
             emulator.resources[resource] = {}
         await emulator.__aenter__()
         server = kmock.Server(emulator)
@@ -100,6 +263,8 @@ class FakeCluster:
 
     def close(self) -> None:
         async def stop() -> None:
+            self.emulator.drops += 1  # open streams end, so the server can stop
+            self.emulator.wake()
             await self._server.__aexit__(None, None, None)
             await self.emulator.__aexit__(None, None, None)
 
@@ -144,55 +309,116 @@ class FakeCluster:
                      "lastTransitionTime": "2030-01-01T00:10:00Z"}  # fmt: skip
 
         def apply() -> None:
-            obj = self.emulator.objects[JOB_RESOURCES[job_api], self.namespace, name]
-            obj.patch({"status": {"conditions": [condition]}})
+            resource = JOB_RESOURCES[job_api]
+            self.emulator.objects[resource, self.namespace, name].patch(
+                {"status": {"conditions": [condition]}}
+            )
+            self.emulator.record(resource, self.namespace, name, "MODIFIED")
 
         self._mutate(apply)
 
     def add_pod(self, pod: dict[str, Any], log: str | None = None) -> None:
+        """Create or replace a pod (a replacement is a MODIFIED change). A pod that has
+        stopped (Succeeded, Failed) has a complete log: following it ends."""
         name = pod["metadata"]["name"]
         pod["metadata"].setdefault("namespace", self.namespace)
         pod["metadata"].setdefault("uid", f"uid-{name}")
+        key = (self.namespace, name)
 
         def apply() -> None:
-            self.emulator.objects[PODS, self.namespace, name] = pod
+            objects = self.emulator.objects
+            try:
+                existed = not objects[PODS, self.namespace, name].deleted
+            except KeyError:
+                existed = False
+            objects[PODS, self.namespace, name] = pod
             if log is not None:
-                self.emulator.pod_logs[self.namespace, name] = log
+                self.emulator.pod_logs[key] = log
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                self.emulator.ended_logs.add(key)
+            else:
+                self.emulator.ended_logs.discard(key)
+            self.emulator.record(PODS, self.namespace, name, "MODIFIED" if existed else "ADDED")
+
+        self._mutate(apply)
+
+    def append_log(self, pod_name: str, text: str) -> None:
+        def apply() -> None:
+            key = (self.namespace, pod_name)
+            self.emulator.pod_logs[key] = self.emulator.pod_logs.get(key, "") + text
+            self.emulator.wake()
+
+        self._mutate(apply)
+
+    def end_log(self, pod_name: str) -> None:
+        """The container stopped: followers of its log reach the end."""
+
+        def apply() -> None:
+            self.emulator.ended_logs.add((self.namespace, pod_name))
+            self.emulator.wake()
 
         self._mutate(apply)
 
     def remove_pods(self) -> None:
         def apply() -> None:
-            for key in [k for k in self.emulator.objects if k[0] == kmock.resource(PODS)]:
-                del self.emulator.objects[key]
+            for (resource, namespace, name), obj in list(self.emulator.objects.items()):
+                if resource.plural == "pods" and not obj.deleted:
+                    obj.delete()
+                    self.emulator.record(resource, namespace, name, "DELETED")
             self.emulator.pod_logs.clear()
 
         self._mutate(apply)
 
     def add_event(self, event: dict[str, Any]) -> None:
         name = event["metadata"]["name"]
-        self._mutate(
-            lambda: self.emulator.objects.__setitem__((EVENTS, self.namespace, name), event)
-        )
 
-    def fail(self, method: str, path: str, status: int, times: int = 1, message: str = "") -> None:
-        fault = Fault(method.upper(), re.compile(path), status, times, message or f"HTTP {status}")
+        def apply() -> None:
+            self.emulator.objects[EVENTS, self.namespace, name] = event
+            self.emulator.record(EVENTS, self.namespace, name, "ADDED")
+
+        self._mutate(apply)
+
+    def compact(self) -> None:
+        """Forget the history so far (as etcd compaction does): a watch resuming from any
+        version seen until now is answered 410 Gone and must list again."""
+
+        def apply() -> None:
+            self.emulator.oldest_version = self.emulator.version + 1
+            self.emulator.history.clear()
+
+        self._mutate(apply)
+
+    def drop_connections(self) -> None:
+        """Cut every open watch and log stream, mid-line."""
+
+        def apply() -> None:
+            self.emulator.drops += 1
+            self.emulator.wake()
+
+        self._mutate(apply)
+
+    def fail(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        times: int = 1,
+        message: str = "",
+        watch: bool | None = None,
+    ) -> None:
+        fault = Fault(
+            method.upper(), re.compile(path), status, times, message or f"HTTP {status}", watch
+        )
         self._mutate(lambda: self.emulator.faults.append(fault))
 
-    def requests(self, method: str, path: str) -> int:
+    def requests(self, method: str = "", path: str = "", watch: bool | None = None) -> int:
+        """How many requests matched: the method (any if empty), a regex on the path, and
+        whether they were watches (None: either)."""
         pattern = re.compile(path)
         return sum(
             1
             for r in list(self.emulator._requests)
-            if r.method.value.upper() == method.upper() and pattern.search(r.url.path)
+            if (not method or r.method.value.upper() == method.upper())
+            and pattern.search(r.url.path)
+            and watch in (None, r.params.get("watch") == "true")
         )
-
-
-def _parse_selector(text: str) -> dict[str, str]:
-    pairs = (part.split("=", 1) for part in text.split(",") if "=" in part)
-    return {k.strip(): v.strip() for k, v in pairs}
-
-
-def _matches(obj: dict[str, Any], selector: dict[str, str]) -> bool:
-    labels = obj.get("metadata", {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in selector.items())

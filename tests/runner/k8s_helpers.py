@@ -1,14 +1,20 @@
-"""Shared builders for the Kubernetes tests: specs, connections, and pods as the controllers
-and the kubelet would make them."""
+"""Shared builders for the Kubernetes tests: specs, connections, backends against the fake API
+server, submits as runner.api makes them, and pods as the controllers and the kubelet would."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from runner.backends.kubernetes.backend import KubernetesBackend
+from runner.backends.kubernetes.client import KubeApi
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.watch import WatchConfig
 from runner.job.spec import JobSpec, Placement, resolve
+from runner.results import rundir
+from tests.runner.k8s_fake import FakeCluster
 
 IMAGE = "ghcr.io/stackbench/train@sha256:" + "ab" * 32
 RUN_ID = "cnn-digits-20300101-000000-beef"
@@ -68,9 +74,43 @@ def pod(
         labels |= {"training.kubeflow.org/replica-type": kind,
                    "training.kubeflow.org/replica-index": str(index)}  # fmt: skip
         container = "pytorch"
-    body = {"phase": phase, "startTime": iso(60),
-            "containerStatuses": [{"name": container, "restartCount": 0, "state": {}}]}  # fmt: skip
+    state = {
+        "Running": {"running": {"startedAt": iso(60)}},
+        "Succeeded": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+        "Failed": {"terminated": {"exitCode": 1, "reason": "Error"}},
+    }.get(phase, {})
+    statuses = [{"name": container, "restartCount": 0, "state": state}]
+    body = {"phase": phase, "startTime": iso(60), "containerStatuses": statuses}
     body.update(status)
     meta = {"name": pod_name, "labels": labels, "annotations": annotations,
             "creationTimestamp": iso(5)}  # fmt: skip
     return {"metadata": meta, "status": body}
+
+
+# A watch that reconnects and gives up fast, so the tests' faults play out in milliseconds.
+FAST_WATCH = WatchConfig(
+    min_timeout_s=5, backoff_initial_s=0.01, backoff_max_s=0.05, jitter=0, give_up_s=2
+)
+
+
+def make_backend(
+    cluster: FakeCluster, root: Path, job_api: str, store: str | None = None, **kwargs: Any
+) -> KubernetesBackend:
+    conn = stack_connection(job_api, store, kubeconfig=cluster.kubeconfig())
+    kwargs.setdefault("watch_config", FAST_WATCH)
+    return KubernetesBackend(
+        conn,
+        results_root=root,
+        api_factory=lambda c: KubeApi(c, max_attempts=3, retry_backoff_s=0.001),
+        **kwargs,
+    )
+
+
+def submit(backend: KubernetesBackend, root: Path, spec: JobSpec) -> tuple[str, Path]:
+    """What runner.api.submit does with the protocol: the request, its handle recorded in
+    job.json before anything starts, then the submit."""
+    request = backend.dryrun(spec, root / spec.run_id)
+    handle = backend.handle(request)
+    run_dir = rundir.create(root, rundir.RunRecord(spec, "kubernetes", handle, backend.reference))
+    assert backend.submit(request) == handle
+    return handle, run_dir

@@ -7,7 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from contract import files
+from contract.manifest import Manifest
 from contract.rundir import JobState, JobStatus
+from contract.summary import Evaluation, TrainLoss, TrainSummary
 from runner.job.spec import Placement, resolve
 from runner.results import rundir
 
@@ -47,45 +50,50 @@ def make_run(
         record["cluster"] = {"stack": stack, "job_api": "trainjob", "pending_timeout_s": None}
     run_dir = root / run_id
     (run_dir / rundir.LOGS).mkdir(parents=True)
-    rundir.write_json(run_dir / rundir.JOB, record)
+    files.write_json(run_dir / rundir.JOB, record)
     rundir.write_state(run_dir, JobStatus(JobState(state), "", finished_at))
     run_s = time_to_target_s if time_to_target_s is not None else 50.0
     if write_summary:
-        rundir.write_json(
+        files.write_json(
             run_dir / rundir.SUMMARY, summary(run_id, workers, time_to_target_s, steps)
         )
-    rundir.write_json(run_dir / rundir.MANIFEST, manifest or env_manifest(run_id, workers))
+    files.write_json(run_dir / rundir.MANIFEST, manifest or env_manifest(run_id, workers))
     write_events(run_dir / rundir.EVENTS, run_s)
     return run_dir
 
 
 def summary(run_id: str, workers: int, tta_s: float | None, steps: int) -> dict[str, Any]:
+    """summary.json as the workload writes it (the contract's record, so it is valid)."""
     phases = {k: v * steps for k, v in PHASES_PER_STEP_S.items()}
     total = sum(phases.values())
     reached = tta_s is not None
-    return {
-        "run_id": run_id, "benchmark": "cnn-digits", "division": "closed",
-        "world_size": workers, "device": "cpu", "status": "success" if reached else "aborted",
-        "target": {"metric": "top1_accuracy", "value": 0.95}, "target_reached": reached,
-        "time_to_target_s": tta_s, "stopped_by_time_budget": False,
-        "final": {"epoch": 3, "time_s": tta_s or 50.0, "value": 0.96 if reached else 0.9},
-        "best": None, "epochs": 3, "steps": steps, "train_samples": 32 * steps,
-        "global_batch_size": 32 * workers, "run_time_s": tta_s or 50.0, "init_time_s": 2.0,
-        "train_time_s": total, "eval_time_s": 0.1, "warmup": {"steps": 1, "time_s": 0.01},
-        "throughput_samples_per_s": 1000.0, "step_time_ms": 1000 * total / steps,
-        "phases_s": phases, "phase_shares": {k: v / total for k, v in phases.items()},
-        "communication_share": phases["communication"] / total,
-    }  # fmt: skip
+    final = Evaluation(3, 0.96 if reached else 0.9, tta_s or 50.0)
+    return TrainSummary(
+        run_id=run_id, benchmark="cnn-digits", division="closed", strategy="ddp",
+        world_size=workers, device="cpu", precision="fp32",
+        status="success" if reached else "aborted", diverged=None,
+        target_metric="top1_accuracy", target_value=0.95, target_reached=reached,
+        time_to_target_s=tta_s, stopped_by_time_budget=False, final=final, best=final,
+        epochs=3, steps=steps, train_samples=32 * steps, global_batch_size=32 * workers,
+        batch_unit="samples", run_time_s=tta_s or 50.0, init_time_s=2.0, train_time_s=total,
+        eval_time_s=0.1, warmup_steps=1, warmup_time_s=0.01, throughput_samples_per_s=1000.0,
+        throughput_tokens_per_s=None, step_time_ms=1000 * total / steps, phases_s=phases,
+        phase_shares={k: v / total for k, v in phases.items()},
+        communication_share=phases["communication"] / total, first_step_times_ms=(),
+        iteration_time_ms_2_to_40=None, train_loss=TrainLoss(final=0.3),
+    ).to_dict()  # fmt: skip
 
 
 def env_manifest(run_id: str, workers: int, **changes: Any) -> dict[str, Any]:
-    return {
+    """manifest.json as the workload writes it (the contract's record)."""
+    fields: dict[str, Any] = {
         "run_id": run_id, "code_version": "abc123", "image": None, "python": "3.11.7",
         "packages": {"torch": "2.13.0+cpu", "numpy": "2.4.6"},
         "hardware": {"machine": "x86_64", "cpu": "AMD EPYC", "cpu_count": 2, "device": "cpu"},
-        "world_size": workers, "dist_backend": "gloo", "seed": 0, "torch_threads": 1,
-        "hostname": "vm",
+        "network": None, "world_size": workers, "dist_backend": "gloo", "seed": 0,
+        "torch_threads": 1, "hostname": "vm",
     } | changes  # fmt: skip
+    return Manifest(**fields).to_dict()
 
 
 def write_events(path: Path, run_s: float) -> None:

@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from runner.results import aggregate
 from runner.results.aggregate import mean_phase_ms_per_step, mlperf_aggregate, speedups
 
 
@@ -58,3 +59,11 @@ def test_phase_means_are_per_step_in_ms_averaged_over_runs():
     ]
     assert mean_phase_ms_per_step(runs) == pytest.approx({"forward": 20.0, "communication": 5.0})
     assert mean_phase_ms_per_step([({"forward": 1.0}, 0)]) == {}
+
+
+def test_outliers_are_runs_far_from_their_cells_median_and_misses_are_not():
+    assert aggregate.outliers({"a": 10.0, "b": 11.0, "c": 30.0}) == {"c": pytest.approx(30 / 11)}
+    assert aggregate.outliers({"a": 10.0, "b": 11.0, "c": 3.0}) == {"c": pytest.approx(3 / 10)}
+    assert aggregate.outliers({"a": 10.0, "b": 11.0, "c": 14.0}) == {}
+    assert aggregate.outliers({"a": 10.0, "b": 40.0}) == {}  # two runs: no median to trust
+    assert aggregate.outliers({"a": 10.0, "b": 11.0, "c": None, "d": 12.0}) == {}

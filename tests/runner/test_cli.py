@@ -30,6 +30,20 @@ def test_benchmarks_lists_every_registered_benchmark():
         assert name in result.output
 
 
+def test_benchmarks_with_a_name_lists_its_keys_with_range_and_division():
+    result = invoke("benchmarks", "transformer-wmt17")
+    assert result.exit_code == 0
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert set(rows) - {""} == set(BENCHMARKS["transformer-wmt17"].config.flat_keys())
+    assert "a finite number in (0, 1000]" in rows["lr"] and "tunable" in rows["lr"]
+    assert "open" in rows["dropout"] and "free" in rows["seed"]
+
+
+def test_benchmarks_with_an_unknown_name_is_a_usage_error():
+    result = invoke("benchmarks", "resnet-imaginary")
+    assert result.exit_code == 2 and "cnn-digits" in result.output
+
+
 def test_submit_unknown_benchmark_is_a_usage_error_listing_the_names(tmp_path):
     result = invoke("submit", "resnet-imaginary", results=tmp_path)
     assert result.exit_code == 2
@@ -39,7 +53,11 @@ def test_submit_unknown_benchmark_is_a_usage_error_listing_the_names(tmp_path):
 
 @pytest.mark.parametrize(
     ("item", "expected"),
-    [("learning_rate=1", "valid keys"), ("lr=abc", "expected a number"), ("lr", "key=value")],
+    [
+        ("learning_rate=1", "valid keys"),
+        ("lr=abc", "expected a finite number"),
+        ("lr", "key=value"),
+    ],
 )
 def test_submit_bad_set_is_a_usage_error_saying_what_to_change(tmp_path, item, expected):
     result = invoke("submit", "cnn-digits", "--set", item, results=tmp_path)
@@ -56,16 +74,20 @@ def test_submit_zero_workers_is_a_usage_error(tmp_path):
 def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):
     result = invoke("submit", "cnn-digits", "--dry-run", "--set", "momentum=0.5", results=tmp_path)
     assert result.exit_code == 0
-    job, _ = json.JSONDecoder().raw_decode(result.output)
+    job, end = json.JSONDecoder().raw_decode(result.output)
     assert job["division"] == "open"
-    assert job["config"]["momentum"] == 0.5
-    assert "torchrun --standalone --nproc-per-node 2" in result.output
+    assert job["config"]["optimizer"]["momentum"] == 0.5
+    command = result.output[end:].strip()
+    assert "-m runner.backends.local.torchrun --standalone --nproc-per-node=2" in command
+    assert f"--run-id {job['run_id']}" in command
+    # The LR the run will use, and how it follows from the benchmark's (linear scaling, 2 workers).
+    assert "lr 0.05 -> 0.1 (linear x 2 workers" in result.stderr
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
 @pytest.mark.slow
 def test_submit_runs_locally_and_prints_the_summary(tmp_path):
-    result = invoke("submit", "cnn-digits", "--local", "--workers", "2", results=tmp_path)
+    result = invoke("submit", "cnn-digits", "--workers", "2", results=tmp_path)
     assert result.exit_code == 0, result.output
     assert "Summary of cnn-digits-" in result.output
     assert "time to target" in result.output
@@ -89,6 +111,9 @@ def test_status_logs_and_fetch_work_on_a_finished_run(finished_run):
     assert "SUCCEEDED" in invoke("status", run.run_id, results=results).output
     logs = invoke("logs", run.run_id, "--rank", "0", results=results)
     assert logs.exit_code == 0 and "run_stop" in logs.output
+    assert ":::MLLOG" not in logs.output  # events are rendered as readable lines
+    raw = invoke("logs", run.run_id, "--rank", "0", "--raw", results=results)
+    assert ':::MLLOG {"namespace"' in raw.output
     fetched = invoke("fetch", run.run_id[:-2], results=results)  # a prefix is enough
     assert fetched.exit_code == 0 and "complete" in fetched.output
 
@@ -108,7 +133,7 @@ def test_unknown_run_says_how_to_list_runs(tmp_path):
 
 def test_cancel_of_a_finished_run_changes_nothing(finished_run):
     results, run = finished_run
-    assert "SUCCEEDED" in invoke("cancel", run.run_id, results=results).output
+    assert "SUCCEEDED" in invoke("cancel", run.run_id, "--yes", results=results).output
 
 
 def test_the_cli_starts_without_importing_torch():

@@ -5,6 +5,8 @@ from the cluster recorded in job.json."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -29,25 +31,25 @@ def invoke(results, *args):
     ("args", "message"),
     [
         (["--local", "--stack", "kind"], "--local runs here"),
-        (["--image", IMAGE], "--image applies to cluster runs"),
-        (["--pending-timeout", "60"], "--pending-timeout applies to cluster runs"),
-        (["--nodes", "2"], "--nodes applies to cluster runs"),
+        (["--image", IMAGE], "--image: applies to cluster runs"),
+        (["--pending-timeout", "60"], "--pending-timeout: applies to cluster runs"),
+        (["--per-node", "2"], "--per-node: applies to cluster runs"),
     ],
 )
 def test_cluster_options_without_a_cluster_are_usage_errors(tmp_path, args, message):
     result = invoke(tmp_path, "submit", "cnn-digits", *args)
     assert result.exit_code == 2
-    assert message in result.output
+    assert message in result.output.replace("Invalid value for ", "")
 
 
 def test_dry_run_on_a_stack_prints_the_trainjob_and_creates_nothing(tmp_path, fake_pulumi):  # noqa: F811
     args_file = fake_pulumi(OUTPUTS)
     result = invoke(
         tmp_path / "results", "submit", "cnn-digits", "--stack", "gke-gpu-8",
-        "--nodes", "2", "--workers", "4", "--device", "cuda", "--dry-run",
+        "--workers", "8", "--per-node", "4", "--device", "cuda", "--dry-run",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    manifest = yaml.safe_load(result.output)
+    manifest = yaml.safe_load(result.stdout)
     assert manifest["kind"] == "TrainJob"
     assert manifest["spec"]["trainer"]["numNodes"] == 2
     assert "--stack gke-gpu-8" in args_file.read_text()
@@ -56,10 +58,10 @@ def test_dry_run_on_a_stack_prints_the_trainjob_and_creates_nothing(tmp_path, fa
 
 def test_dry_run_refuses_more_nodes_than_the_stack_has(tmp_path, fake_pulumi):  # noqa: F811
     fake_pulumi(OUTPUTS)  # num_nodes: 2
-    result = invoke(tmp_path, "submit", "cnn-digits", "--stack", "gke-gpu-8", "--nodes", "3",
-                    "--device", "cuda", "--workers", "1", "--dry-run")  # fmt: skip
+    result = invoke(tmp_path, "submit", "cnn-digits", "--stack", "gke-gpu-8", "--workers", "3",
+                    "--device", "cuda", "--dry-run")  # fmt: skip
     assert result.exit_code == 2
-    assert "--nodes" in result.output
+    assert "--workers" in result.output and "has 2 nodes, 3 asked" in result.output
 
 
 def test_detached_submit_then_status_and_cancel_reconnect_from_job_json(tmp_path):
@@ -79,9 +81,32 @@ def test_detached_submit_then_status_and_cancel_reconnect_from_job_json(tmp_path
         assert cluster.job("trainjob", run_dir.name) is not None
 
         assert "PENDING" in invoke(results, "status", run_dir.name).output
-        cancelled = invoke(results, "cancel", run_dir.name)
+        cancelled = invoke(results, "cancel", run_dir.name, "--yes")
         assert "CANCELLED" in cancelled.output
         assert cluster.job("trainjob", run_dir.name) is None
         assert "CANCELLED" in invoke(results, "runs").output
+    finally:
+        cluster.close()
+
+
+def test_pending_timeout_goes_from_the_cli_to_the_backend_and_cancels_with_the_reason(tmp_path):
+    """--pending-timeout reaches the backend (and job.json, so that a later `runner status`
+    applies it too): a job pending longer is deleted, and the run says why."""
+    cluster = FakeCluster(namespace="bench")
+    cluster.emulator.now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # created now
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(cluster.kubeconfig())
+        results = tmp_path / "results"
+        submitted = invoke(results, "submit", "cnn-digits", "--kubeconfig", str(kubeconfig),
+                           "--image", IMAGE, "--workers", "1", "--pending-timeout", "1",
+                           "--detach")  # fmt: skip
+        assert submitted.exit_code == 0, submitted.output
+        (run_dir,) = rundir.list_dirs(results)
+        assert json.loads((run_dir / rundir.JOB).read_text())["cluster"]["pending_timeout_s"] == 1
+        time.sleep(2.1)  # longer than the timeout, counted from the job's creation (whole seconds)
+        status = invoke(results, "status", run_dir.name)
+        assert "CANCELLED" in status.output and "--pending-timeout 1 s" in status.output
+        assert cluster.job("trainjob", run_dir.name) is None
     finally:
         cluster.close()

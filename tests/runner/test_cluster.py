@@ -1,16 +1,20 @@
-"""Cluster connections: the stack-output contract (read through a fake `pulumi` on PATH), the
---kubeconfig defaults, and the kubeconfig's brief life on disk."""
+"""Cluster connections: the stack-output contract (read through a fake `pulumi` on PATH), stack
+names checked against stacks/ before `pulumi` runs, the --kubeconfig defaults, and the
+kubeconfig's brief life on disk."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from contract.stack import OUTPUT_NAMES, NodeResources
 from runner.backends.kubernetes.connection import connect, connect_reference, kubeconfig_file
 from runner.errors import RunnerError, SpecError
 from tests.runner.k8s_helpers import IMAGE
@@ -25,11 +29,14 @@ OUTPUTS: dict[str, Any] = {
     "gpu_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     "gpus_per_node": 4,
     "num_nodes": 2,
+    "node_job_resources": {"cpu_m": 7160, "memory_mib": 25561},
     "results_store": "gs://bench-results",
     "results_mount_path": "/results",
     "service_account": "stackbench-runner",
-    "training_runtime": "torch-distributed",
+    "training_runtime": "stackbench-torch-distributed",
+    "bandwidth_shaping": False,
 }
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -64,12 +71,50 @@ def test_stack_outputs_become_a_connection(fake_pulumi):
     assert (conn.namespace, conn.job_api, conn.gpus_per_node) == ("bench", "trainjob", 4)
     assert dict(conn.node_selector) == OUTPUTS["node_selector"]
     assert conn.results_store == "gs://bench-results"
+    assert conn.node_job_resources == NodeResources(cpu_m=7160, memory_mib=25561)
+    assert conn.bandwidth_shaping is False
+    assert conn.training_runtime == "stackbench-torch-distributed"
     assert "apiVersion" not in repr(conn)  # the kubeconfig is a secret
+
+
+def test_the_fixture_is_exactly_the_contract():
+    assert set(OUTPUTS) == set(OUTPUT_NAMES)
+
+
+def test_a_stack_that_cannot_tell_its_node_shape_connects_with_it_unknown(fake_pulumi):
+    fake_pulumi(OUTPUTS | {"node_job_resources": {}, "provider": "kind"})
+    assert connect(stack="kind").node_job_resources is None
+
+
+def test_a_pytorchjob_stack_needs_no_training_runtime(fake_pulumi):
+    fake_pulumi(OUTPUTS | {"job_api": "pytorchjob", "training_runtime": ""})
+    assert connect(stack="gke-gpu-8").job_api == "pytorchjob"
+
+
+def test_an_unknown_stack_fails_at_once_naming_the_stacks_without_running_pulumi(fake_pulumi):
+    args = fake_pulumi(OUTPUTS)
+    with pytest.raises(SpecError) as err:
+        connect(stack="nosuch")
+    assert err.value.param == "--stack"
+    assert "(stacks: eks-gpu-8, gke-a100-1x8, gke-cpu-16, gke-gpu-8, kind)" in str(err.value)
+    assert not args.exists()
+
+
+def test_runner_submit_to_an_unknown_stack_is_a_usage_error_naming_the_stacks():
+    """The whole command, as a person runs it: a fresh interpreter, one line, exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from runner.cli import main; main()", "submit", "cnn-digits",
+         "--stack", "nosuch"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "no stack 'nosuch'" in done.stderr and "gke-gpu-8" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_job_api_option_overrides_the_stack_output(fake_pulumi):
     fake_pulumi(OUTPUTS)
-    assert connect(stack="s", job_api="pytorchjob").job_api == "pytorchjob"
+    assert connect(stack="gke-gpu-8", job_api="pytorchjob").job_api == "pytorchjob"
 
 
 @pytest.mark.parametrize(
@@ -82,6 +127,11 @@ def test_job_api_option_overrides_the_stack_output(fake_pulumi):
         ("image", "ghcr.io/stackbench/train:latest", "not pinned"),
         ("results_store", "ftp://x", "gs://, s3:// or file:///"),
         ("gpu_tolerations", [{"key": "a"}, "b"], "toleration objects"),
+        ("node_job_resources", {"cpu_m": 0, "memory_mib": 10}, "cpu_m must be at least 1"),
+        ("node_job_resources", {"cpu": 2}, "exactly cpu_m and memory_mib"),
+        ("bandwidth_shaping", "yes", "must be bool"),
+        ("training_runtime", "", "is empty but job_api is trainjob"),
+        ("results_store", "file://relative/dir", "file:///"),
     ],
 )
 def test_bad_stack_output_names_the_output_and_the_command(fake_pulumi, output, value, problem):
@@ -105,9 +155,9 @@ def test_missing_pulumi_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_failing_pulumi_names_the_next_command(fake_pulumi):
-    fake_pulumi(None, exit_code=255, stderr="error: no stack named 'nope' found")
-    with pytest.raises(RunnerError, match=r"no stack named 'nope'.*pulumi stack ls"):
-        connect(stack="nope")
+    fake_pulumi(None, exit_code=255, stderr="error: no stack named 'kind' found")
+    with pytest.raises(RunnerError, match=r"no stack named 'kind'.*pulumi stack ls"):
+        connect(stack="kind")
 
 
 def write_kubeconfig(path: Path, namespace: str | None = "team-a") -> Path:
@@ -155,7 +205,7 @@ def test_unknown_context_lists_the_known_ones(tmp_path: Path):
 
 def test_stack_and_kubeconfig_are_exclusive(tmp_path: Path):
     with pytest.raises(SpecError, match="not both"):
-        connect(stack="s", kubeconfig=tmp_path / "kc")
+        connect(stack="kind", kubeconfig=tmp_path / "kc")
 
 
 def test_reference_reconnects_to_the_same_cluster(tmp_path: Path):

@@ -1,11 +1,18 @@
-"""Cost math: node-hours x hourly prices, stack shapes from the stack files, unknown prices."""
+"""Cost math: node-hours x hourly prices, stack shapes from the validated stack settings and the
+program's pool rule, what a lifetime counts, unknown prices, and `runner cost` end to end."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from infra.pools import PoolSize
+from infra.stackfiles import stack_names
+from runner.cli import main
+from runner.errors import RunnerError
 from runner.results import report as reports
 from runner.results.runs import load_run
 from runner.stack import cost
@@ -25,18 +32,25 @@ TABLE = {
              "source": "s", "as_of": "d"}],
     "control_plane": [{"provider": "gke", "usd_per_hour": 0.1, "source": "s", "as_of": "d"}],
 }  # fmt: skip
+AUTOSCALED = PoolSize(min_nodes=0, max_nodes=8, initial_nodes=0)
 
 
-def shape(**changes):
-    base = dict(stack="s", provider="gke", region="r", node_machine_type="n1", gpu_type="t4",
-                gpus_per_node=2, min_nodes=0, max_nodes=8, system_machine_type="sys",
-                system_node_count=1, spot=False)  # fmt: skip
-    return cost.StackShape(**(base | changes))
+def shape(training_size: PoolSize = AUTOSCALED, **changes) -> cost.StackShape:
+    base = cost.StackShape(
+        stack="s", provider="gke", region="r",
+        training=cost.Pool("n1", training_size, gpu_type="t4", gpus_per_node=2),
+        system=cost.Pool("sys", PoolSize(1, 1, 1)), spot=False,
+    )  # fmt: skip
+    return dataclasses.replace(base, **changes)
+
+
+def training(**changes) -> cost.Pool:
+    return dataclasses.replace(shape().training, **changes)
 
 
 def test_training_node_price_adds_attached_gpus_to_the_machine():
     assert cost.training_node_price(TABLE, shape()).usd_per_hour == pytest.approx(2.0)
-    built_in = shape(node_machine_type="a2", gpus_per_node=8)
+    built_in = shape(training=training(machine_type="a2", gpus_per_node=8))
     assert cost.training_node_price(TABLE, built_in).usd_per_hour == pytest.approx(20.0)
 
 
@@ -48,33 +62,55 @@ def test_run_cost_is_node_hours_times_prices_for_training_system_and_control_pla
     assert c.node_hours == pytest.approx(2.5)
 
 
-def test_lifetime_cost_counts_pools_for_the_lifetime_and_run_node_hours_above_the_minimum():
-    prices = cost.stack_prices(TABLE, shape())
-    c = cost.lifetime_cost(prices, shape(), lifetime_s=10 * 3600, run_node_hours=3.0)
-    assert c.usd == pytest.approx(3.0 * 2.0 + 10 * 0.25 + 10 * 0.1)
-    floor = cost.lifetime_cost(prices, shape(min_nodes=1), 10 * 3600, run_node_hours=3.0)
-    assert floor.usd == pytest.approx(10 * 2.0 + 10 * 0.25 + 10 * 0.1)
+def test_an_autoscaled_pool_costs_its_floor_plus_each_runs_nodes_above_it():
+    s = shape(PoolSize(min_nodes=1, max_nodes=8, initial_nodes=1))
+    prices = cost.stack_prices(TABLE, s)
+    runs = [cost.RunUse(4, 3600), cost.RunUse(1, 7200), cost.RunUse(2, 1800)]
+    c = cost.lifetime_cost(prices, s, lifetime_s=10 * 3600, runs=runs)
+    # floor 1 x 10 h, + (4-1) x 1 h + 0 + (2-1) x 0.5 h = 13.5 training node-h at $2
+    assert c.parts[0].node_hours == pytest.approx(13.5)
+    assert c.usd == pytest.approx(13.5 * 2.0 + 10 * 0.25 + 10 * 0.1)
+
+
+def test_an_idle_autoscaled_pool_at_zero_says_no_training_node_is_counted():
+    c = cost.lifetime_cost(cost.stack_prices(TABLE, shape()), shape(), 30 * 3600, runs=[])
+    part = c.parts[0]
+    assert part.node_hours == 0 and part.usd == 0
+    assert "no training node is counted" in part.counted
+    assert c.usd == pytest.approx(30 * 0.25 + 30 * 0.1)
+
+
+def test_a_fixed_pool_is_paid_at_its_size_whatever_runs():
+    s = shape(PoolSize(8, 8, 8))
+    prices = cost.stack_prices(TABLE, s)
+    idle = cost.lifetime_cost(prices, s, 30 * 3600, runs=[])
+    busy = cost.lifetime_cost(prices, s, 30 * 3600, runs=[cost.RunUse(8, 20 * 3600)])
+    assert idle.usd == busy.usd == pytest.approx(8 * 30 * 2.0 + 30 * 0.25 + 30 * 0.1)
+    assert "fixed pool is paid" in idle.parts[0].counted
 
 
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"node_machine_type": "n9"}, "no price for n9"),
-        ({"gpu_type": "h100"}, "no price for GPU h100"),
+        ({"training": training(machine_type="n9")}, "no price for n9"),
+        ({"training": training(gpu_type="h100")}, "no price for GPU h100"),
         ({"spot": True}, "spot"),
         ({"provider": "kind"}, "kind runs on this machine"),
     ],
 )
 def test_a_shape_without_a_price_is_unknown_never_zero(changes, reason):
     s = shape(**changes)
-    c = cost.run_cost(cost.stack_prices(TABLE, s), s, 1, 3600)
-    assert c.usd is None
-    assert reason in c.reason
+    for c in (
+        cost.run_cost(cost.stack_prices(TABLE, s), s, 1, 3600),
+        cost.lifetime_cost(cost.stack_prices(TABLE, s), s, 3600, runs=[]),
+    ):
+        assert c.usd is None
+        assert reason in c.reason
 
 
 def test_every_cloud_stack_in_stacks_has_a_price_with_a_source():
     table = cost.load_price_table()
-    for name in cost.stack_names(PROJECT):
+    for name in stack_names(PROJECT):
         s = cost.load_shape(name, PROJECT)
         prices = cost.stack_prices(table, s)
         if s.provider == "kind":
@@ -85,14 +121,30 @@ def test_every_cloud_stack_in_stacks_has_a_price_with_a_source():
             assert all("https://" in src for src in price.sources)
 
 
-def test_stack_shape_applies_pulumi_yaml_defaults_and_the_system_pool_default():
-    s = cost.load_shape("gke-gpu-8", PROJECT)
-    assert (s.node_machine_type, s.gpu_type, s.gpus_per_node) == (
-        "n1-standard-8",
-        "nvidia-tesla-t4",
-        1,
+def test_stack_shapes_come_from_the_validated_settings_and_the_pool_rule():
+    gke = cost.load_shape("gke-gpu-8", PROJECT)
+    assert (gke.training.machine_type, gke.training.gpu_type, gke.training.gpus_per_node) == (
+        "n1-standard-8", "nvidia-tesla-t4", 1
+    )  # fmt: skip
+    assert gke.training.size == PoolSize(0, 8, 0)
+    assert (gke.system.machine_type, gke.system.size) == ("e2-standard-4", PoolSize(1, 1, 1))
+    # No cluster autoscaler on eks: the group holds all eight nodes from `pulumi up` on.
+    assert cost.load_shape("eks-gpu-8", PROJECT).training.size == PoolSize(8, 8, 8)
+
+
+def test_a_stack_with_an_invalid_setting_or_none_at_all_is_a_runner_error(tmp_path):
+    with pytest.raises(RunnerError, match=r"no stack 'nosuch'.*stacks: eks-gpu-8"):
+        cost.load_shape("nosuch", PROJECT)
+    (tmp_path / "Pulumi.yaml").write_text((PROJECT / "Pulumi.yaml").read_text())
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "Pulumi.bad.yaml").write_text(
+        "config:\n  stackbench:provider: eks\n  stackbench:region: us-east-1\n"
+        "  stackbench:nodeMachineType: g4dn.xlarge\n  stackbench:gpuType: nvidia-t4\n"
+        "  stackbench:gpusPerNode: '1'\n  stackbench:maxNodes: '8'\n"
+        "  stackbench:minNodes: '9'\n"
     )
-    assert (s.system_machine_type, s.system_node_count, s.min_nodes) == ("e2-standard-4", 1, 0)
+    with pytest.raises(RunnerError, match=r"invalid setting: stackbench:minNodes \(9\) exceeds"):
+        cost.load_shape("bad", tmp_path)
 
 
 def test_report_prices_a_stack_run_from_creation_to_its_final_state(tmp_path):
@@ -106,3 +158,34 @@ def test_report_prices_a_stack_run_from_creation_to_its_final_state(tmp_path):
     expected = 2 * prices.training_node.usd_per_hour + prices.system_node.usd_per_hour + 0.10
     assert c.usd == pytest.approx(expected)
     assert reports.cost_text(c, run).startswith("$")
+
+
+def invoke_cost(results: Path, *args: str):
+    return CliRunner(env={"COLUMNS": "240"}).invoke(
+        main, ["--results-dir", str(results), "cost", *args], catch_exceptions=False
+    )
+
+
+def test_cost_of_an_eks_stack_prices_its_eight_idle_gpu_nodes(tmp_path):
+    out = invoke_cost(tmp_path, "--stack", "eks-gpu-8", "--hours", "30")
+    assert out.exit_code == 0, out.output
+    # 8 x g4dn.xlarge x 30 h + m6i.large x 30 h + the control plane x 30 h
+    assert "lifetime (30 h, 270.0 node-h): $132.12" in out.output
+    assert "8 nodes x 30 h (a fixed pool is paid, jobs or not): $126.24" in out.output
+
+
+def test_cost_of_an_idle_gke_stack_says_it_counted_no_training_node(tmp_path):
+    out = invoke_cost(tmp_path, "--stack", "gke-gpu-8", "--hours", "30")
+    assert out.exit_code == 0, out.output
+    assert "lifetime (30 h, 30.0 node-h): $7.02" in out.output
+    assert "no training node is counted" in out.output
+
+
+def test_cost_of_a_gke_stack_counts_recorded_runs_above_the_floor(tmp_path):
+    make_run(tmp_path, "r", 4, 10.0, stack="gke-gpu-8", num_nodes=4,
+             created_at="2026-01-01T00:00:00+00:00",
+             finished_at="2026-01-01T02:00:00+00:00")  # fmt: skip
+    out = invoke_cost(tmp_path, "--stack", "gke-gpu-8", "--hours", "30")
+    assert "8.00 node-h of 1 recorded run(s) above it" in out.output
+    # 8 node-h x $0.73 on top of the idle stack's $7.02
+    assert "lifetime (30 h, 38.0 node-h): $12.86" in out.output

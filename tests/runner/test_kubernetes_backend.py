@@ -1,26 +1,37 @@
 """KubernetesBackend against a fake API server (kmock) through the official kubernetes client:
-submit, status, logs, fetch and cancel for both job APIs, pending reasons and timeout. The API's
-failures are in test_kubernetes_errors.py."""
+the protocol (dryrun, describe, handle, submit), status, logs, fetch and cancel for both job APIs,
+pending reasons and timeout. Watching is in test_kubernetes_watch.py, the API's failures in
+test_kubernetes_errors.py, hostile logs and stores in test_kubernetes_hostile.py."""
 
 from __future__ import annotations
 
 import io
+import json
 import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
+import yaml
 
-from contract.rundir import JobState
+from contract import files
+from contract.rundir import JobState, read_state
 from runner.backends.kubernetes.backend import KubernetesBackend, from_handle
-from runner.backends.kubernetes.client import KubeApi
-from runner.errors import RunnerError
-from runner.job.spec import JobSpec
+from runner.errors import RunnerError, SpecError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import RUN_ID, iso, make_spec, pod, stack_connection
+from tests.runner.k8s_helpers import (
+    RUN_ID,
+    iso,
+    make_backend,
+    make_spec,
+    pod,
+    stack_connection,
+    submit,
+)
+from tests.runner.rundirs import env_manifest
+from tests.runner.rundirs import summary as summary_record
 from workloads import mllog
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,27 +46,8 @@ def cluster() -> Iterator[FakeCluster]:
     fake.close()
 
 
-def make_backend(
-    cluster: FakeCluster, root: Path, job_api: str, store: str | None = None, **kwargs: Any
-) -> KubernetesBackend:
-    conn = stack_connection(job_api, store, kubeconfig=cluster.kubeconfig())
-    return KubernetesBackend(
-        conn,
-        results_root=root,
-        poll_interval_s=0.01,
-        api_factory=lambda c: KubeApi(c, max_attempts=3, retry_backoff_s=0.001),
-        **kwargs,
-    )
-
-
-def submit(backend: KubernetesBackend, root: Path, spec: JobSpec) -> tuple[str, Path]:
-    """What runner.api.submit does: job.json first, then the backend, then the handle."""
-    record = rundir.RunRecord(spec, "kubernetes", "", cluster=backend.reference)
-    run_dir = rundir.create(root, record)
-    handle = backend.submit(spec, run_dir)
-    record = rundir.RunRecord(spec, "kubernetes", handle, cluster=backend.reference)
-    rundir.write_json(run_dir / rundir.JOB, record.to_dict())
-    return handle, run_dir
+MANIFEST = env_manifest(RUN_ID, 4, image="img", seed=7)
+SUMMARY = summary_record(RUN_ID, 4, 12.5, steps=100) | {"run_time_s": 30.0}
 
 
 def rank0_stdout(run_dir: Path | None = None) -> str:
@@ -63,11 +55,11 @@ def rank0_stdout(run_dir: Path | None = None) -> str:
     out = io.StringIO()
     events = mllog.EventLog(str(run_dir / rundir.EVENTS) if run_dir else None, echo=out)
     events.point(mllog.SUBMISSION_BENCHMARK, "cnn-digits")
-    events.point(mllog.MANIFEST, {"world_size": 4, "image": "img", "seeds": [7]})
+    events.point(mllog.MANIFEST, MANIFEST)
     events.start(mllog.RUN_START)
     events.point(mllog.EVAL_ACCURACY, 0.96, epoch_num=3)
     events.end(mllog.RUN_STOP, status="success")
-    events.point(mllog.SUMMARY, {"target_reached": True, "time_to_target_s": 12.5})
+    events.point(mllog.SUMMARY, SUMMARY)
     events.close()
     return "starting torchrun\n" + out.getvalue()
 
@@ -95,12 +87,34 @@ SUCCESS = {"trainjob": "Complete", "pytorchjob": "Succeeded"}
 
 
 @pytest.mark.parametrize("job_api", APIS)
-def test_submit_creates_the_rendered_job_named_after_the_run(cluster, tmp_path, job_api):
+def test_submit_creates_exactly_the_dry_run_manifest_under_the_handle_known_before(
+    cluster, tmp_path, job_api
+):
     backend = make_backend(cluster, tmp_path, job_api)
-    handle, _ = submit(backend, tmp_path, make_spec())
+    request = backend.dryrun(make_spec(), tmp_path / RUN_ID)
+    assert yaml.safe_load(backend.describe(request)) == request.manifest  # what --dry-run prints
+    handle = backend.handle(request)
     assert handle == f"k8s://bench/{RUN_ID}"
+    assert cluster.requests() == 0  # nothing asked of the cluster before submit
+    assert backend.submit(request) == handle
     job = cluster.job(job_api, RUN_ID)
-    assert job is not None and job["metadata"]["labels"]["stackbench/run-id"] == RUN_ID
+    created = {k: v for k, v in job.items() if k != "metadata"}
+    assert created == {k: v for k, v in request.manifest.items() if k != "metadata"}
+    assert job["metadata"]["labels"] == request.manifest["metadata"]["labels"]
+
+
+def test_dryrun_refuses_what_the_cluster_cannot_run_before_anything_starts(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    with pytest.raises(SpecError, match="4 nodes, 5 asked"):
+        backend.dryrun(make_spec(nodes=5), tmp_path)
+    assert cluster.requests() == 0
+
+
+@pytest.mark.parametrize("timeout_s", [0, -5.0])
+def test_a_pending_timeout_that_is_not_positive_is_refused_where_it_enters(tmp_path, timeout_s):
+    with pytest.raises(SpecError) as err:
+        KubernetesBackend(stack_connection(), results_root=tmp_path, pending_timeout_s=timeout_s)
+    assert err.value.param == "--pending-timeout"
 
 
 @pytest.mark.parametrize("job_api", APIS)
@@ -115,7 +129,7 @@ def test_status_follows_the_job_from_pending_to_running_to_succeeded(cluster, tm
     assert backend.status(handle).state is JobState.RUNNING
     cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
     assert backend.status(handle).state is JobState.SUCCEEDED
-    assert rundir.read_state(run_dir).state is JobState.SUCCEEDED
+    assert read_state(run_dir).state is JobState.SUCCEEDED
 
 
 @pytest.mark.parametrize("job_api", APIS)
@@ -185,7 +199,7 @@ def test_pending_timeout_cancels_the_job_and_reports_why(cluster, tmp_path):
     assert cluster.job("trainjob", RUN_ID) is None
     # The job is gone; its run directory remembers why.
     assert backend.status(handle).reason == status.reason
-    assert rundir.read_state(run_dir).state is JobState.CANCELLED
+    assert read_state(run_dir).state is JobState.CANCELLED
 
 
 def test_pending_within_the_timeout_stays_pending(cluster, tmp_path):
@@ -206,32 +220,38 @@ def test_logs_split_a_pods_output_by_rank(cluster, tmp_path, job_api):
     run_pods(cluster, job_api)
     assert list(backend.logs(handle, 3, follow=False)) == ["rank 3 training", "rank 3 done"]
     rank0 = list(backend.logs(handle, 0, follow=False))
-    assert rank0[0] == "launcher: starting workers"  # unprefixed: the node's first rank
+    assert rank0[0] == "starting torchrun"
     assert any(line.startswith(mllog.PREFIX) for line in rank0)
+    # torchrun's own lines (unprefixed) are no rank's.
+    assert "launcher: starting workers" not in rank0
 
 
-def test_logs_follow_waits_for_the_pod_and_survives_a_restart(cluster, tmp_path):
+def test_logs_follow_waits_for_the_pod_and_streams_a_restarted_container_too(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path, "pytorchjob")
     handle, _ = submit(backend, tmp_path, make_spec())
     first = pod("pytorchjob", RUN_ID, 1)
-    threading.Timer(0.1, cluster.add_pod, (first, "[rank2]:epoch 1\n[rank2]:epoch 2\n")).start()
+    pod_name = first["metadata"]["name"]
+    lines = backend.logs(handle, 2, follow=True)
+    threading.Timer(0.1, cluster.add_pod, (first, "[rank2]:epoch 1\n[rank3]:other\n")).start()
+    assert next(lines) == "epoch 1"  # the pod came, its log is streamed as it grows
+    cluster.append_log(pod_name, "[rank2]:epoch 2\n")
+    assert next(lines) == "epoch 2"
+    # The container restarts (a new run of it, new log), and the job then ends.
+    restarted = pod("pytorchjob", RUN_ID, 1, "Succeeded")
+    restarted["status"]["containerStatuses"][0]["restartCount"] = 1
+    cluster.add_pod(restarted, log="[rank2]:resumed\n[rank2]:finished\n")
+    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    assert list(lines) == ["resumed", "finished"]
 
-    def restart_once(pod_name: str) -> None:
-        # After the first pod's log is read, it is replaced (same name, new uid) and the job
-        # ends: the follower must stream the new container too, then stop.
-        cluster.emulator.after_log_read = lambda name: None
-        restarted = pod("pytorchjob", RUN_ID, 1)
-        restarted["metadata"]["uid"] = "uid-after-restart"
-        restarted["metadata"]["creationTimestamp"] = iso(120)
-        restarted["status"]["containerStatuses"][0]["restartCount"] = 1
-        cluster.emulator.objects["v1/pods", "bench", pod_name] = restarted
-        cluster.emulator.pod_logs["bench", pod_name] = "[rank2]:resumed\n[rank2]:finished\n"
-        obj = cluster.emulator.objects["kubeflow.org/v1/pytorchjobs", "bench", RUN_ID]
-        obj.patch({"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}})
 
-    cluster.emulator.after_log_read = restart_once
-    lines = list(backend.logs(handle, 2, follow=True))
-    assert lines == ["epoch 1", "epoch 2", "resumed", "finished"]
+def test_logs_follow_waits_out_a_container_not_ready_to_be_read(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    cluster.fail("get", r"/log$", 400, times=2, message='container "node" is waiting to start')
+    cluster.add_pod(pod("trainjob", RUN_ID, 0, "Succeeded"), log="[rank0]:hello\n")
+    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    assert list(backend.logs(handle, 0, follow=True)) == ["hello"]
+    assert cluster.requests("get", r"/log$") == 3
 
 
 def test_logs_refuse_a_rank_outside_the_job(cluster, tmp_path):
@@ -251,14 +271,16 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     run_pods(cluster, job_api, phase="Succeeded")
     cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
     assert backend.fetch(handle, run_dir) == []
-    assert rundir.read_summary(run_dir) == {"target_reached": True, "time_to_target_s": 12.5}
-    assert rundir.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
+    assert rundir.read_summary(run_dir).to_dict() == SUMMARY
+    assert files.read_json(run_dir / rundir.MANIFEST) == MANIFEST
     keys = [e["key"] for e in mllog.read_events(run_dir / rundir.EVENTS)]
     assert keys.count(mllog.RUN_START) == 1 and mllog.RUN_STOP in keys
     assert rundir.rank_log(run_dir, 3).read_text() == "rank 3 training\nrank 3 done\n"
-    # torchrun's own lines (unprefixed) go with the node's first rank.
-    assert rundir.rank_log(run_dir, 2).read_text().startswith("launcher: starting workers\n")
-    assert rundir.read_state(run_dir).state is JobState.SUCCEEDED
+    # torchrun's own lines (unprefixed) are no rank's: they are kept beside, per node.
+    assert rundir.rank_log(run_dir, 2).read_text() == "rank 2 training\nrank 2 done\n"
+    launcher = (run_dir / "logs" / "node-1.unattributed.log").read_text()
+    assert launcher == "launcher: starting workers\n"
+    assert read_state(run_dir).state is JobState.SUCCEEDED
     assert cluster.job(job_api, RUN_ID) is None  # TrainJob has no TTL: fetch cleans up
 
 
@@ -267,13 +289,33 @@ def test_fetch_prefers_the_results_store(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path / "results", "trainjob", store=f"file://{store}")
     handle, run_dir = submit(backend, tmp_path / "results", make_spec())
     (store / RUN_ID).mkdir(parents=True)
-    (store / RUN_ID / "summary.json").write_text('{"from": "store"}\n')
+    from_store = {**SUMMARY, "from": "store"}
+    (store / RUN_ID / "summary.json").write_text(json.dumps(from_store))
     run_pods(cluster, "trainjob", phase="Succeeded")
     cluster.set_job_condition("trainjob", RUN_ID, "Complete")
     assert backend.fetch(handle, run_dir) == []
-    assert rundir.read_summary(run_dir) == {"from": "store"}
+    assert files.read_json(run_dir / rundir.SUMMARY) == from_store  # as the store had it
     # What the store lacks comes from the log.
-    assert rundir.read_json(run_dir / rundir.MANIFEST)["world_size"] == 4
+    assert files.read_json(run_dir / rundir.MANIFEST) == MANIFEST
+
+
+def test_logs_of_a_fetched_run_come_from_its_directory_without_the_cluster(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    run_pods(cluster, "trainjob", phase="Succeeded")
+    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    assert backend.fetch(handle, run_dir) == []
+    asked = cluster.requests()
+    assert list(backend.logs(handle, 3, follow=True)) == ["rank 3 training", "rank 3 done"]
+    assert cluster.requests() == asked
+
+
+def test_a_damaged_state_json_is_replaced_by_what_the_cluster_says(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    (run_dir / rundir.STATE).write_text('{"state": "SUCCEEDED", "schema_version": "x"}')
+    assert backend.status(handle).state is JobState.PENDING
+    assert read_state(run_dir).state is JobState.PENDING
 
 
 def test_fetch_of_a_running_job_keeps_it_and_reports_what_is_missing(cluster, tmp_path):
@@ -300,8 +342,11 @@ def test_fetch_after_the_job_is_deleted_is_a_clear_error(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path, "trainjob")
     handle, run_dir = submit(backend, tmp_path, make_spec())
     backend.api.delete_job(RUN_ID)
-    with pytest.raises(RunnerError, match="no longer on the cluster"):
+    with pytest.raises(
+        RunnerError, match=r"not on the cluster.*FAILED.*deleted before it finished"
+    ):
         backend.fetch(handle, run_dir)
+    assert read_state(run_dir).state is JobState.FAILED
 
 
 # ---- cancel --------------------------------------------------------------------------------
@@ -315,7 +360,7 @@ def test_cancel_deletes_the_job_and_is_idempotent(cluster, tmp_path, job_api):
     backend.cancel(handle)
     assert cluster.job(job_api, RUN_ID) is None
     assert backend.status(handle).state is JobState.CANCELLED
-    assert rundir.read_state(run_dir).state is JobState.CANCELLED
+    assert read_state(run_dir).state is JobState.CANCELLED
 
 
 def test_cancel_leaves_a_finished_job_for_fetch(cluster, tmp_path):
@@ -339,3 +384,13 @@ def test_from_handle_reconnects_through_job_json(cluster, tmp_path):
     assert again.pending_timeout_s == 30
     assert again.status(handle).state is JobState.PENDING
     again.close()
+
+
+def test_from_handle_refuses_a_damaged_pending_timeout_in_job_json(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    record = json.loads((run_dir / rundir.JOB).read_text())
+    record["cluster"]["pending_timeout_s"] = "600; rm -rf /"
+    (run_dir / rundir.JOB).write_text(json.dumps(record))
+    with pytest.raises(RunnerError, match="pending_timeout_s that is not a positive number"):
+        from_handle(handle, tmp_path)

@@ -1,19 +1,23 @@
 """KubernetesBackend when the API fails: 403 (RBAC), 404 (a missing add-on's CRD), 409 (name
-conflict), 5xx (bounded retries) and an unreachable server; each error names the next step."""
+conflict), 5xx (bounded retries), an unreachable server (and a run whose submit failed there),
+and a server that is not an API server; each error is one line that names the next step.
+(Failures of watches: test_kubernetes_watch.py.)"""
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 
 import pytest
 
+from contract.rundir import JobState, JobStatus, read_state
 from runner.backends.kubernetes.backend import KubernetesBackend
-from runner.backends.kubernetes.client import KubeApi
+from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.errors import RunnerError
+from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import RUN_ID, make_spec, stack_connection
-from tests.runner.test_kubernetes_backend import make_backend, submit
+from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, stack_connection, submit
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,20 +41,24 @@ def test_forbidden_names_rbac_and_how_to_check(cluster, tmp_path):
     ("job_api", "addon"),
     [("trainjob", "Kubeflow Trainer"), ("pytorchjob", "training-operator")],
 )
-def test_missing_crd_names_the_addon_the_stack_lacks(cluster, tmp_path, job_api, addon):
-    backend = make_backend(cluster, tmp_path, job_api)
-    cluster.fail("post", r"/(trainjobs|pytorchjobs)$", 404, message="the server could not find")
-    with pytest.raises(RunnerError) as err:
-        submit(backend, tmp_path, make_spec())
-    assert addon in str(err.value) and "pulumi up" in str(err.value)
+def test_missing_crd_names_the_addon_the_stack_lacks(tmp_path, job_api, addon):
+    cluster = FakeCluster(namespace="bench", installed=())
+    try:
+        backend = make_backend(cluster, tmp_path, job_api)
+        cluster.fail("post", r"/(trainjobs|pytorchjobs)$", 404, message="the server could not find")
+        with pytest.raises(RunnerError) as err:
+            submit(backend, tmp_path, make_spec())
+        assert addon in str(err.value) and "pulumi up" in str(err.value)
+    finally:
+        cluster.close()
 
 
 def test_name_conflict_says_the_run_exists(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path, "trainjob")
-    spec = make_spec()
-    backend.submit(spec, tmp_path)
+    request = backend.dryrun(make_spec(), tmp_path)
+    backend.submit(request)
     with pytest.raises(RunnerError, match=f"already exists.*runner status {RUN_ID}"):
-        backend.submit(spec, tmp_path)
+        backend.submit(request)
 
 
 def test_transient_server_errors_are_retried(cluster, tmp_path):
@@ -70,15 +78,75 @@ def test_persistent_server_errors_give_up_after_bounded_retries(cluster, tmp_pat
     assert cluster.requests("get", f"/trainjobs/{RUN_ID}$") == 3
 
 
-def test_unreachable_cluster_says_how_to_check_it(tmp_path):
-    kubeconfig = json.dumps({
+def closed_port() -> int:
+    """A local port nothing listens on: connections to it are refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def kubeconfig_for(server: str) -> str:
+    return json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
         "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "bench"}}],
     })  # fmt: skip
-    conn = stack_connection("trainjob", kubeconfig=kubeconfig)
-    api = KubeApi(conn, max_attempts=2, retry_backoff_s=0.001, request_timeout_s=2)
-    backend = KubernetesBackend(conn, api_factory=lambda c: api)
+
+
+def unreachable_backend(tmp_path) -> KubernetesBackend:
+    conn = stack_connection(
+        "trainjob", kubeconfig=kubeconfig_for(f"http://127.0.0.1:{closed_port()}")
+    )
+    api = lambda c: KubeApi(c, max_attempts=2, retry_backoff_s=0.001, request_timeout_s=2)  # noqa: E731
+    return KubernetesBackend(conn, results_root=tmp_path, api_factory=api)
+
+
+def test_unreachable_cluster_says_how_to_check_it(tmp_path):
+    backend = unreachable_backend(tmp_path)
     with pytest.raises(RunnerError, match=r"unreachable.*pulumi stack output --stack gke-gpu-8"):
-        backend.submit(make_spec(), tmp_path)
+        backend.submit(backend.dryrun(make_spec(), tmp_path))
+
+
+def test_a_run_whose_submit_failed_answers_every_question_without_the_cluster(tmp_path):
+    """What runner.api does on a failed submit (the handle recorded first, then FAILED with
+    the reason), and every method on that run, the API server still unreachable."""
+    backend = unreachable_backend(tmp_path)
+    spec = make_spec()
+    request = backend.dryrun(spec, tmp_path / spec.run_id)
+    handle = backend.handle(request)
+    run_dir = rundir.create(
+        tmp_path, rundir.RunRecord(spec, "kubernetes", handle, backend.reference)
+    )
+    with pytest.raises(RunnerError) as submit_error:
+        backend.submit(request)
+    failed = JobStatus(JobState.FAILED, f"submit failed: {submit_error.value}")
+    rundir.write_state(run_dir, failed)
+
+    assert handle == f"k8s://bench/{RUN_ID}"
+    assert backend.status(handle) == failed
+    assert list(backend.watch(handle)) == [failed]
+    backend.cancel(handle)  # nothing to stop
+    assert read_state(run_dir) == failed
+    with pytest.raises(RunnerError) as logs_error:
+        list(backend.logs(handle, 0, follow=False))
+    message = str(logs_error.value)
+    assert "no log of rank 0" in message and "submit failed" in message and "\n" not in message
+    with pytest.raises(RunnerError) as fetch_error:
+        backend.fetch(handle, run_dir)
+    message = str(fetch_error.value)
+    assert "still missing events.jsonl" in message and "logs/rank-3.log" in message
+    assert "submit failed" in message and "unreachable" in message and "\n" not in message
+    assert read_state(run_dir) == failed
+
+
+def test_a_server_that_is_not_an_api_server_is_named_in_one_line(tmp_path, server):
+    served, url = server
+    pods = served / "api" / "v1" / "namespaces" / "bench" / "pods"
+    pods.parent.mkdir(parents=True)
+    pods.write_text("<html>a captive portal</html>")
+    conn = stack_connection("trainjob", kubeconfig=kubeconfig_for(url))
+    backend = KubernetesBackend(conn, api_factory=lambda c: KubeApi(c, max_attempts=1))
+    with pytest.raises(RunnerError, match=r"not JSON; is it a Kubernetes API server\?"):
+        backend.api.list_objects("pods", Selector(label="x=y"))
+    backend.close()

@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.local.backend import SUPERVISOR_FILE
+from contract import files
+from runner.backends.local.backend import LAUNCH_FILE, SUPERVISOR_FILE
 from runner.backends.local.supervisor import LAUNCHER_LOG
+from runner.job.spec import JobSpec
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import RUN_ID, make_spec, pod
-from tests.runner.test_kubernetes_backend import make_backend, submit
+from tests.runner.k8s_helpers import make_backend, make_spec, pod, submit
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 # The local supervisor's own files; on a cluster torchrun's output is in the pod log.
-LOCAL_ONLY = {SUPERVISOR_FILE, "logs/supervisor.log", f"logs/{LAUNCHER_LOG}"}
+LOCAL_ONLY = {SUPERVISOR_FILE, LAUNCH_FILE, "logs/supervisor.log", f"logs/{LAUNCHER_LOG}"}
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def cluster() -> Iterator[FakeCluster]:
     fake.close()
 
 
-def files(run_dir: Path) -> set[str]:
+def file_names(run_dir: Path) -> set[str]:
     return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()}
 
 
@@ -42,21 +43,25 @@ def test_kubernetes_run_directory_matches_a_local_one(finished_run, cluster, tmp
     local_dir = local.run_dir
     workers = local.record.spec.placement.world_size
     backend = make_backend(cluster, tmp_path / "k8s", "trainjob")
-    handle, k8s_dir = submit(backend, tmp_path / "k8s", make_spec(nodes=1, procs=workers))
+    # The same run id: the rebuilt summary and manifest must name the run they belong to.
+    spec = JobSpec.from_dict(
+        {**make_spec(nodes=1, procs=workers).to_dict(), "run_id": local.run_id}
+    )
+    handle, k8s_dir = submit(backend, tmp_path / "k8s", spec)
     log = "".join(
         f"[rank{r}]:{line}\n"
         for r in range(workers)
         for line in rundir.rank_log(local_dir, r).read_text().splitlines()
     )
-    cluster.add_pod(pod("trainjob", RUN_ID, 0, "Succeeded"), log=log)
-    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    cluster.add_pod(pod("trainjob", local.run_id, 0, "Succeeded"), log=log)
+    cluster.set_job_condition("trainjob", local.run_id, "Complete")
 
     assert backend.fetch(handle, k8s_dir) == []
 
-    assert files(k8s_dir) == files(local_dir) - LOCAL_ONLY
+    assert file_names(k8s_dir) == file_names(local_dir) - LOCAL_ONLY
     for name in (rundir.JOB, rundir.STATE):
-        local_keys = set(rundir.read_json(local_dir / name))
-        assert set(rundir.read_json(k8s_dir / name)) - {"cluster"} == local_keys, name
+        local_keys = set(files.read_json(local_dir / name))
+        assert set(files.read_json(k8s_dir / name)) - {"cluster"} == local_keys, name
     # Rebuilt from the log, the results are the very files the workload wrote.
     for name in (rundir.EVENTS, rundir.SUMMARY, rundir.MANIFEST):
         assert (k8s_dir / name).read_bytes() == (local_dir / name).read_bytes(), name

@@ -5,12 +5,14 @@ import time
 import psutil
 import pytest
 
+from contract import files
+from contract.events import read_events
 from contract.rundir import JobState
+from contract.summary import TrainSummary
 from runner import api
 from runner.backends.local.supervisor import parse_root_cause
 from runner.results import rundir
 from tests.conftest import submit_local
-from workloads.mllog import read_events
 
 pytestmark = pytest.mark.slow
 
@@ -20,10 +22,12 @@ LONG_RUN = ["stop_at_target=false", "max_epochs=400"]
 def test_two_gloo_workers_reach_the_target_on_digits(finished_run):
     _, run = finished_run
     summary = rundir.read_summary(run.run_dir)
-    assert summary["target_reached"] is True
-    assert summary["final"]["value"] >= 0.95
-    assert 0 < summary["time_to_target_s"] <= summary["run_time_s"]
-    assert summary["world_size"] == 2
+    assert isinstance(summary, TrainSummary)
+    assert summary.target_reached is True
+    assert summary.final is not None and summary.final.value >= 0.95
+    assert summary.time_to_target_s is not None
+    assert 0 < summary.time_to_target_s <= summary.run_time_s
+    assert summary.world_size == 2
 
 
 def test_events_have_one_run_start_then_evaluations_then_run_stop(finished_run):
@@ -41,24 +45,25 @@ def test_events_have_one_run_start_then_evaluations_then_run_stop(finished_run):
 def test_summary_splits_step_time_into_phases_that_add_up(finished_run):
     _, run = finished_run
     summary = rundir.read_summary(run.run_dir)
-    phases = summary["phases_s"]
+    assert isinstance(summary, TrainSummary)
+    phases = summary.phases_s
     steps = {"data", "forward", "backward", "communication", "optimizer"}
     assert set(phases) == steps | {"other"}  # other: the loop's wall time between steps
     assert all(phases[p] > 0 for p in steps) and phases["other"] >= 0
     # The phases split the training loop's wall time: the run's, less evaluation.
-    assert sum(phases.values()) == pytest.approx(summary["train_time_s"])
-    loop_s = summary["run_time_s"] - summary["eval_time_s"]
-    assert summary["train_time_s"] == pytest.approx(loop_s, rel=0.05)
-    assert summary["communication_share"] == pytest.approx(
-        phases["communication"] / summary["train_time_s"]
+    assert sum(phases.values()) == pytest.approx(summary.train_time_s)
+    loop_s = summary.run_time_s - summary.eval_time_s
+    assert summary.train_time_s == pytest.approx(loop_s, rel=0.05)
+    assert summary.communication_share == pytest.approx(
+        phases["communication"] / summary.train_time_s
     )
-    assert summary["throughput_samples_per_s"] > 0
+    assert summary.throughput_samples_per_s and summary.throughput_samples_per_s > 0
 
 
 def test_a_finished_run_directory_is_complete(finished_run):
     results, run = finished_run
     assert api.fetch(results, run) == []
-    manifest = rundir.read_json(run.run_dir / rundir.MANIFEST)
+    manifest = files.read_json(run.run_dir / rundir.MANIFEST)
     assert manifest["world_size"] == 2
     assert manifest["dist_backend"] == "gloo"
     assert manifest["packages"]["torch"].startswith("2.13.0")
@@ -127,7 +132,7 @@ def test_parse_root_cause_reads_torchruns_failure_report():
 
 
 def _supervisor(run):
-    return psutil.Process(rundir.read_json(run.run_dir / "supervisor.json")["pid"])
+    return psutil.Process(files.read_json(run.run_dir / "supervisor.json")["pid"])
 
 
 def _rank_of(proc):

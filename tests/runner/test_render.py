@@ -1,63 +1,220 @@
-"""Rendered TrainJob and PyTorchJob manifests: golden YAML, the upstream CRD schemas, and the
-behaviour each field carries."""
+"""Rendered TrainJob and PyTorchJob manifests: golden YAML, the upstream CRD schemas (vendored in
+tests/schemas, read strictly), the pod rules every benchmark's manifest keeps on both job APIs,
+the resource formula, bandwidth annotations, and the behaviour each field carries."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import json
 import os
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-import yaml
 
+from contract.stack import FINISHED_JOB_TTL_S, IMAGE_HOME, IMAGE_UID, NodeResources
+from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
+from runner.backends.kubernetes.render.resources import UNKNOWN_LIMIT, UNKNOWN_REQUEST
 from runner.errors import SpecError
+from runner.job.benchmarks import BENCHMARKS
+from runner.job.spec import JobSpec, Placement, resolve
 from tests.runner.k8s_helpers import IMAGE, RUN_ID, make_spec, stack_connection
+from tests.schemas import validate
 
 GOLDEN = Path(__file__).parent / "golden"
-CRDS = Path(__file__).parents[3] / "shared" / "crds"
-CRD_FILES = {
-    "trainjob": "trainer.kubeflow.org_trainjobs.v2.3.0.yaml",
-    "pytorchjob": "kubeflow.org_pytorchjobs.v1.9.4.yaml",
-}
+JOB_APIS = ("trainjob", "pytorchjob")
+NODE = NodeResources(cpu_m=47000, memory_mib=180000)  # a 4-GPU node's job resources
 
 
-@functools.cache
-def crd_schema(job_api: str) -> dict[str, Any]:
-    path = CRDS / CRD_FILES[job_api]
-    if not path.is_file():
-        pytest.skip(f"upstream CRDs not found at {CRDS}")
-    crd = yaml.safe_load(path.read_text())
-    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def shaped(job_api: str = "trainjob", store: str | None = "gs://bench-results", **changes: Any):
+    """A stack connection that knows its node shape and shapes bandwidth."""
+    conn = stack_connection(job_api, store)
+    fields = {"node_job_resources": NODE, "bandwidth_shaping": True} | changes
+    return dataclasses.replace(conn, **fields)
 
 
-@pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
-@pytest.mark.parametrize("store", ["gs://bench-results", "file:///srv/results", None])
-def test_rendered_manifest_validates_against_the_upstream_crd(job_api: str, store: str | None):
-    manifest = render(make_spec(), stack_connection(job_api, store))
-    jsonschema.validate(manifest, crd_schema(job_api))
+def spec_of(benchmark: str, device: str) -> JobSpec:
+    overrides = [] if benchmark == "allreduce-micro" else ["seed=7"]
+    placement = Placement(num_nodes=2, procs_per_node=2, device=device)  # type: ignore[arg-type]
+    return resolve(benchmark, overrides, placement, run_id=f"b{len(benchmark)}-20300101-beef")
 
 
-@pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
+def pod_templates(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every pod template (or pod patch) in a manifest, with its metadata."""
+    if manifest["kind"] == "PyTorchJob":
+        return [r["template"] for r in manifest["spec"]["pytorchReplicaSpecs"].values()]
+    patch = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    return [job["template"]["spec"]["template"] for job in patch["replicatedJobs"]]
+
+
+def node_resources(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    if manifest["kind"] == "TrainJob":
+        return [manifest["spec"]["trainer"]["resourcesPerNode"]]
+    return [t["spec"]["containers"][0]["resources"] for t in pod_templates(manifest)]
+
+
+# ---- every benchmark, both job APIs: the schema and the pod rules ---------------------------
+
+
+@pytest.mark.parametrize("job_api", JOB_APIS)
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+@pytest.mark.parametrize("benchmark", sorted(BENCHMARKS))
+def test_every_benchmarks_manifest_fits_the_crd_and_keeps_every_pod_rule(
+    benchmark: str, device: str, job_api: str
+):
+    conn = shaped(job_api)
+    manifest = render(with_link(spec_of(benchmark, device), "100mbit"), conn)
+    validate(manifest)
+    for template in pod_templates(manifest):
+        check_pod_rules(template, conn)
+    for resources in node_resources(manifest):
+        assert resources["requests"] == resources["limits"]  # Guaranteed QoS on a known shape
+        assert {"cpu", "memory"} <= resources["limits"].keys()
+        assert ("nvidia.com/gpu" in resources["limits"]) == (device == "cuda")
+    if job_api == "pytorchjob":
+        assert manifest["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == FINISHED_JOB_TTL_S
+    else:  # the TTL is the stack runtime's (tests/infra checks it carries FINISHED_JOB_TTL_S)
+        assert manifest["spec"]["runtimeRef"]["name"] == conn.training_runtime
+
+
+def check_pod_rules(template: dict[str, Any], conn: ClusterConnection) -> None:
+    spec = template["spec"]
+    pod_security = spec["securityContext"]
+    assert pod_security["runAsNonRoot"] is True
+    assert pod_security["runAsUser"] == pod_security["runAsGroup"] == IMAGE_UID
+    assert pod_security["fsGroup"] == IMAGE_UID
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = spec["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    assert set(mounts) == {"/dev/shm", "/tmp", IMAGE_HOME, conn.results_mount_path}
+    for path in ("/dev/shm", "/tmp", IMAGE_HOME):
+        assert "emptyDir" in mounts[path] and mounts[path]["emptyDir"]["sizeLimit"]
+    if "automountServiceAccountToken" in spec or "enableServiceLinks" in spec:  # PyTorchJob
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["enableServiceLinks"] is False
+    assert spec["serviceAccountName"] == conn.service_account
+    annotations = template["metadata"]["annotations"]
+    assert annotations["kubernetes.io/ingress-bandwidth"] == "100M"
+    assert annotations["kubernetes.io/egress-bandwidth"] == "100M"
+
+
+@pytest.mark.parametrize("job_api", JOB_APIS)
+@pytest.mark.parametrize("store", ["gs://bench-results", "file:///srv/results", "s3://b", None])
+def test_manifest_fits_the_crd_whatever_the_results_store(job_api: str, store: str | None):
+    validate(render(make_spec(), stack_connection(job_api, store)))
+
+
+@pytest.mark.parametrize("job_api", JOB_APIS)
+def test_the_strict_schema_refuses_a_field_the_api_server_would_drop(job_api: str):
+    manifest = render(make_spec(), stack_connection(job_api))
+    pod_templates(manifest)[0]["spec"]["containers"][0]["notAField"] = True
+    with pytest.raises(Exception, match="notAField"):
+        validate(manifest)
+
+
+@pytest.mark.parametrize("job_api", JOB_APIS)
 def test_rendered_manifest_matches_golden_yaml(job_api: str):
-    text = to_yaml(render(make_spec(), stack_connection(job_api)))
+    text = to_yaml(render(with_link(make_spec(), "250mbit"), shaped(job_api)))
     golden = GOLDEN / f"{job_api}.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text(), f"rerun with UPDATE_GOLDEN=1 if intended: {golden}"
 
 
-def test_trainjob_targets_the_torch_runtime_with_nodes_and_procs():
+# ---- resources -------------------------------------------------------------------------------
+
+
+def test_a_gpu_run_takes_the_share_of_the_node_its_gpus_are():
+    conn = shaped()  # 4 GPUs per node
+    one = render(make_spec(nodes=1, procs=1), conn)["spec"]["trainer"]["resourcesPerNode"]
+    assert one["limits"] == {"cpu": "11750m", "memory": "45000Mi", "nvidia.com/gpu": "1"}
+    full = render(make_spec(nodes=1, procs=4), conn)["spec"]["trainer"]["resourcesPerNode"]
+    assert full["limits"] == {"cpu": "47000m", "memory": "180000Mi", "nvidia.com/gpu": "4"}
+    assert full["requests"] == full["limits"]
+
+
+def test_a_cpu_run_takes_a_core_share_per_process():
+    conn = shaped(gpus_per_node=0, gpu_tolerations=())
+    manifest = render(make_spec(nodes=1, procs=4, device="cpu"), conn)
+    [resources] = node_resources(manifest)
+    # 4 of 47 whole cores.
+    assert resources["limits"] == {"cpu": "4000m", "memory": "15319Mi"}
+    assert "nvidia.com/gpu" not in resources["requests"]
+
+
+def test_more_processes_than_cores_still_fit_the_node():
+    conn = shaped(node_job_resources=NodeResources(cpu_m=3170, memory_mib=13283))
+    manifest = render(make_spec(nodes=1, procs=8, device="cpu"), conn)
+    assert node_resources(manifest)[0]["limits"] == {"cpu": "3170m", "memory": "13283Mi"}
+
+
+@pytest.mark.parametrize("job_api", JOB_APIS)
+def test_an_unknown_node_shape_gets_per_process_defaults_with_limits(job_api: str):
+    conn = stack_connection(job_api)  # node_job_resources unknown, as with --kubeconfig
+    manifest = render(make_spec(nodes=2, procs=3), conn)
+    for resources in node_resources(manifest):
+        assert resources["requests"] == {
+            "cpu": f"{3 * UNKNOWN_REQUEST.cpu_m}m",
+            "memory": f"{3 * UNKNOWN_REQUEST.memory_mib}Mi",
+            "nvidia.com/gpu": "3",
+        }
+        assert resources["limits"] == {
+            "cpu": f"{3 * UNKNOWN_LIMIT.cpu_m}m",
+            "memory": f"{3 * UNKNOWN_LIMIT.memory_mib}Mi",
+            "nvidia.com/gpu": "3",
+        }
+
+
+# ---- bandwidth -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("link", "rate"), [("1gbit", "1000M"), ("2500kbit", "2500k"),
+                                             ("100kbit", "100k")])  # fmt: skip
+def test_link_rate_becomes_both_bandwidth_annotations_and_the_pods_network_record(link, rate):
+    manifest = render(with_link(make_spec(), link), shaped("pytorchjob", None))
+    for template in pod_templates(manifest):
+        assert template["metadata"]["annotations"] == {
+            "kubernetes.io/ingress-bandwidth": rate,
+            "kubernetes.io/egress-bandwidth": rate,
+        }
+        env = {e["name"]: e["value"] for e in template["spec"]["containers"][0]["env"]}
+        record = json.loads(env["STACKBENCH_NETWORK"])
+        assert record["link"] == link and record["method"] == "pod annotations; not measured"
+
+
+def test_no_link_rate_no_bandwidth_annotations():
+    manifest = render(make_spec(), shaped("pytorchjob", None))
+    assert all("annotations" not in t["metadata"] for t in pod_templates(manifest))
+
+
+@pytest.mark.parametrize(("shaping", "why"), [(False, "does not"), (None, "cannot tell")])
+def test_a_link_rate_is_refused_where_the_network_would_ignore_it(shaping, why):
+    with pytest.raises(SpecError) as err:
+        render(with_link(make_spec(), "100mbit"), shaped(bandwidth_shaping=shaping))
+    assert err.value.param == "--link" and why in str(err.value)
+
+
+def with_link(spec: JobSpec, link: str) -> JobSpec:
+    return dataclasses.replace(spec, placement=dataclasses.replace(spec.placement, link=link))
+
+
+# ---- the rest of the manifest ------------------------------------------------------------------
+
+
+def test_trainjob_targets_the_stack_runtime_with_nodes_and_procs():
     spec = render(make_spec(nodes=3, procs=4), stack_connection("trainjob"))["spec"]
-    assert spec["runtimeRef"]["name"] == "torch-distributed"
+    assert spec["runtimeRef"]["name"] == "torch-distributed"  # the connection's, as given
     assert spec["runtimeRef"]["kind"] == "ClusterTrainingRuntime"
     trainer = spec["trainer"]
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 4)
-    assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "4"
     assert trainer["image"] == IMAGE
     assert trainer["command"][0] == "torchrun"
 
@@ -98,42 +255,48 @@ def test_pytorchjob_run_policy_keeps_pods_for_fetch_and_bounds_cost():
     assert policy["cleanPodPolicy"] == "None"
     assert policy["backoffLimit"] == 0
     assert policy["activeDeadlineSeconds"] == 6 * 3600
-    assert policy["ttlSecondsAfterFinished"] > 0
+    assert policy["ttlSecondsAfterFinished"] == FINISHED_JOB_TTL_S
 
 
 def test_deadline_follows_the_time_budget_when_one_is_set():
     spec = make_spec()
-    spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, time_budget_s=600.0))
+    spec = dataclasses.replace(spec, config=spec.config.replace(time_budget_s=600.0))
     assert render(spec, stack_connection("trainjob"))["spec"]["activeDeadlineSeconds"] == 2400
 
 
-def pod_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every pod template (or pod patch) in a manifest, with its metadata."""
-    if manifest["kind"] == "PyTorchJob":
-        return [r["template"] for r in manifest["spec"]["pytorchReplicaSpecs"].values()]
-    patch = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
-    return [job["template"]["spec"]["template"] for job in patch["replicatedJobs"]]
-
-
 @pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
-def test_pods_get_gpu_scheduling_shm_non_root_and_labels(job_api: str):
+@pytest.mark.parametrize(("sets", "deadline_s"), [((), 6 * 3600), (("time_budget_s=600",), 2400)])
+def test_a_micro_benchmark_renders_with_the_deadline_of_its_run_limits(job_api, sets, deadline_s):
+    spec = resolve("allreduce-micro", sets, Placement(2, 1, "cuda"), run_id=RUN_ID)
+    manifest = render(spec, stack_connection(job_api))
+    if job_api == "pytorchjob":
+        assert manifest["spec"]["runPolicy"]["activeDeadlineSeconds"] == deadline_s
+    else:
+        assert manifest["spec"]["activeDeadlineSeconds"] == deadline_s
+    assert "workloads.micro" in to_yaml(manifest)
+
+
+@pytest.mark.parametrize("job_api", JOB_APIS)
+def test_pods_get_gpu_scheduling_and_labels(job_api: str):
     manifest = render(make_spec(), stack_connection(job_api))
     assert manifest["metadata"]["labels"][RUN_ID_LABEL] == RUN_ID
-    for template in pod_specs(manifest):
+    for template in pod_templates(manifest):
         spec = template["spec"]
         assert spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
         assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
-        assert spec["securityContext"]["runAsNonRoot"] is True
-        assert spec["serviceAccountName"] == "stackbench-runner"
-        shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
-        assert shm["emptyDir"]["medium"] == "Memory"
-        mounts = spec["containers"][0]["volumeMounts"]
-        assert {"name": "dshm", "mountPath": "/dev/shm"} in mounts
-        assert spec["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
         labels = template["metadata"]["labels"]
         assert labels["stackbench/benchmark"] == "cnn-digits"
         assert labels["app.kubernetes.io/instance"] == RUN_ID
         assert template["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+
+
+def test_the_bucket_is_mounted_as_the_pods_user():
+    manifest = render(make_spec(), stack_connection("pytorchjob", "gs://bench-results"))
+    [results] = [v for v in pod_templates(manifest)[0]["spec"]["volumes"] if v["name"] == "results"]
+    attributes = results["csi"]["volumeAttributes"]
+    assert attributes["bucketName"] == "bench-results"
+    assert f"uid={IMAGE_UID}" in attributes["mountOptions"].split(",")
+    assert f"gid={IMAGE_UID}" in attributes["mountOptions"].split(",")
 
 
 @pytest.mark.parametrize(
@@ -142,15 +305,15 @@ def test_pods_get_gpu_scheduling_shm_non_root_and_labels(job_api: str):
 )
 def test_results_volume_follows_the_results_store(store: str | None, source: str):
     manifest = render(make_spec(), stack_connection("pytorchjob", store))
-    volumes = pod_specs(manifest)[0]["spec"]["volumes"]
+    volumes = pod_templates(manifest)[0]["spec"]["volumes"]
     assert source in next(v for v in volumes if v["name"] == "results")
 
 
 def test_cpu_runs_land_on_the_training_pool_without_requesting_gpus():
     conn = stack_connection("trainjob")
     manifest = render(make_spec(device="cpu"), conn)
-    assert "limits" not in manifest["spec"]["trainer"]["resourcesPerNode"]
-    pod = pod_specs(manifest)[0]["spec"]
+    assert "nvidia.com/gpu" not in manifest["spec"]["trainer"]["resourcesPerNode"]["limits"]
+    pod = pod_templates(manifest)[0]["spec"]
     assert pod["nodeSelector"] == dict(conn.node_selector)
     assert pod["tolerations"] == [dict(t) for t in conn.gpu_tolerations]
 
@@ -158,7 +321,7 @@ def test_cpu_runs_land_on_the_training_pool_without_requesting_gpus():
 def test_render_refuses_more_nodes_than_the_stack_has():
     with pytest.raises(SpecError) as err:
         render(make_spec(nodes=5), stack_connection("trainjob"))
-    assert err.value.param == "--nodes"
+    assert err.value.param == "--workers"
     assert "pulumi config set" in str(err.value)
 
 

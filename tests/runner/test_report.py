@@ -47,6 +47,28 @@ def test_runs_that_missed_the_target_are_flagged_in_the_runs_table(tmp_path):
     assert cells.rows[1][2] == "4/5"
 
 
+def test_a_run_far_from_its_cells_median_is_flagged_and_so_is_the_speedup_it_bends(tmp_path):
+    names = [make_run(tmp_path, f"w1-{i}", 1, t, overrides=(f"seed={i}",)).name
+             for i, t in enumerate([10.0, 11.0, 66.0])]  # fmt: skip
+    names += [make_run(tmp_path, f"w2-{i}", 2, t, overrides=(f"seed={i}",)).name
+              for i, t in enumerate([5.0, 5.5, 6.0])]  # fmt: skip
+    built = reports.build(load(tmp_path, *names), "t")
+    one, two = built.cells
+    assert set(one.outliers) == {"w1-2"} and one.outliers["w1-2"] == pytest.approx(6.0)
+    assert not two.outliers
+    notes = " ".join(reports.cells_table(built).notes)
+    assert "OUTLIER w1-2" in notes
+    assert "SUSPECT speedup 5.27x for 2x the workers" in notes  # 29 s / 5.5 s
+    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    assert "OUTLIER" in rows["w1-2"][5] and "OUTLIER" not in rows["w1-1"][5]
+
+
+def test_the_tables_say_which_spread_they_show(tmp_path):
+    notes = " ".join(reports.cells_table(reports.build(scaling_runs(tmp_path), "t")).notes)
+    assert "± is the sample standard deviation" in notes
+    assert "error bars are their fastest to slowest" in notes
+
+
 def test_cancelled_runs_are_left_out_of_the_statistics_and_said_so(tmp_path):
     make_run(tmp_path, "a", 1, 10.0)
     make_run(tmp_path, "b", 1, 1.0, state="CANCELLED")
@@ -137,10 +159,13 @@ def test_runner_report_refusal_exits_1_and_names_the_flag(tmp_path):
 
 
 def test_threads_are_compared_as_the_total_a_run_was_given():
+    from contract.manifest import parse_manifest
     from runner.results.runs import environment_differences
 
     def run(workers, threads):
-        return SimpleNamespace(manifest=env_manifest("r", workers, torch_threads=threads))
+        return SimpleNamespace(
+            manifest=parse_manifest(env_manifest("r", workers, torch_threads=threads))
+        )
 
     scaling = [run(1, 2), run(2, 1)]  # the same two cores, split differently
     assert "threads x workers" not in environment_differences(scaling)

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from contract.rundir import JobState, JobStatus
-from runner.errors import RunNotFound
+from contract import files
+from contract.rundir import JobState, JobStatus, read_state
+from runner.errors import RunnerError, RunNotFound
 from runner.job.spec import resolve
 from runner.results import rundir
 
@@ -15,7 +16,7 @@ def _make(root, run_id):
 
 def test_create_refuses_to_reuse_a_run_directory(tmp_path):
     _make(tmp_path, "cnn-digits-a")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(RunnerError, match="already exists"):
         _make(tmp_path, "cnn-digits-a")
 
 
@@ -35,7 +36,7 @@ def test_record_and_state_round_trip(tmp_path):
     assert record.handle == "local://cnn-digits-x"
     status = JobStatus(JobState.FAILED, "rank 1 exited with code -9", failed_rank=1, exit_code=-9)
     rundir.write_state(run_dir, status)
-    assert rundir.read_state(run_dir) == status
+    assert read_state(run_dir) == status
 
 
 def test_missing_results_lists_every_absent_file_and_event(tmp_path):
@@ -50,6 +51,6 @@ def test_missing_results_lists_every_absent_file_and_event(tmp_path):
 
 
 def test_write_json_leaves_no_temporary_file_behind(tmp_path):
-    rundir.write_json(tmp_path / "a.json", {"x": 1})
+    files.write_json(tmp_path / "a.json", {"x": 1})
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
-    assert rundir.read_json(tmp_path / "a.json") == {"x": 1}
+    assert files.read_json(tmp_path / "a.json") == {"x": 1}

@@ -48,11 +48,12 @@ def test_study_record_round_trips_through_study_json(tmp_path):
     assert loaded == studies.with_run(study, 0, run_id="r0", state="SUCCEEDED")
 
 
-def test_sweep_needs_local_or_stack_and_a_valid_grid(tmp_path):
+def test_sweep_refuses_local_with_a_stack_and_an_invalid_grid_before_running(tmp_path):
     runner = CliRunner()
     args = ["--results-dir", str(tmp_path), "sweep", "cnn-digits", "--workers", "1,2"]
-    assert "--local or --stack" in runner.invoke(main, args).output
-    bad = runner.invoke(main, [*args, "--local", "--set", "lr=a,b"])
+    both = runner.invoke(main, [*args, "--local", "--stack", "kind"])
+    assert both.exit_code == 2 and "--local runs here" in both.output
+    bad = runner.invoke(main, [*args, "--set", "lr=a,b"])
     assert bad.exit_code == 2 and "--set" in bad.output
     assert not (tmp_path / "studies").exists()  # every cell is checked before anything runs
 

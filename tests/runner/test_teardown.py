@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from contract.rundir import read_state
 from runner.cli import main
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
@@ -19,12 +20,25 @@ from tests.runner.test_cluster import OUTPUTS
 
 pytestmark = pytest.mark.timeout(60)
 STACK = "gke-gpu-8"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def project_copy(root: Path, protected: bool) -> Path:
+    """This project's Pulumi.yaml and the stack's settings file, deletion protection as given."""
+    (root / "stacks").mkdir(parents=True)
+    (root / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    settings = (REPO / "stacks" / f"Pulumi.{STACK}.yaml").read_text()
+    settings += f"  stackbench:deletionProtection: '{str(protected).lower()}'\n"
+    (root / "stacks" / f"Pulumi.{STACK}.yaml").write_text(settings)
+    return root
 
 
 @pytest.fixture
 def pulumi_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A `pulumi` that logs every call (one line each) and answers `stack output`, `destroy`
-    and `stack export` from files the test writes."""
+    and `stack export` from files the test writes; run from a copy of the project whose stack
+    has deletion protection off, as before a teardown."""
+    monkeypatch.chdir(project_copy(tmp_path / "project", protected=False))
     bin_dir, log = tmp_path / "bin", tmp_path / "pulumi.log"
     bin_dir.mkdir()
     (tmp_path / "outputs.json").write_text(json.dumps(OUTPUTS))
@@ -64,7 +78,7 @@ def test_teardown_refuses_while_runs_on_the_stack_are_unfetched_and_lists_them(
     make_run(results, "fetched", 2, 5.0, stack=STACK)
     make_run(results, "cancelled", 2, None, stack=STACK, state="CANCELLED", write_summary=False)
     make_run(results, "other-stack", 2, None, stack="eks-gpu-8", state="RUNNING")
-    result = invoke(results, "teardown", "--stack", STACK)
+    result = invoke(results, "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 1
     assert "running: last recorded state RUNNING" in result.output
     assert "unfetched: SUCCEEDED but summary.json was never fetched" in result.output
@@ -79,7 +93,7 @@ def test_teardown_of_a_fully_fetched_stack_destroys_and_checks_leftovers_in_orde
 ):
     results = tmp_path / "results"
     make_run(results, "fetched", 2, 5.0, stack=STACK)
-    result = invoke(results, "teardown", "--stack", STACK)
+    result = invoke(results, "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 0, result.output
     assert calls(pulumi_log) == [f"destroy --stack {STACK} --yes", f"stack export --stack {STACK}"]
     assert "Resources: 12 deleted" in result.output  # destroy's output is streamed
@@ -100,11 +114,11 @@ def test_forced_teardown_cancels_running_jobs_before_destroy(tmp_path, pulumi_lo
         assert cluster.job("trainjob", run_dir.name) is not None
         pulumi_log.unlink()
 
-        assert invoke(results, "teardown", "--stack", STACK).exit_code == 1  # guarded
-        result = invoke(results, "teardown", "--stack", STACK, "--force")
+        assert invoke(results, "teardown", "--stack", STACK, "--yes").exit_code == 1  # guarded
+        result = invoke(results, "teardown", "--stack", STACK, "--force", "--yes")
         assert result.exit_code == 0, result.output
         assert cluster.job("trainjob", run_dir.name) is None
-        assert rundir.read_state(run_dir).state.value == "CANCELLED"
+        assert read_state(run_dir).state.value == "CANCELLED"
         log = calls(pulumi_log)
         # reconnecting to cancel reads the stack outputs; destroy only after; export last
         assert log[0].startswith("stack output")
@@ -122,7 +136,7 @@ def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_pa
         for name, t in types.items()
     ]
     (tmp_path / "export.json").write_text(json.dumps({"deployment": {"resources": resources}}))
-    result = invoke(tmp_path / "results", "teardown", "--stack", STACK)
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 1
     assert "1 resource(s) still in stack" in result.output
     assert "Bucket::results" in result.output and "providers:gcp" not in result.output
@@ -130,7 +144,31 @@ def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_pa
 
 def test_a_failed_destroy_stops_before_the_leftover_check_and_says_what_next(tmp_path, pulumi_log):
     (tmp_path / "destroy_rc").write_text("255")
-    result = invoke(tmp_path / "results", "teardown", "--stack", STACK)
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
     assert result.exit_code == 1
     assert "pulumi destroy --stack gke-gpu-8 --yes` failed (exit 255)" in result.output
     assert calls(pulumi_log) == [f"destroy --stack {STACK} --yes"]
+
+
+def test_teardown_refuses_a_deletion_protected_stack_before_touching_anything(
+    tmp_path, pulumi_log, monkeypatch
+):
+    monkeypatch.chdir(project_copy(tmp_path / "protected", protected=True))
+    results = tmp_path / "results"
+    make_run(results, "running", 2, None, stack=STACK, state="RUNNING", write_summary=False)
+    result = invoke(results, "teardown", "--stack", STACK, "--force")
+    assert result.exit_code == 1
+    assert "deletion-protected" in result.output
+    assert f"pulumi config set stackbench:deletionProtection false --stack {STACK}" in (
+        result.output.replace("\n", "")
+    )
+    assert calls(pulumi_log) == []  # no job cancelled, nothing destroyed
+    assert read_state(results / "running").state.value == "RUNNING"
+
+
+def test_the_stack_files_keep_cloud_clusters_deletion_protected_by_default(monkeypatch):
+    from runner.stack.teardown import deletion_protected
+
+    monkeypatch.chdir(REPO)
+    assert deletion_protected("gke-gpu-8") and deletion_protected("eks-gpu-8")
+    assert not deletion_protected("kind")

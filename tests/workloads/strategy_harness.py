@@ -7,7 +7,6 @@ Steps go through workloads.loop's own step function with a Trainer over random C
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from typing import Any
 
@@ -21,14 +20,15 @@ from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.loop import Trainer, train_step
 from workloads.optim import build_optimizer
+from workloads.strategies.base import Collectives
 from workloads.timing import CpuClock, StepTimer
 
 BATCH = 16
 
 
 def config_for(strategy: str, **changes: Any) -> TrainConfig:
-    base = dataclasses.replace(CNN_DIGITS.config, lr_scaling="none", warmup_epochs=0.0)
-    return dataclasses.replace(base, strategy=strategy, **changes)
+    base = CNN_DIGITS.config.replace(lr_scaling="none", warmup_epochs=0.0)
+    return base.replace(strategy=strategy, **changes)
 
 
 def small_bn_net(seed: int = 0) -> nn.Module:
@@ -66,7 +66,7 @@ def trainer(
     config: TrainConfig,
     model: nn.Module,
     num_steps: int,
-    collectives: strategies.Collectives | None = None,
+    collectives: Collectives | None = None,
 ) -> Trainer:
     clock = CpuClock()
     strategy = strategies.build(config, model, clock, collectives)
@@ -119,7 +119,7 @@ def two_bucket_net(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 16384))
 
 
-class HostWorkCollectives(strategies.Collectives):
+class HostWorkCollectives(Collectives):
     """Work of `work_s` on the calling thread before each asynchronous collective, as a
     compressing hook does: inside a DDP hook, that is the thread running backward."""
 
@@ -133,7 +133,7 @@ class HostWorkCollectives(strategies.Collectives):
         return super().all_reduce_mean_async(tensor)
 
 
-class DelayedCollectives(strategies.Collectives):
+class DelayedCollectives(Collectives):
     """A network `delay_s` slower per collective: synchronous calls return later, futures
     complete later (the sleep runs on the thread completing the future, not the caller's)."""
 

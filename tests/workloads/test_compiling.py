@@ -46,14 +46,14 @@ def test_after_precompile_training_and_evaluation_compile_nothing_and_the_state_
 # state and the inductor cache directory are per process): prints what it trains and where
 # the compiled kernels went.
 _BUILD_COMPILED = """
-import dataclasses, json, os, sys, torch, torch.distributed as dist
+import json, os, sys, torch, torch.distributed as dist
 from runner.job.benchmarks import CNN_DIGITS
 from workloads import tasks
 from workloads.mllog import EventLog
 from workloads.timing import CpuClock
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
 dist.init_process_group("gloo", rank=0, world_size=1)
-config = dataclasses.replace(CNN_DIGITS.config, compile_model=True, data_dir=sys.argv[1])
+config = CNN_DIGITS.config.replace(compile_model=True)  # its data root: $STACKBENCH_DATA
 events = os.path.join(sys.argv[1], "events.jsonl")
 task = tasks.build(tasks.Context(config, 0, 1, torch.device("cpu"), CpuClock(),
                                  EventLog(events, None)))
@@ -68,7 +68,8 @@ def _build_compiled(data_dir, env):
 
     done = subprocess.run(
         [sys.executable, "-c", _BUILD_COMPILED, str(data_dir), str(free_port())],
-        env=env, capture_output=True, text=True, timeout=600,
+        env={**env, "STACKBENCH_DATA": str(data_dir)}, capture_output=True, text=True,
+        timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in (data_dir / "events.jsonl").read_text().splitlines()]

@@ -9,9 +9,9 @@ import torch
 from torch import Tensor
 
 from workloads.decoding import beam_search, greedy_search, length_penalty_divisor
-from workloads.models.gnmt import GNMT
+from workloads.models.gnmt.model import GNMT
 from workloads.models.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2Seq
-from workloads.models.transformer import Transformer
+from workloads.models.transformer.model import Transformer
 
 
 @pytest.fixture(autouse=True)

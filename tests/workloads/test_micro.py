@@ -1,4 +1,9 @@
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -6,7 +11,7 @@ import torch
 from tests.distributed import run_ranks
 from workloads.config import ConfigError
 from workloads.micro import bus_bandwidth, measure, measurement
-from workloads.microconfig import AllReduceMicroConfig, log_sizes
+from workloads.microconfig import AllReduceMicroConfig, MeasurementConfig, log_sizes
 
 
 def test_sizes_are_log_spaced_from_min_to_max_inclusive():
@@ -33,21 +38,24 @@ def test_measurement_derives_bandwidths_from_bytes_and_time():
     [({"max_elements": 0}, "max_elements"),
      ({"min_elements": 9, "max_elements": 5}, "max_elements"),
      ({"dtypes": ("int8",)}, "dtypes"), ({"dtypes": ()}, "dtypes"),
-     ({"max_time_per_size_s": 0.0}, "max_time_per_size_s")],
+     ({"max_time_per_size_s": 0.0}, "max_time_per_size_s"),
+     ({"max_time_per_size_s": float("nan")}, "max_time_per_size_s"),
+     ({"time_budget_s": 0.0}, "time_budget_s")],
 )  # fmt: skip
 def test_invalid_micro_config_names_the_key(changes, key):
     with pytest.raises(ConfigError) as err:
-        dataclasses.replace(AllReduceMicroConfig(), **changes)
+        AllReduceMicroConfig().replace(**changes)
     assert err.value.key == key
 
 
 def test_micro_config_round_trips_through_json():
-    config = AllReduceMicroConfig(max_elements=1000, dtypes=("float32", "bfloat16"))
+    config = AllReduceMicroConfig().replace(max_elements=1000, dtypes=("float32", "bfloat16"))
     assert AllReduceMicroConfig.from_json(config.to_json()) == config
+    assert json.loads(config.to_json())["measure"]["dtypes"] == ["float32", "bfloat16"]
 
 
 def _measure_small(rank: int, world_size: int) -> list[dict]:
-    config = AllReduceMicroConfig(num_iters=3, num_warmup_iters=1)
+    config = MeasurementConfig(num_iters=3, num_warmup_iters=1)
     out = []
     for dtype in ("float32", "bfloat16"):
         m = measure(config, 1000, dtype, torch.device("cpu"))
@@ -62,3 +70,26 @@ def test_measure_agrees_on_one_result_per_size_and_dtype_across_ranks():
     assert (fp32["size_bytes"], bf16["size_bytes"]) == (4000, 2000)
     assert fp32["num_iters"] == 3
     assert fp32["time_us"] > 0 and fp32["busbw_gbps"] == pytest.approx(fp32["algbw_gbps"])
+
+
+def micro_run(config: AllReduceMicroConfig, out: Path) -> dict:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "workloads.micro", "--config", config.to_json(), "--run-id", "test",
+        "--output-dir", str(out),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_micro_run_measures_every_size_and_dtype_within_no_budget_and_stops_at_one(tmp_path):
+    config = AllReduceMicroConfig().replace(max_elements=100, dtypes=("float32",), num_iters=2)
+    summary = micro_run(config, tmp_path / "all")
+    assert [r["elements"] for r in summary["results"]] == [1, 10, 100]
+    assert summary["stopped_by_time_budget"] is False
+    # A budget already spent when measuring starts: nothing is measured, and it says so.
+    summary = micro_run(config.replace(time_budget_s=1e-9), tmp_path / "budget")
+    assert summary["results"] == [] and summary["stopped_by_time_budget"] is True

@@ -1,7 +1,7 @@
 import io
 import json
 
-from workloads.mllog import EventLog, NullEventLog, parse_line, read_events
+from workloads.mllog import EventLog, RankLog, parse_line, read_events
 
 
 def test_events_go_to_the_file_as_json_and_to_stdout_with_the_mllog_prefix(tmp_path):
@@ -21,18 +21,28 @@ def test_events_go_to_the_file_as_json_and_to_stdout_with_the_mllog_prefix(tmp_p
 
 
 def test_parse_line_finds_events_behind_log_prefixes_and_skips_other_lines():
-    line = '[rank0]: :::MLLOG {"key": "run_stop", "value": null}'
+    line = '[rank0]: :::MLLOG {"key": "run_stop", "time_ms": 5, "value": null}'
     assert parse_line(line)["key"] == "run_stop"
+    assert parse_line(':::MLLOG {"key": "run_stop"}') is None  # an event has a time
     assert parse_line("W1121 some warning") is None
     assert parse_line(':::MLLOG {"key": "cut sh') is None  # killed mid-write
 
 
 def test_read_events_skips_a_truncated_last_line(tmp_path):
     path = tmp_path / "events.jsonl"
-    path.write_text('{"key": "run_start"}\n{"key": "epo')
+    path.write_text('{"key": "run_start", "time_ms": 1}\n{"key": "epo')
     assert [e["key"] for e in read_events(path)] == ["run_start"]
 
 
-def test_null_event_log_writes_nothing(capsys):
-    NullEventLog().point("seed", 1)
-    assert capsys.readouterr().out == ""
+def test_other_ranks_log_their_start_epochs_and_end_as_plain_lines_and_no_events():
+    out = io.StringIO()
+    log = RankLog(1, out)
+    log.start("run_start")
+    log.point("seed", 1)  # a run parameter: rank 0's event log has it
+    log.end("epoch_stop", epoch_num=2)
+    lines = out.getvalue().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "rank 1: run_start",
+        "rank 1: epoch_stop epoch_num=2",
+    ]
+    assert all(parse_line(line) is None for line in lines)

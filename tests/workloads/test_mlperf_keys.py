@@ -1,5 +1,3 @@
-import dataclasses
-
 import pytest
 
 from runner.job.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17, Benchmark
@@ -48,14 +46,15 @@ def test_gnmt_keys_give_the_step_decay_boundaries_in_epochs():
 def test_decay_boundaries_match_where_the_schedule_decays():
     from workloads.schedule import warmup_step_decay_lr
 
-    for epoch in decay_boundary_epochs(GNMT):  # up to float rounding in the schedule
-        before = warmup_step_decay_lr(GNMT, 1.0, epoch - 1e-6, steps_done=10**6)
-        after = warmup_step_decay_lr(GNMT, 1.0, epoch + 1e-6, steps_done=10**6)
-        assert after == pytest.approx(before * GNMT.lr_gamma)
+    schedule, epochs = GNMT.schedule, GNMT.run.max_epochs
+    for epoch in decay_boundary_epochs(schedule, epochs):  # up to the schedule's float rounding
+        before = warmup_step_decay_lr(schedule, 1.0, (epoch - 1e-6) / epochs, steps_done=10**6)
+        after = warmup_step_decay_lr(schedule, 1.0, (epoch + 1e-6) / epochs, steps_done=10**6)
+        assert after == pytest.approx(before * schedule.lr_gamma)
 
 
 def test_accumulation_reaches_the_global_batch_when_workers_do_not_divide_it():
-    config = dataclasses.replace(GNMT, batch_size=96)
+    config = GNMT.replace(batch_size=96)
     assert hyperparameters(config, world_size=3)[mllog.GRADIENT_ACCUMULATION_STEPS] == 8
     assert hyperparameters(config, world_size=64)[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
 
@@ -67,11 +66,12 @@ def test_every_training_benchmark_maps_to_json_values(name):
     config = BENCHMARKS[name].config
     params = hyperparameters(config, world_size=4)
     assert json.loads(json.dumps(params)) == params
-    if config.global_batch is None:  # one batch per worker per update
-        assert params[mllog.GLOBAL_BATCH_SIZE] == config.batch_size * 4
+    data = config.data
+    if data.global_batch is None:  # one batch per worker per update
+        assert params[mllog.GLOBAL_BATCH_SIZE] == data.batch_size * 4
         assert params[mllog.GRADIENT_ACCUMULATION_STEPS] == 1
     else:  # the translation tasks accumulate to their global batch
-        assert params[mllog.GLOBAL_BATCH_SIZE] == config.global_batch
+        assert params[mllog.GLOBAL_BATCH_SIZE] == data.global_batch
         steps = params[mllog.GRADIENT_ACCUMULATION_STEPS]
-        assert steps * config.batch_size * 4 >= config.global_batch
-        assert (steps - 1) * config.batch_size * 4 < config.global_batch
+        assert steps * data.batch_size * 4 >= data.global_batch
+        assert (steps - 1) * data.batch_size * 4 < data.global_batch

@@ -6,9 +6,9 @@ import torch.nn.functional as F
 
 from runner.job.benchmarks import BENCHMARKS
 from workloads import models
-from workloads.models.logreg import LogisticRegression
-from workloads.models.resnet import CifarResNet
-from workloads.models.vgg import VGG
+from workloads.models.logreg.model import LogisticRegression
+from workloads.models.resnet.model import CifarResNet
+from workloads.models.vgg.model import VGG
 
 
 def num_params(model: torch.nn.Module) -> int:
@@ -121,11 +121,7 @@ def test_build_follows_the_registry_configs():
 
 
 def test_build_puts_conv_weights_in_channels_last_when_configured():
-    import dataclasses
-
-    config = dataclasses.replace(
-        BENCHMARKS["resnet20-cifar10"].config, memory_format="channels_last"
-    )
+    config = BENCHMARKS["resnet20-cifar10"].config.replace(memory_format="channels_last")
     model = models.build(config, 10, (3, 32, 32))
     assert model.stem.weight.is_contiguous(memory_format=torch.channels_last)
     assert not model.stem.weight.is_contiguous()

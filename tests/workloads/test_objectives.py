@@ -1,4 +1,3 @@
-import dataclasses
 import math
 
 import pytest
@@ -6,7 +5,7 @@ import torch
 
 from runner.job.benchmarks import BENCHMARKS
 from workloads import objectives
-from workloads.models.logreg import LogisticRegression
+from workloads.models.logreg.model import LogisticRegression
 from workloads.objectives import CrossEntropy, RegularizedLogistic
 from workloads.optim import build_optimizer
 
@@ -32,9 +31,7 @@ def test_a_logistic_steps_reported_loss_is_log_one_plus_exp_of_minus_margin_plus
 def test_steps_with_the_l2_gradient_in_the_optimizer_match_autograd_on_the_whole_loss(optimizer):
     """Three steps as the loop takes them (the penalty's gradient as weight decay) against
     three steps of plain autograd on data term + l2_rate / 2 * ||params||^2."""
-    config = dataclasses.replace(
-        BENCHMARKS["logreg-epsilon"].config, l2_rate=0.1, lr=0.5, optimizer=optimizer
-    )
+    config = BENCHMARKS["logreg-epsilon"].config.replace(l2_rate=0.1, lr=0.5, optimizer=optimizer)
     torch.manual_seed(0)
     ours, plain = LogisticRegression(5), LogisticRegression(5)
     with torch.no_grad():
@@ -43,7 +40,7 @@ def test_steps_with_the_l2_gradient_in_the_optimizer_match_autograd_on_the_whole
             q.copy_(p)
     objective = objectives.build(config, ours)
     step = build_optimizer(config, ours.parameters())
-    reference = dataclasses.replace(config, l2_rate=0.0)  # no weight decay of its own
+    reference = config.replace(l2_rate=0.0)  # no weight decay of its own
     plain_step = build_optimizer(reference, plain.parameters())
     reported, expected = 0.0, 0.0
     for _ in range(3):

@@ -6,15 +6,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.models.awd_lstm import (
+from workloads.models.awd_lstm.model import (
     AWDLSTM,
     detach_hidden,
     embedding_dropout,
     locked_dropout,
 )
-from workloads.models.gnmt import GNMT
+from workloads.models.gnmt.model import GNMT
 from workloads.models.seq2seq import BOS_ID, PAD_ID, Seq2Seq, make_tgt_in
-from workloads.models.transformer import Transformer, sinusoidal_positions
+from workloads.models.transformer.model import Transformer, sinusoidal_positions
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ falls."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from workloads.mllog import read_events
 
 pytestmark = pytest.mark.slow
 
-TINY_TRANSFORMER = {"hidden_dim": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2}
+TINY_TRANSFORMER = {"d_model": 64, "ffn_dim": 128, "num_heads": 4, "num_layers": 2}
 
 
 def _translation_data(root: Path, dataset: str, pairs: int) -> None:
@@ -36,8 +35,7 @@ def _translation_data(root: Path, dataset: str, pairs: int) -> None:
 
 def test_tiny_transformer_on_2_workers_learns_copy_and_reverse_to_bleu_above_90(tmp_path):
     _translation_data(tmp_path / "data", "wmt17", pairs=3000)
-    config = dataclasses.replace(
-        BENCHMARKS["transformer-wmt17"].config,
+    config = BENCHMARKS["transformer-wmt17"].config.replace(
         data_dir=str(tmp_path / "data"),
         target_value=90.0,
         max_epochs=20,  # it reaches 90 in about 11 (13 s here) and stops there
@@ -66,8 +64,7 @@ def test_tiny_transformer_on_2_workers_learns_copy_and_reverse_to_bleu_above_90(
 
 def test_tiny_gnmt_on_2_workers_lowers_its_loss_and_logs_compliantly(tmp_path):
     _translation_data(tmp_path / "data", "wmt16", pairs=600)
-    config = dataclasses.replace(
-        BENCHMARKS["gnmt-wmt16"].config,
+    config = BENCHMARKS["gnmt-wmt16"].config.replace(
         data_dir=str(tmp_path / "data"),
         max_epochs=10,
         stop_at_target=False,
@@ -100,8 +97,7 @@ def _wikitext(root: Path) -> None:
 
 def test_tiny_awd_lstm_on_2_workers_lowers_validation_perplexity(tmp_path):
     _wikitext(tmp_path / "data")
-    config = dataclasses.replace(
-        BENCHMARKS["lstm-wikitext2"].config,
+    config = BENCHMARKS["lstm-wikitext2"].config.replace(
         data_dir=str(tmp_path / "data"),
         max_epochs=8,
         stop_at_target=False,
@@ -114,10 +110,10 @@ def test_tiny_awd_lstm_on_2_workers_lowers_validation_perplexity(tmp_path):
         # The reference's dropouts are for a 33M-parameter model on 2M tokens; a tiny model
         # on a tiny corpus learns too slowly under them for a test.
         dropout=0.1,
-        lstm_dropout_input=0.1,
-        lstm_dropout_hidden=0.1,
-        lstm_dropout_embedding=0.0,
-        lstm_weight_drop=0.1,
+        dropout_input=0.1,
+        dropout_hidden=0.1,
+        dropout_embedding=0.0,
+        weight_drop=0.1,
     )
     out = tmp_path / "out"
     summary = torchrun(config, out, benchmark="lstm-wikitext2", open_division=True)

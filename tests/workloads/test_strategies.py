@@ -211,7 +211,7 @@ class _RecordingCollectives:
     """The real collectives, noting which one each exchange used."""
 
     def __init__(self) -> None:
-        from workloads.strategies import Collectives
+        from workloads.strategies.base import Collectives
 
         self._real = Collectives()
         self.used: list[str] = []

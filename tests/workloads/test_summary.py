@@ -1,5 +1,6 @@
 import pytest
 
+from contract.summary import TrainLoss
 from runner.job.benchmarks import BENCHMARKS
 from workloads.summary import (
     STEP_TIMES_KEPT,
@@ -38,8 +39,8 @@ def test_summary_reports_the_cs744_iteration_time():
         run_time_s=80.0,
         init_time_s=1.0,
     )  # fmt: skip
-    assert summary["iteration_time_ms_2_to_40"] == 1500.0
-    assert summary["first_step_times_ms"][:2] == [3000.0, 1500.0]
+    assert summary.iteration_time_ms_2_to_40 == 1500.0
+    assert summary.first_step_times_ms[:2] == (3000.0, 1500.0)
 
 
 def test_throughput_and_phase_shares_come_from_the_loops_wall_time_not_the_step_timers():
@@ -52,13 +53,13 @@ def test_throughput_and_phase_shares_come_from_the_loops_wall_time_not_the_step_
         division="closed", strategy="local", world_size=1, device="cpu", precision="fp32",
         run_time_s=12.0, init_time_s=1.0,
     )  # fmt: skip
-    assert summary["phases_s"]["other"] == pytest.approx(1.0)
-    assert summary["train_time_s"] == pytest.approx(10.0)
-    assert summary["phase_shares"]["other"] == pytest.approx(0.1)
-    assert sum(summary["phase_shares"].values()) == pytest.approx(1.0)
+    assert summary.phases_s["other"] == pytest.approx(1.0)
+    assert summary.train_time_s == pytest.approx(10.0)
+    assert summary.phase_shares["other"] == pytest.approx(0.1)
+    assert sum(summary.phase_shares.values()) == pytest.approx(1.0)
     # 10 steady steps of 100 samples in the 9 s after the warm-up step, not in 8 s of timers.
-    assert summary["throughput_samples_per_s"] == pytest.approx(1000 / 9.0)
-    assert summary["step_time_ms"] == pytest.approx(900.0)
+    assert summary.throughput_samples_per_s == pytest.approx(1000 / 9.0)
+    assert summary.step_time_ms == pytest.approx(900.0)
 
 
 def test_train_loss_target_is_reported_at_the_first_epoch_that_meets_it():
@@ -68,9 +69,9 @@ def test_train_loss_target_is_reported_at_the_first_epoch_that_meets_it():
         {"epoch": 3, "value": 0.27, "time_s": 30.0},
     ]
     report = train_loss_report(losses, 0.2828)
-    assert report == {"final": 0.27, "target": 0.2828, "time_to_target_s": 20.0, "target_epoch": 2}
+    assert report == TrainLoss(final=0.27, target=0.2828, time_to_target_s=20.0, target_epoch=2)
 
 
 def test_train_loss_without_a_target_reports_the_final_value_only():
     report = train_loss_report([{"epoch": 1, "value": 0.4, "time_s": 1.0}], None)
-    assert report["final"] == 0.4 and report["time_to_target_s"] is None
+    assert report.final == 0.4 and report.time_to_target_s is None

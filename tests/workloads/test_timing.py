@@ -19,7 +19,7 @@ from tests.workloads.strategy_harness import (
     trainer,
     two_bucket_net,
 )
-from workloads.strategies import Collectives
+from workloads.strategies.base import Collectives
 from workloads.timing import PHASES, StepTimer
 
 DELAY_S = 0.2

@@ -101,16 +101,17 @@ class Splits:
 
 
 def load(config: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> Splits:
-    if config.dataset == "digits":
+    data = config.data
+    if data.name == "digits":
         from workloads.data.digits import load_digits
 
         return load_digits(device)
-    if config.dataset == "cifar10":
+    if data.name == "cifar10":
         from workloads.data.cifar10 import load_cifar10
 
-        return load_cifar10(data_root(config.data_dir), device, config.memory_format)
-    if config.dataset == "epsilon":
+        return load_cifar10(data_root(data.data_dir), device, config.execution.memory_format)
+    if data.name == "epsilon":
         from workloads.data.epsilon import load_epsilon
 
-        return load_epsilon(data_root(config.data_dir), device, rank, world_size, config.seed)
-    raise ValueError(f"no loader for dataset {config.dataset!r}")
+        return load_epsilon(data_root(data.data_dir), device, rank, world_size, config.run.seed)
+    raise ValueError(f"no loader for dataset {data.name!r}")

@@ -57,6 +57,23 @@ def problem(root: Path, dataset: str) -> str | None:
     return f"no data set {dataset!r}"
 
 
+def missing(root: Path, dataset: str) -> str | None:
+    """What of `dataset` is not under `root` at all, or None: the check an open-division run
+    needs (it may train on any data its loader accepts, but not on none)."""
+    if dataset == "cifar10":
+        paths = [root / CIFAR10_SUBDIR / name for name in CIFAR10_FILES]
+    elif dataset == "epsilon":
+        paths = [epsilon_cache_dir(root) / "meta.json"]
+    elif dataset == "wikitext2":
+        paths = [root / WIKITEXT2_SUBDIR / name for name in WIKITEXT2_FILES]
+    elif dataset in WMT_SUBDIRS:
+        paths = [translation_cache_dir(root, dataset) / "meta.json"]
+    else:
+        return None
+    absent = next((path for path in paths if not path.is_file()), None)
+    return None if absent is None else _missing(absent, dataset, root)
+
+
 def _cifar10(root: Path) -> str | None:
     directory = root / CIFAR10_SUBDIR
     least = CIFAR10_IMAGES_PER_FILE * CIFAR10_IMAGE_BYTES

@@ -8,63 +8,53 @@ buffers:
 - ddp.py: `ddp`, `fp16-compress`, `bf16-compress`, `powersgd` (DDP communication hooks).
 - gradients.py: `allreduce`, `allreduce-per-param`, `gather-scatter` (after backward).
 - averaging.py: `model-averaging` (post-local SGD).
+- `adaptive-sync`: exact all-reduce or model averaging, switched while training
+  (workloads/adaptive/sync.py, driven by the `sync` policy).
 - local.py: what any of them becomes in a single process (nothing to communicate).
+- config.py: the configs that name them and their options (torch-free).
+- base.py: the Strategy protocol and Collectives, the network boundary.
 Exact strategies (ddp, allreduce, allreduce-per-param, gather-scatter) give every worker the
 mean gradient, as DDP does; the compressed ones approximate it; model averaging averages
 weights instead. The optimizer is separate (workloads/optim.py): "centralized Adam" is Adam
-after any gradient-averaging strategy.
+after any gradient-averaging strategy. This module imports torch only to build a strategy,
+so the configs beside it stay importable without it.
 """
 
 from __future__ import annotations
 
-import torch.distributed as dist
-from torch import nn
+from typing import TYPE_CHECKING
 
-from workloads.config import TrainConfig
-from workloads.strategies import averaging, ddp, gradients
-from workloads.strategies.base import Collectives, Strategy
-from workloads.strategies.local import LocalStrategy
-from workloads.timing import Clock
+if TYPE_CHECKING:
+    from torch import nn
 
-__all__ = ["Collectives", "Strategy", "build"]
+    from workloads.adaptive.monitors import Monitor
+    from workloads.config import TrainConfig
+    from workloads.strategies.base import Collectives, Strategy
+    from workloads.timing import Clock
+
+__all__ = ["build", "effective_name"]
 
 
 def effective_name(config: TrainConfig, world_size: int) -> str:
     """The strategy that runs: the configured one, or `local` in a single process."""
-    return "local" if world_size == 1 else config.strategy
+    return "local" if world_size == 1 else config.strategy.name
 
 
 def build(
-    config: TrainConfig, model: nn.Module, clock: Clock, collectives: Collectives | None = None
+    config: TrainConfig,
+    model: nn.Module,
+    clock: Clock,
+    collectives: Collectives | None = None,
+    monitor: Monitor | None = None,
 ) -> Strategy:
-    """The configured strategy around `model` (collectives: the network boundary, for tests)."""
-    comm = collectives or Collectives()
-    name = config.strategy
+    """The configured strategy around `model` (collectives: the network boundary, for tests;
+    monitor: the run's monitors, whose probe reads the strategy's gradient exchange)."""
+    import torch.distributed as dist
+
+    from workloads.strategies.base import Collectives
+    from workloads.strategies.local import LocalStrategy
+
     if effective_name(config, dist.get_world_size()) == "local":
         return LocalStrategy(model)
-    if name == "ddp":
-        return ddp.ddp(model, clock, comm)
-    if name == "fp16-compress":
-        return ddp.fp16_compress(model, clock, comm)
-    if name == "bf16-compress":
-        return ddp.bf16_compress(model, clock, comm)
-    if name == "powersgd":
-        return ddp.powersgd(
-            model,
-            clock,
-            comm,
-            rank=config.powersgd_rank,
-            start_iter=config.powersgd_start_iter,
-            seed=config.seed,
-        )
-    if name == "allreduce":
-        return gradients.flat_all_reduce(model, comm)
-    if name == "allreduce-per-param":
-        return gradients.per_param_all_reduce(model, comm)
-    if name == "gather-scatter":
-        return gradients.gather_scatter(model, comm)
-    if name == "model-averaging":
-        return averaging.ModelAveragingStrategy(
-            model, comm, config.averaging_period, config.averaging_warmup_steps
-        )
-    raise ValueError(f"unknown strategy {name!r}")
+    comm = collectives or Collectives()
+    return config.strategy.build(model, clock, comm, config.run.seed, monitor)

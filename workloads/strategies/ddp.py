@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from workloads.strategies.base import Collectives, broadcast_buffers, model_device
 from workloads.timing import Clock, StepTimer
+
+if TYPE_CHECKING:
+    from workloads.adaptive.probes import GradientProbe
 
 CommHook = Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
 
@@ -100,20 +103,33 @@ def all_reduce_hook(collectives: Collectives) -> CommHook:
     return hook
 
 
-def ddp(model: nn.Module, clock: Clock, collectives: Collectives) -> DdpStrategy:
-    return DdpStrategy(model, clock, collectives, all_reduce_hook(collectives))
+def probed(hook: CommHook, probe: GradientProbe | None) -> CommHook:
+    """`hook`, its buckets read by the noise-scale probe on monitoring steps
+    (workloads/adaptive/probes.py): the local bucket before the hook, what it returns after.
+    The reads run inside DdpStrategy's stamps, so they are booked as communication."""
+    return hook if probe is None else probe.wrap_comm_hook(hook)
 
 
-def fp16_compress(model: nn.Module, clock: Clock, collectives: Collectives) -> DdpStrategy:
+def ddp(
+    model: nn.Module, clock: Clock, collectives: Collectives, probe: GradientProbe | None = None
+) -> DdpStrategy:
+    return DdpStrategy(model, clock, collectives, probed(all_reduce_hook(collectives), probe))
+
+
+def fp16_compress(
+    model: nn.Module, clock: Clock, collectives: Collectives, probe: GradientProbe | None = None
+) -> DdpStrategy:
     # fp16_compress_wrapper(allreduce_hook) is torch's fp16_compress_hook (its docs say so);
     # wrapping our hook keeps the collective on the Collectives boundary.
     hook = default_hooks.fp16_compress_wrapper(all_reduce_hook(collectives))
-    return DdpStrategy(model, clock, collectives, hook)
+    return DdpStrategy(model, clock, collectives, probed(hook, probe))
 
 
-def bf16_compress(model: nn.Module, clock: Clock, collectives: Collectives) -> DdpStrategy:
+def bf16_compress(
+    model: nn.Module, clock: Clock, collectives: Collectives, probe: GradientProbe | None = None
+) -> DdpStrategy:
     hook = default_hooks.bf16_compress_wrapper(all_reduce_hook(collectives))
-    return DdpStrategy(model, clock, collectives, hook)
+    return DdpStrategy(model, clock, collectives, probed(hook, probe))
 
 
 def powersgd(
@@ -124,6 +140,7 @@ def powersgd(
     rank: int,
     start_iter: int,
     seed: int,
+    probe: GradientProbe | None = None,
 ) -> DdpStrategy:
     """torch's PowerSGD hook and state; its state carries the error-feedback memory and the
     warm-started Q matrices across steps. The seed makes the initial Q the same on every rank."""
@@ -139,4 +156,4 @@ def powersgd(
     def hook(hook_state, bucket):  # type: ignore[no-untyped-def]
         return collectives.delivered(powerSGD_hook.powerSGD_hook(hook_state, bucket))
 
-    return DdpStrategy(model, clock, collectives, hook, hook_state=state)
+    return DdpStrategy(model, clock, collectives, probed(hook, probe), hook_state=state)

@@ -18,6 +18,7 @@ training-mode BatchNorm never reads its running statistics.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -32,6 +33,9 @@ from workloads.strategies.base import (
     trainable,
 )
 from workloads.timing import StepTimer
+
+if TYPE_CHECKING:
+    from workloads.adaptive.probes import GradientProbe
 
 GradientExchange = Callable[[list[torch.Tensor], Collectives], None]
 
@@ -78,13 +82,25 @@ class GradientSyncStrategy(LocalGradients):
         broadcast_buffers(self.inner, self._collectives)
 
 
-def flat_all_reduce(model: nn.Module, collectives: Collectives) -> GradientSyncStrategy:
-    return GradientSyncStrategy(model, collectives, flat_all_reduce_mean)
+def probed(exchange: GradientExchange, probe: GradientProbe | None) -> GradientExchange:
+    """`exchange`, the gradients read before and after it on monitoring steps (the
+    noise-scale probe, workloads/adaptive/probes.py): booked in the communication lap."""
+    return exchange if probe is None else probe.wrap_exchange(exchange)
 
 
-def per_param_all_reduce(model: nn.Module, collectives: Collectives) -> GradientSyncStrategy:
-    return GradientSyncStrategy(model, collectives, per_tensor_all_reduce_mean)
+def flat_all_reduce(
+    model: nn.Module, collectives: Collectives, probe: GradientProbe | None = None
+) -> GradientSyncStrategy:
+    return GradientSyncStrategy(model, collectives, probed(flat_all_reduce_mean, probe))
 
 
-def gather_scatter(model: nn.Module, collectives: Collectives) -> GradientSyncStrategy:
-    return GradientSyncStrategy(model, collectives, gather_scatter_mean)
+def per_param_all_reduce(
+    model: nn.Module, collectives: Collectives, probe: GradientProbe | None = None
+) -> GradientSyncStrategy:
+    return GradientSyncStrategy(model, collectives, probed(per_tensor_all_reduce_mean, probe))
+
+
+def gather_scatter(
+    model: nn.Module, collectives: Collectives, probe: GradientProbe | None = None
+) -> GradientSyncStrategy:
+    return GradientSyncStrategy(model, collectives, probed(gather_scatter_mean, probe))

@@ -5,7 +5,8 @@ communication strategy and optimizer, and is built outside the clock (MLPerf's i
 - classification.py: image classification and logistic regression, scored by top-1 accuracy;
 - language_model.py: AWD-LSTM on WikiText-2, scored by validation perplexity;
 - translation.py: GNMT and the Transformer on WMT en-de, scored by sacreBLEU.
-Which task a config trains follows from its model (workloads.config.task_metric).
+Which task a config trains follows from its model (ModelConfig.task); its config, with how
+it is scored, is in config.py.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workloads.config import LANGUAGE_MODELS, LOWER_IS_BETTER, TRANSLATION_MODELS, TrainConfig
+from workloads.tasks.config import LOWER_IS_BETTER
 
 if TYPE_CHECKING:
     import torch
 
+    from workloads.adaptive.run import Adaptive
+    from workloads.config import TrainConfig
     from workloads.loop import EpochStats
     from workloads.mllog import EventLog
-    from workloads.strategies import Strategy
+    from workloads.strategies.base import Strategy
     from workloads.timing import Clock
 
 
@@ -44,6 +47,9 @@ class Context:
     clock: Clock
     log: EventLog
     output_dir: Path | None = None  # the run's results directory, on the writing rank only
+    # The run's policies and monitors (workloads/adaptive/run.py), for the tasks that drive
+    # them (config validation refuses them elsewhere).
+    adaptive: Adaptive | None = None
 
 
 class Task(Protocol):
@@ -89,18 +95,7 @@ class Trains:
 
 
 def build(ctx: Context) -> Task:
-    model = ctx.config.model
-    if model in TRANSLATION_MODELS:
-        from workloads.tasks.translation import TranslationTask
-
-        return TranslationTask.build(ctx)
-    if model in LANGUAGE_MODELS:
-        from workloads.tasks.language_model import LanguageModelTask
-
-        return LanguageModelTask.build(ctx)
-    from workloads.tasks.classification import ClassificationTask
-
-    return ClassificationTask.build(ctx)
+    return ctx.config.task.build(ctx)
 
 
 def reached(metric: str, value: float, target: float) -> bool:

@@ -1,7 +1,8 @@
 """Image classification and logistic regression (tasks 1a, 2a, the CS744 study, cnn-digits).
 
-The training mechanics are workloads/loop.py's (a Trainer over tensors prepared once); this
-builds them and scores by top-1 accuracy over the whole test split.
+The training mechanics are workloads/loop.py's (a Trainer over tensors prepared once), or
+under adaptive policies and monitors workloads/adaptive/training.py's; this builds them and
+scores by top-1 accuracy over the whole test split.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from workloads import data, mllog, models, objectives, strategies
+from workloads.adaptive import training
+from workloads.adaptive.run import Adaptive
 from workloads.loop import EVAL_BATCH_SIZE, EpochStats, Trainer, evaluate_metrics, train_epoch
 from workloads.optim import build_optimizer
 from workloads.tasks import Context, Evaluation
@@ -24,6 +27,7 @@ class ClassificationTask:
     num_train: int
     num_eval: int
     precision: str = "fp32"
+    adaptive: Adaptive | None = None
 
     @classmethod
     def build(cls, ctx: Context) -> ClassificationTask:
@@ -31,9 +35,10 @@ class ClassificationTask:
         splits = data.load(config, device, ctx.rank, ctx.world_size)
         model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
         objective = objectives.build(config, model)
-        if config.compile_model:
+        if config.execution.compile_model:
             model = _compiled(model, ctx, splits)
-        strategy = strategies.build(config, model, ctx.clock)
+        monitor = ctx.adaptive.monitor if ctx.adaptive is not None else None
+        strategy = strategies.build(config, model, ctx.clock, monitor=monitor)
         trainer = Trainer(
             config,
             ctx.rank,
@@ -43,10 +48,12 @@ class ClassificationTask:
             strategy,
             build_optimizer(config, model.parameters()),
             StepTimer(ctx.clock),
-            torch.Generator(device).manual_seed(config.seed * 1_000_003 + ctx.rank),
+            torch.Generator(device).manual_seed(config.run.seed * 1_000_003 + ctx.rank),
             objective,
         )
-        return cls(trainer, splits.num_train, splits.num_test)
+        if ctx.adaptive is not None:
+            training.attach(ctx.adaptive, trainer)
+        return cls(trainer, splits.num_train, splits.num_test, adaptive=ctx.adaptive)
 
     def train_epoch(
         self,
@@ -55,6 +62,8 @@ class ClassificationTask:
         on_step: Callable[[int, int], None] | None = None,
     ) -> EpochStats:
         assert self.trainer is not None, "the task is closed"
+        if self.adaptive is not None:
+            return training.train_epoch(self.trainer, self.adaptive, epoch, out_of_time, on_step)
         return train_epoch(self.trainer, epoch, out_of_time, on_step)
 
     def evaluate(self, epoch: int) -> Evaluation:
@@ -75,18 +84,18 @@ def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torc
     from workloads.data.sampling import eval_shard
 
     config = ctx.config
-    kernel_cache = compiling.cache_dir(data.data_root(config.data_dir))
+    kernel_cache = compiling.cache_dir(data.data_root(config.data.data_dir))
     compiled = compiling.compile_model(model, kernel_cache)
     per_rank = (
         splits.num_train if splits.train_is_rank_shard else splits.num_train // ctx.world_size
     )
     num_eval = int(eval_shard(splits.num_test, ctx.world_size, ctx.rank).numel())
-    channels_last = config.memory_format == "channels_last"
+    channels_last = config.execution.memory_format == "channels_last"
     try:
         seconds = compiling.precompile(
             compiled,
             splits.sample_shape,
-            compiling.batch_sizes(per_rank, config.batch_size),
+            compiling.batch_sizes(per_rank, config.data.batch_size),
             compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
             torch.channels_last if channels_last else torch.contiguous_format,
         )

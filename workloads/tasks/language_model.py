@@ -27,15 +27,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import models, precision, strategies
+from workloads import divergence, models, precision, strategies
 from workloads.config import TrainConfig
 from workloads.data import WIKITEXT2_SUBDIR, data_root
 from workloads.data.wikitext import load_wikitext
 from workloads.loop import EpochStats, StepResult, timed_epoch
-from workloads.models.awd_lstm import detach_hidden
+from workloads.models.awd_lstm.model import detach_hidden
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
-from workloads.strategies import Strategy
+from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains
 from workloads.timing import StepTimer
 
@@ -66,15 +66,15 @@ class LanguageModelTask(Trains):
     @classmethod
     def build(cls, ctx: Context) -> LanguageModelTask:
         config = ctx.config
-        corpus = load_wikitext(data_root(config.data_dir) / WIKITEXT2_SUBDIR)
+        corpus = load_wikitext(data_root(config.data.data_dir) / WIKITEXT2_SUBDIR)
         model = models.build(config, corpus.vocab_size).to(ctx.device)
         strategy = strategies.build(config, model, ctx.clock)
-        train = batchify(rank_share(corpus.train, ctx.world_size, ctx.rank), config.batch_size)
+        train = batchify(rank_share(corpus.train, ctx.world_size, ctx.rank), config.data.batch_size)
         valid = batchify(rank_share(corpus.valid, ctx.world_size, ctx.rank), EVAL_BATCH_SIZE)
-        if len(train) < config.bptt + 2:
+        if len(train) < config.data.bptt + 2:
             raise ValueError(
                 f"each of {ctx.world_size} ranks has {len(train)} tokens per stream, fewer than "
-                f"one bptt={config.bptt} window; lower bptt or batch_size, or use more data"
+                f"one bptt={config.data.bptt} window; lower bptt or batch_size, or use more data"
             )
         return cls(
             config,
@@ -99,14 +99,14 @@ class LanguageModelTask(Trains):
         on_step: Callable[[int, int], None] | None = None,
     ) -> EpochStats:
         cfg, strategy = self.config, self._strategy()
-        windows = bptt_windows(len(self.train), cfg.bptt, cfg.seed, epoch - 1)
+        windows = bptt_windows(len(self.train), cfg.data.bptt, cfg.run.seed, epoch - 1)
         strategy.module.train()
-        hidden = [strategy.inner.init_hidden(cfg.batch_size, self.device)]
+        hidden = [strategy.inner.init_hidden(cfg.data.batch_size, self.device)]
 
         def step(i: int) -> StepResult:
             start, length = windows[i]
             loss, hidden[0] = self._step(start, length, hidden[0], epoch - 1 + i / len(windows))
-            return StepResult(loss, cfg.batch_size, length * cfg.batch_size)
+            return StepResult(loss, cfg.data.batch_size, length * cfg.data.batch_size)
 
         return timed_epoch(self.timer, epoch, len(windows), step, out_of_time, on_step)
 
@@ -120,7 +120,7 @@ class LanguageModelTask(Trains):
         hidden = detach_hidden(hidden)  # truncated backpropagation
         timer.lap("data")
         # The reference scales the LR with the window so every token weighs the same.
-        lr = lr_at(cfg, self.world_size, epochs_done, self.updates_done) * length / cfg.bptt
+        lr = lr_at(cfg, self.world_size, epochs_done, self.updates_done) * length / cfg.data.bptt
         for group in optimizer.param_groups:
             group["lr"] = lr
         with precision.autocast(self.precision, self.device):
@@ -128,8 +128,11 @@ class LanguageModelTask(Trains):
         loss = F.cross_entropy(logits.float().reshape(-1, self.vocab_size), y.reshape(-1))
         timer.lap("forward")
         strategy.backward(loss, timer)
-        if cfg.grad_clip_norm is not None:
-            nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.grad_clip_norm)
+        divergence.check(
+            loss, strategy.inner.parameters(), int(epochs_done) + 1, self.updates_done + 1
+        )
+        if cfg.task.grad_clip_norm is not None:
+            nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         timer.lap("optimizer")
@@ -145,8 +148,8 @@ class LanguageModelTask(Trains):
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # nll, tokens
         with self._averaged_weights():
             hidden = model.init_hidden(EVAL_BATCH_SIZE, self.device)
-            for start in range(0, len(self.valid) - 1, self.config.bptt):
-                length = min(self.config.bptt, len(self.valid) - 1 - start)
+            for start in range(0, len(self.valid) - 1, self.config.data.bptt):
+                length = min(self.config.data.bptt, len(self.valid) - 1 - start)
                 x = self.valid[start : start + length]
                 y = self.valid[start + 1 : start + 1 + length]
                 with precision.autocast(self.precision, self.device):
@@ -159,12 +162,12 @@ class LanguageModelTask(Trains):
         model.train()
         loss = float(sums[0] / sums[1])
         self._maybe_switch_to_asgd(loss)
-        details = {"optimizer": "asgd" if self.averaging else self.config.optimizer}
+        details = {"optimizer": "asgd" if self.averaging else self.config.optimizer.name}
         return Evaluation(value=perplexity(loss), loss=loss, details=details)
 
     def _maybe_switch_to_asgd(self, val_loss: float) -> None:
         """NT-ASGD: every rank sees the same loss, so every rank switches together."""
-        n = self.config.asgd_nonmono
+        n = self.config.task.asgd_nonmono
         if n and not self.averaging and asgd_due(self.val_losses, val_loss, n):
             self.optimizer = averaged_sgd(self.config, self._strategy().inner)
             self.averaging = True
@@ -199,7 +202,11 @@ def asgd_due(previous: list[float], val_loss: float, nonmono: int) -> bool:
 def averaged_sgd(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     """The reference's switch: ASGD averaging from now on (t0=0, lambd=0), same LR and decay."""
     return torch.optim.ASGD(
-        model.parameters(), lr=config.lr, t0=0, lambd=0.0, weight_decay=config.weight_decay
+        model.parameters(),
+        lr=config.schedule.lr,
+        t0=0,
+        lambd=0.0,
+        weight_decay=config.optimizer.weight_decay,
     )
 
 

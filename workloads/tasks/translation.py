@@ -28,7 +28,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import decoding, files, models, precision, strategies, textmetrics
+from contract import files
+from workloads import decoding, divergence, models, precision, strategies, textmetrics
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
@@ -37,7 +38,7 @@ from workloads.data.token_batching import batch_units, length_batches, plan_upda
 from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
-from workloads.strategies import Strategy
+from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains
 from workloads.timing import StepTimer
 
@@ -74,12 +75,13 @@ class TranslationTask(Trains):
     @classmethod
     def build(cls, ctx: Context) -> TranslationTask:
         config = ctx.config
-        cache = translation_cache_dir(data_root(config.data_dir), config.dataset)
-        tokenizer = corpus.tokenizer(cache, dataset=config.dataset)
-        train = corpus.load_parallel(cache, "train", dataset=config.dataset)
-        test = corpus.load_parallel(cache, "test", dataset=config.dataset)
-        references = corpus.load_references(cache, "test", dataset=config.dataset)
-        train_ids = trainable_pairs(train, config.max_seq_len)
+        data = config.data
+        cache = translation_cache_dir(data_root(data.data_dir), data.name)
+        tokenizer = corpus.tokenizer(cache, dataset=data.name)
+        train = corpus.load_parallel(cache, "train", dataset=data.name)
+        test = corpus.load_parallel(cache, "test", dataset=data.name)
+        references = corpus.load_references(cache, "test", dataset=data.name)
+        train_ids = trainable_pairs(train, data.max_seq_len)
         model = models.build(config, tokenizer.vocab_size).to(ctx.device)
         strategy = strategies.build(config, model, ctx.clock)
         return cls(
@@ -105,19 +107,19 @@ class TranslationTask(Trains):
         out_of_time: Callable[[], bool] | None = None,
         on_step: Callable[[int, int], None] | None = None,
     ) -> EpochStats:
-        cfg = self.config
-        unit = "tokens" if cfg.batch_unit == "tokens" else "sentences"
+        cfg, data = self.config, self.config.data
+        unit = "tokens" if data.batch_unit == "tokens" else "sentences"
         src_lengths = self.train.src_lengths[self.train_ids]
         tgt_lengths = self.train.tgt_lengths[self.train_ids]
         batches = length_batches(
-            src_lengths, tgt_lengths, cfg.batch_size, unit, seed=cfg.seed, epoch=epoch - 1
+            src_lengths, tgt_lengths, data.batch_size, unit, seed=cfg.run.seed, epoch=epoch - 1
         )
         units = batch_units(batches, src_lengths, tgt_lengths, unit)
-        updates = plan_updates(units, self.world_size, cfg.global_batch)
+        updates = plan_updates(units, self.world_size, data.global_batch)
         if not updates:
             raise ValueError(
                 f"one epoch of {len(self.train_ids)} training pairs holds no complete update of "
-                f"global_batch={cfg.global_batch} {cfg.batch_unit} over {self.world_size} "
+                f"global_batch={data.global_batch} {data.batch_unit} over {self.world_size} "
                 "workers; lower global_batch or use more data"
             )
         strategy = self._strategy()
@@ -147,7 +149,7 @@ class TranslationTask(Trains):
                 with precision.autocast(self.precision, self.device):
                     logits = strategy.module(src, src_len, tgt_in)
                 smoothed, nll, count = label_smoothed_loss(
-                    logits, tgt_out, cfg.label_smoothing, self.tokenizer.pad_id
+                    logits, tgt_out, cfg.task.label_smoothing, self.tokenizer.pad_id
                 )
                 # Each rank's part of the update's mean: the strategies average over ranks.
                 scaled = smoothed * (self.world_size / units)
@@ -156,8 +158,11 @@ class TranslationTask(Trains):
             loss_sum += nll.detach()
             tokens += count
             sentences += len(pairs)
-        if cfg.grad_clip_norm is not None:
-            nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.grad_clip_norm)
+        divergence.check(
+            loss_sum, strategy.inner.parameters(), int(epochs_done) + 1, self.updates_done + 1
+        )
+        if cfg.task.grad_clip_norm is not None:
+            nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         timer.lap("optimizer")
@@ -185,7 +190,7 @@ class TranslationTask(Trains):
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> Evaluation:
-        cfg, strategy = self.config, self._strategy()
+        task, strategy = self.config.task, self._strategy()
         strategy.sync_buffers()
         model = strategy.inner
         model.eval()
@@ -215,15 +220,15 @@ class TranslationTask(Trains):
                 translations / f"epoch-{epoch}.txt", "".join(h + "\n" for h in ordered)
             )
         model.train()
-        details = {"bleu_signature": bleu.signature, "beam_size": cfg.beam_size}
+        details = {"bleu_signature": bleu.signature, "beam_size": task.beam_size}
         return Evaluation(value=bleu.score, loss=float(sums[0] / sums[1]), details=details)
 
     def _search(
         self, model: nn.Module, src: torch.Tensor, src_len: torch.Tensor
     ) -> list[list[int]]:
-        cfg, tok = self.config, self.tokenizer
-        max_len = src_len + cfg.decode_extra_len
-        if cfg.beam_size == 1:
+        task, tok = self.config.task, self.tokenizer
+        max_len = src_len + task.decode_extra_len
+        if task.beam_size == 1:
             return decoding.greedy_search(
                 model, src, src_len, bos_id=tok.bos_id, eos_id=tok.eos_id, max_len=max_len
             )
@@ -231,9 +236,9 @@ class TranslationTask(Trains):
             model,
             src,
             src_len,
-            beam_size=cfg.beam_size,
-            length_penalty=cfg.length_penalty,
-            penalty_form=cfg.length_penalty_form,
+            beam_size=task.beam_size,
+            length_penalty=task.length_penalty,
+            penalty_form=task.length_penalty_form,
             bos_id=tok.bos_id,
             eos_id=tok.eos_id,
             max_len=max_len,

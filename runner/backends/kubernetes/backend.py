@@ -1,23 +1,30 @@
 """The Kubernetes backend: runs a JobSpec as a Kubeflow TrainJob or PyTorchJob, follows it, and
 brings its results back into the run directory, with the same files as a local run.
 
-Handles are `k8s://<namespace>/<name>`; the name is the run id. Results come from the stack's
-results store when it has one; otherwise (or for any file the store lacks) they are rebuilt from
-rank 0's `:::MLLOG` lines in its pod log, which carry the manifest and summary as events too.
-Every rank's log is split out of its pod's log (torchrun prefixes lines with the rank).
+Handles are `k8s://<namespace>/<name>`; the name is the run id, so the handle is known from the
+rendered manifest before anything is created. A run is followed with watches (watch.py): no
+polling, and state.json is written only when the state changes. With `results_root`, state.json
+is also the memory of a job once it is deleted (by cancel, the pending timeout, or a complete
+fetch), and a finished state is final: status, cancel, logs and fetch answer from the run
+directory first, so a run whose job was never created (its submit failed) needs no cluster.
 
-Not here: rendering (render/), stack outputs (connection.py), the API plumbing and its
-error messages (client.py), reading job and pod states (observe.py). This module imports the
-kubernetes client; the CLI imports it only for Kubernetes runs.
+Results come from the stack's results store when it has one (results_store.py); otherwise, or
+for any file the store lacks or that fails its check, they are rebuilt from rank 0's own lines
+(records.py). Every rank's log is split out of its pod's log, trusting only the ranks of the
+pod's node (demux.py).
+
+Not here: rendering (render/), stack outputs (connection.py), the API calls and their error
+messages (client.py), reading job and pod states (observe.py), log following (follow.py),
+collecting a finished run's files (collect.py). This module imports the kubernetes client;
+the CLI imports it only for Kubernetes runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
-import time
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,20 +32,25 @@ from typing import Any
 from urllib.parse import urlparse
 
 from contract.rundir import JobState, JobStatus
-from runner.backends.kubernetes import observe
+from runner.backends.base import KubernetesRequest, Request
+from runner.backends.kubernetes import collect, demux, observe
 from runner.backends.kubernetes.client import KubeApi, NotFound
 from runner.backends.kubernetes.connection import ClusterConnection, connect_reference
-from runner.backends.kubernetes.render import render
-from runner.backends.kubernetes.render.common import RUN_ID_LABEL
-from runner.backends.kubernetes.results_store import fetch_results
-from runner.errors import RunnerError
+from runner.backends.kubernetes.follow import EventFeed, LogFollower
+from runner.backends.kubernetes.memory import RunMemory, record_in, state_in
+from runner.backends.kubernetes.render import render, to_yaml
+from runner.backends.kubernetes.results_store import StoreLimits
+from runner.backends.kubernetes.watch import Observers, View, WatchConfig
+from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec
 from runner.results import rundir
-from workloads import mllog
 
 log = logging.getLogger(__name__)
 SCHEME = "k8s"
 BACKEND_NAME = "kubernetes"
+EVENTS_DRAIN_S = 30.0  # after the job ends, how long events() waits for rank 0's log tail
+DEFAULT_WATCH = WatchConfig()
+DEFAULT_LIMITS = StoreLimits()
 
 
 def make_handle(namespace: str, name: str) -> str:
@@ -54,12 +66,10 @@ def parse_handle(handle: str) -> tuple[str, str]:
 
 
 class KubernetesBackend:
-    """One cluster connection; close() (or `with`) removes the credentials it wrote to disk.
-
-    With `results_root`, the run directory's state.json is kept current by status() and is the
-    memory of a job once it is deleted (by cancel, the pending timeout, or a complete fetch).
-    `conn` may be a callable, so that a finished run's status needs no cluster at all.
-    """
+    """One cluster connection; close() (or `with`) stops every watch and removes the
+    credentials it wrote to disk. `conn` may be a callable, so that a finished run's status
+    needs no cluster at all. `pending_timeout_s` (the CLI's --pending-timeout) enters here and
+    only here: a job pending longer is deleted and recorded CANCELLED with the reason."""
 
     name = BACKEND_NAME
 
@@ -68,17 +78,26 @@ class KubernetesBackend:
         conn: ClusterConnection | Callable[[], ClusterConnection],
         results_root: Path | None = None,
         pending_timeout_s: float | None = None,
-        poll_interval_s: float = 2.0,
+        watch_config: WatchConfig = DEFAULT_WATCH,
+        store_limits: StoreLimits = DEFAULT_LIMITS,
         api_factory: Callable[[ClusterConnection], KubeApi] = KubeApi,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        if pending_timeout_s is not None and not pending_timeout_s > 0:
+            raise SpecError("--pending-timeout", f"must be a positive number of seconds, got "
+                            f"{pending_timeout_s!r}")  # fmt: skip
         self._conn_source = conn
         self.results_root = results_root
+        self._memory = RunMemory(results_root)
         self.pending_timeout_s = pending_timeout_s
-        self.poll_interval_s = poll_interval_s
+        self.watch_config = watch_config
+        self.store_limits = store_limits
         self._api_factory = api_factory
         self._api: KubeApi | None = None
         self._clock = clock
+        self._lock = threading.Lock()
+        self._observers = Observers(lambda: self.api, watch_config)
+        self._finished: set[str] = set()  # jobs seen finished by this backend
 
     @functools.cached_property
     def conn(self) -> ClusterConnection:
@@ -87,13 +106,10 @@ class KubernetesBackend:
 
     @property
     def api(self) -> KubeApi:
-        if self._api is None:
-            self._api = self._api_factory(self.conn)
-        return self._api
-
-    @property
-    def container(self) -> str:
-        return observe.CONTAINERS[self.conn.job_api]
+        with self._lock:
+            if self._api is None:
+                self._api = self._api_factory(self.conn)
+            return self._api
 
     @property
     def reference(self) -> dict[str, Any]:
@@ -107,194 +123,219 @@ class KubernetesBackend:
         self.close()
 
     def close(self) -> None:
-        if self._api is not None:
-            self._api.close()
-            self._api = None
+        self._observers.close()
+        with self._lock:
+            api, self._api = self._api, None
+        if api is not None:
+            api.close()
 
-    # ---- the Backend protocol --------------------------------------------------------
+    # ---- before anything runs ----------------------------------------------------------
 
-    def submit(self, spec: JobSpec, run_dir: Path) -> str:
-        manifest = render(spec, self.conn)
-        self.api.create_job(manifest)
-        handle = make_handle(self.conn.namespace, spec.run_id)
+    def dryrun(self, spec: JobSpec, run_dir: Path) -> KubernetesRequest:
+        """The manifest submit would create; validated against the cluster (SpecError)."""
+        return KubernetesRequest(run_dir=str(run_dir), manifest=render(spec, self.conn))
+
+    def describe(self, request: Request) -> str:
+        return to_yaml(dict(_kubernetes(request).manifest))
+
+    def handle(self, request: Request) -> str:
+        meta = _kubernetes(request).manifest["metadata"]
+        return make_handle(meta.get("namespace") or self.conn.namespace, meta["name"])
+
+    def submit(self, request: Request) -> str:
+        request = _kubernetes(request)
+        handle = self.handle(request)
+        self._name(handle)  # the manifest's namespace is this connection's
+        self.api.create_job(dict(request.manifest))
         log.info("submitted %s %s", self.api.resource.kind, handle)
+        status = JobStatus(
+            JobState.PENDING, "submitted; waiting for the job controller", self._now()
+        )
+        record_in(Path(request.run_dir), status)
         return handle
+
+    # ---- state -------------------------------------------------------------------------
 
     def status(self, handle: str) -> JobStatus:
         recorded = self._recorded_state(handle)
         if recorded is not None and recorded.state.finished:
             return recorded  # finished is final; the job itself may be deleted by now
         name = self._name(handle)
-        status = self._observe(self._get_job(name))
-        if status.state is JobState.PENDING and self._pending_too_long(status):
-            status = self._cancel_pending(name, status)
-        self._record_state(name, status)
-        return status
-
-    def logs(self, handle: str, rank: int, follow: bool) -> Iterator[str]:
-        name = self._name(handle)
-        shape = observe.job_shape(self.conn.job_api, self._get_job(name))
-        if not 0 <= rank < shape.world_size:
-            raise RunnerError(f"rank {rank} is out of range: the job has {shape.world_size} ranks")
-        if not follow:
-            yield from self._rank_lines(name, rank, shape, follow=False)
-            return
-        yield from self._follow(name, rank, shape)
-
-    def fetch(self, handle: str, dest: Path) -> list[str]:
-        name = self._name(handle)
-        world_size = rundir.read_record(dest).spec.placement.world_size
-        try:
-            job: dict[str, Any] | None = self.api.get_job(name)
-        except NotFound:
-            job = None
-        status = self._observe(job) if job is not None else None
-        archived = self._archive_logs(job, dest) if job is not None else set()
-        copied = self._fetch_results(name, dest)
-        if status is not None:
-            rundir.write_state(dest, status)
-        missing = rundir.missing_results(dest, world_size)
-        if missing and not archived and (status is None or status.state.finished):
-            raise self._gone_error(handle, job is None, missing)
-        if status is not None and status.state.finished and not missing:
-            self.api.delete_job(name)  # the results are safe; stop paying for the job's pods
-            log.info("deleted finished job %s after fetching it", handle)
-        log.info("fetched %s: logs of ranks %s, results %s", handle, sorted(archived), copied)
-        return missing
-
-    def cancel(self, handle: str) -> None:
-        name = self._name(handle)
         try:
             job = self.api.get_job(name)
         except NotFound:
-            return  # already gone: cancelling twice is fine
-        if self._observe(job).state.finished:
-            return  # a finished job keeps its pods (and logs) for fetch
-        # Recorded first: once deleted, the job can no longer say that it was cancelled.
-        self._record_state(name, JobStatus(JobState.CANCELLED, "cancelled", self._now()))
-        with contextlib.suppress(NotFound):
-            self.api.delete_job(name)
+            return self._settle(name, None, self._vanished(name))
+        pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
+        status = observe.job_status(self.conn.job_api, job, pods, [])
+        if status.state is JobState.PENDING:  # only then does an event say why
+            events = self.api.list_objects("events", collect.WARNINGS)[0]
+            status = observe.job_status(self.conn.job_api, job, pods, events)
+        return self._settle(name, job, status)
 
-    # ---- status ------------------------------------------------------------------------
+    def watch(self, handle: str) -> Iterator[JobStatus]:
+        recorded = self._recorded_state(handle)
+        if recorded is not None and recorded.state.finished:
+            yield recorded
+            return
+        name = self._name(handle)
+        with self._observers.observing(name) as observer:
+            last, version, timeout_s = None, 0, None
+            while True:
+                version = observer.wait(version, timeout_s)
+                view = observer.view()
+                if view.closed:
+                    return
+                status = self._view_status(name, view)
+                pending = status.state is JobState.PENDING
+                observer.watch_events(pending)
+                if pending and not view.events_synced:
+                    continue  # the namespace's warnings are on their way: they may say why
+                status = self._settle(name, view.job, status)
+                timeout_s = self._pending_left_s(status) if pending else None
+                if status != last:
+                    last = status
+                    yield status
+                if status.state.finished:
+                    return
 
-    def _observe(self, job: dict[str, Any]) -> JobStatus:
-        name = job["metadata"]["name"]
-        pods = self._pods(name)
-        job_api = self.conn.job_api
-        by_node = observe.pods_by_node(job_api, pods)
-        shape = observe.job_shape(job_api, job)
-        if len(by_node) == shape.num_nodes and all(
-            p.get("status", {}).get("phase") == "Running" for p in by_node.values()
-        ):
-            events: list[dict[str, Any]] = []  # running: no need to ask why it is not
-        else:
-            events = self.api.list_warning_events()
-        return observe.job_status(job_api, job, pods, events)
+    def _view_status(self, name: str, view: View) -> JobStatus:
+        if view.job is None:
+            return self._vanished(name)
+        return observe.job_status(self.conn.job_api, view.job, view.pods, view.events)
 
-    def _pending_too_long(self, status: JobStatus) -> bool:
+    def _settle(self, name: str, job: dict[str, Any] | None, status: JobStatus) -> JobStatus:
+        """Apply the pending timeout to a fresh status, and record it."""
+        if job is not None and status.state is JobState.PENDING:
+            left_s = self._pending_left_s(status)
+            if left_s is not None and left_s <= 0:
+                status = self._cancel_pending(name, status)
+        self._record_state(name, status)
+        return status
+
+    def _vanished(self, name: str) -> JobStatus:
+        """The job is not on the cluster: what the run directory recorded (cancel records
+        CANCELLED before it deletes), or else a job deleted behind the runner's back."""
+        recorded = self._recorded_state(make_handle(self.conn.namespace, name))
+        if recorded is not None and recorded.state.finished:
+            return recorded
+        return JobStatus(
+            JobState.FAILED,
+            f"the {self.api.resource.kind} {name} is no longer on {self.conn.source}: it was "
+            "deleted before it finished (kubectl delete, a TTL, or a cancel from elsewhere)",
+            since=self._now(),
+        )
+
+    def _pending_left_s(self, status: JobStatus) -> float | None:
         if self.pending_timeout_s is None or not status.since:
-            return False
-        return self._pending_s(status) > self.pending_timeout_s
+            return None
+        return self.pending_timeout_s - self._pending_s(status)
 
     def _pending_s(self, status: JobStatus) -> float:
         since = datetime.fromisoformat(str(status.since).replace("Z", "+00:00"))
         return (self._clock() - since).total_seconds()
 
     def _cancel_pending(self, name: str, status: JobStatus) -> JobStatus:
-        pending_s = self._pending_s(status)
-        with contextlib.suppress(NotFound):
-            self.api.delete_job(name)
         reason = (
-            f"pending for {pending_s:.0f} s, longer than --pending-timeout "
+            f"pending for {self._pending_s(status):.0f} s, longer than --pending-timeout "
             f"{self.pending_timeout_s:.0f} s, so the job was deleted; it was waiting on: "
             f"{status.reason}"
         )
+        cancelled = JobStatus(JobState.CANCELLED, reason=reason, since=self._now())
+        self._record_state(name, cancelled)  # first: once deleted, the job cannot say why
+        with contextlib.suppress(NotFound):
+            self.api.delete_job(name)
         log.warning("%s: %s", name, reason)
-        return JobStatus(JobState.CANCELLED, reason=reason, since=self._now())
+        return cancelled
 
-    # ---- logs --------------------------------------------------------------------------
+    # ---- logs and events ---------------------------------------------------------------
 
-    def _rank_lines(
-        self, name: str, rank: int, shape: observe.Shape, follow: bool
-    ) -> Iterator[str]:
-        node = rank // shape.procs_per_node
-        pod = observe.pods_by_node(self.conn.job_api, self._pods(name)).get(node)
-        if pod is None or not observe.container_started(pod):
+    def logs(self, handle: str, rank: int, follow: bool) -> Iterator[str]:
+        name = parse_handle(handle)[1]
+        shape = self._shape(name)
+        if not 0 <= rank < shape.world_size:
+            raise RunnerError(f"rank {rank} is out of range: the job has {shape.world_size} ranks")
+        node = demux.NodeRanks(rank // shape.procs_per_node, shape.procs_per_node,
+                               shape.world_size)  # fmt: skip
+        recorded = self._recorded_state(handle)
+        archived = self._archived_log(name, rank)
+        if archived is not None and recorded is not None and recorded.state.finished:
+            yield from archived  # fetched: the run directory has it all, no cluster needed
             return
-        lines = self.api.pod_log(pod["metadata"]["name"], self.container, follow=follow)
-        first = node * shape.procs_per_node
-        yield from (text for r, text in observe.split_ranks(lines, first) if r == rank)
-
-    def _follow(self, name: str, rank: int, shape: observe.Shape) -> Iterator[str]:
-        """Wait for the rank's pod, stream it, and after the stream ends look again: a new pod
-        or a restarted container is streamed from its start; the same one resumes where it was
-        (a dropped connection), skipping the lines already given. After the job ends, one last
-        pass picks up the tail, then it returns."""
-        node = rank // shape.procs_per_node
-        seen: dict[tuple[str, int], int] = {}  # lines read per container run
-        while True:
+        self._name(handle)  # from here on the cluster is asked: it must be the run's
+        if not follow:
+            yield from collect.rank_lines(self.api, name, node, rank, archived, recorded)
+            return
+        with self._observers.observing(name) as observer:
+            follower = LogFollower(self.api, observer, node, rank, self._done, self.watch_config)
             try:
-                job = self.api.get_job(name)
-            except NotFound:
-                return  # cancelled or deleted under us: nothing more will come
-            finished = self._observe(job).state.finished
-            pod = observe.pods_by_node(self.conn.job_api, self._pods(name)).get(node)
-            if pod is not None and observe.container_started(pod):
-                key = observe.container_key(pod, self.container)
-                stream = self.api.pod_log(pod["metadata"]["name"], self.container, follow=True)
-                lines = observe.split_ranks(stream, node * shape.procs_per_node)
-                for i, (line_rank, text) in enumerate(lines):
-                    if i >= seen.get(key, 0):
-                        seen[key] = i + 1
-                        if line_rank == rank:
-                            yield text
-            if finished:
-                return
-            time.sleep(self.poll_interval_s)
+                yield from follower.lines()
+            finally:
+                follower.close()
 
-    def _archive_logs(self, job: dict[str, Any], dest: Path) -> set[int]:
-        """Write logs/rank-N.log for every rank whose pod still exists; returns those ranks."""
-        job_api, name = self.conn.job_api, job["metadata"]["name"]
-        per_node = observe.job_shape(job_api, job).procs_per_node
-        archived: set[int] = set()
-        for node, pod in sorted(observe.pods_by_node(job_api, self._pods(name)).items()):
-            if not observe.container_started(pod):
-                continue
-            first = node * per_node
-            per_rank: dict[int, list[str]] = {r: [] for r in range(first, first + per_node)}
-            lines = self.api.pod_log(pod["metadata"]["name"], self.container, follow=False)
-            for rank, text in observe.split_ranks(lines, first):
-                per_rank.setdefault(rank, []).append(text)
-            for rank, rank_lines in per_rank.items():
-                rundir.write_text(
-                    rundir.rank_log(dest, rank), "".join(f"{t}\n" for t in rank_lines)
-                )
-                archived.add(rank)
-        return archived
+    def events(self, handle: str) -> Iterator[list[dict[str, Any]]]:
+        """Rank 0's events as its log grows, in batches; empty batches while there are none.
+        Once the job has finished (as watch or status saw), it waits for the rest of rank 0's
+        log (at most EVENTS_DRAIN_S), gives the last batch and ends."""
+        name = self._name(handle)
+        shape = self._shape(name)
+        node = demux.NodeRanks(0, shape.procs_per_node, shape.world_size)
+        observer = self._observers.acquire(name)
+        follower = LogFollower(self.api, observer, node, 0, self._done, self.watch_config)
+        feed = EventFeed(follower, on_end=lambda: self._observers.release(name))
+        try:
+            while True:
+                if name in self._finished:
+                    feed.wait_ended(EVENTS_DRAIN_S)
+                batch = feed.take()
+                if batch is None:
+                    return
+                yield batch
+        finally:
+            feed.close()
+
+    def _done(self, view: View) -> bool:
+        """Whether the job is over: finished, or gone from the cluster."""
+        if view.job is None:
+            return True
+        return self._view_status(view.job["metadata"]["name"], view).state.finished
+
+    def _archived_log(self, name: str, rank: int) -> Iterator[str] | None:
+        run_dir = self._memory.run_dir(name)
+        return None if run_dir is None else collect.open_rank_log(rundir.rank_log(run_dir, rank))
 
     # ---- results -----------------------------------------------------------------------
 
-    def _fetch_results(self, name: str, dest: Path) -> list[str]:
-        copied: list[str] = []
-        if self.conn.results_store:
-            try:
-                copied = fetch_results(self.conn.results_store, name, dest)
-            except RunnerError as err:
-                log.warning("results store: %s; rebuilding the results from rank 0's log", err)
-        lacking = [f for f in (rundir.EVENTS, rundir.SUMMARY, rundir.MANIFEST) if f not in copied]
-        if lacking:
-            copied += rebuild_from_log(rundir.rank_log(dest, 0), dest, lacking)
-        return copied
+    def fetch(self, handle: str, dest: Path) -> list[str]:
+        name = self._name(handle)
+        harvest = collect.Harvest(self.api, self.conn, name, dest, self.store_limits)
+        status = harvest.run()
+        if harvest.job_gone:
+            status = self._vanished(name)
+        if status is not None:
+            record_in(dest, status)
+        missing = harvest.missing()
+        if missing and not harvest.archived and (status is None or status.state.finished):
+            raise harvest.gone_error(handle, state_in(dest))
+        if status is not None and status.state.finished and not missing:
+            self.api.delete_job(name)  # the results are safe; stop paying for the job's pods
+            log.info("deleted finished job %s after fetching it", handle)
+        return missing
 
-    def _gone_error(self, handle: str, job_gone: bool, missing: list[str]) -> RunnerError:
-        what = "is no longer on the cluster" if job_gone else "has ended and its pods are gone"
-        store = self.conn.results_store or "none"
-        return RunnerError(
-            f"{handle} {what} (deleted, cancelled, or removed by a TTL), and the pod logs that "
-            f"held its results went with them; still missing: {', '.join(missing)} (results "
-            f"store: {store}). They cannot be fetched any more: rerun the benchmark "
-            f"(`runner submit ...`) to get them"
-        )
+    def cancel(self, handle: str) -> None:
+        recorded = self._recorded_state(handle)
+        if recorded is not None and recorded.state.finished:
+            return  # finished (or never created): nothing to stop, no cluster needed
+        name = self._name(handle)
+        try:
+            job = self.api.get_job(name)
+        except NotFound:
+            return  # already gone: cancelling twice is fine
+        if observe.job_status(self.conn.job_api, job, [], []).state.finished:
+            return  # a finished job keeps its pods (and logs) for fetch
+        # Recorded first: once deleted, the job can no longer say that it was cancelled.
+        self._record_state(name, JobStatus(JobState.CANCELLED, "cancelled", self._now()))
+        with contextlib.suppress(NotFound):
+            self.api.delete_job(name)
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -307,39 +348,34 @@ class KubernetesBackend:
             )
         return name
 
-    def _get_job(self, name: str) -> dict[str, Any]:
+    def _shape(self, name: str) -> observe.Shape:
+        """Nodes and processes per node: from job.json, else from the job on the cluster."""
+        placement = self._memory.placement(name)
+        if placement is not None:
+            return observe.Shape(placement.num_nodes, placement.procs_per_node)
         try:
-            return self.api.get_job(name)
+            return observe.job_shape(self.conn.job_api, self.api.get_job(name))
         except NotFound:
             raise RunnerError(
                 f"no {self.api.resource.kind} {name} in namespace {self.conn.namespace} on "
-                f"{self.conn.source}: it was cancelled, or deleted after `runner fetch`; its last "
-                "recorded state is in the run directory's state.json"
+                f"{self.conn.source}, and no run directory records it"
             ) from None
-
-    def _pods(self, name: str) -> list[dict[str, Any]]:
-        return self.api.list_pods(f"{RUN_ID_LABEL}={name}")
 
     def _now(self) -> str:
         return self._clock().isoformat()
 
-    def _run_dir(self, name: str) -> Path | None:
-        if self.results_root is None:
-            return None
-        run_dir = self.results_root / name
-        return run_dir if (run_dir / rundir.JOB).is_file() else None
-
     def _recorded_state(self, handle: str) -> JobStatus | None:
-        run_dir = self._run_dir(parse_handle(handle)[1])
-        return rundir.read_state(run_dir) if run_dir is not None else None
+        return self._memory.state(parse_handle(handle)[1])
 
     def _record_state(self, name: str, status: JobStatus) -> None:
-        run_dir = self._run_dir(name)
-        if run_dir is not None:
-            rundir.write_state(run_dir, status)
+        self._memory.record(name, status)
+        if status.state.finished:
+            self._finished.add(name)
 
 
-def from_handle(handle: str, results_root: Path) -> KubernetesBackend:
+def from_handle(
+    handle: str, results_root: Path, store_limits: StoreLimits = DEFAULT_LIMITS
+) -> KubernetesBackend:
     """The backend for a submitted run, from the `cluster` its job.json records."""
     _, name = parse_handle(handle)
     record = rundir.read_record(rundir.find(results_root, name))
@@ -349,29 +385,23 @@ def from_handle(handle: str, results_root: Path) -> KubernetesBackend:
             f"{results_root / name}/job.json does not say which cluster ran {handle}; "
             "it was not submitted by this runner's Kubernetes backend"
         )
+    timeout_s = ref.get("pending_timeout_s")
+    if timeout_s is not None and (
+        not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0
+    ):
+        raise RunnerError(
+            f"{results_root / name}/job.json has a cluster.pending_timeout_s that is not a "
+            f"positive number of seconds ({timeout_s!r:.40}); fix or remove it"
+        )
     return KubernetesBackend(
         lambda: connect_reference(ref),
         results_root=results_root,
-        pending_timeout_s=ref.get("pending_timeout_s"),
+        pending_timeout_s=timeout_s,
+        store_limits=store_limits,
     )
 
 
-def rebuild_from_log(rank0_log: Path, dest: Path, wanted: list[str]) -> list[str]:
-    """events.jsonl, manifest.json and summary.json from rank 0's `:::MLLOG` lines, as the
-    workload would have written them; returns the names written."""
-    try:
-        with open(rank0_log, encoding="utf-8") as f:
-            events = list(mllog.parse_lines(f))
-    except FileNotFoundError:
-        return []
-    written = []
-    if events and rundir.EVENTS in wanted:
-        text = "".join(json.dumps(e, separators=(", ", ": ")) + "\n" for e in events)
-        rundir.write_text(dest / rundir.EVENTS, text)
-        written.append(rundir.EVENTS)
-    for key, filename in ((mllog.MANIFEST, rundir.MANIFEST), (mllog.SUMMARY, rundir.SUMMARY)):
-        values = [e.get("value") for e in events if e.get("key") == key]
-        if values and filename in wanted:
-            rundir.write_json(dest / filename, values[-1])
-            written.append(filename)
-    return written
+def _kubernetes(request: Request) -> KubernetesRequest:
+    if not isinstance(request, KubernetesRequest):
+        raise SpecError("--stack", f"a cluster cannot run {type(request).__name__}")
+    return request

@@ -1,8 +1,11 @@
 """A thin layer over the official kubernetes client: the calls the backend makes, with failures
-turned into RunnerErrors that say what to do next, and bounded retries of transient ones.
+turned into one-line RunnerErrors that name the cluster and what to do next, and bounded retries
+of transient ones.
 
-What it is not: a general client. It knows the two job resources, pods, their logs and events.
-Imported only by the kubernetes backend, never on the runner's start-up path.
+Collections (the job, its pods, the namespace's warning events) are listed, and watched from a
+list's resourceVersion (streams.py reads the watch). What it is not: a general client, nor the
+policy of following a job (watch.py). Imported only by the kubernetes backend, never on the
+runner's start-up path.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
+from runner.backends.kubernetes.streams import Stream, Transient, WatchStream
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,21 @@ JOB_RESOURCES = {
     ),
 }
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+# A watch's read timeout: the server ends it after timeoutSeconds; this much longer without a
+# byte means the connection is dead (a half-open TCP connection sends nothing, ever).
+WATCH_READ_SLACK_S = 30.0
+# A followed log may be quiet for a while (a long evaluation); after this long without a line,
+# the follower reconnects and skips what it has seen.
+FOLLOW_READ_TIMEOUT_S = 600.0
+COLLECTIONS = ("job", "pods", "events")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which objects of a collection: `label` and `field` selectors as the API takes them."""
+
+    label: str | None = None
+    field: str | None = None
 
 
 class NotFound(RunnerError):
@@ -54,6 +73,15 @@ class NotFound(RunnerError):
 
 class NameConflict(RunnerError):
     """An object of that name exists already (409)."""
+
+
+class BadRequest(RunnerError):
+    """400: the request cannot be served as it is (for a pod's log: its container has not
+    started yet)."""
+
+
+class Gone(RunnerError):
+    """410: the resource version a watch asked for is too old (compacted); list again."""
 
 
 class KubeApi:
@@ -132,15 +160,21 @@ class KubeApi:
 
     def get_job(self, name: str) -> dict[str, Any]:
         r = self.resource
-        return self.call(
-            f"get {r.kind} {name}",
+        what = f"get {r.kind} {name}"
+        result = self.call(
+            what,
             self.custom.get_namespaced_custom_object,
             r.group,
             r.version,
             self.conn.namespace,
             r.plural,
             name,
+            _preload_content=False,
         )
+        job = self._json(result.data, what)  # type: ignore[attr-defined]
+        if not isinstance(job, dict) or not isinstance(job.get("metadata"), dict):
+            raise self._garbage(what, "something that is not a job object")
+        return job
 
     def delete_job(self, name: str) -> None:
         r = self.resource
@@ -161,7 +195,11 @@ class KubeApi:
         r = self.resource
         try:
             self.call(
-                f"discover {r.group}/{r.version}", self.custom.get_api_resources, r.group, r.version
+                f"discover {r.group}/{r.version}",
+                self.custom.get_api_resources,
+                r.group,
+                r.version,
+                _preload_content=False,  # whether it exists is all we ask; no model to validate
             )
         except NotFound:
             other = "pytorchjob" if self.conn.job_api == "trainjob" else "trainjob"
@@ -175,120 +213,184 @@ class KubeApi:
             f"(`kubectl create namespace {self.conn.namespace}`) or pick another context"
         )
 
-    # ---- pods, logs, events ----------------------------------------------------------
+    # ---- collections: list and watch -------------------------------------------------
 
-    def list_pods(self, label_selector: str) -> list[dict[str, Any]]:
+    def list_objects(
+        self, collection: str, selector: Selector, attempts: int | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """(items, the list's resourceVersion), from which a watch starts."""
+        fn, args = self._collection(collection)
         result = self.call(
-            "list pods",
-            self.core.list_namespaced_pod,
-            self.conn.namespace,
-            label_selector=label_selector,
+            f"list {collection}",
+            fn,
+            *args,
+            label_selector=selector.label,
+            field_selector=selector.field,
             _preload_content=False,
+            attempts=attempts,
         )
-        return json.loads(result.data).get("items", [])
+        data = self._json(result.data, f"list {collection}")
+        items = data.get("items") if isinstance(data, dict) else None
+        meta = data.get("metadata") if isinstance(data, dict) else None
+        if not isinstance(items, list) or not isinstance(meta, dict):
+            raise self._garbage(f"list {collection}", "a list without items or metadata")
+        return [i for i in items if isinstance(i, dict)], str(meta.get("resourceVersion") or "")
 
-    def list_warning_events(self) -> list[dict[str, Any]]:
-        result = self.call(
-            "list events",
-            self.core.list_namespaced_event,
-            self.conn.namespace,
-            field_selector="type=Warning",
-            _preload_content=False,
-        )
-        return json.loads(result.data).get("items", [])
-
-    def pod_log(self, pod: str, container: str, follow: bool) -> Iterator[str]:
-        """Lines of one container's log; with follow, until the container stops."""
+    def watch_objects(
+        self,
+        collection: str,
+        selector: Selector,
+        resource_version: str,
+        timeout_s: float,
+        attempts: int | None = None,
+    ) -> WatchStream:
+        """The changes after `resource_version`, for timeout_s (the server ends the stream);
+        bookmarks are asked for, so that a quiet watch still advances its version."""
+        what = f"watch {collection}"
+        fn, args = self._collection(collection)
         response = self.call(
-            f"read the log of pod {pod}",
+            what,
+            fn,
+            *args,
+            label_selector=selector.label,
+            field_selector=selector.field,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=max(1, int(timeout_s)),
+            _preload_content=False,
+            _request_timeout=(self.request_timeout_s, timeout_s + WATCH_READ_SLACK_S),
+            attempts=attempts,
+        )
+        return WatchStream(response, what, self.host, lambda code, msg: self.error(what, code, msg))
+
+    def _collection(self, collection: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        ns = self.conn.namespace
+        if collection == "job":
+            r = self.resource
+            return self.custom.list_namespaced_custom_object, (r.group, r.version, ns, r.plural)
+        if collection == "pods":
+            return self.core.list_namespaced_pod, (ns,)
+        if collection == "events":
+            return self.core.list_namespaced_event, (ns,)
+        raise ValueError(f"unknown collection {collection!r}; one of {COLLECTIONS}")
+
+    # ---- logs ------------------------------------------------------------------------
+
+    def open_log(
+        self, pod: str, container: str, follow: bool, attempts: int | None = None
+    ) -> Stream:
+        """One container's log; followed, the stream lasts until the container stops."""
+        what = f"read the log of pod {pod}"
+        read_timeout_s = FOLLOW_READ_TIMEOUT_S if follow else self.request_timeout_s
+        response: Any = self.call(
+            what,
             self.core.read_namespaced_pod_log,
             pod,
             self.conn.namespace,
             container=container,
             follow=follow,
             _preload_content=False,
-            _request_timeout=None if follow else self.request_timeout_s,
+            _request_timeout=(self.request_timeout_s, read_timeout_s),
+            attempts=attempts,
         )
+        return Stream(response, what, self.host)
+
+    def pod_log(self, pod: str, container: str) -> list[str]:
+        """The log so far, as lines. A connection dropped mid-read gives what was read."""
+        stream = self.open_log(pod, container, follow=False)
+        lines: list[str] = []
         try:
-            pending = b""
-            for chunk in response.stream(64 * 1024, decode_content=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8", errors="replace").rstrip("\r")
-            if pending:
-                yield pending.decode("utf-8", errors="replace")
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            # A dropped stream is not an error for a follower: it looks again and resumes.
-            log.debug("log stream of %s ended: %s", pod, err)
-        finally:
-            response.release_conn()
+            lines.extend(stream.lines(keep_partial=True))
+        except Transient as err:
+            log.warning("%s; the log is incomplete", err)
+        return lines
 
     # ---- the one place calls are made ------------------------------------------------
 
-    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def call(
+        self,
+        what: str,
+        fn: Callable[..., T],
+        *args: Any,
+        attempts: int | None = None,
+        **kwargs: Any,
+    ) -> T:
         """fn(*args, **kwargs), retried on 429/5xx and connection errors with exponential
-        backoff, at most max_attempts times; every failure becomes a RunnerError."""
+        backoff, at most `attempts` (default max_attempts) times; every failure becomes a
+        RunnerError (Transient for those worth trying again later, Gone for a 410)."""
         kwargs.setdefault("_request_timeout", self.request_timeout_s)
-        for attempt in range(1, self.max_attempts + 1):
+        attempts = attempts or self.max_attempts
+        for attempt in range(1, attempts + 1):
             try:
                 return fn(*args, **kwargs)
             except ApiException as err:
-                if err.status not in RETRIED_STATUSES or attempt == self.max_attempts:
-                    raise self._api_error(what, err, attempt) from None
+                if err.status not in RETRIED_STATUSES or attempt == attempts:
+                    raise self.error(what, err.status or 0, _status_message(err), attempt) from None
                 reason = f"HTTP {err.status}"
             except (urllib3.exceptions.HTTPError, OSError) as err:
-                if attempt == self.max_attempts:
-                    raise self._unreachable(what, err) from None
+                if attempt == attempts:
+                    raise self._unreachable(what, err, attempts) from None
                 reason = type(err).__name__
             delay_s = self.retry_backoff_s * 2 ** (attempt - 1)
-            log.info(
-                "%s: %s, retrying in %.1f s (%d/%d)",
-                what,
-                reason,
-                delay_s,
-                attempt,
-                self.max_attempts,
-            )
+            log.info("%s: %s, retrying in %.1f s (%d/%d)", what, reason, delay_s, attempt, attempts)
             time.sleep(delay_s)
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _api_error(self, what: str, err: ApiException, attempts: int) -> RunnerError:
-        message = _status_message(err)
-        ns = self.conn.namespace
-        if err.status == 404:
-            return NotFound(f"cannot {what}: not found ({message})")
-        if err.status == 409:
-            return NameConflict(f"cannot {what}: {message}")
-        if err.status == 401:
+    def error(self, what: str, status: int, message: str, attempts: int = 1) -> RunnerError:
+        """An HTTP error status (of a call, or of a watch's ERROR event) as a RunnerError that
+        names the cluster and what to do."""
+        ns, where = self.conn.namespace, self.conn.source
+        if status == 400:
+            return BadRequest(f"cannot {what} on {where}: {message}")
+        if status == 404:
+            return NotFound(f"cannot {what} on {where}: not found ({message})")
+        if status == 409:
+            return NameConflict(f"cannot {what} on {where}: {message}")
+        if status == 410:
+            return Gone(f"cannot {what} on {where}: {message or 'the resource version is gone'}")
+        if status == 401:
             return RunnerError(
                 f"cannot {what}: the API server at {self.host} rejected the credentials "
-                f"({message}); refresh the kubeconfig of {self.conn.source}"
+                f"({message}); refresh the kubeconfig of {where}"
             )
-        if err.status == 403:
+        if status == 403:
             return RunnerError(
-                f"cannot {what} in namespace {ns}: forbidden by RBAC ({message}); ask the "
-                f"cluster admin for the permission; `kubectl auth can-i --list -n {ns}` shows "
+                f"cannot {what} in namespace {ns} on {where}: forbidden by RBAC ({message}); ask "
+                f"the cluster admin for the permission; `kubectl auth can-i --list -n {ns}` shows "
                 "what you may do"
             )
-        if err.status in RETRIED_STATUSES:
-            return RunnerError(
-                f"cannot {what}: the API server answered HTTP {err.status} {attempts} times "
-                f"({message}); it may be overloaded or upgrading, try again in a few minutes "
-                f"(`kubectl get --raw /readyz` shows its health)"
+        if status in RETRIED_STATUSES:
+            return Transient(
+                f"cannot {what} on {where}: the API server answered HTTP {status} {attempts} "
+                f"times ({message}); it may be overloaded or upgrading, try again in a few "
+                f"minutes (`kubectl get --raw /readyz` shows its health)"
             )
-        return RunnerError(f"cannot {what}: HTTP {err.status} ({message})")
+        return RunnerError(f"cannot {what} on {where}: HTTP {status} ({message})")
 
-    def _unreachable(self, what: str, err: Exception) -> RunnerError:
-        hint = (
-            f"`pulumi stack output --stack {self.conn.stack}` and `pulumi up` if it is down"
-            if self.conn.stack
-            else "`kubectl cluster-info` with the same kubeconfig and context"
-        )
-        return RunnerError(
+    def _unreachable(self, what: str, err: Exception, attempts: int) -> Transient:
+        return Transient(
             f"cannot {what}: the Kubernetes API server at {self.host} is unreachable "
-            f"({type(err).__name__}) after {self.max_attempts} attempts; check the cluster is "
-            f"up and reachable: {hint}"
+            f"({type(err).__name__}) after {attempts} attempts; check the cluster is up and "
+            f"reachable: {self.check_hint()}"
+        )
+
+    def check_hint(self) -> str:
+        """The command that shows whether this cluster is up."""
+        if self.conn.stack:
+            return f"`pulumi stack output --stack {self.conn.stack}` and `pulumi up` if it is down"
+        return "`kubectl cluster-info` with the same kubeconfig and context"
+
+    def _json(self, data: bytes, what: str) -> Any:
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise self._garbage(what, "an answer that is not JSON") from None
+
+    def _garbage(self, what: str, problem: str) -> RunnerError:
+        return RunnerError(
+            f"cannot {what}: the server at {self.host} sent {problem}; is it a Kubernetes API "
+            f"server? Check the kubeconfig of {self.conn.source} (`kubectl cluster-info`)"
         )
 
 

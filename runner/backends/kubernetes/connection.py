@@ -1,10 +1,12 @@
 """Where a Kubernetes run goes: a validated ClusterConnection, from a Pulumi stack or a kubeconfig.
 
 A stack's outputs are the only way the infra talks to the runner (shared/DESIGN.md §2); they are
-read with `pulumi stack output --json --show-secrets` and validated here, at the boundary, so a
-missing or ill-typed output fails before anything is submitted, naming the output and the
-command to check it. `--kubeconfig FILE` targets a cluster made elsewhere, with the defaults
-documented on `connect_kubeconfig`.
+read with `pulumi stack output --json --show-secrets` and checked at the boundary by
+contract/stack.py's `parse_outputs` (the same check infra's tests apply to what the program
+exports), so a missing or ill-typed output fails before anything is submitted, naming the
+output and the command to check it. A stack name is first looked up in stacks/, so a typo fails
+at once, listing the stacks, without starting `pulumi`. `--kubeconfig FILE` targets a cluster
+made elsewhere, with the defaults documented on `connect_kubeconfig`.
 
 The kubeconfig is a secret: it is held in memory, never logged (repr=False), and only ever
 written to a 0600 file inside a private temporary directory that `kubeconfig_file` removes after
@@ -16,25 +18,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
+from contract.stack import (
+    JOB_APIS,
+    RESULTS_MOUNT_PATH,
+    UPSTREAM_TRAINING_RUNTIME,
+    JobApi,
+    NodeResources,
+    OutputError,
+    image_problem,
+    parse_outputs,
+)
+from infra.stackfiles import StackFileError, stack_file
 from runner.errors import RunnerError, SpecError
 from runner.stack import pulumi_cli
 
-JobApi = Literal["trainjob", "pytorchjob"]
-JOB_APIS: tuple[JobApi, ...] = ("trainjob", "pytorchjob")
-PROVIDERS = ("kind", "gke", "eks")
 EXTERNAL = "external"  # the provider of a cluster given by --kubeconfig
-STORE_SCHEMES = ("gs", "s3", "file")
-DEFAULT_RUNTIME = "torch-distributed"
-DEFAULT_MOUNT_PATH = "/results"
 
 
 @dataclass(frozen=True)
@@ -51,10 +57,12 @@ class ClusterConnection:
     gpu_tolerations: tuple[Mapping[str, Any], ...] = ()
     gpus_per_node: int | None = None  # None: unknown (a cluster made elsewhere)
     num_nodes: int | None = None
+    node_job_resources: NodeResources | None = None  # None: unknown (render's defaults apply)
     results_store: str | None = None  # gs://b, s3://b or file:///host/dir; None: logs only
-    results_mount_path: str = DEFAULT_MOUNT_PATH
+    results_mount_path: str = RESULTS_MOUNT_PATH
     service_account: str | None = None
-    training_runtime: str = DEFAULT_RUNTIME
+    training_runtime: str = UPSTREAM_TRAINING_RUNTIME
+    bandwidth_shaping: bool | None = None  # enforces pod bandwidth annotations; None: unknown
     stack: str | None = None  # the Pulumi stack it came from, for messages and references
     kubeconfig_path: str | None = None  # the file it came from, for messages and references
 
@@ -120,7 +128,24 @@ def connect_reference(ref: Mapping[str, Any]) -> ClusterConnection:
 
 
 def connect_stack(stack: str) -> ClusterConnection:
+    check_stack_name(stack)
     return connection_from_outputs(read_stack_outputs(stack), stack)
+
+
+def check_stack_name(stack: str) -> None:
+    """SpecError naming the stacks that exist unless stacks/Pulumi.<stack>.yaml does: a stack
+    without a settings file cannot have been deployed from this project."""
+    project = pulumi_cli.project_dir()
+    if project is None:
+        raise SpecError(
+            "--stack",
+            "no Pulumi.yaml here or above; run inside the stackbench checkout, or target the "
+            "cluster with --kubeconfig FILE",
+        )
+    try:
+        stack_file(project, stack)
+    except StackFileError as err:
+        raise SpecError("--stack", str(err)) from None
 
 
 def read_stack_outputs(stack: str) -> dict[str, Any]:
@@ -138,74 +163,32 @@ def read_stack_outputs(stack: str) -> dict[str, Any]:
 
 
 def connection_from_outputs(outputs: Mapping[str, Any], stack: str) -> ClusterConnection:
-    """Validate the infra's output contract; every error names the output and the command."""
-    get = _OutputReader(outputs, stack)
-    provider = get.str("provider")
-    if provider not in PROVIDERS:
-        raise get.error("provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
-    job_api = get.str("job_api")
-    if job_api not in JOB_APIS:
-        raise get.error("job_api", f"must be one of {', '.join(JOB_APIS)}, got {job_api!r}")
+    """The stack's outputs, checked by the contract; errors name the output and the command."""
     try:
-        image = check_image(get.str("image"), "image")
-    except SpecError as err:
-        raise get.error("image", str(err)) from None
-    selector = get.typed("node_selector", dict)
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
-        raise get.error("node_selector", "must map label names to string values")
-    tolerations = get.typed("gpu_tolerations", list)
-    if not all(isinstance(t, dict) for t in tolerations):
-        raise get.error("gpu_tolerations", "must be a list of toleration objects")
-    store = get.str("results_store")
-    if store.partition("://")[0] not in STORE_SCHEMES or not store.partition("://")[2]:
-        raise get.error("results_store", f"must be a gs://, s3:// or file:/// URI, got {store!r}")
+        out = parse_outputs(outputs)
+    except OutputError as err:
+        raise RunnerError(
+            f"stack {stack!r}: {err}; check it with `pulumi stack output --json --stack "
+            f"{stack}` (and `pulumi up --stack {stack}` if it is stale)"
+        ) from None
     return ClusterConnection(
-        kubeconfig=get.str("kubeconfig"),
-        namespace=get.str("namespace"),
-        job_api=job_api,  # type: ignore[arg-type]
-        image=image,
-        provider=provider,
-        node_selector=MappingProxyType(dict(selector)),
-        gpu_tolerations=tuple(MappingProxyType(dict(t)) for t in tolerations),
-        gpus_per_node=get.count("gpus_per_node", minimum=0),
-        num_nodes=get.count("num_nodes", minimum=1),
-        results_store=store,
-        results_mount_path=get.str("results_mount_path"),
-        service_account=get.str("service_account"),
-        training_runtime=get.str("training_runtime"),
+        kubeconfig=out.kubeconfig,
+        namespace=out.namespace,
+        job_api=out.job_api,
+        image=out.image,
+        provider=out.provider,
+        node_selector=out.node_selector,
+        gpu_tolerations=out.gpu_tolerations,
+        gpus_per_node=out.gpus_per_node,
+        num_nodes=out.num_nodes,
+        node_job_resources=out.node_job_resources,
+        results_store=out.results_store,
+        results_mount_path=out.results_mount_path,
+        service_account=out.service_account,
+        training_runtime=out.training_runtime,
+        bandwidth_shaping=out.bandwidth_shaping,
         stack=stack,
     )
-
-
-class _OutputReader:
-    def __init__(self, outputs: Mapping[str, Any], stack: str) -> None:
-        self.outputs, self.stack = outputs, stack
-
-    def error(self, name: str, problem: str) -> RunnerError:
-        return RunnerError(
-            f"stack {self.stack!r}: output {name!r} {problem}; check it with "
-            f"`pulumi stack output --json --stack {self.stack}` (and `pulumi up` if it is stale)"
-        )
-
-    def typed(self, name: str, tp: type) -> Any:
-        if name not in self.outputs:
-            raise self.error(name, "is missing")
-        value = self.outputs[name]
-        if not isinstance(value, tp) or isinstance(value, bool):
-            raise self.error(name, f"must be {tp.__name__}, got {type(value).__name__}")
-        return value
-
-    def str(self, name: str) -> str:
-        value = self.typed(name, str)
-        if not value:
-            raise self.error(name, "is empty")
-        return value
-
-    def count(self, name: str, minimum: int) -> int:
-        value = self.typed(name, int)
-        if value < minimum:
-            raise self.error(name, f"must be at least {minimum}, got {value}")
-        return value
 
 
 # ---- clusters made elsewhere -------------------------------------------------------------
@@ -256,17 +239,9 @@ def _context_namespace(text: str, context: str | None, path: Path) -> str:
 
 def check_image(image: str, param: str) -> str:
     """An image reference pinned by tag or digest; `:latest` and untagged are refused."""
-    name, _, digest = image.partition("@")
-    last = name.rsplit("/", 1)[-1]
-    tag = last.partition(":")[2]
-    if digest:
-        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-            raise SpecError(param, f"{image!r} has a malformed digest (want @sha256:<64 hex>)")
-        return image
-    if not tag or tag == "latest":
-        raise SpecError(
-            param, f"{image!r} is not pinned; give a version tag or an @sha256 digest, not :latest"
-        )
+    problem = image_problem(image)
+    if problem:
+        raise SpecError(param, f"{image!r} {problem}")
     return image
 
 

@@ -1,17 +1,16 @@
 """Reading a Kubeflow job from what the API server says about it: the job's state and, while it
-is pending, why; which pod runs which node; which rank wrote which log line.
+is pending, why; which pod runs which node. (Which rank wrote which log line: demux.py.)
 
 Pure functions over the JSON objects (job, pods, events); no client, no clock of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from contract.rundir import JobState, JobStatus
-from runner.backends.kubernetes.render.common import RANK_PREFIX_RE
 
 # The conditions each API sets when a job ends (TrainJob: Complete/Failed; PyTorchJob 1.9:
 # Succeeded/Failed; both keep a list, the terminal condition is True).
@@ -56,15 +55,21 @@ def job_shape(job_api: str, job: Mapping[str, Any]) -> Shape:
 
 
 def node_rank(job_api: str, pod: Mapping[str, Any]) -> int | None:
+    """The node a pod runs, from the labels and annotations its controller sets (never from
+    anything the pod writes); None for a pod that has none, or garbage."""
     meta = pod.get("metadata", {})
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     if job_api == "trainjob":
-        index = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX))
-        return int(index) if index is not None else None
-    kind, index = labels.get(REPLICA_TYPE, "").lower(), labels.get(REPLICA_INDEX)
+        return _index(annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX)))
+    kind, index = str(labels.get(REPLICA_TYPE, "")).lower(), _index(labels.get(REPLICA_INDEX))
     if index is None or kind not in ("master", "worker"):
         return None
-    return int(index) + (1 if kind == "worker" else 0)
+    return index + (1 if kind == "worker" else 0)
+
+
+def _index(value: Any) -> int | None:
+    text = str(value) if value is not None else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 7 else None
 
 
 def pods_by_node(job_api: str, pods: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
@@ -95,9 +100,10 @@ def job_status(
     if failed.get("status") == "True":
         return _failed(job_api, failed, by_node)
     shape = job_shape(job_api, job)
-    running = [p for p in by_node.values() if p.get("status", {}).get("phase") == "Running"]
-    if len(running) == shape.num_nodes:
-        starts = [p["status"].get("startTime") or "" for p in running]
+    # Pods that ran and ended count as started: the job's own condition comes a moment later.
+    started = [p for p in by_node.values() if container_started(p)]
+    if len(started) == shape.num_nodes:
+        starts = [p["status"].get("startTime") or "" for p in started]
         return JobStatus(JobState.RUNNING, since=max(starts) or None)
     reason = pending_reason(job_api, name, shape, by_node, events)
     return JobStatus(
@@ -150,17 +156,6 @@ def latest_warning(name: str, events: Iterable[Mapping[str, Any]]) -> Mapping[st
     return max(mine, key=_event_time, default=None)
 
 
-def split_ranks(lines: Iterable[str], first_rank: int) -> Iterator[tuple[int, str]]:
-    """(rank, line without torchrun's prefix); unprefixed lines (the launcher's own) belong to
-    the node's first rank."""
-    for line in lines:
-        match = RANK_PREFIX_RE.match(line)
-        if match:
-            yield int(match.group(1)), line[match.end() :]
-        else:
-            yield first_rank, line
-
-
 def container_key(pod: Mapping[str, Any], container: str) -> tuple[str, int]:
     """Identifies one run of a container: the pod's uid and the container's restart count."""
     restarts = 0
@@ -172,6 +167,14 @@ def container_key(pod: Mapping[str, Any], container: str) -> tuple[str, int]:
 
 def container_started(pod: Mapping[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed")
+
+
+def container_running(pod: Mapping[str, Any], container: str) -> bool:
+    """Whether the kubelet last reported the container running (its log may still grow)."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") == container:
+            return "running" in (status.get("state") or {})
+    return pod.get("status", {}).get("phase") == "Running"
 
 
 def _failed(

@@ -1,80 +1,130 @@
 """LocalBackend: runs a job with torchrun on this machine, in its run directory.
 
-submit starts runner.backends.local.supervisor (see there for the process design); status
-reads the state.json it writes; logs read logs/rank-N.log; fetch checks the run directory
-is complete (the results are already in place); cancel signals the supervisor and waits for
-it to record CANCELLED.
+dryrun checks what a run here needs (runner/backends/local/preflight.py) and returns the exact
+request: the command lines, the variables they add to the environment and where they run.
+submit records that request (launch.json) and starts the supervisor
+(runner/backends/local/supervisor.py), which runs exactly it and is the only writer of
+state.json while it lives. status reads state.json and notices a supervisor that died without
+recording an outcome: that run is marked FAILED and whatever is left of it is ended. cancel
+signals only a process that proves it belongs to the run (runner/backends/local/processes.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import codecs
+import os
+import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-from contract.rundir import JobState, JobStatus
-from runner.errors import BackendUnavailable, RunnerError
-from runner.job.spec import JobSpec
+from contract import files
+from contract.events import parse_line
+from contract.files import DamagedFile
+from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_state
+from runner.backends.base import LocalRequest, Process, Request
+from runner.backends.local import launch, network, preflight, processes
+from runner.errors import RunnerError, SpecError
+from runner.job.spec import JobSpec, workload_args, workload_module
 from runner.results import rundir
 
 SCHEME = "local://"
-SUPERVISOR_FILE = "supervisor.json"  # local runs only: the supervisor's pid, for cancel/status
+LAUNCH_FILE = "launch.json"  # the request the supervisor runs, as dryrun made it
+SUPERVISOR_FILE = "supervisor.json"  # the supervisor's pid and start time (never trusted alone)
+SUPERVISOR_LOG = "supervisor.log"
 CANCEL_TIMEOUT_S = 60.0
-FOLLOW_POLL_S = 0.25
+LEFTOVER_GRACE_S = 5.0
+# status() reads state.json and checks one process: cheap enough to poll often, so that a run's
+# end shows within 0.05 s (`runner submit` returns right after the run, not seconds later).
+POLL_S = 0.05
 
 
 class LocalBackend:
     name = "local"
-    poll_s = 0.05  # status() reads state.json and checks one pid: cheap enough to poll often
+    reference = None
 
     def __init__(self, results_root: Path) -> None:
         self.results_root = results_root
 
-    def submit(self, spec: JobSpec, run_dir: Path) -> str:
-        if importlib.util.find_spec("torch") is None:
-            raise BackendUnavailable(
-                "the local backend needs torch in this environment: "
-                "pip install -c constraints.txt -e '.[workloads]' (or run `make demo`)"
-            )
-        # PENDING before the supervisor exists, so its RUNNING can never be overwritten.
-        rundir.write_state(run_dir, JobStatus(JobState.PENDING, "starting torchrun", _now()))
-        with open(run_dir / rundir.LOGS / "supervisor.log", "ab") as out:
+    # ---- the request -------------------------------------------------------------------
+
+    def dryrun(self, spec: JobSpec, run_dir: Path) -> LocalRequest:
+        preflight.check(spec)
+        run_dir = run_dir.absolute()
+        if spec.placement.link is None:
+            return LocalRequest(str(run_dir), (torchrun_process(spec, run_dir),))
+        return LocalRequest(str(run_dir), shaped_processes(spec, run_dir), spec.placement.link)
+
+    def describe(self, request: Request) -> str:
+        local = _local(request)
+        lines = []
+        for p in local.processes:
+            if p.netns is not None:
+                lines.append(f"# in worker namespace {p.netns}, on its own {local.link} link:")
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(p.env.items()))
+            lines.append(f"cd {shlex.quote(p.cwd)} && env {env} {shlex.join(p.argv)}")
+        return "\n".join(lines)
+
+    def handle(self, request: Request) -> str:
+        return SCHEME + Path(_local(request).run_dir).name
+
+    def submit(self, request: Request) -> str:
+        local = _local(request)
+        run_dir = Path(local.run_dir)
+        files.write_json(run_dir / LAUNCH_FILE, request_to_dict(local))
+        env = {**os.environ, **processes.run_env(run_dir.name, run_dir), "PYTHONUNBUFFERED": "1"}
+        with open(run_dir / LOGS / SUPERVISOR_LOG, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir.resolve())],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches the runner alone
             )  # fmt: skip
         started = psutil.Process(proc.pid).create_time()
-        rundir.write_json(run_dir / SUPERVISOR_FILE, {"pid": proc.pid, "create_time": started})
-        return SCHEME + spec.run_id
+        files.write_json(run_dir / SUPERVISOR_FILE, {"pid": proc.pid, "create_time": started})
+        return self.handle(request)
+
+    # ---- following ---------------------------------------------------------------------
 
     def status(self, handle: str) -> JobStatus:
         run_dir = self._run_dir(handle)
-        state = rundir.read_state(run_dir) or JobStatus(JobState.PENDING, "not started")
-        if not state.state.finished and not self._supervisor_alive(run_dir):
-            # Re-read: the supervisor may have finished between the two reads.
-            state = rundir.read_state(run_dir) or state
-            if not state.state.finished:
-                return JobStatus(
-                    JobState.FAILED,
-                    "the local supervisor exited without recording an outcome; "
-                    f"see {run_dir / rundir.LOGS / 'supervisor.log'}",
-                    since=_now(),
-                )
-        return state
+        state = read_state(run_dir) or JobStatus(JobState.PENDING, "not started")
+        if state.state.finished or self._supervisor(run_dir) is not None:
+            return state
+        # Re-read: the supervisor may have recorded its outcome between the two reads.
+        state = read_state(run_dir) or state
+        if state.state.finished:
+            return state
+        return self._supervisor_died(run_dir, state)
+
+    def watch(self, handle: str) -> Iterator[JobStatus]:
+        last = None
+        while True:
+            current = self.status(handle)
+            if current != last:
+                yield current
+                last = current
+            if current.state.finished:
+                return
+            time.sleep(POLL_S)
+
+    def events(self, handle: str) -> Iterator[list[dict[str, Any]]]:
+        tail = EventTail(self._run_dir(handle) / EVENTS)
+        while True:
+            yield tail.read_new()
 
     def logs(self, handle: str, rank: int, follow: bool) -> Iterator[str]:
         run_dir = self._run_dir(handle)
         world_size = rundir.read_record(run_dir).spec.placement.world_size
         if not 0 <= rank < world_size:
             raise RunnerError(f"rank {rank} does not exist; this run has ranks 0-{world_size - 1}")
-        path = rundir.rank_log(run_dir, rank)
+        path = rank_log(run_dir, rank)
         yield from follow_lines(path, lambda: self.status(handle).state.finished, follow)
 
     def fetch(self, handle: str, dest: Path) -> list[str]:
@@ -90,64 +140,146 @@ class LocalBackend:
             return
         supervisor = self._supervisor(run_dir)
         if supervisor is not None:
-            supervisor.terminate()  # the supervisor stops torchrun and records CANCELLED
+            supervisor.terminate()  # it stops torchrun and records CANCELLED
             try:
                 supervisor.wait(timeout=CANCEL_TIMEOUT_S)
             except psutil.TimeoutExpired:
                 supervisor.kill()
-        state = rundir.read_state(run_dir)
+        processes.end(processes.members(run_dir.name, run_dir), LEFTOVER_GRACE_S)
+        state = read_state(run_dir)
         if state is None or not state.state.finished:
-            rundir.write_state(
-                run_dir, JobStatus(JobState.CANCELLED, "cancelled by the user", _now())
-            )
+            cancelled = JobStatus(JobState.CANCELLED, "cancelled by the user", _now())
+            rundir.write_state(run_dir, cancelled)
 
-    # ---- internals ----------------------------------------------------------------------
+    def close(self) -> None:
+        return None
+
+    # ---- internals ---------------------------------------------------------------------
 
     def _run_dir(self, handle: str) -> Path:
         if not handle.startswith(SCHEME):
             raise RunnerError(f"not a local run handle: {handle!r}")
         return rundir.find(self.results_root, handle[len(SCHEME) :])
 
-    def _supervisor(self, run_dir: Path) -> psutil.Process | None:
-        info = rundir.read_json_or_none(run_dir / SUPERVISOR_FILE)
-        if not info:
-            return None
+    def _supervisor(self, run_dir: Path) -> Any:
+        """The live supervisor of the run, only if it proves it is one (never a bare pid)."""
         try:
-            proc = psutil.Process(info["pid"])
-        except psutil.NoSuchProcess:
+            info = files.read_json_object(run_dir / SUPERVISOR_FILE)
+        except (FileNotFoundError, DamagedFile):
             return None
-        # The same process, not a recycled pid; a zombie has finished its work.
-        if abs(proc.create_time() - info["create_time"]) > 1e-3:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
+        return processes.proven(info.get("pid"), info.get("create_time"), run_dir.name, run_dir)
 
-    def _supervisor_alive(self, run_dir: Path) -> bool:
-        return self._supervisor(run_dir) is not None
+    def _supervisor_died(self, run_dir: Path, last: JobStatus) -> JobStatus:
+        """The supervisor is gone without an outcome: end what is left, record FAILED."""
+        leftovers = processes.members(run_dir.name, run_dir)
+        processes.end(leftovers, LEFTOVER_GRACE_S)
+        if (run_dir / SUPERVISOR_FILE).exists():
+            reason = (
+                f"the supervisor died (killed or crashed) while the run was {last.state.value}"
+                f"; {len(leftovers)} leftover process(es) ended; see {LOGS}/{SUPERVISOR_LOG}"
+            )
+        else:
+            reason = "the runner was stopped before the run started"
+        status = JobStatus(JobState.FAILED, reason, _now())
+        rundir.write_state(run_dir, status)
+        return status
 
 
-def follow_lines(path: Path, finished, follow: bool) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def torchrun_process(spec: JobSpec, run_dir: Path) -> Process:
+    """The one torchrun that starts every worker of a local run, and what it adds to the
+    environment."""
+    argv = (
+        sys.executable, "-m", "runner.backends.local.torchrun",
+        "--standalone",
+        f"--nproc-per-node={spec.placement.procs_per_node}",
+        "--monitor-interval=0.1",  # how soon torchrun sees its workers are done
+        "-m", workload_module(spec),
+        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
+    )  # fmt: skip
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads(spec))}
+    return Process(argv=argv, env=env, cwd=str(run_dir))
+
+
+def _threads(spec: JobSpec) -> str:
+    # One process per share of the cores: torchrun would otherwise force 1 thread and warn.
+    return str(max(1, (os.cpu_count() or 1) // spec.placement.world_size))
+
+
+def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
+    """One torchrun agent per worker, each in the network namespace of its own that its
+    shaped link reaches (runner/backends/local/launch.py)."""
+    launch.check_placement(spec.placement.device)
+    network.require()
+    entry = (
+        "-m", workload_module(spec),
+        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
+    )  # fmt: skip
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads(spec))}
+    return launch.worker_processes(spec.placement.world_size, 1, entry, env, str(run_dir))
+
+
+def request_to_dict(request: LocalRequest) -> dict[str, Any]:
+    return {"schema_version": 1, **asdict(request)}
+
+
+def request_from_dict(data: dict[str, Any]) -> LocalRequest:
+    procs = tuple(
+        Process(tuple(p["argv"]), dict(p["env"]), p["cwd"], p.get("netns"))
+        for p in data["processes"]
+    )
+    return LocalRequest(data["run_dir"], procs, data.get("link"))
+
+
+class EventTail:
+    """New complete events appended to an events.jsonl since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return []
+        with os.fdopen(fd, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # only whole lines; a line being written waits
+        self._offset += end
+        text = data[:end].decode("utf-8", errors="replace")
+        return [e for e in map(parse_line, text.splitlines()) if e is not None]
+
+
+def follow_lines(path: Path, finished: Any, follow: bool) -> Iterator[str]:
     """Lines of a growing file; with follow, until `finished()` and the file is drained."""
     offset = 0
     partial = ""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a split character waits
     while True:
         done = finished() if follow else True  # read the flag before draining: no lost tail
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
                 f.seek(offset)
                 chunk = f.read()
                 offset = f.tell()
-        except FileNotFoundError:
-            chunk = ""
-        lines = (partial + chunk).split("\n")
+        except OSError:
+            chunk = b""
+        lines = (partial + decoder.decode(chunk)).split("\n")
         partial = lines.pop()
         yield from lines
         if done:
             if partial:
                 yield partial
             return
-        time.sleep(FOLLOW_POLL_S)
+        time.sleep(POLL_S)
+
+
+def _local(request: Request) -> LocalRequest:
+    if not isinstance(request, LocalRequest):
+        raise SpecError("--local", f"the local backend cannot run {type(request).__name__}")
+    return request
 
 
 def _now() -> str:

@@ -1,99 +1,141 @@
-"""Supervises one local run: starts torchrun, records the outcome, leaves no process behind.
+"""Supervises one local run: runs exactly its request, records the outcome, leaves nothing.
 
 Started by LocalBackend.submit as `python -m runner.backends.local.supervisor RUN_DIR` in a
 session of its own, so the run survives the CLI that started it (`--detach`) and a Ctrl-C in
-that terminal reaches only the CLI, which then cancels through this process. It is the only
-writer of state.json. SIGTERM or SIGINT cancels: torchrun and every worker get SIGTERM, and
-whatever is left after a grace period gets SIGKILL. torchrun starts each worker in a session
-of its own, so cleanup walks the process tree rather than signalling a process group.
+that terminal reaches only the CLI, which then cancels through this process. It runs the
+processes of launch.json (the request `runner submit --dry-run` shows) and is the only writer
+of state.json while it lives. SIGTERM, SIGINT or SIGHUP cancel: every process of the run gets
+SIGTERM, and whatever is left after a grace period SIGKILL. If this process is SIGKILLed, the
+kernel ends torchrun and the workers (workloads/lifetime.py), and the next command that reads
+the run records it FAILED (LocalBackend.status).
+
+The outcome: exit codes decide, never a summary written before a crash. A run SUCCEEDED only
+when every process exited 0 and summary.json exists; a failure names the first failed rank, its
+exit code (and signal) and its first error line; a full or read-only disk is named as such,
+since a worker that cannot write cannot say so in its own log either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
+from contract import files
+from contract.rundir import LOGS, STATE, SUMMARY, JobState, JobStatus, rank_log
+from runner.backends.base import LocalRequest, Process
+from runner.backends.local import processes
+from runner.backends.local.backend import LAUNCH_FILE, request_from_dict
+from runner.backends.local.launch import Started, launch
+from runner.backends.local.network import NetworkUnavailable
+from workloads import lifetime
 
-from contract.rundir import JobState, JobStatus
-from runner.job.spec import JobSpec, workload_args, workload_module
-from runner.results import rundir
-
-POLL_S = 0.2
+POLL_S = 0.05  # how soon the end of the last process is seen
 GRACE_S = 10.0
 LAUNCHER_LOG = "launcher.log"
-
-
-def torchrun_argv(spec: JobSpec, run_dir: Path) -> list[str]:
-    return [
-        sys.executable, "-m", "runner.backends.local.torchrun",
-        "--standalone",
-        f"--nproc-per-node={spec.placement.procs_per_node}",
-        "--monitor-interval=0.1",  # how soon torchrun sees its workers are done
-        "-m", workload_module(spec),
-        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / rundir.LOGS)),
-    ]  # fmt: skip
-
-
-def worker_env(spec: JobSpec) -> dict[str, str]:
-    env = dict(os.environ)
-    # One process per core share: torchrun would otherwise force 1 thread and warn about it.
-    threads = max(1, (os.cpu_count() or 1) // spec.placement.procs_per_node)
-    env.setdefault("OMP_NUM_THREADS", str(threads))
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+MAX_REASON_CHARS = 600  # state.json must stay small enough to rewrite on a full disk
+# An exception line as Python prints it, possibly behind torch's `[rank0]:` prefix.
+_ERROR_LINE = re.compile(
+    r"^(?:\[rank\d+\]:)?\s*(?:[A-Za-z_][\w]*\.)*"
+    r"([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Diverged)\b:?.*)$"
+)
+_STACKBENCH_LINE = re.compile(r"^(?:\[rank\d+\]:)?\s*stackbench: (.+)$")
 
 
 def supervise(run_dir: Path) -> JobStatus:
     run_dir = run_dir.resolve()  # torchrun runs inside it; relative paths would nest
-    spec = rundir.read_record(run_dir).spec
-    cancelled = False
+    request = request_from_dict(files.read_json_object(run_dir / LAUNCH_FILE))
+    lifetime.become_subreaper()  # orphans of the run come back here, never to init
+    stop: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        nonlocal cancelled
-        cancelled = True
+        stop.append(signum)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    with open(run_dir / rundir.LOGS / LAUNCHER_LOG, "ab") as launcher_log:
-        proc = subprocess.Popen(
-            torchrun_argv(spec, run_dir), stdout=launcher_log, stderr=subprocess.STDOUT,
-            env=worker_env(spec), cwd=run_dir,
-        )  # fmt: skip
-        rundir.write_state(run_dir, JobStatus(JobState.RUNNING, since=_now()))
-        tree = ProcessTree(proc.pid)
-        while proc.poll() is None and not cancelled:
-            tree.refresh()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=POLL_S)  # returns as soon as torchrun exits
-        tree.terminate(GRACE_S)
-        proc.wait()
-    status = outcome(run_dir, spec, proc.returncode, cancelled)
-    rundir.write_state(run_dir, status)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    try:
+        # The request's network (shaped links, when it has one) lives as long as this block;
+        # a SIGKILLed supervisor takes it with it (runner/backends/local/network.py).
+        with launch(request) as network:
+            status = _run(run_dir, request, network, stop)
+    except NetworkUnavailable as err:
+        status = JobStatus(JobState.FAILED, str(err)[:MAX_REASON_CHARS], since=_now())
+    record(run_dir, status)
     return status
 
 
-def outcome(run_dir: Path, spec: JobSpec, returncode: int, cancelled: bool) -> JobStatus:
+def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]) -> JobStatus:
+    started = [
+        _start(p, network, _launcher_log(run_dir, i, request))
+        for i, p in enumerate(request.processes)
+    ]
+    record(run_dir, JobStatus(JobState.RUNNING, since=_now()))
+    while not stop and not _done(started):
+        time.sleep(POLL_S)
+    processes.end(processes.members(run_dir.name, run_dir), GRACE_S)
+    for proc in started:
+        proc.wait()
+    return outcome(run_dir, request, [p.returncode for p in started], cancelled=bool(stop))
+
+
+def _start(process: Process, network: Started, log_path: Path) -> subprocess.Popen[bytes]:
+    parent = os.getpid()
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            network.argv(process), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, env={**os.environ, **process.env, **network.env},
+            cwd=process.cwd, preexec_fn=lambda: lifetime.die_with_parent(parent),
+        )  # fmt: skip
+
+
+def _launcher_log(run_dir: Path, index: int, request: LocalRequest) -> Path:
+    name = LAUNCHER_LOG if len(request.processes) == 1 else f"launcher-{index}.log"
+    return run_dir / LOGS / name
+
+
+def _done(started: Sequence[subprocess.Popen[bytes]]) -> bool:
+    """Every process has exited, or one has failed (the others are then ended)."""
+    codes = [p.poll() for p in started]
+    return all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
+
+
+def outcome(
+    run_dir: Path, request: LocalRequest, returncodes: Sequence[int | None], cancelled: bool
+) -> JobStatus:
     if cancelled:
         return JobStatus(JobState.CANCELLED, "cancelled by the user", since=_now())
-    if returncode == 0 and (run_dir / rundir.SUMMARY).is_file():
+    if all(code == 0 for code in returncodes) and (run_dir / SUMMARY).is_file():
         return JobStatus(JobState.SUCCEEDED, since=_now())
-    launcher_text = (run_dir / rundir.LOGS / LAUNCHER_LOG).read_text(errors="replace")
-    rank, code = parse_root_cause(launcher_text)
+    disk = storage_problem(run_dir)
+    failed = [i for i, code in enumerate(returncodes) if code != 0] or [0]
+    launcher = _read(_launcher_log(run_dir, failed[0], request))
+    rank, code = parse_root_cause(launcher)
     if rank is None:
-        reason = f"torchrun exited with code {returncode}; see logs/{LAUNCHER_LOG}"
-        return JobStatus(JobState.FAILED, reason, since=_now(), exit_code=returncode)
-    reason = f"rank {rank} exited with code {code}{_signal_note(code)}"
-    last = last_error_line(rundir.rank_log(run_dir, rank))
-    if last:
-        reason += f": {last}"
-    return JobStatus(JobState.FAILED, reason, since=_now(), failed_rank=rank, exit_code=code)
+        code = returncodes[failed[0]]
+        log = _launcher_log(run_dir, failed[0], request).name
+        reason = f"torchrun exited with code {code}; see {LOGS}/{log}"
+        if code == 0:
+            reason = f"every process exited 0 but the run wrote no {SUMMARY}"
+        return _failed(reason, disk, exit_code=code)
+    reason = f"rank {rank} exited with code {code}{signal_note(code)}"
+    line = first_error_line(_read(rank_log(run_dir, rank)))
+    if line:
+        reason += f": {line}"
+    return _failed(reason, disk, failed_rank=rank, exit_code=code)
+
+
+def _failed(reason: str, disk: str | None, **fields: int | None) -> JobStatus:
+    if disk:
+        reason = f"{disk} ({reason})"
+    return JobStatus(JobState.FAILED, reason[:MAX_REASON_CHARS], since=_now(), **fields)  # type: ignore[arg-type]
 
 
 def parse_root_cause(launcher_text: str) -> tuple[int | None, int | None]:
@@ -106,62 +148,70 @@ def parse_root_cause(launcher_text: str) -> tuple[int | None, int | None]:
     return int(rank.group(1)), int(code.group(1))
 
 
-def last_error_line(log: Path) -> str:
-    """The exception line at the end of a rank's log, if it ended with one."""
+def first_error_line(log_text: str) -> str:
+    """What the rank said went wrong: its own `stackbench: ...` line when it wrote one (a
+    diverged run, a data error it explains), else the first exception line of its log, with
+    torch's `[rankN]:` prefix and the exception's module path stripped."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    for line in lines:
+        match = _STACKBENCH_LINE.match(line)
+        if match:
+            return match.group(1)[:MAX_REASON_CHARS]
+    for line in lines:
+        match = _ERROR_LINE.match(line)
+        if match and not line.lstrip().startswith(("File ", "raise ")):
+            return match.group(1)[:MAX_REASON_CHARS]
+    return ""
+
+
+def storage_problem(run_dir: Path) -> str | None:
+    """Why the run's file system cannot take writes, if it cannot (full or read-only)."""
     try:
-        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        info = os.statvfs(run_dir)
+    except OSError:
+        return None
+    if info.f_flag & os.ST_RDONLY:
+        return f"the file system of {run_dir} is read-only"
+    if info.f_bavail * info.f_frsize < 64 * 1024:
+        return f"no space left on the device of {run_dir}"
+    return None
+
+
+def record(run_dir: Path, status: JobStatus) -> None:
+    """Write state.json; on a full disk, overwrite the existing file in place (its blocks are
+    already allocated) rather than lose the outcome."""
+    try:
+        files.write_json(run_dir / STATE, status.to_dict())
+    except OSError as err:
+        text = json.dumps(status.to_dict(), sort_keys=True).encode()
+        try:
+            fd = os.open(run_dir / STATE, os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                os.pwrite(fd, text, 0)
+                os.ftruncate(fd, len(text))
+            finally:
+                os.close(fd)
+        except OSError:
+            print(f"cannot record {status.state.value} in {run_dir / STATE}: {err}", flush=True)
+
+
+def signal_note(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f" (killed by {signal.Signals(-code).name})"
+    return ""
+
+
+def _read(path: Path, tail_bytes: int = 1 << 20) -> str:
+    """The last `tail_bytes` of a log (where a crash is reported), never through a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
-    for line in reversed(lines[-20:]):
-        if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line):
-            return line[:300]
-    return ""
-
-
-class ProcessTree:
-    """A process and every descendant ever seen under it.
-
-    Remembering descendants matters: if torchrun itself dies, its workers are re-parented
-    and no longer appear under it, yet they must not outlive the run. psutil.Process checks
-    creation time, so a recycled pid is never signalled by mistake.
-    """
-
-    def __init__(self, pid: int) -> None:
-        self._known: dict[int, psutil.Process] = {}
-        try:
-            self._root = psutil.Process(pid)
-        except psutil.NoSuchProcess:
-            self._root = None
-        self.refresh()
-
-    def refresh(self) -> None:
-        if self._root is None:
-            return
-        with contextlib.suppress(psutil.NoSuchProcess):  # it ended: keep what was seen
-            for p in [self._root, *self._root.children(recursive=True)]:
-                self._known.setdefault(p.pid, p)
-
-    def terminate(self, grace_s: float) -> None:
-        """SIGTERM all, then SIGKILL whatever outlives grace_s."""
-        self.refresh()
-        procs = [p for p in self._known.values() if p.is_running()]
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=grace_s)
-        for p in alive:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(alive, timeout=grace_s)
-
-
-def _signal_note(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f" (killed by {signal.Signals(-code).name})"
-        except ValueError:
-            return ""
-    return ""
+    with os.fdopen(fd, "rb") as f:
+        with contextlib.suppress(OSError):
+            f.seek(max(0, os.fstat(fd).st_size - tail_bytes))
+        return f.read(tail_bytes).decode("utf-8", errors="replace")
 
 
 def _now() -> str:

@@ -2,6 +2,9 @@
 
 The stack's `job_api` picks the renderer: TrainJob (Kubeflow Trainer 2.x, the default) or
 PyTorchJob (training-operator 1.9). Both are pure functions; submitting is the backend's job.
+The job's link (`--link`, its placement's) caps each pod's ingress and egress (the CNI
+bandwidth plugin's annotations), on clusters whose network enforces them; elsewhere it is
+refused (common.bandwidth_annotations).
 """
 
 from __future__ import annotations

@@ -1,5 +1,13 @@
-"""The parts both job renderers share: labels, the pod's security, volumes, scheduling and the
-torchrun launch line. Pure functions of (JobSpec, ClusterConnection); no I/O, no client.
+"""The parts both job renderers share: labels, the pod's security, volumes, scheduling, network
+shaping and the torchrun launch line. Pure functions of (JobSpec, ClusterConnection); no I/O,
+no client. Resources are resources.py's.
+
+What a job pod may do (docs/security.md): it runs as the image's unprivileged user
+(contract/stack.py IMAGE_UID) with no capabilities, no privilege escalation, the runtime's
+seccomp profile and a read-only root filesystem; it writes only /tmp and its home (emptyDirs,
+for torch, Triton and inductor caches), /dev/shm and the results mount; it gets no API token
+(the stack's service account mounts none, and the PyTorchJob pod says so again) and no
+service-link environment.
 
 Every process runs `workload_argv` under torchrun. torchrun prefixes each worker's lines with
 `[rank<N>]:` (--tee and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), which is how the backend splits
@@ -11,16 +19,25 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from contract.network import ENV as NETWORK_ENV
+from contract.network import NetworkRecord
+from contract.stack import IMAGE_HOME, IMAGE_UID
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.render.resources import pod_resources
 from runner.errors import SpecError
+from runner.job.link import parse_link
 from runner.job.spec import JobSpec, workload_argv
 
-GPU_RESOURCE = "nvidia.com/gpu"
 RUN_ID_LABEL = "stackbench/run-id"
 BENCHMARK_LABEL = "stackbench/benchmark"
 MANAGED_BY = "stackbench-runner"
-# The image runs as this unprivileged user (images/ creates it); volumes are group-owned by it.
-RUN_AS_UID = 1000
+# The only writable places besides /dev/shm and the results mount: the root filesystem is
+# read-only. Sizes cap what a runaway process can fill (torch, Triton and inductor caches are
+# hundreds of MiB); over the cap the kubelet evicts the pod.
+SCRATCH_VOLUMES = {"tmp": ("/tmp", "4Gi"), "home": (IMAGE_HOME, "4Gi")}
+# The CNI bandwidth plugin reads these (bits per second, a Kubernetes quantity).
+INGRESS_BANDWIDTH = "kubernetes.io/ingress-bandwidth"
+EGRESS_BANDWIDTH = "kubernetes.io/egress-bandwidth"
 # torchrun tees every worker's output to the pod log with this prefix (`[rank3]:...`).
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 RANK_PREFIX_RE = re.compile(r"^\[rank(\d+)\]:")
@@ -53,7 +70,7 @@ def check_placement(spec: JobSpec, conn: ClusterConnection) -> None:
     placement = spec.placement
     if conn.num_nodes is not None and placement.num_nodes > conn.num_nodes:
         raise SpecError(
-            "--nodes",
+            "--workers",
             f"{conn.source} has {conn.num_nodes} nodes, {placement.num_nodes} asked; "
             f"ask for fewer or grow the stack (pulumi config set --path nodes.count "
             f"{placement.num_nodes} && pulumi up)",
@@ -71,7 +88,7 @@ def check_placement(spec: JobSpec, conn: ClusterConnection) -> None:
 
 
 def deadline_s(spec: JobSpec) -> int:
-    budget = spec.config.time_budget_s
+    budget = spec.config.run.time_budget_s  # every workload config has run limits
     return DEFAULT_DEADLINE_S if budget is None else int(budget) + DEADLINE_SLACK_S
 
 
@@ -94,44 +111,85 @@ def labels(spec: JobSpec) -> dict[str, str]:
     }
 
 
-def pod_annotations(conn: ClusterConnection) -> dict[str, str]:
-    # GKE injects its FUSE sidecar only into pods that ask for it.
-    return {"gke-gcsfuse/volumes": "true"} if _store_scheme(conn) == "gs" else {}
+def pod_annotations(spec: JobSpec, conn: ClusterConnection) -> dict[str, str]:
+    """GKE injects its FUSE sidecar only into pods that ask for it; the bandwidth plugin
+    shapes only pods that carry its annotations (bandwidth_annotations)."""
+    annotations = {"gke-gcsfuse/volumes": "true"} if _store_scheme(conn) == "gs" else {}
+    return annotations | bandwidth_annotations(conn, link_mbit(spec))
 
 
-def resources(spec: JobSpec) -> dict[str, Any]:
-    """Per node (pod): one CPU per process requested; one GPU per process on CUDA."""
-    placement = spec.placement
-    result: dict[str, Any] = {"requests": {"cpu": str(placement.procs_per_node)}}
-    if placement.device == "cuda":
-        gpus = str(placement.procs_per_node)
-        result["limits"] = {GPU_RESOURCE: gpus}
-        result["requests"][GPU_RESOURCE] = gpus
-    return result
+def link_mbit(spec: JobSpec) -> float | None:
+    link = spec.placement.link
+    return None if link is None else parse_link(link).rate_mbit_s
+
+
+def bandwidth_annotations(conn: ClusterConnection, link_mbit: float | None) -> dict[str, str]:
+    """Each pod's ingress and egress capped at `link_mbit` megabits per second, on a cluster
+    whose pod network enforces the annotations; refused elsewhere, since a run recorded at a
+    link rate the network ignored would lie."""
+    if link_mbit is None:
+        return {}
+    if not link_mbit > 0:
+        raise SpecError("--link", f"must be a positive rate in Mbit/s, got {link_mbit}")
+    if not conn.bandwidth_shaping:
+        why = "does not" if conn.bandwidth_shaping is False else "may not (it cannot tell)"
+        raise SpecError(
+            "--link",
+            f"the pod network of {conn.source} {why} enforce pod bandwidth annotations; use a "
+            "stack that does (kind, eks) or drop --link",
+        )
+    rate = f"{link_mbit:g}M" if link_mbit == int(link_mbit) else f"{round(link_mbit * 1000)}k"
+    return {INGRESS_BANDWIDTH: rate, EGRESS_BANDWIDTH: rate}
+
+
+def resources(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
+    """The node container's requests and limits (resources.py has the formula)."""
+    return pod_resources(spec.placement, conn.node_job_resources, conn.gpus_per_node)
 
 
 def pod_security_context() -> dict[str, Any]:
     return {
         "runAsNonRoot": True,
-        "runAsUser": RUN_AS_UID,
-        "runAsGroup": RUN_AS_UID,
-        "fsGroup": RUN_AS_UID,
+        "runAsUser": IMAGE_UID,
+        "runAsGroup": IMAGE_UID,
+        "fsGroup": IMAGE_UID,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
 def container_security_context() -> dict[str, Any]:
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+    }
+
+
+def pod_isolation() -> dict[str, Any]:
+    """Pod-spec fields that keep cluster facts out of the pod (PyTorchJob only: a TrainJob
+    patch cannot set them, so the stack's runtime and service account do; infra/)."""
+    return {"automountServiceAccountToken": False, "enableServiceLinks": False}
 
 
 def volumes(spec: JobSpec, conn: ClusterConnection) -> list[dict[str, Any]]:
     shm = {"medium": "Memory", "sizeLimit": SHM_SIZE[spec.placement.device]}
-    return [{"name": "dshm", "emptyDir": shm}, {"name": "results", **_results_source(conn)}]
+    scratch = [
+        {"name": name, "emptyDir": {"sizeLimit": size}}
+        for name, (_, size) in SCRATCH_VOLUMES.items()
+    ]
+    return [
+        {"name": "dshm", "emptyDir": shm},
+        *scratch,
+        {"name": "results", **_results_source(conn)},
+    ]
 
 
 def volume_mounts(conn: ClusterConnection) -> list[dict[str, Any]]:
+    scratch = [{"name": name, "mountPath": path} for name, (path, _) in SCRATCH_VOLUMES.items()]
     return [
         {"name": "dshm", "mountPath": "/dev/shm"},
+        *scratch,
         {"name": "results", "mountPath": conn.results_mount_path},
     ]
 
@@ -148,8 +206,24 @@ def scheduling(conn: ClusterConnection) -> dict[str, Any]:
     return result
 
 
-def launcher_env() -> list[dict[str, str]]:
-    return [{"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX_TEMPLATE}]
+def launcher_env(spec: JobSpec) -> list[dict[str, str]]:
+    """torchrun's rank prefix, and the network record rank 0 copies into manifest.json
+    (contract/network.py): the pods' bandwidth as asked for, not measured."""
+    rate = link_mbit(spec)
+    if rate is None:
+        network = NetworkRecord(description="the cluster's pod network, unshaped, not measured")
+    else:
+        network = NetworkRecord(
+            description=f"{spec.placement.link} per pod, each direction (the CNI bandwidth "
+            "plugin's pod annotations)",
+            link=spec.placement.link,
+            asked_mbit_s=rate,
+            method="pod annotations; not measured",
+        )
+    return [
+        {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX_TEMPLATE},
+        {"name": NETWORK_ENV, "value": network.to_env()},
+    ]
 
 
 def torchrun_flags() -> list[str]:
@@ -165,7 +239,9 @@ def _results_source(conn: ClusterConnection) -> dict[str, Any]:
         return {"hostPath": {"path": KIND_NODE_RESULTS_DIR, "type": "DirectoryOrCreate"}}
     if scheme == "gs":
         bucket = conn.results_store.partition("://")[2].strip("/")  # type: ignore[union-attr]
-        attributes = {"bucketName": bucket, "mountOptions": "implicit-dirs"}
+        # FUSE files belong to the mounting user: make them the pod's, or it cannot write.
+        options = f"implicit-dirs,uid={IMAGE_UID},gid={IMAGE_UID}"
+        attributes = {"bucketName": bucket, "mountOptions": options}
         return {"csi": {"driver": GCSFUSE_DRIVER, "volumeAttributes": attributes}}
     if scheme == "s3":
         return {"persistentVolumeClaim": {"claimName": S3_RESULTS_CLAIM}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.stack import FINISHED_JOB_TTL_S
 from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render import common
 from runner.job.spec import JobSpec
@@ -20,8 +21,9 @@ API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
 CONTAINER = "pytorch"  # the operator finds the training container by this name
 # Keep pods after the job ends so `runner fetch` can read their logs; the finished job (and its
-# pods) are deleted by fetch, or by the operator after this TTL if nobody fetches.
-TTL_AFTER_FINISHED_S = 7 * 24 * 3600
+# pods) are deleted by fetch, or by the operator after this TTL if nobody fetches (the same TTL
+# the stack's TrainJob runtime sets).
+TTL_AFTER_FINISHED_S = FINISHED_JOB_TTL_S
 # A benchmark that failed once is a result, not something to retry: a rerun would change the
 # time to accuracy. Pods are not restarted and the job fails on the first failure.
 BACKOFF_LIMIT = 0
@@ -30,9 +32,11 @@ BACKOFF_LIMIT = 0
 def render_pytorchjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
     common.check_placement(spec, conn)
     labels = common.labels(spec)
-    replicas = {"Master": _replica(spec, conn, labels, 1)}
+    annotations = common.pod_annotations(spec, conn)
+    replicas = {"Master": _replica(spec, conn, labels, annotations, 1)}
     if spec.placement.num_nodes > 1:
-        replicas["Worker"] = _replica(spec, conn, labels, spec.placement.num_nodes - 1)
+        count = spec.placement.num_nodes - 1
+        replicas["Worker"] = _replica(spec, conn, labels, annotations, count)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -64,15 +68,19 @@ def torchrun_command(spec: JobSpec) -> list[str]:
 
 
 def _replica(
-    spec: JobSpec, conn: ClusterConnection, labels: dict[str, str], count: int
+    spec: JobSpec,
+    conn: ClusterConnection,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    count: int,
 ) -> dict[str, Any]:
     container = {
         "name": CONTAINER,
         "image": conn.image,
         "command": torchrun_command(spec),
         "args": common.workload_args(spec, conn),
-        "env": common.launcher_env(),
-        "resources": common.resources(spec),
+        "env": common.launcher_env(spec),
+        "resources": common.resources(spec, conn),
         "securityContext": common.container_security_context(),
         "volumeMounts": common.volume_mounts(conn),
     }
@@ -80,13 +88,14 @@ def _replica(
         "securityContext": common.pod_security_context(),
         "containers": [container],
         "volumes": common.volumes(spec, conn),
+        **common.pod_isolation(),
         **common.scheduling(conn),
     }
     if conn.service_account:
         pod_spec["serviceAccountName"] = conn.service_account
     metadata: dict[str, Any] = {"labels": labels}
-    if annotations := common.pod_annotations(conn):
-        metadata["annotations"] = annotations
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
         "replicas": count,
         "restartPolicy": "Never",

@@ -4,8 +4,11 @@
 The runtime's torch plugin sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR
 and PET_MASTER_PORT in the `node` container, and torchrun reads its options from exactly those
 variables, so the command is `torchrun` with only the flags that shape logging. Pod-level
-settings (security, volumes, GPU scheduling, labels) go in a runtime patch on the `node`
-replicated job: a TrainJob has no pod template of its own.
+settings (security, volumes, GPU scheduling, labels, annotations) go in a runtime patch on the
+`node` replicated job: a TrainJob has no pod template of its own. A patch cannot set
+automountServiceAccountToken, enableServiceLinks or a TTL: on a stack, its runtime and service
+account set them (infra/runtime.py, infra/addons.py); on a cluster made elsewhere, they are
+that cluster's.
 """
 
 from __future__ import annotations
@@ -25,14 +28,15 @@ PATCH_MANAGER = "stackbench.dev/runner"
 def render_trainjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
     common.check_placement(spec, conn)
     labels = common.labels(spec)
+    annotations = common.pod_annotations(spec, conn)
     trainer = {
         "numNodes": spec.placement.num_nodes,
         "numProcPerNode": spec.placement.procs_per_node,
         "image": conn.image,
         "command": ["torchrun", *common.torchrun_flags()],
         "args": common.workload_args(spec, conn),
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *common.launcher_env()],
-        "resourcesPerNode": common.resources(spec),
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *common.launcher_env(spec)],
+        "resourcesPerNode": common.resources(spec, conn),
     }
     return {
         "apiVersion": API_VERSION,
@@ -46,12 +50,14 @@ def render_trainjob(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
             },
             "activeDeadlineSeconds": common.deadline_s(spec),
             "trainer": trainer,
-            "runtimePatches": [_pod_patch(spec, conn, labels)],
+            "runtimePatches": [_pod_patch(spec, conn, labels, annotations)],
         },
     }
 
 
-def _pod_patch(spec: JobSpec, conn: ClusterConnection, labels: dict[str, str]) -> dict[str, Any]:
+def _pod_patch(
+    spec: JobSpec, conn: ClusterConnection, labels: dict[str, str], annotations: dict[str, str]
+) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "securityContext": common.pod_security_context(),
         "volumes": common.volumes(spec, conn),
@@ -67,8 +73,8 @@ def _pod_patch(spec: JobSpec, conn: ClusterConnection, labels: dict[str, str]) -
     if conn.service_account:
         pod_spec["serviceAccountName"] = conn.service_account
     pod_metadata: dict[str, Any] = {"labels": labels}
-    if annotations := common.pod_annotations(conn):
-        pod_metadata["annotations"] = annotations
+    if annotations:
+        pod_metadata["annotations"] = dict(annotations)
     job_patch = {"template": {"spec": {"template": {"metadata": pod_metadata, "spec": pod_spec}}}}
     return {
         "manager": PATCH_MANAGER,

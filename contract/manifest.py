@@ -1,0 +1,77 @@
+"""manifest.json: the environment a run ran in, enough to tell apart two runs that should not
+be compared and to rebuild the setting: code version, image, Python and package versions,
+hardware, the network (contract/network.py), world size, collective backend, seed, threads.
+
+Rank 0 builds it (workloads/manifest.py) and writes `to_dict()`; readers get it back with
+`parse_manifest`, every field's type checked (a DamagedFile names a wrong one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contract.records import Fields
+from contract.rundir import MANIFEST, SCHEMA_VERSION, check_version
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    run_id: str
+    code_version: str  # a commit (with -dirty), or the installed version
+    image: str | None  # the training image, on a cluster
+    python: str
+    packages: Mapping[str, str | None]  # name -> version (None: not installed)
+    hardware: Mapping[str, Any]  # machine, cpu, cpu_count, device; gpu and its memory on CUDA
+    network: Mapping[str, Any] | None  # contract/network.py's record; None: unknown
+    world_size: int
+    dist_backend: str
+    seed: int
+    torch_threads: int
+    hostname: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "code_version": self.code_version,
+            "image": self.image,
+            "python": self.python,
+            "packages": dict(self.packages),
+            "hardware": dict(self.hardware),
+            "network": dict(self.network) if self.network is not None else None,
+            "world_size": self.world_size,
+            "dist_backend": self.dist_backend,
+            "seed": self.seed,
+            "torch_threads": self.torch_threads,
+            "hostname": self.hostname,
+        }
+
+    @property
+    def total_threads(self) -> int:
+        """Threads per worker times workers: the compute a run was given."""
+        return self.torch_threads * self.world_size
+
+
+def parse_manifest(data: Any, path: Path = Path(MANIFEST)) -> Manifest:
+    """The record in `data` (manifest.json's JSON); DamagedFile naming what is wrong."""
+    f = Fields(data, path)
+    check_version(f.data, path)
+    packages = f.object("packages")
+    network = f.optional_object("network")
+    return Manifest(
+        run_id=f.text("run_id"),
+        code_version=f.text("code_version"),
+        image=f.optional_text("image"),
+        python=f.text("python"),
+        packages={k: packages.optional_text(k) for k in packages.data},
+        hardware=dict(f.object("hardware").data),
+        network=dict(network.data) if network is not None else None,
+        world_size=f.integer("world_size"),
+        dist_backend=f.text("dist_backend"),
+        seed=f.integer("seed"),
+        torch_threads=f.integer("torch_threads"),
+        hostname=f.text("hostname"),
+    )

@@ -1,0 +1,97 @@
+"""Take the README's dashboard screenshots with Debian's headless chromium.
+
+    PYTHONPATH=. .venv/bin/python docs/screenshots.py RESULTS_DIR
+
+RESULTS_DIR must hold a finished study with runs on 2 workers (`runner sweep cnn-digits
+--workers 1,2 --runs 5 --local` makes one). The script starts one more cnn-digits run on 2
+workers with another batch size, so that the table and the run page show a run training and
+the comparison sets it beside one of the study's; it serves RESULTS_DIR with `runner dashboard`
+and writes docs/dashboard-{runs,run,compare,study}.png, then cancels its run. Needs chromium,
+chromium-driver and selenium (tests/runner/dashboard/browser.py).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from runner import api
+from runner.backends.local.backend import LocalBackend
+from runner.dashboard import data
+from runner.job.spec import Placement, resolve
+from tests.runner.dashboard.browser import chart_points, chromium, dashboard_process, missing
+
+DOCS = Path(__file__).parent
+WIDTH = 1400
+
+
+def wait_for(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout_s} s")
+        time.sleep(0.5)
+
+
+def shoot(driver, url: str, name: str, ready, height: int | None = None) -> None:
+    driver.get(url)
+    wait_for(ready, 120)
+    time.sleep(1.5)  # let the charts settle
+    full = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(WIDTH, height or full)
+    time.sleep(1.0)
+    path = DOCS / f"dashboard-{name}.png"
+    driver.save_screenshot(str(path))
+    print(f"wrote {path}")
+
+
+def study_run(root: Path, study_id: str, workers: int) -> str:
+    """The first run of the study on `workers` workers."""
+    study = data.load_study_record(root, study_id)
+    for planned in study.runs:
+        if planned.run_id and planned.workers == workers:
+            return planned.run_id
+    raise SystemExit(f"{study_id} has no run on {workers} workers")
+
+
+def main(root: Path) -> None:
+    reason = missing()
+    if reason:
+        raise SystemExit(reason)
+    studies = [s for s in data.list_studies(root) if s.get("state") == "complete"]
+    if not studies:
+        raise SystemExit(f"no finished study in {root}; run a sweep first (see the docstring)")
+    study_id = studies[0]["study_id"]
+    overrides = ["batch_size=64", "max_epochs=60", "stop_at_target=false"]
+    spec = resolve("cnn-digits", overrides, Placement(procs_per_node=2))
+    run = api.submit(spec, LocalBackend(root), root, "local")
+    try:
+        with (
+            tempfile.TemporaryDirectory() as profile,
+            dashboard_process(root) as url,
+            chromium(Path(profile), WIDTH, 900) as driver,
+        ):
+            live = f"{url}#/run/{run.run_id}"
+            driver.get(live)
+            wait_for(lambda: chart_points(driver, "loss") >= 6, 600)
+            shoot(driver, url, "runs", lambda: driver.find_elements("css selector", "tr.run-row"),
+                  height=900)  # fmt: skip
+            driver.set_window_size(WIDTH, 900)
+            shoot(driver, live, "run", lambda: chart_points(driver, "loss") >= 6, height=1650)
+            driver.set_window_size(WIDTH, 900)
+            pair = f"{study_run(root, study_id, 2)},{run.run_id}"
+            shoot(driver, f"{url}#/compare/{pair}", "compare",
+                  lambda: chart_points(driver, "quality") > 0, height=1500)  # fmt: skip
+            driver.set_window_size(WIDTH, 900)
+            shoot(driver, f"{url}#/study/{study_id}", "study",
+                  lambda: chart_points(driver, "speedup") > 0, height=1900)  # fmt: skip
+    finally:
+        api.cancel(root, run)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    main(Path(sys.argv[1]))

@@ -1,0 +1,216 @@
+"""Bringing a Kubernetes run's files home: every rank's log, split out of its pod's log (only
+the ranks of the pod's node, demux.py), and the result files, from the results store when it has
+them and otherwise rebuilt from rank 0's own lines (records.py). Also the logs of one rank read
+once, from the cluster or from what an earlier fetch archived.
+
+Not here: following logs as they grow (follow.py), deciding when to delete the job (backend.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from contract import files
+from contract.rundir import JobState, JobStatus
+from runner.backends.kubernetes import demux, observe, records
+from runner.backends.kubernetes.client import KubeApi, NotFound, Selector
+from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.render.common import RUN_ID_LABEL
+from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
+from runner.backends.kubernetes.streams import Transient
+from runner.errors import RunnerError
+from runner.results import rundir
+
+log = logging.getLogger(__name__)
+WARNINGS = Selector(field="type=Warning")
+
+
+def pods_selector(name: str) -> Selector:
+    return Selector(label=f"{RUN_ID_LABEL}={name}")
+
+
+def open_rank_log(path: Path) -> Iterator[str] | None:
+    """The lines of an archived rank log, or None when there is none. Never through a link
+    (a run directory may have been tampered with), never anything but a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise RunnerError(f"{path} is a symbolic link; it is never followed") from None
+        raise RunnerError(f"cannot read {path}: {err.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunnerError(f"{path} is not a regular file")
+    return _lines(fd)
+
+
+def _lines(fd: int) -> Iterator[str]:
+    with open(fd, encoding="utf-8", errors="replace", newline="\n") as f:
+        for line in f:
+            yield line.rstrip("\n")
+
+
+def rank_lines(
+    api: KubeApi,
+    name: str,
+    node: demux.NodeRanks,
+    rank: int,
+    archived: Iterator[str] | None,
+    recorded: JobStatus | None,
+) -> Iterator[str]:
+    """One rank's log as it is now: from its pod while the pod exists, else as archived."""
+    try:
+        pods = api.list_objects("pods", pods_selector(name))[0]
+    except Transient as err:
+        if archived is None:
+            raise RunnerError(f"{_no_log(name, rank, recorded)}; {err}") from None
+        log.warning("%s; showing the log archived by `runner fetch`", err)
+        pods = []
+    pod = observe.pods_by_node(api.conn.job_api, pods).get(node.node)
+    if pod is None or not observe.container_started(pod):
+        if archived is not None:
+            yield from archived
+        elif recorded is not None and recorded.state.finished:
+            raise RunnerError(_no_log(name, rank, recorded))
+        return  # not started yet: nothing to show
+    container = observe.CONTAINERS[api.conn.job_api]
+    for line in api.pod_log(pod["metadata"]["name"], container):
+        line_rank, text = demux.attribute(line, node)
+        if line_rank == rank:
+            yield text
+
+
+def _no_log(name: str, rank: int, recorded: JobStatus | None) -> str:
+    why = f"the run is {recorded.state.value}" if recorded else "the run has no recorded state"
+    if recorded is not None and recorded.reason:
+        why += f" ({recorded.reason})"
+    return f"no log of rank {rank} of {name}: it was never archived by `runner fetch`, and {why}"
+
+
+class Harvest:
+    """One fetch of a run into its directory `dest`."""
+
+    def __init__(
+        self, api: KubeApi, conn: ClusterConnection, name: str, dest: Path, limits: StoreLimits
+    ) -> None:
+        spec = rundir.read_record(dest).spec
+        self.api, self.conn, self.name, self.dest, self.limits = api, conn, name, dest, limits
+        self.placement = spec.placement
+        self.expected = records.Expected(spec.run_id, spec.placement.world_size)
+        self.archived: set[int] = set()  # ranks whose log this fetch wrote
+        self.refused: dict[str, str] = {}  # result file -> why no copy of it could be used
+        self.unreachable: RunnerError | None = None
+        self.job_gone = False
+
+    def run(self) -> JobStatus | None:
+        """Archive the logs and bring the results; the job's status (None if unknown)."""
+        job: dict[str, Any] | None = None
+        try:
+            job = self.api.get_job(self.name)
+        except NotFound:
+            self.job_gone = True
+        except Transient as err:
+            self.unreachable = err
+        status = None
+        if job is not None:
+            pods = self.api.list_objects("pods", pods_selector(self.name))[0]
+            status = observe.job_status(self.conn.job_api, job, pods, [])
+            self._archive(pods)
+        self._results()
+        # A pending reason without the namespace's events is poorer than the one recorded.
+        return None if status is None or status.state is JobState.PENDING else status
+
+    def _archive(self, pods: list[dict[str, Any]]) -> None:
+        """logs/rank-N.log for every rank whose pod still exists (and the node's unattributed
+        lines beside them)."""
+        per_node, world = self.placement.procs_per_node, self.expected.world_size
+        container = observe.CONTAINERS[self.conn.job_api]
+        for node, pod in sorted(observe.pods_by_node(self.conn.job_api, pods).items()):
+            if node >= self.placement.num_nodes:
+                log.warning("ignoring pod %s: node %d is not in the job", _pod_name(pod), node)
+                continue
+            if not observe.container_started(pod):
+                continue
+            lines = self.api.pod_log(_pod_name(pod), container)
+            split = demux.split(lines, demux.NodeRanks(node, per_node, world))
+            for rank, rank_lines in split.per_rank.items():
+                files.write_text(rundir.rank_log(self.dest, rank), _text(rank_lines))
+                self.archived.add(rank)
+            if split.unattributed:
+                path = demux.unattributed_log(self.dest, node)
+                files.write_text(path, _text(split.unattributed))
+                log.info("%d lines of node %d's log name no rank of that node: %s",
+                         len(split.unattributed), node, path)  # fmt: skip
+
+    def _results(self) -> None:
+        wanted = list(records.RESULT_FILES)
+        store = self.conn.results_store
+        if store:
+            try:
+                copied = fetch_results(
+                    store, self.name, self.dest, records.RESULT_FILES, self._check, self.limits
+                )
+                wanted = [f for f in wanted if f not in copied.names]
+                self.refused.update(copied.refused)
+            except RunnerError as err:
+                log.warning("results store: %s; rebuilding the results from rank 0's log", err)
+        for name, why in self.refused.items():
+            log.warning("refused %s from the results store: %s", name, why)
+        if not wanted:
+            return
+        lines = open_rank_log(rundir.rank_log(self.dest, 0))
+        rebuilt = records.rebuild(lines or iter(()), self.expected, wanted)
+        for name, text in rebuilt.texts.items():
+            files.write_text(self.dest / name, text)
+            self.refused.pop(name, None)
+        for name, why in rebuilt.refused.items():
+            log.warning("cannot rebuild %s: %s", name, why)
+            self.refused[name] = "; ".join(filter(None, (self.refused.get(name), why)))
+
+    def _check(self, name: str, path: Path) -> str | None:
+        return records.check_file(name, path, self.expected, self.limits.max_file_bytes)
+
+    def missing(self) -> list[str]:
+        """What a complete run has and this one lacks, with why a copy was refused."""
+        missing = rundir.missing_results(self.dest, self.expected.world_size)
+        return [f"{m} ({self.refused[m]})" if m in self.refused else m for m in missing]
+
+    def gone_error(self, handle: str, recorded: JobStatus | None) -> RunnerError:
+        missing = "; ".join(self.missing())
+        record = ""
+        if recorded is not None and recorded.state in (JobState.FAILED, JobState.CANCELLED):
+            record = f"; the run's record: {recorded.state.value}" + (
+                f" ({recorded.reason})" if recorded.reason else ""
+            )
+        if self.unreachable is not None:
+            return RunnerError(
+                f"{handle}: still missing {missing}{record}; they cannot be fetched now: "
+                f"{self.unreachable}"
+            )
+        what = (
+            "is not on the cluster (never created, or deleted, cancelled or removed by a TTL since)"
+            if self.job_gone
+            else "has ended and its pods are gone"
+        )
+        return RunnerError(
+            f"{handle} {what}, and the pod logs that held its results went with it; still "
+            f"missing: {missing} (results store: {self.conn.results_store or 'none'}){record}. "
+            "They cannot be fetched any more: rerun the benchmark (`runner submit ...`) to get "
+            "them"
+        )
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def _text(lines: list[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)

@@ -1,0 +1,129 @@
+"""Long-lived HTTP responses from the API server: a watch (one JSON event per line) and a followed
+pod log (text lines). Each is read by one thread; `close()` may come from any other thread and
+ends that read at once (it shuts the socket down, as the official client's Watch.stop does).
+
+A connection that drops mid-stream raises `StreamBroken` (a line cut in half is never given);
+the caller decides whether to resume. Lines are capped in length, so a pod printing an endless
+line cannot exhaust the runner's memory. Not here: opening the responses (client.py) and
+deciding what to do after a drop (watch.py, follow.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import urllib3
+
+from runner.errors import RunnerError
+
+CHUNK_BYTES = 64 * 1024
+# Longer lines are cut into pieces of this size: no log line of ours comes near it.
+MAX_LINE_BYTES = 1 << 20
+
+
+class Transient(RunnerError):
+    """The API server is unreachable, overloaded (429, 5xx) or dropped the connection: worth
+    trying again later. The message names the cluster and what to check."""
+
+
+class StreamBroken(Transient):
+    """An open watch or log stream ended before the server meant it to."""
+
+
+class Stream:
+    """One streaming response. `what` ("watch pods") and `host` are for messages."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse, what: str, host: str) -> None:
+        self._response = response
+        self.what = what
+        self.host = host
+        self._closed = False
+
+    def lines(self, keep_partial: bool) -> Iterator[str]:
+        """The response's lines without their newline. `keep_partial`: the last line may lack
+        its newline (a log); otherwise an unterminated line at the end is dropped (a watch).
+        Ends quietly after close(); raises StreamBroken when the connection drops."""
+        try:
+            pending = b""
+            for chunk in self._response.stream(CHUNK_BYTES, decode_content=True):
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                while len(pending) > MAX_LINE_BYTES:
+                    complete.append(pending[:MAX_LINE_BYTES])
+                    pending = pending[MAX_LINE_BYTES:]
+                for line in complete:
+                    yield line.decode("utf-8", errors="replace").rstrip("\r")
+            if pending and keep_partial:
+                yield pending.decode("utf-8", errors="replace")
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            if self._closed:
+                return
+            raise StreamBroken(
+                f"{self.what}: the connection to the Kubernetes API server at {self.host} "
+                f"dropped ({type(err).__name__})"
+            ) from None
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        """End the stream; the thread reading it (if any) stops at once."""
+        self._closed = True
+        # ValueError/RuntimeError: already finished and released; OSError: socket gone.
+        with contextlib.suppress(ValueError, RuntimeError, OSError, AttributeError):
+            self._response.shutdown()
+
+    def _release(self) -> None:
+        # The connection may hold unread data: close it rather than return it to the pool.
+        with contextlib.suppress(Exception):
+            self._response.close()
+        with contextlib.suppress(Exception):
+            self._response.release_conn()
+
+
+class WatchStream(Stream):
+    """A watch: its events, with ERROR events turned into exceptions by `on_error`
+    (a 410 becomes client.Gone; anything else a RunnerError naming the cluster)."""
+
+    def __init__(
+        self,
+        response: urllib3.BaseHTTPResponse,
+        what: str,
+        host: str,
+        on_error: Callable[[int, str], RunnerError],
+    ) -> None:
+        super().__init__(response, what, host)
+        self._on_error = on_error
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        for line in self.lines(keep_partial=False):
+            if not line.strip():
+                continue
+            event = _event(line)
+            if event is None:
+                raise RunnerError(
+                    f"{self.what}: the server at {self.host} sent something that is not a watch "
+                    f"event ({line[:80]!r}); is it a Kubernetes API server? Check the "
+                    "kubeconfig's server address (`kubectl cluster-info`)"
+                )
+            if event["type"] == "ERROR":
+                status = event["object"]
+                code = status.get("code") if isinstance(status.get("code"), int) else 500
+                raise self._on_error(code, str(status.get("message") or status.get("reason")))
+            yield event
+
+
+def _event(line: str) -> dict[str, Any] | None:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("type"), str)
+        or not isinstance(event.get("object"), dict)
+    ):
+        return None
+    return event

@@ -1,0 +1,267 @@
+"""A shaped network for a local run: every worker in a network namespace of its own, joined to
+one bridge by a veth pair whose two ends are both shaped to the link's rate.
+
+    with ShapedNetwork.open(parse_link("100mbit"), num_workers=2) as net:
+        record = net.probe()                            # the link as measured (probe.py)
+        argv = net.command(0, ["python", "-m", ...], cwd)   # runs in worker 0's namespaces
+        ...                                             # close(): nothing is left
+
+Topology. The bridge lives in a namespace of its own, so nothing is ever created in the
+host's namespace (not an interface, a route or a qdisc). Worker i's namespace has `lo` and
+`veth0` with 198.18.0.<i+1>/24 and nothing else: no route leaves it. 198.18.0.0/15 is the
+range RFC 2544 sets aside for benchmarking network devices; since these addresses exist only
+inside the run's namespaces, they cannot collide with the host's routes whatever the host
+uses (a VPN's fake-IP range included), so there is nothing to check there.
+
+Shaping. tbf on the egress of both ends of each veth: the worker's end limits what it sends,
+the bridge's end what it receives, so a worker has a full-duplex link of the given rate each
+way, as a NIC on a switch port. tbf rather than htb because each interface needs one rate and
+nothing else: htb's classes and filters would add a tree and a classifier that share nothing.
+Bucket depth and queue length: link.py. IPv6 addresses are never generated, so gloo, told to
+bind to veth0, finds its one IPv4 address, and no router solicitations cross the link.
+
+Lifetime: namespaces.py (held by processes that die with the owner; a killed owner included).
+
+Not here: parsing the link (link.py), measuring it (probe.py), the launcher (launch.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.network import NetworkRecord
+from runner.backends.local import namespaces
+from runner.backends.local.namespaces import Holder, Kind, Lifeline, NamespaceError
+from runner.errors import BackendUnavailable
+from runner.job.link import Link
+
+INTERFACE = "veth0"  # the worker's end of its link, in every worker namespace
+BRIDGE = "br0"
+SUBNET_PREFIX = "198.18.0."  # RFC 2544's benchmarking range; see the module docstring
+PREFIX_LENGTH = 24
+MAX_WORKERS = 250  # host numbers 1..250 of the /24
+CAP_NET_ADMIN = 12  # bit numbers in /proc/self/status CapEff (linux/capability.h)
+CAP_SYS_ADMIN = 21
+TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
+# What a throwaway namespace must accept for a shaped network to work here.
+KERNEL_TRIAL = (
+    "ip link add name t0 type veth peer name t1 && ip link add name t2 type bridge"
+    " && ip link set dev t0 master t2 && tc qdisc add dev t1 root tbf rate 1mbit burst 4kb"
+    " limit 64kb"
+)
+
+
+class NetworkUnavailable(BackendUnavailable):
+    """A shaped network cannot be built here; the message says what is missing and the fix."""
+
+
+def problem() -> str | None:
+    """Why a shaped network cannot be built here, in one line with the fix; None if it can.
+
+    Tools and capabilities are looked up in microseconds; then one throwaway namespace tries the
+    kernel's veth, bridge and tbf support (tens of milliseconds, and it leaves nothing)."""
+    if sys.platform != "linux":
+        return f"shaped links need Linux network namespaces; this is {sys.platform}"
+    tools = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if tools:
+        packages = " ".join(sorted({TOOLS[tool] for tool in tools}))
+        return f"shaped links need {', '.join(tools)}: apt-get install -y {packages}"
+    caps = _missing_capabilities()
+    if caps:
+        return (
+            f"shaped links need {' and '.join(caps)} (network and PID namespaces, traffic "
+            "control): run the runner as root (sudo), or leave out --link"
+        )
+    return _kernel_problem()
+
+
+def require() -> None:
+    """NetworkUnavailable (one line, with the fix) unless a shaped network can be built here."""
+    reason = problem()
+    if reason is not None:
+        raise NetworkUnavailable(reason)
+
+
+def address(index: int) -> str:
+    """Worker `index`'s address on its link (worker 0's is the rendezvous address)."""
+    if not 0 <= index < MAX_WORKERS:
+        raise ValueError(f"worker index {index} is outside 0..{MAX_WORKERS - 1}")
+    return f"{SUBNET_PREFIX}{index + 1}"
+
+
+@dataclass(frozen=True)
+class LinkTraffic:
+    """What one worker's link carried so far, as its two tbf qdiscs count it."""
+
+    sent_bytes: int
+    received_bytes: int
+    dropped_packets: int  # by either direction's queue when full
+
+
+class ShapedNetwork:
+    """The namespaces, veth pairs, bridge and qdiscs of one run; close() removes them all.
+
+    The process that opens it owns it (namespaces.py): the holders are its children, so it
+    must not reap children it did not start itself (os.wait(), waitpid(-1)), which would let a
+    holder's pid be reused while this object still names its namespaces by it."""
+
+    def __init__(self, link: Link, bridge: Holder, workers: list[Holder], lifeline: Lifeline):
+        self.link = link
+        self._bridge = bridge
+        self._workers = workers
+        self._lifeline = lifeline
+
+    @classmethod
+    def open(cls, link: Link, num_workers: int) -> ShapedNetwork:
+        """Build it; NetworkUnavailable (one line) when this machine cannot."""
+        if not 1 <= num_workers <= MAX_WORKERS:
+            raise ValueError(f"num_workers must be 1..{MAX_WORKERS}, got {num_workers}")
+        lifeline = Lifeline()
+        holders: list[Holder] = []
+        try:
+            bridge = namespaces.spawn(lifeline, Kind.NET)
+            holders.append(bridge)
+            for _ in range(num_workers):
+                holders.append(namespaces.spawn(lifeline, Kind.NET_PID_MOUNT))
+            net = cls(link, bridge, holders[1:], lifeline)
+            net._configure()
+        except BaseException as err:
+            namespaces.end(holders, lifeline)
+            if isinstance(err, (NamespaceError, OSError)):
+                raise NetworkUnavailable(f"cannot build the shaped network: {err}") from err
+            raise
+        return net
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._workers)
+
+    @property
+    def holders(self) -> tuple[Holder, ...]:
+        """The bridge's holder, then each worker's (for tests and the probe)."""
+        return (self._bridge, *self._workers)
+
+    def worker(self, index: int) -> Holder:
+        return self._workers[index]
+
+    def command(self, index: int, argv: Sequence[str], cwd: str) -> list[str]:
+        """`argv` as it must be started to run in worker `index`'s namespaces, in `cwd`.
+
+        It runs in a PID namespace of its own: when the network ends, or its owner dies,
+        the kernel kills whatever it left running."""
+        if not 0 <= index < self.num_workers:
+            raise ValueError(f"this network has workers 0..{self.num_workers - 1}, not {index}")
+        return namespaces.enter_argv(self._workers[index], argv, cwd)
+
+    def probe(self) -> NetworkRecord:
+        """The link as measured now (run it before the workers start: it needs the link idle)."""
+        from runner.backends.local import probe  # sockets and threads: only when measuring
+
+        return probe.record(self)
+
+    def traffic(self, index: int) -> LinkTraffic:
+        """What worker `index`'s link has carried, counted by its qdiscs."""
+        sent = _tbf_counters(self._workers[index], INTERFACE)
+        received = _tbf_counters(self._bridge, _bridge_port(index))
+        return LinkTraffic(
+            sent_bytes=sent["bytes"],
+            received_bytes=received["bytes"],
+            dropped_packets=sent["drops"] + received["drops"],
+        )
+
+    def close(self) -> None:
+        """End every holder; the kernel then removes the namespaces and all in them.
+        Idempotent."""
+        namespaces.end(self.holders, self._lifeline)
+
+    def __enter__(self) -> ShapedNetwork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- building --------------------------------------------------------------------------
+
+    def _configure(self) -> None:
+        """The bridge and every link (created from the bridge's namespace, each veth's worker
+        end straight into the worker's namespace), then addresses, then the qdiscs."""
+        bridge = [f"link add name {BRIDGE} type bridge", *_quiet_up(BRIDGE)]
+        for i, worker in enumerate(self._workers):
+            port = _bridge_port(i)
+            bridge += [
+                f"link add name {port} type veth peer name {INTERFACE} netns {worker.pid}",
+                f"link set dev {port} master {BRIDGE}",
+                *_quiet_up(port),
+            ]
+        namespaces.run_batch(self._bridge, "ip", bridge)
+        namespaces.run_batch(self._bridge, "tc", [self._tbf(_bridge_port(i)) for i in self._range])
+        for i, worker in enumerate(self._workers):
+            link = [
+                "link set dev lo up",
+                f"link set dev {INTERFACE} addrgenmode none",
+                f"address add {address(i)}/{PREFIX_LENGTH} dev {INTERFACE}",
+                f"link set dev {INTERFACE} up",
+            ]
+            namespaces.run_batch(worker, "ip", link)
+            namespaces.run_batch(worker, "tc", [self._tbf(INTERFACE)])
+
+    @property
+    def _range(self) -> range:
+        return range(self.num_workers)
+
+    def _tbf(self, device: str) -> str:
+        link = self.link
+        return (
+            f"qdisc add dev {device} root tbf rate {link.rate_bit_s}bit "
+            f"burst {link.burst_bytes} limit {link.queue_bytes}"
+        )
+
+
+def _bridge_port(index: int) -> str:
+    return f"w{index}"
+
+
+def _quiet_up(device: str) -> list[str]:
+    """Up, without the IPv6 link-local address (and its chatter) the kernel would give it."""
+    return [f"link set dev {device} addrgenmode none", f"link set dev {device} up"]
+
+
+def _tbf_counters(holder: Holder, device: str) -> dict[str, int]:
+    argv = namespaces.enter_net_argv(holder, ["tc", "-s", "-j", "qdisc", "show", "dev", device])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True)
+    for qdisc in json.loads(done.stdout):
+        if qdisc.get("kind") == "tbf":
+            return {"bytes": int(qdisc["bytes"]), "drops": int(qdisc["drops"])}
+    raise NamespaceError(f"no tbf qdisc on {device}")
+
+
+def _missing_capabilities() -> list[str]:
+    effective = 0
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                effective = int(line.split(":", 1)[1], 16)
+    wanted = {"CAP_NET_ADMIN": CAP_NET_ADMIN, "CAP_SYS_ADMIN": CAP_SYS_ADMIN}
+    return [name for name, bit in wanted.items() if not effective >> bit & 1]
+
+
+def _kernel_problem() -> str | None:
+    argv = ["unshare", *Kind.NET_PID_MOUNT.value, "--", "sh", "-c", KERNEL_TRIAL]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"cannot try a network namespace here ({err})"
+    if done.returncode == 0:
+        return None
+    said = (done.stderr.strip() or f"exit {done.returncode}").splitlines()[0]
+    return (
+        f"this kernel cannot build a shaped network ({said}): it needs network, PID and mount "
+        "namespaces, veth, bridge and the tbf qdisc (modprobe veth bridge sch_tbf)"
+    )

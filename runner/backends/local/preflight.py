@@ -1,0 +1,78 @@
+"""What a local run needs, checked before anything starts: the workload's Python packages, the
+device, and the data set. Each check answers in milliseconds (no torch import) and fails with
+one line naming what is missing and the command that fixes it, instead of a worker's traceback
+seconds later.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from runner.errors import BackendUnavailable, SpecError
+from runner.job.spec import JobSpec
+
+INSTALL_WORKLOADS = "pip install -c constraints.txt -e '.[workloads]' (or run `make demo`)"
+
+
+def check(spec: JobSpec) -> None:
+    check_packages()
+    check_device(spec.placement.device, spec.placement.procs_per_node)
+    check_data(spec)
+
+
+def check_packages() -> None:
+    for module in ("torch", "numpy"):
+        if importlib.util.find_spec(module) is None:
+            raise BackendUnavailable(
+                f"running here needs {module}, which this environment lacks: {INSTALL_WORKLOADS}"
+            )
+
+
+def check_device(device: str, procs_per_node: int) -> None:
+    if device != "cuda":
+        return
+    gpus = visible_gpus()
+    if gpus == 0:
+        raise SpecError(
+            "--device",
+            "cuda asked, but no NVIDIA GPU is visible on this machine (no /dev/nvidia0, or "
+            "CUDA_VISIBLE_DEVICES hides them all); use --device cpu",
+        )
+    if procs_per_node > gpus:
+        raise SpecError(
+            "--workers",
+            f"one process per GPU: {procs_per_node} asked, {gpus} GPU(s) visible here",
+        )
+
+
+def check_data(spec: JobSpec) -> None:
+    """The data set is here; in the closed division, the canonical one (its split sizes those
+    of docs/benchmarks.md). Both checks are quick (workloads/data/canonical.py)."""
+    from workloads.config import TrainConfig
+
+    if not isinstance(spec.config, TrainConfig):
+        return  # a micro-benchmark reads no data
+    from workloads.data import canonical, data_root
+
+    data = spec.config.data
+    root = data_root(data.data_dir)
+    if spec.division == "closed":
+        problem = canonical.problem(root, data.name)
+        if problem is not None:
+            raise BackendUnavailable(f"{spec.benchmark}: {problem}")
+    else:
+        problem = canonical.missing(root, data.name)
+        if problem is not None:
+            raise BackendUnavailable(f"{spec.benchmark}: {problem}")
+
+
+def visible_gpus() -> int:
+    """NVIDIA GPUs this process may use: the device nodes, narrowed by CUDA_VISIBLE_DEVICES."""
+    nodes = [p for p in Path("/dev").glob("nvidia[0-9]*") if p.name[len("nvidia") :].isdigit()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return len(nodes)
+    wanted = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+    return min(len(nodes), len(wanted))

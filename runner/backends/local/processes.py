@@ -1,0 +1,85 @@
+"""The processes of a local run: how they are tied to it, and how they are ended.
+
+Every process of a run carries the run in its environment (STACKBENCH_RUN_ID and
+STACKBENCH_RUN_DIR, set by the backend for the supervisor and inherited by torchrun and the
+workers). That is the proof of membership: a pid read from a file (supervisor.json) may be
+stale, recycled or forged, so nothing is ever signalled on a pid alone; only a process of this
+user whose own environment names this run, checked at the moment it is signalled.
+
+Lifetime: no process of a run outlives its owner (workloads/lifetime.py): the supervisor is a
+child subreaper and starts torchrun with a parent-death signal, and each worker arms one for
+itself, so a SIGKILLed supervisor takes torchrun with it and torchrun takes the workers; what
+is left is found by `members` and ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+RUN_ID_ENV = "STACKBENCH_RUN_ID"
+RUN_DIR_ENV = "STACKBENCH_RUN_DIR"
+
+
+def run_env(run_id: str, run_dir: Path) -> dict[str, str]:
+    """What every process of the run carries: the proof that it belongs to the run."""
+    return {RUN_ID_ENV: run_id, RUN_DIR_ENV: str(run_dir.resolve())}
+
+
+def belongs(proc: psutil.Process, run_id: str, run_dir: Path) -> bool:
+    """Whether `proc` is a process of this user started for this run (its own environment says
+    so); False for anything that cannot be read or has gone."""
+    try:
+        if proc.uids().real != os.getuid():
+            return False
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return False
+    return env.get(RUN_ID_ENV) == run_id and env.get(RUN_DIR_ENV) == str(run_dir.resolve())
+
+
+def members(run_id: str, run_dir: Path) -> list[psutil.Process]:
+    """Every live process that proves it belongs to the run (zombies excluded)."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE and belongs(proc, run_id, run_dir):
+                found.append(proc)
+    return found
+
+
+def proven(pid: object, create_time: object, run_id: str, run_dir: Path) -> psutil.Process | None:
+    """The process a file names, only if it is the same process (creation time) and proves it
+    belongs to the run; None otherwise (gone, recycled, forged, or not a run's process)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    if not isinstance(create_time, int | float):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - float(create_time)) > 1e-3:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:
+        return None
+    return proc if belongs(proc, run_id, run_dir) else None
+
+
+def end(procs: Iterable[psutil.Process], grace_s: float) -> None:
+    """SIGTERM each, then SIGKILL whatever is left after grace_s."""
+    procs = list(procs)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)

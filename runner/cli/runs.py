@@ -1,0 +1,152 @@
+"""The commands about runs that exist: runs, status, logs, fetch, cancel, check."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from contract.events import RUN_START, parse_line
+from runner import api
+from runner.cli import views
+from runner.cli.common import (
+    Settings,
+    confirm,
+    console,
+    errors,
+    handle_errors,
+    pass_settings,
+    require,
+    run_argument,
+    yes_option,
+)
+from runner.errors import RunnerError, SpecError
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_settings
+@handle_errors
+def runs(settings: Settings, as_json: bool) -> None:
+    """List runs in the results directory with their state and headline result.
+
+    A run directory that cannot be read is listed as DAMAGED with the file and the problem.
+    Cluster runs show their last recorded state; `runner status RUN` asks the cluster.
+    """
+    infos = api.list_runs(settings.results_dir)
+    if as_json:
+        click.echo(json.dumps([views.run_json(i) for i in infos], indent=2))
+    elif not infos:
+        console.print(
+            f"no runs under {settings.results_dir}/; start one with `runner submit cnn-digits`"
+        )
+    else:
+        console.print(views.runs_table(infos))
+
+
+@click.command()
+@run_argument
+@pass_settings
+@handle_errors
+def status(settings: Settings, run_id: str) -> None:
+    """Show a run's state (and why it failed or is pending)."""
+    run = api.open_run(settings.results_dir, run_id)
+    state = api.status(settings.results_dir, run)
+    console.print(f"{run.run_id}: {views.state_text(state)}")
+    if state.since:
+        console.print(f"since {state.since}")
+
+
+@click.command()
+@run_argument
+@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")
+@click.option("--raw", is_flag=True, help="Print event lines as logged (`:::MLLOG {json}`).")
+@pass_settings
+@handle_errors
+def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) -> None:
+    """Print one rank's log; events are shown as readable lines unless --raw.
+
+    \b
+    Examples:
+      runner logs RUN
+      runner logs RUN --rank 1 --follow
+      runner logs RUN --raw | grep :::MLLOG
+    """
+    run = api.open_run(settings.results_dir, run_id)
+    start_ms: int | None = None
+    for line in api.logs(settings.results_dir, run, rank, follow):
+        event = None if raw else parse_line(line)
+        if event is None:
+            click.echo(line)
+            continue
+        if event["key"] == RUN_START:
+            start_ms = event["time_ms"]
+        click.echo(views.event_text(event, start_ms))
+
+
+@click.command()
+@run_argument
+@click.option("--max-file-mb", type=click.IntRange(min=1), default=128, show_default=True,
+              help="The largest result file copied from a cluster's results store.")  # fmt: skip
+@click.option("--max-run-mb", type=click.IntRange(min=1), default=256, show_default=True,
+              help="The most copied from the store for one run.")  # fmt: skip
+@pass_settings
+@handle_errors
+def fetch(settings: Settings, run_id: str, max_file_mb: int, max_run_mb: int) -> None:
+    """Bring a run's results into its run directory and check they are complete.
+
+    A cluster's results store is read without following links and within the caps: a file
+    or a run beyond them is refused, not copied (a result file is a few MiB).
+    """
+    if max_file_mb > max_run_mb:
+        raise SpecError("--max-file-mb", f"must not exceed --max-run-mb ({max_run_mb})")
+    run = api.open_run(settings.results_dir, run_id)
+    missing = api.fetch(settings.results_dir, run, (max_file_mb, max_run_mb))
+    if missing:
+        raise RunnerError(f"{run.run_dir} is incomplete; missing: {'; '.join(missing)}")
+    console.print(f"[green]complete[/green]: {run.run_dir}")
+
+
+@click.command()
+@run_argument
+@yes_option
+@pass_settings
+@handle_errors
+def cancel(settings: Settings, run_id: str, yes: bool) -> None:
+    """Stop a run, keeping what it recorded; does nothing to a finished one."""
+    run = api.open_run(settings.results_dir, run_id)
+    if not api.status(settings.results_dir, run).state.finished:
+        confirm(f"Cancel {run.run_id}?", yes)
+    console.print(f"{run.run_id}: {views.state_text(api.cancel(settings.results_dir, run))}")
+
+
+@click.command()
+@run_argument
+@pass_settings
+@handle_errors
+def check(settings: Settings, run_id: str) -> None:
+    """Check RUN's event log against the MLPerf compliance rules of its benchmark.
+
+    \b
+    Examples:
+      runner check RUN
+      runner --results-dir /mnt/results check RUN
+    Runs MLCommons' compliance checker (mlperf-logging, in the `test` extra) with stackbench's
+    rules (workloads/compliance/): a closed-division run against its benchmark's rules and the
+    common ones, an open-division run against the common ones. Exits 1 if a rule fails.
+    """
+    require("mlperf_logging", "runner check")
+    run = api.open_run(settings.results_dir, run_id)
+    result = api.check(settings.results_dir, run)
+    click.echo(f"rules: {result.ruleset}")
+    for message in result.messages:  # plain text: they quote Python and JSON
+        click.echo(message.strip() + "\n" + "-" * 30)
+    if not result.ok:
+        errors.print(f"[red]not compliant[/red]: {run.run_id} ({len(result.messages)} failed)")
+        sys.exit(1)
+    console.print(f"[green]compliant[/green]: {run.run_id}")
+
+
+COMMANDS = (runs, status, logs, fetch, cancel, check)

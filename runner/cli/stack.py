@@ -1,0 +1,119 @@
+"""The commands about a stack's money and end: `cost` and `teardown`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from runner.cli.common import (
+    Settings,
+    confirm,
+    console,
+    errors,
+    handle_errors,
+    pass_settings,
+    require,
+    yes_option,
+)
+from runner.errors import RunnerError
+
+
+@click.command()
+@click.option("--stack", required=True, help="The Pulumi stack to price.")
+@click.option("--hours", type=click.FloatRange(min=0), default=None,
+              help="The stack's lifetime so far, for its total cost.")  # fmt: skip
+@pass_settings
+@handle_errors
+def cost(settings: Settings, stack: str, hours: float | None) -> None:
+    """Prices of a stack's shape, the cost of its runs, and of its lifetime.
+
+    \b
+    Examples:
+      runner cost --stack gke-gpu-8
+      runner cost --stack gke-gpu-8 --hours 30
+    Prices come from runner/stack/prices.toml (source and date per row); a shape not in it
+    shows "unknown price", never $0. The shape is the stack's validated settings and pool
+    sizes: a fixed pool is priced at its size, an autoscaled one at its floor plus the
+    recorded runs above it; --hours lists what each part counted.
+    """
+    require("yaml", "runner cost")
+    from runner.cli.views import plain_table
+    from runner.results import report as reports
+    from runner.results.runs import load_run
+    from runner.stack import cost as costs
+    from runner.stack import teardown as teardowns
+    from runner.stack.pulumi_cli import project_dir
+
+    project = project_dir()
+    if project is None:
+        raise RunnerError("no Pulumi.yaml here or above; run this inside the stackbench checkout")
+    shape = costs.load_shape(stack, project)
+    prices = costs.stack_prices(costs.load_price_table(), shape)
+    runs = [load_run(r.run_dir) for r in teardowns.stack_runs(settings.results_dir, stack)]
+    run_costs = reports.cluster_costs(runs, project)
+    console.print(plain_table(costs_table(shape, prices)))
+    for run in runs:
+        console.print(f"  {run.run_id}: {reports.cost_text(run_costs.get(run.run_id), run)}")
+    if hours is not None:
+        used = [costs.RunUse(r.num_nodes, reports.run_duration_s(r)) for r in runs]
+        life = costs.lifetime_cost(prices, shape, hours * costs.SECONDS_PER_HOUR, used)
+        text = f"${life.usd:,.2f}" if life.usd is not None else f"unknown price ({life.reason})"
+        console.print(f"lifetime ({hours:g} h, {life.node_hours:.1f} node-h): {text}")
+        for part in life.parts:
+            usd = f"${part.usd:,.2f}" if part.usd is not None else part.unknown_reason
+            console.print(f"  {part.what}: {part.counted}: {usd}", markup=False)
+
+
+def costs_table(shape: Any, prices: Any) -> Any:
+    from runner.results.report import Table
+
+    def row(what: str, count: str, price: Any) -> tuple[str, ...]:
+        usd = f"${price.usd_per_hour:.4f}/h" if price.known else "unknown price"
+        return (what, count, usd, "; ".join(price.sources) or price.unknown_reason)
+
+    train, system = shape.training, shape.system
+    gpus = f" + {train.gpus_per_node} x {train.gpu_type}" if train.gpus_per_node else ""
+    rows = (
+        row(f"training node {train.machine_type}{gpus}", train.size.describe(),
+            prices.training_node),
+        row(f"system node {system.machine_type}", system.size.describe(), prices.system_node),
+        row("control plane", "1", prices.control_plane),
+    )  # fmt: skip
+    title = f"Prices of stack {shape.stack} ({shape.provider} {shape.region})"
+    return Table(title, ("what", "nodes", "price", "source (date)"), rows)
+
+
+@click.command()
+@click.option("--stack", required=True, help="The Pulumi stack to destroy.")
+@click.option("--force", is_flag=True, help="Destroy even if runs on the stack are unfetched.")
+@yes_option
+@pass_settings
+@handle_errors
+def teardown(settings: Settings, stack: str, force: bool, yes: bool) -> None:
+    """Destroy a stack once its results are home: guard, cancel jobs, destroy, check.
+
+    \b
+    Examples:
+      runner teardown --stack gke-gpu-8
+      runner teardown --stack gke-gpu-8 --yes       # no question (scripts, CI)
+      runner teardown --stack gke-gpu-8 --force     # results still on the cluster are lost
+    Refuses while runs on the stack are unfetched (and lists them); asks before destroying.
+    """
+    from runner.stack import teardown as teardowns
+
+    teardowns.refuse(settings.results_dir, stack, force)
+    confirm(f"Destroy stack {stack} and everything in it (pulumi destroy)?", yes)
+    result = teardowns.teardown(settings.results_dir, stack, force, on_line=click.echo)
+    if result.cancel_errors:
+        errors.print("[yellow]could not cancel[/yellow]: " + "; ".join(result.cancel_errors))
+    if result.leftovers:
+        errors.print(f"[red]{len(result.leftovers)} resource(s) still in stack {stack}'s "
+                     "state:[/red]\n  " + "\n  ".join(result.leftovers))  # fmt: skip
+        sys.exit(1)
+    console.print(f"[green]stack {stack} destroyed[/green]: no resources left in its state")
+    console.print(f"not checked: {result.unchecked}")
+
+
+COMMANDS = (cost, teardown)

@@ -1,0 +1,179 @@
+"""The commands that turn runs into answers: `sweep` (a study: a grid of runs) and `report`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from contract import events
+from contract.events import EVAL_ACCURACY
+from runner import api
+from runner.cli import views
+from runner.cli.common import (
+    Settings,
+    console,
+    device_option,
+    errors,
+    exit_code,
+    handle_errors,
+    pass_settings,
+    per_node_option,
+    require,
+    signals_interrupt,
+    where_options,
+)
+from runner.cli.progress import bar, metric_label
+from runner.errors import Interrupted
+from runner.job.target import ClusterOptions
+
+
+@click.command()
+@click.argument("benchmark")
+@where_options
+@click.option("--workers", "workers_text", required=True, metavar="N,N,...",
+              help="Worker counts to sweep (processes in all), e.g. 1,2,4,8.")  # fmt: skip
+@per_node_option
+@device_option
+@click.option("--link", "link_text", metavar="RATE[,RATE...]", default=None,
+              help="Link rates to sweep (100mbit,1gbit): shaped links here, pod bandwidth "
+              "limits on a cluster.")  # fmt: skip
+@click.option("--runs", type=click.IntRange(min=1), default=None,
+              help="Runs per cell (default: the benchmark's; 5+ for MLPerf stats).")  # fmt: skip
+@click.option("--set", "set_items", multiple=True, metavar="KEY=V[,V...]",
+              help="One value for every run, or several (a,b) to sweep; repeatable.")  # fmt: skip
+@pass_settings
+@handle_errors
+def sweep(
+    settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
+    context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
+    workers_text: str, per_node: int | None, device: str, link_text: str | None,
+    runs: int | None, set_items: tuple[str, ...],
+) -> None:  # fmt: skip
+    """Run BENCHMARK over a grid (workers x --set values x runs) and record it as a study.
+
+    \b
+    Examples:
+      runner sweep cnn-digits --workers 1,2 --runs 3
+      runner sweep cnn-digits --workers 1,2,4 --runs 5 --set strategy=ddp,allreduce
+      runner sweep vgg11-cifar10 --workers 2,4 --link 25mbit,100mbit --set strategy=ddp,allreduce
+      runner sweep resnet20-cifar10 --workers 1,2,4,8 --stack gke-gpu-8 --device cuda
+    Runs go one after another, here unless a cluster is named. Ctrl-C, SIGTERM or SIGHUP cancel
+    the current run and keep the study, marked partial, with every run it started.
+    Then: runner report STUDY
+    """
+    from runner import sweep as sweeps
+    from runner.job.spec import get_benchmark
+    from runner.job.target import make_target
+    from runner.results import study as studies
+
+    workers = studies.parse_workers(workers_text)
+    links = studies.parse_links(link_text)
+    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
+    target = make_target(settings.results_dir, local, cluster, per_node, device)  # type: ignore[arg-type]
+    runs_per_cell = runs or get_benchmark(benchmark).default_runs
+    study = sweeps.new_study(
+        benchmark, workers, set_items, runs_per_cell, target, sweeps.base_seed(set_items), links
+    )
+    axes = "".join(f" x {len(v)} {k}" for k, v in study.grid.items())
+    axes += f" x {len(links)} links" if len(links) > 1 else ""
+    console.print(f"study [bold]{study.study_id}[/bold]: {len(study.runs)} runs "
+                  f"({len(workers)} worker counts x {runs_per_cell} runs{axes})")  # fmt: skip
+    try:
+        with signals_interrupt():
+            study = _run_with_progress(settings.results_dir, study, target)
+    except (KeyboardInterrupt, Interrupted) as err:
+        errors.print(f"interrupted; the study is partial: runner report {study.study_id}")
+        sys.exit(exit_code(err))
+    console.print(f"study {study.study_id} {study.state}; next: runner report {study.study_id}")
+
+
+def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
+    from runner import sweep as sweeps
+    from runner.job.benchmarks import BENCHMARKS
+
+    progress = bar(console)
+    total = len(study.runs)
+    config = BENCHMARKS[study.benchmark].config
+    label = metric_label(getattr(config, "target_metric", "value"))  # micro-benchmarks: none
+    with progress:
+        task = progress.add_task("starting", total=total, info="")
+
+        def on_start(i: int, planned: Any, run: api.Run) -> None:
+            cell = ", ".join(f"{k}={v}" for k, v in planned.sets)
+            link = f" on {planned.link} links" if planned.link else ""
+            desc = f"run {i + 1}/{total}: {planned.workers} workers{link}"
+            desc += f", {cell}" if cell else ""
+            progress.update(task, description=f"{desc}, seed {planned.seed}", info="")
+
+        def on_event(event: dict[str, Any]) -> None:
+            value = event.get("value")
+            if event.get("key") == EVAL_ACCURACY and isinstance(value, int | float):
+                meta = events.metadata(event)
+                progress.update(task, info=f"epoch {meta.get('epoch_num')} {label} {value:.4f}")
+
+        def on_end(i: int, planned: Any, outcome: api.Outcome) -> None:
+            from runner.results import rundir
+
+            summary = rundir.read_summary(outcome.run.run_dir)
+            progress.console.print(f"  {outcome.run.run_id}: {views.state_text(outcome.status)}  "
+                                   f"{views.headline(summary)}")  # fmt: skip
+            progress.advance(task)
+
+        callbacks = sweeps.Callbacks(on_start, on_event, on_end)
+        return sweeps.run_study(results_dir, study, target, callbacks)
+
+
+@click.command()
+@click.argument("ids", nargs=-1, required=True, metavar="RUN|STUDY...")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where figures and the export go (default: the study's report/ folder, "
+                   "else results/reports/<name>/).")  # fmt: skip
+@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md",
+              show_default=True, help="Export of the whole report.")  # fmt: skip
+@click.option("--allow-mixed", is_flag=True,
+              help="Show runs with different closed-division configs side by side.")  # fmt: skip
+@pass_settings
+@handle_errors
+def report(
+    settings: Settings, ids: tuple[str, ...], out_dir: Path | None, fmt: str, allow_mixed: bool
+) -> None:
+    """Tables, figures (PNG and SVG) and a Markdown or HTML export of runs and studies.
+
+    \b
+    Examples:
+      runner report STUDY
+      runner report STUDY_A STUDY_B --format html
+      runner report RUN1 RUN2 RUN3 --allow-mixed
+    Time to accuracy is aggregated by the MLPerf rule (5+ runs: drop fastest and slowest).
+    Needs the `report` extra (matplotlib).
+    """
+    require("matplotlib", "runner report")
+    from runner.results import report as reports
+    from runner.results import study as studies
+    from runner.stack.pulumi_cli import project_dir
+
+    results_dir = settings.results_dir
+    runs, title, damaged = reports.collect(results_dir, ids)
+    for problem in damaged:
+        errors.print(f"[yellow]left out, damaged[/yellow]: {escape(problem)}")
+    costs = reports.cluster_costs(runs, project_dir())
+    built = reports.build(runs, title, allow_mixed=allow_mixed, costs=costs)
+    for table in reports.tables(built):
+        console.print(views.plain_table(table))
+    if out_dir is None:
+        study_file = studies.find(results_dir, ids[0]) if len(ids) == 1 else None
+        slug = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
+        out_dir = study_file.parent / "report" if study_file else results_dir / "reports" / slug
+    paths = reports.write_figures(built, out_dir)
+    export = out_dir / f"report.{fmt}"
+    text = (reports.to_markdown if fmt == "md" else reports.to_html)(built, paths, out_dir)
+    export.write_text(text, encoding="utf-8")
+    console.print("figures: " + ", ".join(str(p) for p in paths if p.suffix == ".png"))
+    console.print(f"report: {export}")
+
+
+COMMANDS = (sweep, report)

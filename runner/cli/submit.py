@@ -1,0 +1,117 @@
+"""`runner submit`: resolve a benchmark into a job, run it and follow it to the end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from runner import api
+from runner.cli import views
+from runner.cli.common import (
+    Settings,
+    console,
+    device_option,
+    errors,
+    exit_code,
+    handle_errors,
+    link_option,
+    pass_settings,
+    per_node_option,
+    signals_interrupt,
+    where_options,
+)
+from runner.errors import Interrupted
+from runner.job.target import ClusterOptions
+
+
+@click.command()
+@click.argument("benchmark")
+@where_options
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes in all (default: the benchmark's).")  # fmt: skip
+@per_node_option
+@device_option
+@link_option
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Change a config value; repeatable (non-tunables: open division).")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Print the job and what would run; run nothing.")
+@click.option("--detach", is_flag=True, help="Start the run and return; follow with `runner logs`.")
+@pass_settings
+@handle_errors
+def submit(
+    settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
+    context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
+    workers: int | None, per_node: int | None, device: str, link: str | None,
+    overrides: tuple[str, ...], dry_run: bool, detach: bool,
+) -> None:  # fmt: skip
+    """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
+    to the end.
+
+    \b
+    Examples:
+      runner submit cnn-digits --workers 2
+      runner submit cnn-digits --set strategy=allreduce --set max_epochs=5
+      runner submit cnn-digits --workers 4 --detach
+      runner submit cnn-digits --workers 4 --link 100mbit --set strategy=allreduce
+      runner submit cnn-digits --stack kind --dry-run
+      runner submit cnn-digits --stack gke-gpu-8 --workers 4 --device cuda
+      runner submit cnn-digits --kubeconfig ~/.kube/config --image REG/stackbench@sha256:...
+      runner submit allreduce-micro --workers 2 --set max_elements=1000000
+    Ctrl-C, SIGTERM or SIGHUP cancel the run and keep what it recorded.
+    """
+    from runner.job.spec import get_benchmark, resolve
+    from runner.job.target import make_target
+
+    results = settings.results_dir
+    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
+    target = make_target(results, local, cluster, per_node, device)  # type: ignore[arg-type]
+    bench = get_benchmark(benchmark)
+    spec = resolve(benchmark, overrides, target.placement(workers or bench.default_workers, link))
+    backend = target.make_backend()
+    try:
+        if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl
+            if not target.remote:
+                console.print_json(spec.to_json())
+            click.echo(api.dryrun(spec, backend, results), nl=not target.remote)
+            if views.lr_text(spec):
+                errors.print(views.lr_text(spec), markup=False)
+            return
+        run = api.submit(spec, backend, results)
+    finally:
+        backend.close()
+    console.print(f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}")
+    if views.lr_text(spec):
+        console.print(views.lr_text(spec), markup=False)
+    if detach:
+        console.print(f"follow it with: runner logs {run.run_id} --follow")
+        return
+    follow(results, run)
+
+
+def follow(results: Path, run: api.Run) -> None:
+    """Follow a submitted run with live progress, then show its outcome; exit 1 unless it
+    SUCCEEDED, 128 + N if signal N stopped the command (the run is cancelled)."""
+    view = views.progress_for(console, run.record.spec)
+    try:
+        with signals_interrupt(), view:
+            outcome = api.follow_to_end(
+                results, run, api.Callbacks(on_event=view.on_event, on_status=view.on_status)
+            )
+    except (KeyboardInterrupt, Interrupted) as err:
+        state = api.status(results, run)
+        errors.print(f"{views.state_text(state)}; what was recorded is in {run.run_dir}")
+        sys.exit(exit_code(err))
+    finish(run, outcome)
+
+
+def finish(run: api.Run, outcome: api.Outcome) -> None:
+    views.print_outcome(console, run, outcome)
+    if outcome.status.state.value != "SUCCEEDED":
+        rank = outcome.status.failed_rank or 0
+        console.print(f"see the logs: runner logs {run.run_id} --rank {rank}")
+        sys.exit(1)
+
+
+COMMANDS = (submit,)

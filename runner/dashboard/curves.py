@@ -1,0 +1,142 @@
+"""What the dashboard plots for one run, computed from its events (workloads/mllog.py).
+
+`Curves` is fed events in order, in as many pieces as they arrive, and answers each feed with
+the points it adds, so a live run's page extends the series it already shows; a fresh
+`Curves` fed everything gives the whole picture. Every x is seconds since run_start, as in the
+report's curves figure (runner.results.runs.curves). Series:
+
+    train_loss      the epoch's mean training loss over ranks
+    eval_accuracy   the quality metric of each evaluation (MLPerf logs every benchmark's metric
+                    under this key; the run's target names it)
+    eval_loss       the evaluation's mean loss
+    throughput      samples/s per epoch: the training set's size over the epoch's wall time
+                    (epoch_start to epoch_stop); the summary's figure is the run's exact one
+    phases          per epoch, seconds spent in each step phase (the mean over ranks)
+    progress        where the run is: the epoch under way and, once a progress event of that
+                    epoch came (every few seconds), its step and steps
+    global_batch    an adaptive run's global batch: at each monitoring step and when a
+                    decision changes it
+    b_noise         its smoothed gradient noise scale, at each monitoring step
+    workers         its worker count: at each monitoring step and when workers leave or join
+
+Events are read from files that may be damaged: anything of the wrong type or not finite (a
+diverged loss is NaN) is left out, never raised. Not here: reading files (runner.dashboard.data).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from contract.events import DECISION, MONITORS
+from workloads import mllog
+
+POINT_SERIES = (mllog.TRAIN_LOSS, mllog.EVAL_ACCURACY, mllog.EVAL_LOSS)
+GLOBAL_BATCH, B_NOISE, WORKERS = "global_batch", "b_noise", "workers"
+ADAPTIVE_SERIES = (GLOBAL_BATCH, B_NOISE, WORKERS)
+# Where each comes from: a monitor event's field, a decision's knob.
+MONITORED = {"global_batch": GLOBAL_BATCH, "b_noise": B_NOISE, "world_size": WORKERS}
+DECIDED = {"global_batch": GLOBAL_BATCH, "workers": WORKERS}
+THROUGHPUT = "throughput"
+PHASES = "phases"
+PROGRESS = "progress"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _epoch(event: Mapping[str, Any]) -> int | None:
+    metadata = event.get("metadata")
+    epoch = metadata.get("epoch_num") if isinstance(metadata, dict) else None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+
+def empty() -> dict[str, Any]:
+    series = (*POINT_SERIES, *ADAPTIVE_SERIES)
+    return {**{k: [] for k in series}, THROUGHPUT: [], PHASES: [], PROGRESS: None}
+
+
+class Curves:
+    """The series of one run, built incrementally (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._start_ms: float | None = None
+        self._train_samples: float | None = None
+        self._epoch_start_ms: dict[int, float] = {}
+
+    def feed(self, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """The points these events add (empty lists when none)."""
+        out = empty()
+        for event in events:
+            time_ms = _number(event.get("time_ms"))
+            key = event.get("key")
+            if time_ms is None or not isinstance(key, str):
+                continue
+            if key == mllog.RUN_START and self._start_ms is None:
+                self._start_ms = time_ms
+            elif key == mllog.TRAIN_SAMPLES:
+                self._train_samples = _number(event.get("value"))
+            elif key == mllog.EPOCH_START and _epoch(event) is not None:
+                epoch = _epoch(event)
+                self._epoch_start_ms[epoch] = time_ms  # type: ignore[index]
+                if self._start_ms is not None:  # progress events come every few seconds only
+                    t_s = (time_ms - self._start_ms) / 1000
+                    out[PROGRESS] = {"epoch": epoch, "step": None, "steps": None, "t": t_s}
+            elif self._start_ms is not None:
+                self._point(out, key, event, time_ms)
+        return out
+
+    def _point(
+        self, out: dict[str, Any], key: str, event: Mapping[str, Any], time_ms: float
+    ) -> None:
+        t_s = (time_ms - self._start_ms) / 1000  # type: ignore[operator]
+        value = event.get("value")
+        if key in POINT_SERIES:
+            number = _number(value)
+            if number is not None:
+                out[key].append([t_s, number])
+        elif key == mllog.EPOCH_STOP:
+            epoch = _epoch(event)
+            started_ms = self._epoch_start_ms.get(epoch) if epoch is not None else None
+            wall_s = (time_ms - started_ms) / 1000 if started_ms is not None else 0.0
+            if wall_s > 0 and self._train_samples:
+                out[THROUGHPUT].append([t_s, self._train_samples / wall_s])
+        elif key == mllog.EPOCH_PHASES and isinstance(value, dict):
+            phases = {p: _number(value.get(p)) for p in mllog.STEP_PHASES}
+            if all(v is not None for v in phases.values()):
+                out[PHASES].append({"epoch": _epoch(event), "t": t_s, **phases})
+        elif key == mllog.PROGRESS and isinstance(value, dict):
+            fields = {k: value.get(k) for k in ("epoch", "step", "steps")}
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in fields.values()):
+                out[PROGRESS] = {**fields, "t": t_s}
+        elif key == MONITORS and isinstance(value, dict):
+            for name, series in MONITORED.items():
+                number = _number(value.get(name))
+                if number is not None:
+                    out[series].append([t_s, number])
+        elif key == DECISION and isinstance(value, dict):
+            series = DECIDED.get(value.get("knob"))  # type: ignore[arg-type]
+            number = _number(value.get("new"))
+            if series is not None and number is not None:
+                out[series].append([t_s, number])
+
+
+def series(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every series of a whole event log."""
+    return Curves().feed(events)
+
+
+def latest(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The newest quality value and the epoch under way, from any stretch of a run's events
+    (the runs table's figure for a run that has no summary yet)."""
+    out: dict[str, Any] = {}
+    for event in events:
+        if event.get("key") == mllog.EVAL_ACCURACY and _number(event.get("value")) is not None:
+            out["value"] = _number(event["value"])
+        elif event.get("key") == mllog.EPOCH_START and _epoch(event) is not None:
+            out["epoch"] = _epoch(event)
+    return out

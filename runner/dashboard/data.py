@@ -1,0 +1,445 @@
+"""The dashboard's one reader of run directories and studies: every file name and record
+format the dashboard knows is here, so moving it to contract/'s typed records changes this
+module alone.
+
+It answers in JSON-ready dicts (the API's payloads) and never raises for one bad run: a run
+whose files are damaged or hostile shows as DAMAGED with the file and the problem, and the
+listing and every other run carry on. Records are read through contract.files (regular files
+only, never through a link, size-capped); anything a request names is checked by
+runner.dashboard.files, so nothing outside the results directory is ever read. State is what
+the run directory records (kept current by whoever supervises or follows the run), except
+that an unfinished local run whose supervisor is gone reads as failed, as `runner runs` says.
+
+Not here: HTTP (runner.dashboard.server), chart points (runner.dashboard.curves), shaping
+studies and comparisons (runner.dashboard.views), statistics (runner.results).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from contract.files import DamagedFile, read_json_object
+from contract.manifest import parse_manifest
+from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus, read_state
+from contract.summary import MicroSummary, Summary, parse_summary
+from runner.dashboard import curves, files
+from runner.errors import RunnerError
+from runner.results import rundir
+from runner.results import study as studies
+from runner.results.runs import RunResult, load_run
+from workloads import mllog
+from workloads.tasks.config import LOWER_IS_BETTER
+
+DAMAGED = "DAMAGED"  # a state of the dashboard's own: the records cannot be trusted
+UNKNOWN = "UNKNOWN"  # no state.json yet
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+RECORDS = (JOB, STATE, SUMMARY, MANIFEST)
+SUPERVISOR = "supervisor.json"  # the local backend's record of its supervisor process
+MAX_EVENTS_BYTES = 64 << 20  # the largest events.jsonl read whole (a long run's is a few MiB)
+MAX_FILE_BYTES = 64 << 20  # the largest file a link serves
+LOG_TAIL_BYTES = 256 << 10  # how much of a log a page starts with
+LATEST_BYTES = 64 << 10  # the end of a live run's events.jsonl read for the table's figure
+
+
+class NotFound(LookupError):
+    """No run or study of that name in the results directory."""
+
+
+def problem(file: str, text: str) -> dict[str, str]:
+    return {"file": file, "problem": text}
+
+
+# ---- runs ---------------------------------------------------------------------------------
+
+
+def run_path(root: Path, run_id: str) -> Path:
+    """The run directory of `run_id`: a plain name, a directory, never a link."""
+    path = root / run_id
+    if not files.valid_name(run_id) or run_id == studies.STUDIES_DIR:
+        raise NotFound(f"{run_id!r} is not a run id")
+    if not files.is_plain_dir(path):
+        raise NotFound(f"no run {run_id!r} in {root}")
+    return path
+
+
+def _entries(root: Path) -> Iterator[tuple[str, bool]]:
+    """(name, is a link) of every entry of `root` that may be a run."""
+    with contextlib.suppress(OSError), os.scandir(root) as it:
+        for entry in it:
+            if not files.valid_name(entry.name) or entry.name == studies.STUDIES_DIR:
+                continue
+            if entry.is_symlink():
+                yield entry.name, True
+            elif entry.is_dir(follow_symlinks=False) and _looks_like_run(Path(entry.path)):
+                yield entry.name, False
+
+
+def _looks_like_run(path: Path) -> bool:
+    return any(os.path.lexists(path / name) for name in (*RECORDS, EVENTS, LOGS))
+
+
+def signature(path: Path) -> tuple[Any, ...]:
+    """Changes whenever a file that a run's row or page is built from changes."""
+    out = []
+    for name in (*RECORDS, EVENTS, SUPERVISOR):
+        try:
+            info = os.lstat(path / name)
+            out.append((info.st_ino, info.st_size, info.st_mtime_ns))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+class RunTable:
+    """Every run's row, rebuilt only when its files change (an unfinished local run's is
+    rebuilt on every call: its supervisor can die without a file changing)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._lock = threading.Lock()  # one table serves every page's stream, from threads
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._rows()
+
+    def _rows(self) -> list[dict[str, Any]]:
+        rows = {}
+        for name, is_link in _entries(self.root):
+            if is_link:
+                rows[name] = _damaged_row(name, problem(name, "is a symbolic link, never followed"))
+                continue
+            sig = signature(self.root / name)
+            cached = self._cache.get(name)
+            if cached is None or cached[0] != sig or may_change_unseen(cached[1]):
+                self._cache[name] = (sig, run_row(self.root, name))
+            rows[name] = self._cache[name][1]
+        self._cache = {k: v for k, v in self._cache.items() if k in rows}
+        return sorted(rows.values(), key=lambda r: r["created_at"] or "", reverse=True)
+
+
+def may_change_unseen(row: Mapping[str, Any]) -> bool:
+    return row["backend"] == "local" and row["state"] not in (*FINISHED, DAMAGED)
+
+
+ROW_FIELDS = (
+    "reason", "since", "failed_rank", "exit_code", "benchmark", "division", "backend", "stack",
+    "workers", "nodes", "device", "strategy", "created_at", "metric", "target", "value", "epoch",
+    "max_epochs", "reached", "time_to_target_s", "run_time_s", "throughput",
+)  # fmt: skip
+
+
+def _damaged_row(run_id: str, *problems: dict[str, str]) -> dict[str, Any]:
+    return {**dict.fromkeys(ROW_FIELDS), "run_id": run_id, "state": DAMAGED, "reason": "",
+            "damaged": list(problems), "notes": [], "lower_is_better": False}  # fmt: skip
+
+
+def _record(path: Path, name: str) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+    """(the JSON record, None), (None, None) when it does not exist, (None, problem)."""
+    try:
+        return read_json_object(path / name), None
+    except FileNotFoundError:
+        return None, None
+    except DamagedFile as err:
+        return None, problem(name, err.problem)
+    except OSError as err:
+        return None, problem(name, err.strerror or str(err))
+
+
+def _typed(path: Path, name: str, parse: Any) -> tuple[Any, dict[str, str] | None]:
+    """A record read and checked field by field (contract/summary.py, manifest.py)."""
+    data, damage = _record(path, name)
+    if data is None:
+        return None, damage
+    try:
+        return parse(data, path / name), None
+    except DamagedFile as err:
+        return None, problem(name, err.problem)
+
+
+def _job(path: Path, run_id: str) -> tuple[rundir.RunRecord | None, dict[str, str] | None]:
+    data, damage = _record(path, JOB)
+    if data is None:
+        return None, damage or problem(JOB, "is missing: this is not a complete run directory")
+    try:
+        record = rundir.RunRecord.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return None, problem(JOB, f"does not hold a job this runner reads ({err!r})")
+    if record.spec.run_id != run_id:
+        return None, problem(JOB, f"names run {record.spec.run_id!r}, not its directory")
+    return record, None
+
+
+def _state(root: Path, path: Path, record: rundir.RunRecord | None) -> JobStatus | None:
+    """state.json, but an unfinished local run whose supervisor is gone has failed (the local
+    backend's own verdict). Only once the supervisor is on record: before that, a run being
+    submitted would flash as failed."""
+    status = read_state(path)
+    live = status is None or not status.state.finished
+    local = record is not None and record.handle == f"local://{path.name}"
+    if live and local and os.path.lexists(path / SUPERVISOR):
+        import psutil
+
+        from runner.backends.local.backend import LocalBackend
+
+        try:
+            return LocalBackend(root).status(record.handle)  # type: ignore[union-attr]
+        except (RunnerError, OSError, ValueError, KeyError, TypeError, psutil.Error):
+            return status  # its reads are not defensive; state.json was read defensively
+    return status
+
+
+def run_row(root: Path, run_id: str) -> dict[str, Any]:
+    """One run as the runs table shows it."""
+    path = run_path(root, run_id)
+    records = {SUMMARY: _typed(path, SUMMARY, parse_summary),
+               MANIFEST: _typed(path, MANIFEST, parse_manifest)}  # fmt: skip
+    damage = [p for _, p in records.values() if p]
+    record, job_damage = _job(path, run_id)
+    try:
+        status = _state(root, path, record)
+    except DamagedFile as err:
+        status, damage = None, [*damage, problem(STATE, err.problem)]
+    if job_damage:
+        return _damaged_row(run_id, job_damage, *damage)
+    assert record is not None
+    spec, summary = record.spec, records[SUMMARY][0]
+    config = spec.config.flat()  # the keys --set takes
+    metric = getattr(spec.config, "target_metric", None)
+    row = {
+        **_damaged_row(run_id),
+        "state": DAMAGED if damage else (status.state.value if status else UNKNOWN),
+        "reason": status.reason if status else "", "since": status.since if status else None,
+        "failed_rank": status.failed_rank if status else None,
+        "exit_code": status.exit_code if status else None,
+        "damaged": damage, "benchmark": spec.benchmark, "division": spec.division,
+        "backend": record.backend, "stack": (record.cluster or {}).get("stack"),
+        "workers": spec.placement.world_size, "nodes": spec.placement.num_nodes,
+        "device": spec.placement.device, "strategy": config.get("strategy"),
+        "created_at": spec.created_at, "metric": metric, "target": config.get("target_value"),
+        "lower_is_better": metric in LOWER_IS_BETTER, "max_epochs": config.get("max_epochs"),
+    }  # fmt: skip
+    row.update(_headline(summary) if summary else _latest(path))
+    row["notes"] = _notes(row, path, summary)
+    return row
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _headline(summary: Summary) -> dict[str, Any]:
+    """The table's figures from summary.json's record (its fields checked when read)."""
+    if isinstance(summary, MicroSummary):
+        best = max((r.busbw_gbps for r in summary.results), default=None)
+        return {"metric": "peak busbw (GB/s)", "value": best}
+    return {
+        "value": summary.final.value if summary.final else None,
+        "epoch": summary.final.epoch if summary.final else None,
+        "reached": summary.target_reached,
+        "run_time_s": summary.run_time_s,
+        "time_to_target_s": summary.time_to_target_s,
+        "throughput": summary.throughput_samples_per_s,
+    }
+
+
+def _latest(path: Path) -> dict[str, Any]:
+    """A live run's latest quality figure and epoch, from the end of its events."""
+    try:
+        fd = files.open_beneath(path, (EVENTS,))
+    except (OSError, DamagedFile):
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        start = max(0, os.fstat(f.fileno()).st_size - LATEST_BYTES)
+        f.seek(start)
+        lines = f.read(LATEST_BYTES).decode("utf-8", errors="replace").splitlines()
+    return curves.latest(mllog.parse_lines(lines[1:] if start else lines))  # [0]: cut by seek
+
+
+def _notes(row: Mapping[str, Any], path: Path, summary: Any) -> list[str]:
+    notes = []
+    remote = row["backend"] not in (None, "local")
+    if remote and row["state"] not in FINISHED:
+        notes.append(
+            f"followed on {row['backend']}: the state is what the runner following it last "
+            "recorded; curves and logs arrive when it is fetched"
+        )
+    elif remote and (summary is None or not os.path.lexists(path / EVENTS)):
+        notes.append(f"results not fetched yet: runner fetch {row['run_id']}")
+    return notes
+
+
+def run_detail(root: Path, run_id: str) -> dict[str, Any]:
+    """Everything the run page shows but the curves and the logs' text."""
+    path = run_path(root, run_id)
+    row = run_row(root, run_id)
+    record, _ = _job(path, run_id)
+    job, _ = _record(path, JOB)
+    entries = files.scan(path)
+    logs = [e.path.split("/")[1] for e in entries if e.path.count("/") == 1 and e.kind == "file"
+            and e.path.startswith(f"{LOGS}/")]  # fmt: skip
+    if record is not None:
+        ranks = [f"rank-{r}.log" for r in range(record.spec.placement.world_size)]
+        logs = ranks + sorted(set(logs) - set(ranks))
+    return {
+        **row,
+        # The flat view: the keys --set takes, as the page highlights the overridden ones.
+        "config": _flat(record.spec.config) if record else _dig(job, "config"),
+        "overrides": [list(p) for p in record.spec.overrides] if record else [],
+        "open_keys": list(record.spec.open_keys) if record else [],
+        "handle": record.handle if record else None,
+        "cluster": dict(record.cluster) if record and record.cluster else None,
+        "summary": _to_dict(_typed(path, SUMMARY, parse_summary)[0]),
+        "manifest": _to_dict(_typed(path, MANIFEST, parse_manifest)[0]),
+        "files": [{"path": e.path, "size": e.size, "kind": e.kind} for e in entries],
+        "logs": logs,
+    }
+
+
+def events_tail(root: Path, run_id: str) -> files.LineTail:
+    """New whole lines of a run's events.jsonl, from the start."""
+    return files.LineTail(root, (run_path(root, run_id).name, EVENTS))
+
+
+def parse_events(data: bytes) -> list[dict[str, Any]]:
+    return list(mllog.parse_lines(data.decode("utf-8", errors="replace").splitlines()))
+
+
+def read_events(root: Path, run_id: str) -> list[dict[str, Any]]:
+    """Every event of a run (DamagedFile when events.jsonl is a link, not a file, too large)."""
+    try:
+        parts = (run_path(root, run_id).name, EVENTS)
+        return parse_events(files.read_beneath(root, parts, MAX_EVENTS_BYTES))
+    except FileNotFoundError:
+        return []
+
+
+def log_tail(root: Path, run_id: str, name: str) -> files.ByteTail:
+    """A log of the run, from its last LOG_TAIL_BYTES on."""
+    if not files.valid_name(name):
+        raise NotFound(f"{name!r} is not a log name")
+    return files.ByteTail(root, (run_path(root, run_id).name, LOGS, name), LOG_TAIL_BYTES)
+
+
+def read_log(root: Path, run_id: str, name: str, offset: int | None) -> dict[str, Any]:
+    """Up to LOG_TAIL_BYTES of a log from `offset` (None: its last LOG_TAIL_BYTES)."""
+    if not files.valid_name(name):
+        raise NotFound(f"{name!r} is not a log name")
+    try:
+        fd = files.open_beneath(root, (run_path(root, run_id).name, LOGS, name))
+    except FileNotFoundError:
+        raise NotFound(f"run {run_id} has no log {name} (yet)") from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = min(size, max(0, size - LOG_TAIL_BYTES) if offset is None else offset)
+        f.seek(start)
+        chunk = f.read(LOG_TAIL_BYTES)
+    text = chunk.decode("utf-8", errors="replace")
+    return {"name": name, "start": start, "offset": start + len(chunk), "size": size, "text": text}
+
+
+def read_file(root: Path, run_id: str, relative: str) -> bytes:
+    """A file of the run by its path inside the run directory (InvalidPath, NotFound,
+    DamagedFile for a link, a non-file or one over MAX_FILE_BYTES)."""
+    parts = files.split_path(relative)
+    try:
+        return files.read_beneath(root, (run_path(root, run_id).name, *parts), MAX_FILE_BYTES)
+    except FileNotFoundError:
+        raise NotFound(f"run {run_id} has no file {relative}") from None
+
+
+# ---- results for reports: studies and comparisons -----------------------------------------
+
+
+def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], list[dict]]:
+    """The runs as runner.results reads them, and a problem for each that cannot be read."""
+    runs, problems = [], []
+    for run_id in dict.fromkeys(run_ids):
+        try:
+            path = run_path(root, run_id)
+        except NotFound as err:
+            problems.append({"run_id": run_id, **problem("", str(err))})
+            continue
+        damage = _unsafe_for_load_run(path)
+        if not damage:
+            try:
+                runs.append(load_run(path))
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError, OSError) as err:
+                damage.append(problem(JOB, f"cannot be read as a run ({err!r})"))
+        problems += [{"run_id": run_id, **p} for p in damage]
+    return runs, problems
+
+
+def _unsafe_for_load_run(path: Path) -> list[dict[str, str]]:
+    """load_run's own reads are not defensive: every record read the defensive way first, and
+    events.jsonl a plain file under the cap (load_run reads it whole)."""
+    damage = [p for name in RECORDS if (p := _record(path, name)[1])]
+    if not os.path.lexists(path / JOB):
+        damage.append(problem(JOB, "is missing"))
+    try:
+        with os.fdopen(files.open_beneath(path, (EVENTS,)), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+        if size > MAX_EVENTS_BYTES:
+            damage.append(problem(EVENTS, f"is {size} bytes, over the {MAX_EVENTS_BYTES} cap"))
+    except FileNotFoundError:
+        pass
+    except DamagedFile as err:
+        damage.append(problem(EVENTS, err.problem))
+    return damage
+
+
+def list_studies(root: Path) -> list[dict[str, Any]]:
+    """Every study under results/studies/, newest first; a damaged one says why."""
+    base = studies.studies_root(root)
+    if not files.is_plain_dir(base):
+        return []
+    out = []
+    for name in sorted(os.listdir(base)):
+        if not files.valid_name(name) or not files.is_plain_dir(base / name):
+            continue
+        try:
+            study = load_study_record(root, name)
+        except DamagedFile as err:
+            out.append({"study_id": name, "damaged": [problem(studies.STUDY_FILE, err.problem)]})
+            continue
+        except NotFound:
+            continue
+        out.append({
+            "study_id": name, "benchmark": study.benchmark, "state": study.state,
+            "workers": list(study.workers), "grid": {k: list(v) for k, v in study.grid.items()},
+            "runs_per_cell": study.runs_per_cell, "planned": len(study.runs),
+            "submitted": len(study.run_ids), "where": study.where,
+            "created_at": study.created_at, "finished_at": study.finished_at, "damaged": [],
+        })  # fmt: skip
+    return sorted(out, key=lambda s: str(s.get("created_at") or ""), reverse=True)
+
+
+def load_study_record(root: Path, study_id: str) -> studies.Study:
+    """study.json of a study (NotFound; DamagedFile when unreadable)."""
+    base = studies.studies_root(root)
+    if not files.valid_name(study_id) or not files.is_plain_dir(base / study_id):
+        raise NotFound(f"no study {study_id!r} in {base}")
+    try:
+        data = read_json_object(base / study_id / studies.STUDY_FILE)
+    except FileNotFoundError:
+        raise NotFound(f"study {study_id!r} has no {studies.STUDY_FILE}") from None
+    try:
+        return studies.Study.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise DamagedFile(Path(studies.STUDY_FILE), f"is not a study record ({err!r})") from None
+
+
+def _flat(config: Any) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.flat().items()}
+
+
+def _to_dict(record: Any) -> dict[str, Any] | None:
+    return record.to_dict() if record is not None else None

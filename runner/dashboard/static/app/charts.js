@@ -1,0 +1,157 @@
+// Charts: one Preact component around an Apache ECharts instance, and the declarative options
+// of each chart the dashboard shows. ECharts draws everything; nothing here draws.
+
+import { useEffect, useRef } from "preact/hooks";
+import { html } from "./lib.js";
+
+const echarts = window.echarts; // echarts.common.min.js, loaded before the modules
+const PHASE_ORDER = ["data", "forward", "backward", "optimizer", "communication"];
+// The report's colours (runner/results/figures.py), so the two read alike.
+const PHASE_COLORS = {
+  data: "#bdbdbd", forward: "#6baed6", backward: "#3182bd", optimizer: "#9ecae1", communication: "#e6550d",
+};
+
+// `name` labels the chart for tests and people alike (data-chart attribute).
+export function Chart({ option, name }) {
+  const box = useRef(null);
+  const chart = useRef(null);
+  useEffect(() => {
+    chart.current = echarts.init(box.current, null, { renderer: "canvas" });
+    const observer = new ResizeObserver(() => chart.current && chart.current.resize());
+    observer.observe(box.current);
+    return () => {
+      observer.disconnect();
+      chart.current.dispose();
+      chart.current = null;
+    };
+  }, []);
+  useEffect(() => {
+    // Merge, replacing the series: a live update keeps the zoom and the legend's choices.
+    chart.current.setOption(option, { replaceMerge: ["series"] });
+  }, [option]);
+  return html`<div class="chart" ref=${box} data-chart=${name}></div>`;
+}
+
+function compact(value) {
+  if (typeof value !== "number") return "–";
+  const magnitude = Math.abs(value);
+  if (magnitude >= 1000) return value.toLocaleString("en-US", { maximumFractionDigits: 0 });
+  return value.toPrecision(4).replace(/\.?0+$/, "");
+}
+
+// Tooltips drawn on the canvas ("richText"), not as HTML: the page's Content-Security-Policy
+// refuses inline styles, and no text from a run directory is ever parsed as markup.
+const TOOLTIP = { renderMode: "richText", valueFormatter: compact };
+
+function base(title, yName, xName) {
+  return {
+    animation: false,
+    title: { text: title, left: 0, top: 0, textStyle: { fontSize: 13, fontWeight: 600 } },
+    tooltip: { ...TOOLTIP, trigger: "axis" },
+    legend: { type: "scroll", top: 22, left: 0, right: 8 },
+    grid: { left: 64, right: 24, top: 58, bottom: 44 },
+    xAxis: { type: "value", name: xName, nameLocation: "middle", nameGap: 28, min: 0 },
+    yAxis: { type: "value", name: yName, scale: true, nameLocation: "middle", nameGap: 46 },
+    dataZoom: [{ type: "inside", filterMode: "none" }],
+  };
+}
+
+// Lines against seconds since run_start: [{name, data: [[t, v], ...]}]. `target`: a dashed
+// horizontal line at the target value. `steps`: "all", or the names of the lines drawn as
+// steps (a value that changes at once, such as an adaptive run's global batch).
+export function linesOption({ title, yName, lines, target = null, log = false, steps = [] }) {
+  const series = lines.map((line, i) => ({
+    id: line.name,
+    name: line.name,
+    type: "line",
+    ...(steps === "all" || steps.includes(line.name) ? { step: "end" } : {}),
+    data: line.data,
+    showSymbol: line.data.length <= 60,
+    symbolSize: 5,
+    lineStyle: { width: 1.6 },
+    ...(i === 0 && target !== null ? {
+      markLine: {
+        symbol: "none", silent: true, lineStyle: { type: "dashed", color: "#333" },
+        label: { formatter: `target ${target}`, position: "insideEndTop" },
+        data: [{ yAxis: target }],
+      },
+    } : {}),
+  }));
+  const option = base(title, yName, "seconds since run_start");
+  if (log) option.yAxis = { ...option.yAxis, type: "log", scale: false };
+  return { ...option, series };
+}
+
+// The step phases of each epoch, stacked: [{epoch, data, forward, ...}] in seconds.
+export function epochPhasesOption(phases) {
+  const option = base("Step phases per epoch (s, mean over ranks)", "s", "epoch");
+  return {
+    ...option,
+    tooltip: { ...TOOLTIP, trigger: "axis", axisPointer: { type: "shadow" } },
+    xAxis: { type: "category", name: "epoch", nameLocation: "middle", nameGap: 28,
+      data: phases.map((p) => String(p.epoch)) },
+    series: PHASE_ORDER.map((phase) => ({
+      id: phase, name: phase, type: "bar", stack: "phases", barMaxWidth: 40,
+      itemStyle: { color: PHASE_COLORS[phase] },
+      data: phases.map((p) => p[phase]),
+    })),
+  };
+}
+
+// Time per step by phase, one bar per cell of a study or per run: [{label, phase_ms}].
+export function cellPhasesOption(cells, title) {
+  const option = epochPhasesOption([]);
+  return {
+    ...option,
+    title: { ...option.title, text: title },
+    xAxis: { ...option.xAxis, name: "", data: cells.map((c) => c.label), axisLabel: { interval: 0 } },
+    yAxis: { ...option.yAxis, name: "ms per step" },
+    series: option.series.map((s) => ({ ...s, data: cells.map((c) => c.phase_ms[s.id] ?? 0) })),
+  };
+}
+
+// Speedup of time to accuracy against workers, one line per series, and the ideal.
+export function speedupOption(bySeries) {
+  const workers = [...new Set(Object.values(bySeries).flat().map((c) => c.workers))].sort((a, b) => a - b);
+  const option = base("Speedup of time to accuracy", "speedup", "workers");
+  const series = Object.entries(bySeries).map(([name, cells]) => ({
+    id: name, name, type: "line", symbolSize: 8,
+    data: cells.filter((c) => c.speedup !== null).map((c) => [c.workers, c.speedup]),
+  }));
+  if (workers.length) {
+    series.push({
+      id: "ideal", name: "ideal", type: "line", symbol: "none",
+      lineStyle: { type: "dashed", color: "#333", width: 1 },
+      data: workers.map((w) => [w, w / workers[0]]),
+    });
+  }
+  return { ...option, xAxis: { ...option.xAxis, min: "dataMin", minInterval: 1 }, series };
+}
+
+// Time to accuracy against workers: the aggregate (MLPerf mean) as a line per series, every
+// run as a point; outliers red, runs the MLPerf mean dropped hollow.
+export function timeToAccuracyOption(bySeries) {
+  const option = base("Time to accuracy per run (points) and aggregate (line)", "seconds", "workers");
+  const series = [];
+  for (const [name, cells] of Object.entries(bySeries)) {
+    series.push({
+      id: `${name} mean`, name, type: "line", symbolSize: 9,
+      data: cells.filter((c) => c.mean_s !== null).map((c) => [c.workers, c.mean_s]),
+    });
+    const points = cells.flatMap((c) => c.runs
+      .filter((r) => r.time_to_target_s !== null)
+      .map((r) => ({
+        value: [c.workers, r.time_to_target_s],
+        run: r.run_id,
+        itemStyle: r.flag ? { color: "#d62728" } : r.dropped ? { color: "#fff", borderColor: "#555", borderWidth: 1.5 } : {},
+        symbolSize: r.flag ? 11 : 7,
+      })));
+    series.push({ id: `${name} runs`, name, type: "scatter", data: points, z: 3 });
+  }
+  return {
+    ...option,
+    tooltip: { ...TOOLTIP, trigger: "item", formatter: (p) => `${p.data.run || p.seriesName}: ${compact(p.value[1])} s` },
+    xAxis: { ...option.xAxis, min: "dataMin", minInterval: 1 },
+    series,
+  };
+}

@@ -1,0 +1,106 @@
+// The runs table: every run of the results directory, live; filter, sort, pick runs to compare.
+
+import { useMemo, useState } from "preact/hooks";
+import {
+  html, LiveBadge, metricName, num, quality, runHref, seconds, StateBadge, useStream, when,
+} from "./lib.js";
+
+const COLUMNS = [
+  { key: "state", label: "state", value: (r) => r.state },
+  { key: "run_id", label: "run", value: (r) => r.run_id },
+  { key: "benchmark", label: "benchmark", value: (r) => r.benchmark || "" },
+  { key: "division", label: "division", value: (r) => r.division || "" },
+  { key: "workers", label: "workers", value: (r) => r.workers ?? -1 },
+  { key: "backend", label: "where", value: (r) => r.stack || r.backend || "" },
+  { key: "value", label: "quality / target", value: (r) => r.value ?? -Infinity },
+  { key: "time_to_target_s", label: "time to target", value: (r) => r.time_to_target_s ?? Infinity },
+  { key: "throughput", label: "samples/s", value: (r) => r.throughput ?? -1 },
+  { key: "created_at", label: "started", value: (r) => r.created_at || "" },
+];
+
+function matches(row, text) {
+  if (!text) return true;
+  const haystack = [row.run_id, row.benchmark, row.division, row.state, row.backend, row.stack,
+    row.strategy, row.metric, row.reason].join(" ").toLowerCase();
+  return text.toLowerCase().split(/\s+/).every((word) => haystack.includes(word));
+}
+
+function Row({ row, selected, toggle }) {
+  const late = row.reached === false && row.state === "SUCCEEDED";
+  return html`<tr class=${`run-row ${row.state === "DAMAGED" ? "damaged" : ""}`} data-run=${row.run_id}>
+    <td><input type="checkbox" checked=${selected} onChange=${() => toggle(row.run_id)}
+      aria-label=${`select ${row.run_id}`} /></td>
+    <td><${StateBadge} state=${row.state} /></td>
+    <td class="mono"><a href=${runHref(row.run_id)}>${row.run_id}</a>
+      ${row.damaged.map((p) => html`<div class="why">${p.file}: ${p.problem}</div>`)}
+      ${row.reason && row.state !== "SUCCEEDED" ? html`<div class="why">${row.reason}</div>` : ""}
+      ${row.notes.map((n) => html`<div class="note">${n}</div>`)}
+    </td>
+    <td>${row.benchmark || "–"}</td>
+    <td>${row.division || "–"}</td>
+    <td class="num">${row.workers ?? "–"}</td>
+    <td>${row.stack ? `stack ${row.stack}` : row.backend || "–"}</td>
+    <td class="num" title=${metricName(row.metric)}>${quality(row)}${row.state === "RUNNING" && row.epoch ? html` <span class="muted">(epoch ${row.epoch})</span>` : ""}</td>
+    <td class="num">${row.reached ? seconds(row.time_to_target_s) : html`<span class=${late ? "miss" : "muted"}>${late ? "not reached" : "–"}</span>`}</td>
+    <td class="num">${num(row.throughput, 0)}</td>
+    <td>${when(row.created_at)}</td>
+  </tr>`;
+}
+
+export function RunsPage() {
+  const [rows, setRows] = useState(null);
+  const [text, setText] = useState("");
+  const [state, setState] = useState("");
+  const [benchmark, setBenchmark] = useState("");
+  const [sort, setSort] = useState({ key: "created_at", descending: true });
+  const [selected, setSelected] = useState([]);
+  const status = useStream("/api/stream?table=1", {
+    runs: (all) => setRows(Object.fromEntries(all.map((r) => [r.run_id, r]))),
+    run: (row) => setRows((old) => ({ ...old, [row.run_id]: row })),
+    gone: ({ run_id }) => setRows((old) => {
+      const { [run_id]: _, ...rest } = old;
+      return rest;
+    }),
+  });
+  const all = useMemo(() => Object.values(rows || {}), [rows]);
+  const shown = useMemo(() => {
+    const column = COLUMNS.find((c) => c.key === sort.key);
+    const filtered = all.filter((r) => matches(r, text) && (!state || r.state === state)
+      && (!benchmark || r.benchmark === benchmark));
+    const ordered = filtered.sort((a, b) => {
+      const x = column.value(a), y = column.value(b);
+      return x < y ? -1 : x > y ? 1 : 0;
+    });
+    return sort.descending ? ordered.reverse() : ordered;
+  }, [all, text, state, benchmark, sort]);
+  const toggle = (id) => setSelected((s) => (s.includes(id) ? s.filter((x) => x !== id) : [...s, id]));
+  const states = [...new Set(all.map((r) => r.state))].sort();
+  const benchmarks = [...new Set(all.map((r) => r.benchmark).filter(Boolean))].sort();
+  const header = (c) => html`<th class="sortable" onClick=${() => setSort({ key: c.key,
+    descending: sort.key === c.key ? !sort.descending : c.key === "created_at" })}>
+    ${c.label}${sort.key === c.key ? (sort.descending ? " ▼" : " ▲") : ""}</th>`;
+  const picked = selected.filter((id) => rows && rows[id]);
+
+  return html`<section>
+    <div class="toolbar">
+      <h1>Runs</h1><${LiveBadge} status=${status} />
+      <input type="search" placeholder="filter: words in id, benchmark, state, strategy…"
+        value=${text} onInput=${(e) => setText(e.target.value)} aria-label="filter runs" />
+      <select value=${state} onChange=${(e) => setState(e.target.value)} aria-label="state">
+        <option value="">every state</option>${states.map((s) => html`<option value=${s}>${s}</option>`)}
+      </select>
+      <select value=${benchmark} onChange=${(e) => setBenchmark(e.target.value)} aria-label="benchmark">
+        <option value="">every benchmark</option>${benchmarks.map((b) => html`<option value=${b}>${b}</option>`)}
+      </select>
+      <a class=${`button ${picked.length >= 2 ? "" : "disabled"}`} id="compare"
+        href=${picked.length >= 2 ? `#/compare/${picked.map(encodeURIComponent).join(",")}` : undefined}>
+        compare ${picked.length || ""} selected</a>
+    </div>
+    ${rows === null ? html`<p class="muted">loading…</p>`
+      : all.length === 0 ? html`<p class="muted">No runs in this results directory yet. Start one with <code>runner submit cnn-digits</code>; it appears here as it starts.</p>`
+      : html`<table class="runs"><thead><tr><th></th>${COLUMNS.map(header)}</tr></thead>
+        <tbody>${shown.map((r) => html`<${Row} key=${r.run_id} row=${r} selected=${selected.includes(r.run_id)} toggle=${toggle} />`)}</tbody>
+      </table>
+      <p class="muted">${shown.length} of ${all.length} runs</p>`}
+  </section>`;
+}

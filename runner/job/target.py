@@ -1,0 +1,109 @@
+"""Where runs go and how their workers map onto nodes: this machine (the default), or a
+Kubernetes cluster named by a Pulumi stack or a kubeconfig. `submit` and `sweep` build the same
+Target from the same options, so `--workers` means one thing everywhere: worker processes in
+all; on a cluster they are spread over nodes of `--per-node` processes each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.errors import BackendUnavailable, SpecError
+from runner.job.spec import Device, Placement
+
+if TYPE_CHECKING:
+    from runner.backends.base import Backend
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """The options that name a cluster, as the user gave them."""
+
+    stack: str | None = None
+    kubeconfig: Path | None = None
+    context: str | None = None
+    job_api: str | None = None
+    image: str | None = None
+    pending_timeout_s: float | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.stack is not None or self.kubeconfig is not None
+
+
+@dataclass(frozen=True)
+class Target:
+    make_backend: Callable[[], Backend]
+    where: str  # "local", "stack gke-gpu-8", "kubeconfig ~/.kube/config"
+    remote: bool
+    device: Device = "cpu"
+    per_node: int = 1  # cluster runs only
+
+    def placement(self, workers: int, link: str | None = None) -> Placement:
+        if not self.remote:
+            return Placement(1, workers, self.device, link)
+        if workers % self.per_node:
+            raise SpecError(
+                "--workers",
+                f"{workers} workers do not fill nodes of {self.per_node} (--per-node); "
+                f"use a multiple of {self.per_node}",
+            )
+        return Placement(workers // self.per_node, self.per_node, self.device, link)
+
+
+def local_target(results_root: Path, device: Device = "cpu") -> Target:
+    def make() -> Backend:
+        from runner.backends.local.backend import LocalBackend
+
+        return LocalBackend(results_root)
+
+    return Target(make, "local", remote=False, device=device)
+
+
+def make_target(
+    results_root: Path,
+    local: bool,
+    cluster: ClusterOptions,
+    per_node: int | None,
+    device: Device,
+) -> Target:
+    """The target the options name; SpecError for options that do not go together."""
+    if local and cluster.given:
+        raise SpecError("--local", "--local runs here; drop it to use --stack or --kubeconfig")
+    if not cluster.given:
+        for name, value in (
+            ("--context", cluster.context),
+            ("--job-api", cluster.job_api),
+            ("--image", cluster.image),
+            ("--pending-timeout", cluster.pending_timeout_s),
+            ("--per-node", per_node),
+        ):
+            if value is not None:
+                raise SpecError(name, "applies to cluster runs (--stack or --kubeconfig)")
+        return local_target(results_root, device)
+    for module in ("kubernetes", "yaml"):
+        if importlib.util.find_spec(module) is None:
+            raise BackendUnavailable(
+                f"cluster runs need {module}, which is not installed: "
+                "pip install -c constraints.txt -e '.[kubernetes]'"
+            )
+    from runner.backends.kubernetes.connection import connect
+
+    # Connected once, here: a bad stack or kubeconfig fails before anything is created.
+    conn = connect(
+        cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api, cluster.image
+    )
+
+    def make() -> Backend:
+        from runner.backends.kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend(
+            conn, results_root=results_root, pending_timeout_s=cluster.pending_timeout_s
+        )
+
+    where = f"stack {cluster.stack}" if cluster.stack else f"kubeconfig {cluster.kubeconfig}"
+    return Target(make, where, remote=True, device=device, per_node=per_node or 1)

@@ -1,0 +1,108 @@
+"""The kind stack's create script, run for real by bash against fake `docker` and `kind`
+executables that record what they are asked and answer as a three-node cluster would."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from infra_harness import REPO
+
+from contract.stack import IMAGE_UID, RESULTS_MOUNT_PATH
+from infra import kind_bandwidth, stackfiles
+from infra.kind import create_script, kind_config
+
+NODES = ("stackbench-kind-control-plane", "stackbench-kind-worker", "stackbench-kind-worker2")
+
+FAKE_DOCKER = """#!/bin/bash
+echo "docker $*" >> "$FAKE_LOG"
+case "$1" in
+  build) cat > "$FAKE_ROOT/Dockerfile.built" ;;
+  exec)
+    shift; [ "$1" = "-i" ] && shift
+    node="$1"; shift
+    case "$*" in
+      "cp /dev/stdin "*) mkdir -p "$FAKE_ROOT/$node"; cat > "$FAKE_ROOT/$node/$(basename "$3")" ;;
+      *"get node "*) n=$(echo "$*" | sed 's/.*get node \\([^ ]*\\).*/\\1/');
+                     case "$n" in *control-plane) echo -n 10.244.0.0/24 ;;
+                                  *worker) echo -n 10.244.1.0/24 ;; *) echo -n 10.244.2.0/24 ;;
+                     esac ;;
+      "cat /sys/class/net/eth0/mtu") echo 1500 ;;
+    esac ;;
+esac
+exit 0
+"""
+FAKE_KIND = """#!/bin/bash
+echo "kind $*" >> "$FAKE_LOG"
+case "$1 $2" in
+  "create cluster") cat > "$FAKE_ROOT/kind-config.json" ;;
+  "get nodes") printf '%s\\n' {nodes} ;;
+  "get kubeconfig") echo '{{"kind": "Config"}}' ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "kind").write_text(FAKE_KIND.format(nodes=" ".join(NODES)))
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("FAKE_ROOT", str(tmp_path))
+    return tmp_path
+
+
+def run_create(results_dir: Path) -> subprocess.CompletedProcess[str]:
+    cfg = dataclasses.replace(stackfiles.load(REPO, "kind"), results_dir=str(results_dir))
+    env = {
+        **os.environ,
+        "KIND_CONFIG": json.dumps(kind_config(cfg)),
+        "BANDWIDTH_CONFLIST": kind_bandwidth.conflist_template(),
+    }
+    return subprocess.run(
+        ["bash", "-c", create_script(cfg)], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_create_prints_only_the_kubeconfig_and_does_the_steps_in_order(fake_tools: Path):
+    done = run_create(fake_tools / "store")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"kind": "Config"}  # Pulumi reads stdout as the kubeconfig
+    log = (fake_tools / "log").read_text().splitlines()
+    steps = [line.split()[1] for line in log if line.split()[1] in ("build", "create")]
+    assert steps == ["build", "create"]
+    assert (fake_tools / "store").is_dir()
+    image = kind_bandwidth.node_image("1.33.1")
+    assert f"--image {image}" in next(line for line in log if line.startswith("kind create"))
+    assert "ARG CNI_PLUGINS_COMMIT=" in (fake_tools / "Dockerfile.built").read_text()
+    chown = f"docker exec {NODES[0]} chown {IMAGE_UID}:{IMAGE_UID} {RESULTS_MOUNT_PATH}"
+    assert chown in log
+
+
+def test_every_node_gets_the_bandwidth_chain_for_its_own_pod_cidr(fake_tools: Path):
+    assert run_create(fake_tools / "store").returncode == 0
+    cidrs = set()
+    for node in NODES:
+        conflist = json.loads((fake_tools / node / Path(kind_bandwidth.CONFLIST).name).read_text())
+        assert [p["type"] for p in conflist["plugins"]] == ["ptp", "portmap", "bandwidth"]
+        assert conflist["plugins"][0]["mtu"] == 1500
+        [[subnet]] = conflist["plugins"][0]["ipam"]["ranges"]
+        cidrs.add(subnet["subnet"])
+        assert (fake_tools / node / "hosts.toml").read_text().startswith("[host.")
+    assert cidrs == {"10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24"}
+
+
+def test_a_node_without_a_pod_cidr_fails_the_create(fake_tools: Path):
+    docker = fake_tools / "bin" / "docker"
+    docker.write_text(docker.read_text().replace("echo -n 10.244.1.0/24", "true"))
+    done = run_create(fake_tools / "store")
+    assert done.returncode != 0
+    assert "node stackbench-kind-worker has no pod CIDR yet" in done.stderr

@@ -1,0 +1,144 @@
+"""What a stack lets in and what it lets a job do, under Pulumi mocks: the jobs' service account
+holds no Kubernetes permission and no token, clusters are deletion-protected by default, and
+the Kubernetes API answers only the configured CIDRs (the internet only by an explicit,
+warned opt-in)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from infra_harness import OPERATOR_CIDR, REPO, Evaluation, Secret, evaluate, stack_names
+
+from infra import kind_bandwidth, stackfiles
+from infra.config import ConfigError, check_deployable
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+CLOUD_STACKS = [s for s in stack_names() if stackfiles.load(REPO, s).provider != "kind"]
+_CACHE: dict[str, Evaluation] = {}
+
+
+@pytest.fixture(params=stack_names())
+def ev(request) -> Evaluation:
+    if request.param not in _CACHE:
+        _CACHE[request.param] = evaluate(request.param)
+    return _CACHE[request.param]
+
+
+def cluster(ev: Evaluation):
+    provider = ev.value("provider")
+    return ev.one({"gke": "gcp:container/cluster:Cluster", "eks": "eks:index:Cluster"}[provider])
+
+
+def api_cidrs(ev: Evaluation) -> list[str]:
+    if ev.value("provider") == "gke":
+        networks = cluster(ev).inputs["masterAuthorizedNetworksConfig"]
+        assert networks["gcpPublicCidrsAccessEnabled"] is False
+        return [b["cidrBlock"] for b in networks["cidrBlocks"]]
+    eks = cluster(ev).inputs
+    assert eks["endpointPrivateAccess"] is True  # nodes reach the API inside the VPC
+    return eks["publicAccessCidrs"]
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, Secret):
+        yield from _strings(value.value)
+    elif isinstance(value, str):
+        yield value
+
+
+# ---- the jobs' identity ----------------------------------------------------------------------
+
+
+def test_the_jobs_service_account_has_no_kubernetes_permissions(ev):
+    """Jobs need nothing from the API server (peers come from the operator, results go to a
+    volume); the runner reads logs and events with the admin kubeconfig."""
+    rbac = [r for r in ev.resources if r.type.startswith("kubernetes:rbac.authorization.k8s.io/")]
+    assert rbac == []
+
+
+def test_the_jobs_service_account_mounts_no_api_token(ev):
+    [sa] = ev.of_type("kubernetes:core/v1:ServiceAccount")
+    assert sa.inputs["automountServiceAccountToken"] is False
+
+
+# ---- deletion protection ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_cloud_clusters_are_deletion_protected_by_default(stack):
+    ev = _CACHE.get(stack) or evaluate(stack)
+    assert cluster(ev).inputs["deletionProtection"] is True
+
+
+@pytest.mark.parametrize("stack", ["gke-gpu-8", "eks-gpu-8"])
+def test_deletion_protection_is_a_stack_setting(stack):
+    ev = evaluate(stack, {"stackbench:deletionProtection": False})
+    assert cluster(ev).inputs["deletionProtection"] is False
+
+
+# ---- who reaches the Kubernetes API ----------------------------------------------------------
+
+
+def test_nothing_is_open_to_the_whole_internet_by_default(ev):
+    # kind's CNI chain holds the pods' default route (0.0.0.0/0), which opens nothing.
+    route_table = kind_bandwidth.conflist_template()
+    for resource in ev.resources:
+        strings = [s for s in _strings(resource.inputs) if s != route_table]
+        assert not any("0.0.0.0/0" in s for s in strings), resource.name
+    if ev.value("provider") == "kind":
+        config = json.loads(
+            ev.one("command:local:Command", "-cluster").inputs["environment"]["KIND_CONFIG"]
+        )
+        assert config["networking"]["apiServerAddress"] == "127.0.0.1"
+    else:
+        assert api_cidrs(ev) == [OPERATOR_CIDR]
+
+
+@pytest.mark.parametrize("stack", ["gke-gpu-8", "eks-gpu-8"])
+def test_api_cidrs_reach_the_cluster_exactly_as_configured(stack):
+    cidrs = ["203.0.113.0/28", "198.51.100.9/32"]
+    assert api_cidrs(evaluate(stack, {"stackbench:apiAllowedCidrs": cidrs})) == cidrs
+
+
+@pytest.mark.parametrize("cidrs", [["0.0.0.0/0"], ["0.0.0.0/1", "128.0.0.0/1"], ["64.0.0.0/2"]])
+@pytest.mark.parametrize("stack", ["gke-cpu-16", "eks-gpu-8"])
+def test_the_internet_is_refused_without_the_opt_in(stack, cidrs):
+    registered = []
+    with pytest.raises(ConfigError) as err:
+        evaluate(stack, {"stackbench:apiAllowedCidrs": cidrs}, record=registered)
+    assert err.value.key == "apiAllowedCidrs" and "apiOpenToInternet" in str(err.value)
+    assert registered == []
+
+
+def test_the_internet_opt_in_opens_the_api_and_warns(caplog):
+    ev = evaluate(
+        "gke-cpu-16",
+        {"stackbench:apiAllowedCidrs": ["0.0.0.0/0"], "stackbench:apiOpenToInternet": True},
+    )
+    assert api_cidrs(ev) == ["0.0.0.0/0"]
+    # The mock engine logs what `pulumi up` would print as a warning.
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.getMessage().startswith(
+        "the Kubernetes API of stack gke-cpu-16 accepts connections from 0.0.0.0/0"
+    )
+
+
+def test_a_private_range_needs_no_opt_in():
+    ev = evaluate("eks-gpu-8", {"stackbench:apiAllowedCidrs": ["10.0.0.0/8"]})
+    assert api_cidrs(ev) == ["10.0.0.0/8"]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_stack_files_leave_api_cidrs_to_the_operator_and_up_refuses_without_them(stack):
+    cfg = stackfiles.load(REPO, stack)  # readable as is (runner cost reads it)
+    assert cfg.api_allowed_cidrs == ()
+    with pytest.raises(ConfigError) as err:
+        check_deployable(cfg)
+    assert err.value.key == "apiAllowedCidrs"

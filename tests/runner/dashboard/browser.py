@@ -1,0 +1,92 @@
+"""A real browser and a real `runner dashboard` for end-to-end checks: Debian's chromium,
+headless, driven by selenium through Debian's chromedriver, and the CLI in a subprocess.
+Used by test_browser.py and docs/screenshots.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+INSTALL = "apt-get install -y chromium chromium-driver (and pip install '.[test]' for selenium)"
+# Root needs --no-sandbox; the rest keeps a browser on a closed network from reaching out.
+FLAGS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
+)  # fmt: skip
+
+
+def missing() -> str | None:
+    """Why the browser cannot run here, or None."""
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        return f"needs Debian's chromium and its driver: {INSTALL}"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return f"needs selenium: {INSTALL}"
+    return None
+
+
+@contextmanager
+def chromium(profile: Path, width: int = 1400, height: int = 1000) -> Iterator[Any]:
+    """A headless chromium with a fresh profile in `profile`; quits on exit."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def console_errors(driver: Any) -> list[str]:
+    """The page's console errors so far (a Content-Security-Policy refusal is one)."""
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@contextmanager
+def dashboard_process(results: Path) -> Iterator[str]:
+    """`runner dashboard --port 0` over `results`; yields its URL, stops it on exit."""
+    code = "from runner.cli import main; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--results-dir", str(results), "dashboard", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if " at " not in line:
+            raise RuntimeError(f"runner dashboard did not start: {line}{proc.stdout.read()}")  # type: ignore[union-attr]
+        yield line.split(" at ")[1].split(";")[0].strip()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def chart_points(driver: Any, chart: str, series: int = 0) -> int:
+    """How many points the page's chart `chart` (data-chart) draws in one series; -1 when
+    the chart or the series is not there."""
+    return driver.execute_script(
+        "const el = document.querySelector(`[data-chart='${arguments[0]}']`);"
+        "const chart = el && window.echarts.getInstanceByDom(el);"
+        "const series = chart ? chart.getOption().series : [];"
+        "return series.length > arguments[1] ? series[arguments[1]].data.length : -1;",
+        chart, series,
+    )  # fmt: skip

@@ -1,0 +1,150 @@
+"""End to end in a real headless browser: `runner dashboard` opened on a real 2-worker
+cnn-digits run while it trains shows the run's curves growing, with no reload, and the page
+runs under its Content-Security-Policy without a console error; a worker killed under it
+turns the page to FAILED with the reason and the failed rank's log; a run started while the
+table is open appears in it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import psutil
+import pytest
+
+from runner import api
+from tests.conftest import submit_local
+from tests.runner.dashboard.browser import (
+    chart_points,
+    chromium,
+    console_errors,
+    dashboard_process,
+    missing,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# Long enough to watch (about 0.3 s an epoch on 2 idle cores, more on a busy machine); the
+# test cancels the run as soon as it has seen the curve grow.
+EPOCHS = 200
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def hover(driver, chart: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    element = driver.find_element("css selector", f"[data-chart='{chart}']")
+    ActionChains(driver).move_to_element(element).perform()
+    time.sleep(0.5)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    with chromium(tmp_path / "profile") as driver:
+        yield driver
+
+
+def test_the_run_page_shows_a_live_runs_curve_growing(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    run = submit_local(results, [f"max_epochs={EPOCHS}", "stop_at_target=false"], workers=2)
+    try:
+        with dashboard_process(results) as url:
+            browser.get(f"{url}#/run/{run.run_id}")
+            browser.execute_script("window.notReloaded = true")
+            first = wait_for(lambda: max(chart_points(browser, "loss"), 0), 120, "a loss point")
+            assert browser.find_element("css selector", ".state").text == "RUNNING"
+            wait_for(lambda: chart_points(browser, "loss") >= first + 3, 120, "more loss points")
+            assert chart_points(browser, "quality") >= first  # the quality curve grows too
+            assert browser.execute_script("return window.notReloaded") is True
+            hover(browser, "quality")  # a tooltip must draw within the page's policy too
+            assert console_errors(browser) == []
+            api.cancel(results, run)
+            wait_for(lambda: browser.find_element("css selector", ".state").text == "CANCELLED",
+                     30, "the page to show the run cancelled")  # fmt: skip
+    finally:
+        api.cancel(results, run)  # idempotent; nothing outlives the test
+
+
+def kill_rank(run, rank: int) -> None:
+    """SIGKILL the worker process of `rank` (found by its RANK, under the run's supervisor)."""
+    info = json.loads((run.run_dir / "supervisor.json").read_text())
+    for proc in psutil.Process(info["pid"]).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            train = "workloads.train" in " ".join(proc.cmdline())
+            if train and proc.environ().get("RANK") == str(rank):
+                proc.kill()
+                return
+    raise AssertionError(f"no process of rank {rank}")
+
+
+def test_a_run_killed_while_open_shows_why_and_the_failed_ranks_log(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    run = submit_local(results, [f"max_epochs={EPOCHS}", "stop_at_target=false"], workers=2)
+    try:
+        with dashboard_process(results) as url:
+            browser.get(f"{url}#/run/{run.run_id}")
+            wait_for(lambda: chart_points(browser, "loss") > 0, 120, "a loss point")
+            kill_rank(run, 1)  # a real fault: kill -9 one worker
+            reason = wait_for(lambda: browser.find_elements("css selector", "#reason"), 60,
+                              "the failure's reason")[0]  # fmt: skip
+            assert "rank 1" in reason.text and "SIGKILL" in reason.text
+            reason.find_element("css selector", "button").click()
+            log = browser.find_element("css selector", "pre.log")
+            assert log.get_attribute("data-log") == "rank-1.log"
+            assert browser.current_url.endswith(f"#/run/{run.run_id}")  # still this page
+    finally:
+        api.cancel(results, run)
+
+
+def test_the_runs_table_lists_a_run_that_starts_while_it_is_open(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    with dashboard_process(results) as url:
+        browser.get(url)
+        wait_for(lambda: "No runs" in browser.page_source, 30, "the empty table")
+        run = submit_local(results, ["max_epochs=1"], workers=1)
+        try:
+            row = f"tr[data-run='{run.run_id}']"
+            wait_for(lambda: browser.find_elements("css selector", row), 60, "the new run's row")
+            state = api.wait(results, run).state.value
+            wait_for(
+                lambda: state in browser.find_element("css selector", row).text,
+                30, f"the row to show the run {state}",
+            )  # fmt: skip
+        finally:
+            api.cancel(results, run)
+        assert console_errors(browser) == []
+
+
+def test_an_adaptive_runs_page_draws_its_global_batch_and_noise_scale(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    # A small starting batch, so that the noise scale soon exceeds it and the batch grows.
+    sets = ["policy=batch", "batch_size=4", "lr=0.01", "max_epochs=2", "stop_at_target=false",
+            "strategy=allreduce"]  # fmt: skip
+    run = submit_local(results, sets, workers=2)
+    try:
+        assert api.wait(results, run).state.value == "SUCCEEDED"
+        with dashboard_process(results) as url:
+            browser.get(f"{url}#/run/{run.run_id}")
+            wait_for(lambda: chart_points(browser, "adaptive", 0) > 2, 60, "the batch series")
+            assert chart_points(browser, "adaptive", 1) > 2  # B_noise beside it
+            assert chart_points(browser, "workers") > 2
+            hover(browser, "adaptive")
+            assert console_errors(browser) == []
+    finally:
+        api.cancel(results, run)

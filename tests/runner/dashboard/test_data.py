@@ -1,0 +1,122 @@
+"""The dashboard's reader of run directories: what a row says about live, remote, dead and
+damaged runs, and that it follows the files as they change."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import psutil
+
+from contract.rundir import JobState, JobStatus
+from runner.backends.local import processes
+from runner.dashboard.data import RunTable, run_row
+from runner.results import rundir
+from tests.runner.rundirs import make_run
+
+
+def _run_env(run_dir):
+    """A stand-in supervisor must prove it belongs to the run, as the real one does."""
+    return {**os.environ, **processes.run_env(run_dir.name, run_dir)}
+
+
+def record_supervisor(run_dir, proc):
+    # As the backend does: the pid is recorded once the process runs its own program.
+    deadline = time.monotonic() + 10
+    while processes.RUN_ID_ENV not in psutil.Process(proc.pid).environ():
+        assert time.monotonic() < deadline, "the stand-in supervisor never started"
+        time.sleep(0.01)
+    info = {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time()}
+    (run_dir / "supervisor.json").write_text(json.dumps(info))
+
+
+def test_a_local_run_whose_supervisor_was_killed_reads_as_failed(tmp_path):
+    run_dir = make_run(tmp_path, "cnn-a", 2, None, state="RUNNING", write_summary=False)
+    supervisor = subprocess.Popen(["sleep", "60"], env=_run_env(run_dir))
+    try:
+        record_supervisor(run_dir, supervisor)
+        assert run_row(tmp_path, "cnn-a")["state"] == "RUNNING"
+        supervisor.kill()  # kill -9: nothing gets to record an outcome
+        supervisor.wait()
+        row = run_row(tmp_path, "cnn-a")
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+    assert row["state"] == "FAILED" and "supervisor died" in row["reason"]
+
+
+def test_the_table_follows_a_dead_supervisor_without_any_file_changing(tmp_path):
+    run_dir = make_run(tmp_path, "cnn-a", 2, None, state="RUNNING", write_summary=False)
+    table = RunTable(tmp_path)
+    supervisor = subprocess.Popen(["sleep", "60"], env=_run_env(run_dir))
+    try:
+        record_supervisor(run_dir, supervisor)
+        assert table.rows()[0]["state"] == "RUNNING"
+        supervisor.kill()
+        supervisor.wait()
+        assert table.rows()[0]["state"] == "FAILED"
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+
+
+def test_the_table_sees_a_state_change_and_a_new_run(tmp_path):
+    run_dir = make_run(tmp_path, "cnn-a", 2, None, state="RUNNING", stack="gke")
+    table = RunTable(tmp_path)
+    assert [r["state"] for r in table.rows()] == ["RUNNING"]
+
+    rundir.write_state(run_dir, JobStatus(JobState.CANCELLED, "cancelled by a person"))
+    make_run(tmp_path, "cnn-b", 2, 10.0, created_at="2026-02-01T00:00:00+00:00")
+
+    assert [(r["run_id"], r["state"]) for r in table.rows()] == [
+        ("cnn-b", "SUCCEEDED"), ("cnn-a", "CANCELLED"),
+    ]  # fmt: skip
+
+
+def test_a_cluster_run_says_when_its_results_are_not_fetched_yet(tmp_path):
+    running = make_run(
+        tmp_path, "k-run", 2, None, state="RUNNING", stack="gke", write_summary=False
+    )
+    (running / "events.jsonl").unlink()
+    done = make_run(tmp_path, "k-done", 2, None, stack="gke", write_summary=False)
+    (done / "events.jsonl").unlink()
+
+    assert "followed on kubernetes" in run_row(tmp_path, "k-run")["notes"][0]
+    assert run_row(tmp_path, "k-done")["notes"] == ["results not fetched yet: runner fetch k-done"]
+    assert run_row(tmp_path, "k-done")["stack"] == "gke"
+
+
+def test_a_job_record_naming_another_run_is_damaged(tmp_path):
+    run_dir = make_run(tmp_path, "cnn-a", 2, 10.0)
+    job = json.loads((run_dir / "job.json").read_text())
+    job["run_id"] = "../../elsewhere"
+    (run_dir / "job.json").write_text(json.dumps(job))
+
+    row = run_row(tmp_path, "cnn-a")
+
+    assert (
+        row["state"] == "DAMAGED" and "names run '../../elsewhere'" in row["damaged"][0]["problem"]
+    )
+
+
+def test_a_record_from_a_newer_runner_is_damaged_and_says_to_upgrade(tmp_path):
+    run_dir = make_run(tmp_path, "cnn-a", 2, 10.0)
+    (run_dir / "state.json").write_text(json.dumps({"schema_version": 99, "state": "SUCCEEDED"}))
+
+    row = run_row(tmp_path, "cnn-a")
+
+    assert row["state"] == "DAMAGED"
+    assert row["damaged"][0]["file"] == "state.json" and "upgrade" in row["damaged"][0]["problem"]
+
+
+def test_a_live_run_shows_its_latest_quality_before_any_summary(tmp_path):
+    run_dir = make_run(tmp_path, "cnn-a", 2, None, state="PENDING", write_summary=False)
+    # a run still writing: its events end with a half line
+    with open(run_dir / "events.jsonl", "a") as f:
+        f.write('{"key": "eval_accuracy", "value": 0.')
+
+    row = run_row(tmp_path, "cnn-a")
+
+    assert row["value"] == 0.8 + 0.05 * 3 and row["epoch"] is None  # rundirs' last evaluation

@@ -1,0 +1,16 @@
+"""Fixtures of the shaped-network tests: they build real namespaces, veth pairs, bridges and
+qdiscs, so they need CAP_NET_ADMIN and CAP_SYS_ADMIN, iproute2 and util-linux; where any of
+that is missing they skip, saying which (network.problem())."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.backends.local import network
+
+
+@pytest.fixture(scope="session")
+def shaping() -> None:
+    reason = network.problem()
+    if reason is not None:
+        pytest.skip(f"shaped networks cannot be built here: {reason}")

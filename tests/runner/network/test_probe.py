@@ -1,0 +1,51 @@
+"""The probe measures the link it is given: close to the shaped rate, for the manifest."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from runner.backends.local.network import INTERFACE, ShapedNetwork
+from runner.backends.local.probe import ProbeError
+from runner.job.link import parse_link
+
+pytestmark = pytest.mark.usefixtures("shaping")
+
+
+@pytest.mark.parametrize("link", ["2mbit", "40mbit", "400mbit"])
+def test_the_probe_measures_close_to_the_shaped_rate(link: str) -> None:
+    with ShapedNetwork.open(parse_link(link), num_workers=2) as net:
+        record = net.probe()
+    asked = parse_link(link).rate_mbit_s
+    assert record.link == link
+    assert record.asked_mbit_s == asked
+    assert record.measured_mbit_s is not None
+    # Payload is about 95 % of the rate (headers); the band allows a loaded machine.
+    assert 0.6 * asked <= record.measured_mbit_s <= 1.1 * asked
+    assert record.rtt_ms is not None and record.rtt_ms > 0
+    assert record.latency == "not emulated"
+    assert "worker 0 -> worker 1" in (record.method or "")
+
+
+def test_a_slower_link_measures_slower() -> None:
+    measured = []
+    for link in ("5mbit", "50mbit"):
+        with ShapedNetwork.open(parse_link(link), num_workers=2) as net:
+            measured.append(net.probe().measured_mbit_s)
+    assert measured[0] * 5 < measured[1]
+
+
+def test_one_worker_has_no_link_to_measure() -> None:
+    with ShapedNetwork.open(parse_link("10mbit"), num_workers=1) as net:
+        record = net.probe()
+    assert record.measured_mbit_s is None and record.rtt_ms is None
+    assert record.method == "not measured: one worker, no link is crossed"
+
+
+def test_a_link_that_is_down_fails_the_probe_instead_of_recording_a_number() -> None:
+    with ShapedNetwork.open(parse_link("10mbit"), num_workers=2) as net:
+        down = ["ip", "link", "set", "dev", INTERFACE, "down"]
+        subprocess.run(net.command(0, down, "/"), check=True)  # the sender's own link
+        with pytest.raises(ProbeError, match=r"cannot measure the link to 198\.18\.0\.2"):
+            net.probe()

@@ -1,0 +1,58 @@
+"""Shaped runs through the runner: `Placement.link` (what `--link` sets) gives every worker its
+own namespace and link, the manifest records the link as measured, and a SIGKILLed supervisor
+takes the workers and their network with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from contract import files
+from contract.events import read_events
+from contract.rundir import EVENTS, JobState
+from runner import api
+from runner.backends.local import processes
+from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
+from runner.job.spec import Placement, resolve
+from tests.runner.network.namespace_scan import handles_on, pids_in, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shaping")]
+
+
+def submit(results: Path, overrides: list[str]) -> api.Run:
+    spec = resolve("cnn-digits", overrides, Placement(1, 2, "cpu", link="50mbit"))
+    return api.submit(spec, LocalBackend(results), results)
+
+
+def test_a_run_with_a_link_trains_over_it_and_its_manifest_says_so(tmp_path: Path) -> None:
+    run = submit(tmp_path, [])
+    status = api.wait(tmp_path, run)
+    assert status.state is JobState.SUCCEEDED, status.reason
+    network = files.read_json(run.run_dir / "manifest.json")["network"]
+    assert network["link"] == "50mbit" and 30 <= network["measured_mbit_s"] <= 55
+    request = files.read_json(run.run_dir / "launch.json")
+    assert [p["netns"] for p in request["processes"]] == [0, 1]  # a namespace per worker
+    assert files.read_json(run.run_dir / "job.json")["placement"]["link"] == "50mbit"
+
+
+def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
+    tmp_path: Path,
+) -> None:
+    run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400"])
+    deadline = time.monotonic() + 120
+    while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
+        assert time.monotonic() < deadline, "the shaped run never started training"
+        time.sleep(0.2)
+    workers = [p for p in processes.members(run.run_id, run.run_dir) if "RANK" in p.environ()]
+    assert len(workers) == 2
+    namespaces = {os.stat(f"/proc/{p.pid}/ns/net").st_ino for p in workers}
+    assert len(namespaces) == 2 and os.stat("/proc/self/ns/net").st_ino not in namespaces
+    os.kill(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"], signal.SIGKILL)
+    assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
+    assert wait_until(lambda: not pids_in(namespaces) and not handles_on(namespaces), 30)
+    status = api.status(tmp_path, run)
+    assert status.state is JobState.FAILED and "supervisor died" in status.reason

@@ -1,0 +1,75 @@
+"""`runner dashboard`: it serves until Ctrl-C, fails fast on a taken port, and stays off the
+CLI's start-up path."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+from click.testing import CliRunner
+
+from runner.cli import main
+from tests.runner.rundirs import make_run
+
+
+def test_the_cli_starts_without_importing_the_dashboards_server():
+    code = (
+        "import sys; from click.testing import CliRunner; from runner.cli import main; "
+        "CliRunner().invoke(main, ['--help']); CliRunner().invoke(main, ['dashboard', '--help']); "
+        "print(sorted(m for m in ('aiohttp', 'runner.dashboard.server') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_without_aiohttp_it_says_what_to_install(tmp_path):
+    # sys.modules[name] = None makes `import name` fail as a missing package does.
+    code = "import sys; sys.modules['aiohttp'] = None; from runner.cli import main; main()"
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--results-dir", str(tmp_path), "dashboard"],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "runner dashboard needs aiohttp" in out.stderr
+    assert "pip install -c constraints.txt -e '.[dashboard]'" in " ".join(out.stderr.split())
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_a_taken_port_fails_at_once_naming_the_option(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            main, ["--results-dir", str(tmp_path), "dashboard", "--port", str(port)]
+        )
+    assert result.exit_code == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in result.output and "--port N" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_it_serves_the_results_directory_until_interrupted(tmp_path):
+    make_run(tmp_path, "cnn-a", 2, 12.5)
+    env = {**os.environ, "COLUMNS": "200"}
+    cli = [sys.executable, "-c", "from runner.cli import main; main()"]
+    proc = subprocess.Popen(
+        [*cli, "--results-dir", str(tmp_path), "dashboard", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        url = line.split(" at ")[1].split(";")[0].strip()
+        assert url.startswith("http://127.0.0.1:"), line
+        with urllib.request.urlopen(url + "api/runs", timeout=10) as response:
+            assert [r["run_id"] for r in json.load(response)] == ["cnn-a"]
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        assert proc.wait(timeout=10) == 0
+        assert "dashboard stopped" in proc.stdout.read()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,128 @@
+"""Damaged and hostile run directories: one bad file never breaks commands about other runs;
+commands about the damaged run say which file and what is wrong, without a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from contract import files
+from contract.events import read_events
+from contract.rundir import JobState, JobStatus
+from runner.cli import main
+from tests.runner.rundirs import make_run
+
+DAMAGE = {
+    "truncated": b'{"state": "SUCC',
+    "empty": b"",
+    "binary": b"\x00\xff\xfe\x80garbage\x00",
+    "a list": b"[1, 2, 3]",
+    "wrong types": json.dumps({"state": 7, "reason": ["x"]}).encode(),
+    "NaN": b'{"state": "FAILED", "exit_code": NaN}',
+}
+
+
+def invoke(results: Path, *args: str):  # type: ignore[no-untyped-def]
+    return CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["--results-dir", str(results), *args], catch_exceptions=False
+    )
+
+
+def _two_runs(root: Path) -> tuple[Path, Path]:
+    good = make_run(root, "cnn-digits-good", 2, 10.0)
+    bad = make_run(root, "cnn-digits-bad", 2, 12.0)
+    return good, bad
+
+
+@pytest.mark.parametrize("name", ["job.json", "state.json", "summary.json"])
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_runs_lists_a_damaged_run_beside_the_good_one(tmp_path, name, damage):
+    _, bad = _two_runs(tmp_path)
+    (bad / name).write_bytes(DAMAGE[damage])
+    result = invoke(tmp_path, "runs")
+    assert result.exit_code == 0, result.output
+    assert "cnn-digits-good" in result.output and "target in 10.0 s" in result.output
+    assert "cnn-digits-bad" in result.output
+    assert "Traceback" not in result.output
+    assert name in result.output
+    if name != "summary.json":
+        assert "DAMAGED" in result.output
+    else:  # the run itself is fine: its state is still shown
+        assert result.output.count("SUCCEEDED") == 2
+    listed = json.loads(invoke(tmp_path, "runs", "--json").output)
+    assert {r.get("run_id") or Path(r["run_dir"]).name for r in listed} == {
+        "cnn-digits-good",
+        "cnn-digits-bad",
+    }
+
+
+@pytest.mark.parametrize("name", ["job.json", "state.json"])
+def test_status_of_a_damaged_run_names_the_file_in_one_line(tmp_path, name):
+    _, bad = _two_runs(tmp_path)
+    (bad / name).write_bytes(DAMAGE["truncated"])
+    result = invoke(tmp_path, "status", "cnn-digits-bad")
+    assert result.exit_code == 1
+    assert name in result.output and "not valid JSON" in result.output
+    assert "Traceback" not in result.output
+    assert invoke(tmp_path, "status", "cnn-digits-good").exit_code == 0
+
+
+def test_a_summary_without_its_target_is_reported_not_a_crash(tmp_path):
+    _, bad = _two_runs(tmp_path)
+    summary = files.read_json(bad / "summary.json")
+    del summary["target"]
+    files.write_json(bad / "summary.json", summary)
+    result = invoke(tmp_path, "runs")
+    assert result.exit_code == 0
+    assert "summary.json: field 'target' is not a JSON object" in result.output
+
+
+def test_a_record_that_links_out_of_the_run_directory_is_never_followed(tmp_path):
+    _, bad = _two_runs(tmp_path)
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps(JobStatus(JobState.SUCCEEDED, "from outside").to_dict()))
+    (bad / "state.json").unlink()
+    (bad / "state.json").symlink_to(secret)
+    result = invoke(tmp_path, "runs")
+    assert "from outside" not in result.output
+    assert "symbolic link" in result.output
+
+
+def test_a_newer_schema_version_asks_for_an_upgrade(tmp_path):
+    _, bad = _two_runs(tmp_path)
+    state = files.read_json(bad / "state.json")
+    files.write_json(bad / "state.json", {**state, "schema_version": 99})
+    result = invoke(tmp_path, "status", "cnn-digits-bad")
+    assert result.exit_code == 1 and "upgrade stackbench" in result.output
+
+
+def test_events_with_bad_bytes_and_a_partial_last_line_keep_every_whole_event(tmp_path):
+    path = tmp_path / "events.jsonl"
+    good = json.dumps({"key": "run_start", "time_ms": 1, "value": None, "metadata": {}})
+    stop = json.dumps({"key": "run_stop", "time_ms": 2, "value": None, "metadata": {}})
+    path.write_bytes(
+        good.encode() + b"\n\xff\xfe not json \x00\n" + b'{"key": "epoch_start"}\n'
+        + stop.encode() + b"\n" + b'{"key": "epoch_st'
+    )  # fmt: skip
+    assert [e["key"] for e in read_events(path)] == ["run_start", "run_stop"]
+
+
+def test_a_report_leaves_a_damaged_run_out_and_says_which(tmp_path):
+    from runner.results import study as studies
+
+    for i, tta in enumerate((10.0, 11.0, 12.0)):
+        make_run(tmp_path, f"cnn-digits-r{i}", 2, tta)
+    planned = tuple(
+        studies.replace(p, run_id=f"cnn-digits-r{i}", state="SUCCEEDED")
+        for i, p in enumerate(studies.plan((2,), {}, 3, 0))
+    )
+    study = studies.Study("study-d", "cnn-digits", (2,), {}, (), 3, "local", planned, "complete")
+    studies.save(tmp_path, study)
+    (tmp_path / "cnn-digits-r1" / "summary.json").write_bytes(DAMAGE["truncated"])
+    result = invoke(tmp_path, "report", "study-d", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert "left out, damaged: cnn-digits-r1: summary.json is not valid JSON" in result.output
+    assert (tmp_path / "out" / "report.md").is_file()

@@ -1,0 +1,227 @@
+"""A local run's record under real faults: a SIGKILLed supervisor, signals to the runner, a
+forged supervisor.json, exit codes against a summary written before a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from contract import files
+from contract.events import read_events
+from contract.rundir import EVENTS, STATE, JobState, JobStatus, read_state
+from runner import api
+from runner.backends.base import LocalRequest, Process
+from runner.backends.local import processes, supervisor
+from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
+from runner.errors import SpecError
+from runner.job.spec import Placement, resolve
+from runner.results import rundir
+from tests.conftest import submit_local
+
+LONG_RUN = ["stop_at_target=false", "max_epochs=400"]
+
+
+def _started(run: api.Run, timeout_s: float = 90.0) -> list[psutil.Process]:
+    """Every process of the run once rank 0 has started training."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        keys = [e["key"] for e in read_events(run.run_dir / EVENTS)]
+        if "epoch_start" in keys:
+            return processes.members(run.run_id, run.run_dir)
+        time.sleep(0.1)
+    raise AssertionError(f"{run.run_id} did not start training within {timeout_s} s")
+
+
+def _gone(procs: list[psutil.Process], timeout_s: float = 30.0) -> None:
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+
+
+@pytest.mark.slow
+def test_a_sigkilled_supervisor_takes_every_worker_with_it_and_the_run_is_failed(tmp_path):
+    run = submit_local(tmp_path, LONG_RUN)
+    procs = _started(run)
+    assert sorted(p.environ().get("RANK") for p in procs if "RANK" in p.environ()) == ["0", "1"]
+    sup = files.read_json(run.run_dir / SUPERVISOR_FILE)
+    os.kill(sup["pid"], signal.SIGKILL)
+    _gone(procs)  # the kernel ended torchrun and the workers (parent-death signals)
+    status = api.status(tmp_path, run)
+    assert status.state is JobState.FAILED
+    assert "supervisor died" in status.reason
+    assert read_state(run.run_dir) == status  # recorded, not only reported
+    assert api.cancel(tmp_path, run).state is JobState.FAILED  # nothing left to stop
+
+
+def _runner(results: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.cli", "--results-dir", str(results), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _only_run(results: Path, timeout_s: float = 60.0) -> api.Run:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        dirs = rundir.list_dirs(results)
+        if dirs:
+            return api.open_run(results, dirs[0].name)
+        time.sleep(0.1)
+    raise AssertionError("no run directory appeared")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_or_sighup_to_a_foreground_submit_cancels_the_run(tmp_path, signum, code):
+    proc = _runner(tmp_path, "submit", "cnn-digits", *(f"--set={s}" for s in LONG_RUN))
+    run = _only_run(tmp_path)
+    procs = _started(run)
+    proc.send_signal(signum)
+    output, _ = proc.communicate(timeout=90)
+    assert proc.returncode == code, output
+    assert "CANCELLED" in output
+    _gone(procs)
+    assert read_state(run.run_dir).state is JobState.CANCELLED
+    assert "run_start" in [e["key"] for e in read_events(run.run_dir / EVENTS)]  # kept
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_sweep_cancels_its_run_and_the_study_lists_it(tmp_path):
+    proc = _runner(tmp_path, "sweep", "cnn-digits", "--workers", "1,2", "--runs", "2",
+                   *(f"--set={s}" for s in LONG_RUN))  # fmt: skip
+    run = _only_run(tmp_path)
+    procs = _started(run)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 143, output
+    _gone(procs)
+    (study_file,) = (tmp_path / "studies").glob("*/study.json")
+    study = json.loads(study_file.read_text())
+    assert study["state"] == "partial"
+    started = [r for r in study["runs"] if r["run_id"]]
+    assert [(r["run_id"], r["state"]) for r in started] == [(run.run_id, "CANCELLED")]
+    assert len(rundir.list_dirs(tmp_path)) == 1  # later runs never started
+
+
+def test_cancel_never_signals_a_process_a_forged_supervisor_json_names(tmp_path):
+    spec = resolve("cnn-digits", run_id="cnn-digits-forged")
+    run_dir = rundir.create(tmp_path, rundir.RunRecord(spec, "local", "local://cnn-digits-forged"))
+    rundir.write_state(run_dir, JobStatus(JobState.RUNNING))
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        created = psutil.Process(bystander.pid).create_time()
+        files.write_json(run_dir / SUPERVISOR_FILE, {"pid": bystander.pid, "create_time": created})
+        run = api.open_run(tmp_path, "cnn-digits-forged")
+        assert api.cancel(tmp_path, run).state.finished
+        time.sleep(0.5)
+        assert bystander.poll() is None  # never signalled: it does not belong to the run
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_process_belongs_to_a_run_only_when_its_environment_names_it(tmp_path):
+    env = {**os.environ, **processes.run_env("run-a", tmp_path)}
+    member = subprocess.Popen(["sleep", "30"], env=env)
+    other = subprocess.Popen(["sleep", "30"], env={**env, processes.RUN_ID_ENV: "run-b"})
+    try:
+        found = {p.pid for p in processes.members("run-a", tmp_path)}
+        assert member.pid in found and other.pid not in found
+    finally:
+        for p in (member, other):
+            p.kill()
+            p.wait()
+
+
+def test_exit_codes_win_over_a_summary_written_before_a_crash(tmp_path):
+    (tmp_path / "logs").mkdir()
+    files.write_json(tmp_path / "summary.json", {"target_reached": True})
+    (tmp_path / "logs" / "launcher.log").write_text(
+        "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : 1 (pid: 12)\n"
+    )
+    (tmp_path / "logs" / "rank-1.log").write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "x.py", line 1, in <module>\n'
+        "[rank1]: RuntimeError: boom after the summary\n"
+    )
+    request = LocalRequest(str(tmp_path), (Process(("true",)),))
+    status = supervisor.outcome(tmp_path, request, [1], cancelled=False)
+    assert status.state is JobState.FAILED
+    assert status.failed_rank == 1
+    assert status.reason == "rank 1 exited with code 1: RuntimeError: boom after the summary"
+    assert supervisor.outcome(tmp_path, request, [0], cancelled=False).state is JobState.SUCCEEDED
+
+
+def test_the_failing_ranks_first_error_line_is_found_behind_torchs_rank_prefix():
+    log = (
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/w/workloads/data/cifar10.py", line 147, in load_cifar10\n'
+        "[rank0]:     raise DataError(\n"
+        "[rank0]: workloads.data.DataError: CIFAR-10 not found in /d; run `runner data fetch "
+        "cifar10 --dir /d`\n"
+    )
+    assert supervisor.first_error_line(log) == (
+        "DataError: CIFAR-10 not found in /d; run `runner data fetch cifar10 --dir /d`"
+    )
+    assert supervisor.first_error_line("stackbench: diverged at epoch 3 step 41: loss nan\n") == (
+        "diverged at epoch 3 step 41: loss nan"
+    )
+    assert supervisor.first_error_line("all fine\n") == ""
+
+
+def test_a_supervisor_that_never_started_leaves_a_failed_run_not_a_pending_one(tmp_path):
+    spec = resolve("cnn-digits", run_id="cnn-digits-unstarted")
+    run_dir = rundir.create(
+        tmp_path, rundir.RunRecord(spec, "local", "local://cnn-digits-unstarted")
+    )
+    rundir.write_state(run_dir, JobStatus(JobState.PENDING, "submitting"))
+    status = LocalBackend(tmp_path).status("local://cnn-digits-unstarted")
+    assert status.state is JobState.FAILED
+    assert "stopped before the run started" in status.reason
+    assert json.loads((run_dir / STATE).read_text())["state"] == "FAILED"
+
+
+def test_cuda_without_a_gpu_is_refused_before_anything_exists(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides any GPU this machine might have
+    spec = resolve("cnn-digits", placement=Placement(1, 1, "cuda"))
+    with pytest.raises(SpecError, match="no NVIDIA GPU is visible"):
+        api.submit(spec, LocalBackend(tmp_path), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_missing_data_set_is_refused_before_anything_starts_naming_the_fetch(tmp_path):
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    data = tmp_path / "empty"
+    data.mkdir()
+    args = ["--results-dir", str(tmp_path / "results"), "submit", "resnet20-cifar10"]
+    result = CliRunner().invoke(main, [*args, "--set", f"data_dir={data}"])
+    assert result.exit_code == 1
+    assert f"runner data fetch cifar10 --dir {data}" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_closed_division_refuses_a_data_set_that_is_not_the_canonical_one(tmp_path):
+    from click.testing import CliRunner
+
+    from runner.cli import main
+    from tests.datagen import write_cifar10
+
+    write_cifar10(tmp_path / "data", per_train_batch=64, num_test=64)
+    args = ["--results-dir", str(tmp_path / "results"), "submit", "resnet20-cifar10", "--dry-run",
+            "--set", f"data_dir={tmp_path / 'data'}"]  # fmt: skip
+    closed = CliRunner().invoke(main, args)
+    assert closed.exit_code == 1 and "not the canonical 50,000/10,000 split" in closed.output
+    opened = CliRunner().invoke(main, [*args, "--set", "momentum=0.5"])  # open division
+    assert opened.exit_code == 0, opened.output

@@ -1,0 +1,106 @@
+"""Disks that refuse writes, for real: a full tmpfs and a read-only one, at submit and mid-run.
+
+Each test mounts its own small tmpfs (needs root, as in CI); where mounting is not permitted
+the tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contract.events import read_events
+from contract.rundir import EVENTS, JobState, read_state
+from runner import api
+from runner.results import rundir
+from tests.conftest import submit_local
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); these faults need root")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(directory: Path) -> None:
+    """Write until the file system says it is full."""
+    with open(directory / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+
+
+def runner(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", "--results-dir", str(results), *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def leftovers(root: Path) -> list[str]:
+    return [str(p.relative_to(root)) for p in root.rglob("*") if p.name != "filler"]
+
+
+def test_a_full_disk_at_submit_is_one_line_and_leaves_nothing(tmp_path):
+    with tmpfs(tmp_path / "disk", "256k") as disk:
+        (disk / "results").mkdir()
+        fill(disk)
+        done = runner(disk / "results", "submit", "cnn-digits")
+        assert done.returncode == 1, done.stdout + done.stderr
+        out = (done.stdout + done.stderr).strip()
+        assert "Traceback" not in out
+        assert len(out.splitlines()) == 1
+        assert "No space left on device" in out and str(disk / "results") in out
+        assert leftovers(disk / "results") == []  # no empty run directory, no *.tmp
+
+
+def test_a_read_only_disk_at_submit_is_one_line_and_leaves_nothing(tmp_path):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        (disk / "results").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        done = runner(disk / "results", "submit", "cnn-digits")
+        assert done.returncode == 1
+        out = (done.stdout + done.stderr).strip()
+        assert "Traceback" not in out and len(out.splitlines()) == 1
+        assert "Read-only file system" in out and "read-only" in out
+        assert leftovers(disk / "results") == []
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_mid_run_ends_it_failed_with_that_reason(tmp_path):
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        results = disk / "results"
+        run = submit_local(results, ["stop_at_target=false", "max_epochs=400"])
+        deadline = time.monotonic() + 90
+        while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
+            assert time.monotonic() < deadline, "the run never started training"
+            time.sleep(0.1)
+        fill(disk)
+        status = api.wait(results, run)
+        assert status.state is JobState.FAILED
+        assert "no space left" in status.reason
+        assert read_state(run.run_dir) == status  # recorded on the full disk itself
+        assert not [p for p in run.run_dir.rglob("*.tmp")]
+        assert not list(run.run_dir.rglob(".*.tmp"))
+        os.unlink(disk / "filler")
+        assert rundir.list_dirs(results) == [run.run_dir]

@@ -1,0 +1,183 @@
+"""Adaptive synchronisation: the switching rule, and on 2 gloo ranks the strategy's modes,
+its divergence measurement, and identical replicas after switching back to exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tests.distributed import run_ranks
+from workloads.adaptive.monitors import Snapshot
+from workloads.adaptive.policy import View
+from workloads.adaptive.sync import (
+    AdaptiveSyncConfig,
+    AdaptiveSyncPolicy,
+    AdaptiveSyncStrategy,
+    SyncState,
+    next_sync,
+    predicted_divergence,
+)
+from workloads.strategies.base import Collectives
+from workloads.timing import CpuClock, StepTimer
+
+CONFIG = AdaptiveSyncConfig(low=1e-5, high=1e-4, min_period=2, max_period=16)
+
+
+def test_high_divergence_halves_the_period_then_returns_to_exact():
+    state, _ = next_sync(SyncState("averaging", 8), 5e-4, None, CONFIG)
+    assert state == SyncState("averaging", 4)
+    state, reason = next_sync(SyncState("averaging", 2), 5e-4, None, CONFIG)
+    assert state.mode == "exact" and "> high" in reason
+
+
+def test_low_divergence_doubles_the_period_up_to_the_maximum():
+    assert next_sync(SyncState("averaging", 4), 1e-6, None, CONFIG)[0] == SyncState("averaging", 8)
+    assert next_sync(SyncState("averaging", 16), 1e-6, None, CONFIG) is None
+
+
+def test_divergence_between_the_thresholds_changes_nothing():
+    assert next_sync(SyncState("averaging", 4), 5e-5, None, CONFIG) is None
+
+
+def test_exact_training_starts_averaging_when_the_predicted_divergence_is_low():
+    assert next_sync(SyncState("exact", 4), None, 1e-6, CONFIG)[0] == SyncState("averaging", 2)
+    assert next_sync(SyncState("exact", 4), None, 1e-3, CONFIG) is None
+    assert next_sync(SyncState("exact", 4), None, None, CONFIG) is None
+
+
+def test_predicted_divergence_is_the_random_walk_of_local_steps():
+    # lr_eff = 0.1 / (1 - 0.5) = 0.2; 0.04 * 4 steps * (1/2) * V=3 / |theta|^2=6
+    assert predicted_divergence(0.1, 0.5, 4, 3.0, 2, 6.0) == pytest.approx(0.04)
+
+
+def test_predicted_divergence_matches_simulated_local_sgd_without_curvature():
+    # Gradients G + noise, no curvature: replicas drift apart exactly as a random walk.
+    gen = torch.Generator().manual_seed(0)
+    world, steps, lr, sigma, dim, trials = 4, 8, 0.05, 0.7, 50, 400
+    noise = sigma * torch.randn(trials, steps, world, dim, generator=gen, dtype=torch.float64)
+    theta = -lr * noise.sum(1)  # [trials, world, dim] from a common start (G cancels)
+    measured = (theta - theta.mean(1, keepdim=True)).square().sum(-1).mean()
+    variance = sigma**2 * dim  # trace of the workers' gradient covariance
+    assert float(measured) == pytest.approx(
+        predicted_divergence(lr, 0.0, steps, variance, world, 1.0), rel=0.05
+    )
+
+
+def test_thresholds_and_periods_are_validated():
+    with pytest.raises(ValueError, match="low < high"):
+        AdaptiveSyncConfig(low=1e-3, high=1e-4)
+    with pytest.raises(ValueError, match="min_period"):
+        AdaptiveSyncConfig(min_period=1)
+
+
+def test_the_policy_proposes_mode_and_period_from_the_snapshot():
+    policy = AdaptiveSyncPolicy(CONFIG)
+    snapshot = Snapshot(step=10, world_size=2, divergence=5e-4)
+    view = View(10, 0.1, {"sync_mode": "averaging", "averaging_period": 2}, snapshot)
+    mode, period = policy.propose("after_step", view)
+    assert (mode.value, period.value) == ("exact", 2)
+    quiet = Snapshot(step=10, world_size=2, grad_variance=1e-6, param_sq_norm=100.0)
+    view = View(10, 0.01, {"sync_mode": "exact", "averaging_period": 2}, quiet)
+    assert policy.propose("after_step", view)[0].value == "averaging"
+
+
+# ---- on 2 gloo ranks ------------------------------------------------------------------
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _state(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Weights and momenta: what exact training keeps identical. (BatchNorm statistics are
+    each rank's own under exact training, as with the `allreduce` strategy, and averaged
+    before evaluation by sync_buffers.)"""
+    momenta = [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
+    return [t.detach().clone() for t in [*model.parameters(), *momenta]]
+
+
+def _switching_run(rank: int, world_size: int) -> dict[str, Any]:
+    model = _net()
+    measured: list[tuple[float, float]] = []
+    strategy = AdaptiveSyncStrategy(
+        model,
+        Collectives(),
+        SyncState("averaging", 3),
+        on_divergence=lambda d, m: measured.append((d, m)),
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(rank)
+    timer, out = StepTimer(CpuClock()), {"states": {}, "before_average": None}
+
+    def step(i: int) -> None:
+        timer.start()
+        x, y = torch.randn(16, 6, generator=gen), torch.randint(0, 3, (16,), generator=gen)
+        strategy.backward(nn.functional.cross_entropy(model(x), y), timer)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i == 2:  # the third local step averages: keep the weights it starts from
+            out["before_average"] = [p.detach().clone() for p in model.parameters()]
+        strategy.after_step(timer)
+        timer.finish()
+        out["states"][i] = _state(model, optimizer)
+
+    for i in range(5):  # steps 0-2 averaged at 2; steps 3-4 local again
+        step(i)
+    strategy.switch(SyncState("exact", 3), optimizer)  # the agreed switch, between steps
+    out["states"]["switch"] = _state(model, optimizer)
+    for i in range(5, 8):
+        step(i)
+    strategy.sync_buffers()
+    out["buffers"] = [b.clone() for b in model.buffers()]
+    out["measured"] = measured
+    return out
+
+
+@pytest.fixture(scope="module")
+def switching() -> list[dict[str, Any]]:
+    return run_ranks(_switching_run, world_size=2)
+
+
+def _equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_replicas_drift_apart_between_averages_and_meet_at_them(switching):
+    first, second = switching
+    assert not _equal(first["states"][0], second["states"][0])  # local steps
+    weights = len(list(_net().parameters()))
+    assert _equal(first["states"][2][:weights], second["states"][2][:weights])  # averaged
+    assert not _equal(first["states"][4], second["states"][4])
+
+
+def test_the_measured_divergence_is_each_replicas_distance_from_the_average(switching):
+    first, second = switching
+    mean = [
+        (a + b) / 2 for a, b in zip(first["before_average"], second["before_average"], strict=True)
+    ]
+    for result in switching:
+        own = result["before_average"]
+        expected = sum(
+            float((p - m).double().square().sum()) for p, m in zip(own, mean, strict=True)
+        )
+        divergence_sq, mean_sq = result["measured"][0]
+        assert divergence_sq == pytest.approx(expected, rel=1e-4)
+        assert mean_sq == pytest.approx(
+            sum(float(m.double().square().sum()) for m in mean), rel=1e-5
+        )
+    assert len(first["measured"]) == 1  # one average in steps 0-4 at period 3
+
+
+def test_switching_back_to_exact_makes_the_replicas_bitwise_identical_and_keeps_them_so(switching):
+    first, second = switching
+    assert _equal(first["states"]["switch"], second["states"]["switch"])  # weights and momenta
+    for i in range(5, 8):
+        assert _equal(first["states"][i], second["states"][i])
+
+
+def test_buffers_are_averaged_before_evaluation(switching):
+    assert _equal(switching[0]["buffers"], switching[1]["buffers"])

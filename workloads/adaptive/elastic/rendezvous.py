@@ -1,0 +1,149 @@
+"""The elastic group's shared records in a c10d key-value store, and the workers' heartbeats.
+
+The store is the launcher's TCPStore (locally the supervisor's; on Kubernetes the one at the
+rendezvous endpoint, as torchrun's c10d backend hosts it): it outlives any worker, and every
+worker reaches it. Keys, all under the run's prefix:
+    joins                    how many workers asked to join (an atomic counter)
+    join/<n>                 the id of the n-th (1-based)
+    gen/<g>                  generation g (membership.Generation as JSON), written once:
+                             compare_set with an empty expected value, so when several
+                             workers decide at once, the first record wins and all follow it
+    gen/<g>/in/<id>          worker id checked in to leave generation g, at this step
+    hb/<id>                  worker id's heartbeat counter
+    latest                   the newest generation formed
+A worker is alive while its heartbeat counter moves; it is counted as gone when the counter
+has not moved for `dead_after_s` on the observer's own clock (no clocks are compared across
+machines). Everything read back is parsed defensively: a damaged record is a MembershipError.
+Not here: the decisions (membership.py) or process groups (group.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from torch.distributed import Store
+
+from workloads.adaptive.elastic.membership import Generation, MembershipError
+
+POLL_S = 0.02
+
+
+class Rendezvous:
+    """One worker's view of the records (a thin layer over the store, no decisions)."""
+
+    def __init__(self, store: Store, member: str) -> None:
+        self.store, self.member = store, member
+
+    def register(self) -> int:
+        """Ask to join; returns this worker's join number (1-based)."""
+        number = int(self.store.add("joins", 1))
+        self.store.set(f"join/{number}", self.member)
+        return number
+
+    def joins(self) -> int:
+        return int(self.store.add("joins", 0))
+
+    def join_ids(self, first: int, last: int) -> list[str]:
+        """The ids of join requests first..last (waits for each record: its counter is
+        incremented just before the id is written)."""
+        keys = [f"join/{n}" for n in range(first, last + 1)]
+        if keys:
+            self.store.wait(keys)
+        return [self.store.get(k).decode() for k in keys]
+
+    def generation(self, number: int) -> Generation | None:
+        key = f"gen/{number}"
+        if not self.store.check([key]):
+            return None
+        return Generation.from_json(self.store.get(key))
+
+    def propose(self, generation: Generation) -> Generation:
+        """Write generation g unless another worker already did; returns the one that stands."""
+        stored = self.store.compare_set(f"gen/{generation.number}", "", generation.to_json())
+        return Generation.from_json(stored)
+
+    def latest(self) -> int:
+        key = "latest"
+        return int(self.store.get(key)) if self.store.check([key]) else -1
+
+    def publish_latest(self, number: int) -> None:
+        self.store.set("latest", str(number))
+
+    def check_in(self, number: int, step: int) -> None:
+        self.store.set(f"gen/{number}/in/{self.member}", str(step))
+
+    def checked_in(self, number: int, members: Sequence[str]) -> dict[str, int]:
+        steps = {}
+        for member in members:
+            key = f"gen/{number}/in/{member}"
+            if self.store.check([key]):
+                try:
+                    steps[member] = int(self.store.get(key))
+                except ValueError:
+                    raise MembershipError(f"damaged check-in of {member}") from None
+        return steps
+
+    def heartbeat_count(self, member: str) -> int:
+        return int(self.store.add(f"hb/{member}", 0))
+
+
+def wait_for(
+    condition: Callable[[], object], timeout_s: float, what: str, poll_s: float = POLL_S
+) -> object:
+    """Poll until `condition()` returns something truthy; MembershipError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise MembershipError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+class LivenessWatch:
+    """Which members' heartbeats have stopped, as seen from here since the watch began."""
+
+    def __init__(self, rendezvous: Rendezvous, members: Sequence[str], dead_after_s: float):
+        now = time.monotonic()
+        self._rdzv, self._dead_after_s = rendezvous, dead_after_s
+        self._seen = {m: (rendezvous.heartbeat_count(m), now) for m in members}
+
+    def gone(self, members: Sequence[str]) -> set[str]:
+        now, out = time.monotonic(), set()
+        for member in members:
+            count = self._rdzv.heartbeat_count(member)
+            last_count, since = self._seen[member]
+            if count != last_count:
+                self._seen[member] = (count, now)
+            elif now - since >= self._dead_after_s:
+                out.add(member)
+        return out
+
+
+class Heartbeat:
+    """A daemon thread bumping this worker's counter every period_s over its own store
+    connection (a store client is not shared across threads). It dies with the process."""
+
+    def __init__(self, connect: Callable[[], Store], member: str, period_s: float) -> None:
+        self._store, self._key, self._period_s = connect(), f"hb/{member}", period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="elastic-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._store.add(self._key, 1)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5 * self._period_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            try:
+                self._store.add(self._key, 1)
+            except RuntimeError:  # the store is gone: the run is over
+                return

@@ -1,0 +1,227 @@
+"""Adaptive synchronisation: exact gradient all-reduce or periodic model averaging, switched
+while training by how far the replicas drift apart, with the averaging period adapting.
+
+The statistic is the replicas' relative divergence at an average, r = mean_w |theta_w -
+theta|^2 / |theta|^2 (theta the average), measured by the averaging itself at the cost of
+one pass over the weights. Under averaging with period H: r above `high` halves H, and
+when H would fall below `min_period` training switches to the exact all-reduce; r below
+`low` doubles H up to `max_period`. Under the exact all-reduce the replicas are identical,
+so r is predicted instead from the monitored gradient variance across workers V (noise.py):
+H local steps of SGD from a common point move the replicas apart like a random walk,
+    E mean_w |theta_w - theta|^2 ~ (lr/(1 - momentum))^2 H (W-1)/W V,
+(the divergence term of local-SGD analyses: Stich 2019, "Local SGD converges fast and
+communicates little"; Lin et al. 2018, "Don't use large mini-batches, use local SGD"), and
+training switches to averaging at `min_period` when the prediction is below `low`. `low` <
+`high` gives the switch hysteresis. KungFu switches between synchronous SGD and synchronous
+model averaging at a fixed step (AdaptiveSGDOptimizer, srcs/python/kungfu/tensorflow/
+optimizers/ada_sgd.py); here the step is chosen by the statistic.
+
+Mechanism (`AdaptiveSyncStrategy`, a Strategy as in workloads/strategies/): exact mode
+all-reduces the flattened gradients after backward (the `allreduce` strategy, through the
+probe so the noise-scale monitor works); averaging mode steps locally and averages weights
+and floating-point buffers every H steps (the `model-averaging` strategy). Switching back to
+exact first averages the weights, buffers and the optimizer's per-parameter state (momentum,
+Adam moments): identical weights with different momenta would drift apart again under
+identical gradients. The all-reduce returns the same bytes on every rank, so the replicas are
+bitwise identical from the switch on. Scalar optimizer state (Adam's step count) is equal
+everywhere and is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from workloads.adaptive.policy import Hook, Knob, Proposal, View
+from workloads.adaptive.probes import GradientProbe, sq_norm
+from workloads.strategies.averaging import average_model
+from workloads.strategies.base import (
+    Collectives,
+    LocalGradients,
+    broadcast_state,
+    flat_all_reduce_mean,
+    gradients,
+    trainable,
+)
+from workloads.timing import StepTimer
+
+SyncMode = Literal["exact", "averaging"]
+SYNC_MODES: tuple[SyncMode, ...] = ("exact", "averaging")
+
+
+@dataclass(frozen=True)
+class AdaptiveSyncConfig:
+    low: float = 1e-5  # relative divergence under which averaging loosens (or starts)
+    high: float = 1e-4  # over which it tightens (or stops)
+    min_period: int = 2
+    max_period: int = 64
+    momentum: float = 0.0  # the optimizer's, for the predicted divergence
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.low < self.high:
+            raise ValueError(f"need 0 < low < high, got low={self.low}, high={self.high}")
+        if not 2 <= self.min_period <= self.max_period:
+            raise ValueError("need 2 <= min_period <= max_period")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+
+
+@dataclass(frozen=True)
+class SyncState:
+    mode: SyncMode
+    period: int  # averaging period in steps (kept, unused, in exact mode)
+
+
+def predicted_divergence(
+    lr: float, momentum: float, period: int, grad_variance: float, world: int, param_sq: float
+) -> float:
+    """The relative divergence H local steps would cause (the random-walk estimate above)."""
+    step = lr / (1.0 - momentum)
+    return step * step * period * (world - 1) / world * max(0.0, grad_variance) / param_sq
+
+
+def next_sync(
+    state: SyncState,
+    divergence: float | None,
+    predicted: float | None,
+    config: AdaptiveSyncConfig,
+) -> tuple[SyncState, str] | None:
+    """The next mode and period, with the reason, or None to stay."""
+    if state.mode == "averaging" and divergence is not None:
+        if divergence > config.high:
+            if state.period // 2 < config.min_period:
+                return SyncState("exact", state.period), f"divergence {divergence:.2e} > high"
+            return SyncState("averaging", state.period // 2), f"divergence {divergence:.2e} > high"
+        if divergence < config.low and state.period < config.max_period:
+            period = min(2 * state.period, config.max_period)
+            return SyncState("averaging", period), f"divergence {divergence:.2e} < low"
+    if state.mode == "exact" and predicted is not None and predicted < config.low:
+        return (
+            SyncState("averaging", config.min_period),
+            f"predicted divergence {predicted:.2e} < low at period {config.min_period}",
+        )
+    return None
+
+
+class AdaptiveSyncPolicy:
+    """Decides after monitoring steps; knobs sync_mode and averaging_period."""
+
+    name = "adaptive-sync"
+    knobs = (Knob("sync_mode", choices=SYNC_MODES), Knob("averaging_period", integral=True))
+    hooks: tuple[Hook, ...] = ("after_step",)
+
+    def __init__(self, config: AdaptiveSyncConfig) -> None:
+        self.config = config
+
+    def propose(self, hook: Hook, view: View) -> Sequence[Proposal]:
+        snapshot = view.snapshot
+        if snapshot is None:
+            return ()
+        mode = "averaging" if view.knobs["sync_mode"] == "averaging" else "exact"
+        state = SyncState(mode, int(view.knobs["averaging_period"]))
+        predicted = None
+        if snapshot.grad_variance is not None and snapshot.param_sq_norm:
+            predicted = predicted_divergence(
+                view.lr,
+                self.config.momentum,
+                self.config.min_period,
+                snapshot.grad_variance,
+                snapshot.world_size,
+                snapshot.param_sq_norm,
+            )
+        step = next_sync(state, snapshot.divergence, predicted, self.config)
+        if step is None:
+            return ()
+        new, reason = step
+        return (
+            Proposal("sync_mode", new.mode, reason),
+            Proposal("averaging_period", new.period, reason),
+        )
+
+
+class AdaptiveSyncStrategy(LocalGradients):
+    """Exact all-reduce or model averaging, switchable between steps (see the docstring)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        collectives: Collectives,
+        state: SyncState,
+        probe: GradientProbe | None = None,
+        on_divergence: Callable[[float, float], None] | None = None,
+    ) -> None:
+        self.inner = self.module = model
+        self.state = state
+        self._collectives = collectives
+        self._params = trainable(model)
+        self._exchange = (
+            probe.wrap_exchange(flat_all_reduce_mean) if probe else flat_all_reduce_mean
+        )
+        self._on_divergence = on_divergence
+        self._local_steps = 0
+        broadcast_state(model, collectives)
+
+    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
+        loss.backward()
+        timer.lap("backward")
+        if self.syncing and self.state.mode == "exact":
+            self._exchange(gradients(self._params), self._collectives)
+        timer.lap("communication")
+
+    def after_step(self, timer: StepTimer) -> None:
+        if self.state.mode != "averaging":
+            return
+        self._local_steps += 1
+        if self._local_steps >= self.state.period:
+            divergence_sq, mean_sq = average_measuring(self.inner, self._collectives)
+            self._local_steps = 0
+            if self._on_divergence is not None:
+                self._on_divergence(divergence_sq, mean_sq)
+            timer.lap("communication")
+
+    def sync_buffers(self) -> None:
+        average_model(self.inner, self._collectives)
+
+    def switch(self, state: SyncState, optimizer: torch.optim.Optimizer) -> None:
+        """Apply an agreed change between steps; back to exact, the replicas become one."""
+        if self.state.mode == "averaging" and state.mode == "exact":
+            average_model(self.inner, self._collectives)
+            average_optimizer_state(optimizer, self._collectives)
+            self._local_steps = 0
+        self.state = state
+
+
+@torch.no_grad()
+def average_measuring(model: nn.Module, collectives: Collectives) -> tuple[float, float]:
+    """Average parameters and floating-point buffers over ranks (one all-reduce, as
+    averaging.average_model); returns this replica's |theta_w - theta|^2 and |theta|^2 over
+    the parameters, read between the all-reduce and the copy back."""
+    params = [p.data for p in model.parameters()]
+    state = params + [b for b in model.buffers() if b.is_floating_point()]
+    flat = _flatten_dense_tensors(state)
+    collectives.all_reduce_mean(flat)
+    synced = _unflatten_dense_tensors(flat, state)
+    mean_params = list(synced[: len(params)])
+    divergence_sq = sq_norm(torch._foreach_sub(params, mean_params))
+    mean_sq = sq_norm(mean_params)
+    for tensor, value in zip(state, synced, strict=True):
+        tensor.copy_(value)
+    return float(divergence_sq), float(mean_sq)
+
+
+@torch.no_grad()
+def average_optimizer_state(optimizer: torch.optim.Optimizer, collectives: Collectives) -> None:
+    """The per-parameter floating-point state (momentum buffers, Adam moments) averaged."""
+    tensors = [
+        value
+        for group in optimizer.param_groups
+        for param in group["params"]
+        for value in optimizer.state.get(param, {}).values()
+        if torch.is_tensor(value) and value.is_floating_point() and value.shape == param.shape
+    ]
+    flat_all_reduce_mean(tensors, collectives)

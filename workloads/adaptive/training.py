@@ -1,0 +1,177 @@
+"""The classification loop's epoch and step with the adaptive machinery (run.py) in them.
+
+A step, timed as workloads/loop.py times one, with what adaptation adds booked where it
+happens:
+
+    start
+    controller.before_step           a collective only where a policy decides here  -> communication
+    draw rank's samples              the cursor at the agreed global batch          -> data
+    monitor.begin_step               arms the probe on monitoring steps
+    forward, backward, optimizer     the strategy's exchange read by the probe     -> as loop.py
+    monitor.exchange                 one all-gather of a row per rank (monitoring steps)
+    controller.after_step            one broadcast of the agreed knobs (decision points)
+    strategy.switch                  a sync decision (to exact: weights averaged)  -> communication
+    finish; then monitor.record_time and the events, outside the clock
+
+Decisions taken after step s apply from step s + 1 on every rank: the global batch to the
+next draw, the LR factor to the next LR, the synchronisation mode and period at once. The LR
+is the schedule's at the epoch's fraction done (the batch changes the steps per epoch, not
+the epochs) on the run's initial worker count, times the batch policy's factor.
+
+Samples: where every rank holds the training set, each step takes the next global batch of
+the epoch's order from the cursor (sampler.py), so the batch (and the world) can change
+mid-epoch; data split into static per-rank shards (epsilon) keep loop.py's batches, and only
+the monitors and the sync policy apply there (workloads/config.py refuses the rest).
+Not here: building the machinery (run.py), the event log, the run's own reductions (train.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workloads.adaptive.batch import fit_to_world
+from workloads.adaptive.policy import Decision
+from workloads.adaptive.run import Adaptive
+from workloads.adaptive.sampler import Cursor, epoch_order
+from workloads.adaptive.sync import AdaptiveSyncStrategy, SyncState
+from workloads.data.sampling import slice_batches
+from workloads.loop import (
+    Batch,
+    EpochStats,
+    StepResult,
+    Trainer,
+    batch_len,
+    load_batch,
+    optimize,
+    timed_steps,
+)
+from workloads.schedule import lr_at
+from workloads.strategies.base import trainable
+
+SYNC_KNOBS = ("sync_mode", "averaging_period")
+
+
+def attach(run: Adaptive, tr: Trainer) -> None:
+    """Connect the run's monitor to the model it watches (|theta|^2, for the sync policy)."""
+    if run.monitor is not None and "sync" in tr.config.adaptive.policy:
+        run.monitor.params = trainable(tr.strategy.inner)
+
+
+def train_epoch(
+    tr: Trainer,
+    run: Adaptive,
+    epoch: int,
+    out_of_time: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> EpochStats:
+    """Train epoch `epoch` (1-based) under the run's policies."""
+    tr.strategy.module.train()
+    if tr.splits.train_is_rank_shard:
+        stats = _shard_epoch(tr, run, epoch, out_of_time, on_step)
+    else:
+        stats = _shared_epoch(tr, run, epoch, out_of_time, on_step)
+    stats.loss_sum += tr.objective.penalty_sum()
+    return stats
+
+
+def _shared_epoch(
+    tr: Trainer,
+    run: Adaptive,
+    epoch: int,
+    out_of_time: Callable[[], bool] | None,
+    on_step: Callable[[int, int], None] | None,
+) -> EpochStats:
+    """Every rank holds the data: each step is the cursor's next global batch."""
+    num = tr.splits.num_train
+    if run.cursor.epoch != epoch - 1:  # a new epoch (an adopted cursor is mid-epoch already)
+        run.cursor = Cursor(epoch - 1)
+    order = epoch_order(num, epoch - 1, tr.config.run.seed).to(tr.device)
+
+    def global_batch() -> int:
+        return fit_to_world(run.global_batch, tr.world_size)
+
+    def step(i: int) -> StepResult:
+        def draw() -> Batch:
+            return run.cursor.step_indices(order, global_batch(), tr.world_size, tr.rank)
+
+        result = adaptive_step(tr, run, draw, run.cursor.fraction(num))
+        run.cursor = run.cursor.advance(num, result.samples * tr.world_size, tr.world_size)
+        return result
+
+    def num_steps(done: int) -> int:
+        return done + run.cursor.steps_left(num, global_batch(), tr.world_size)
+
+    return timed_steps(tr.timer, epoch, num_steps, step, out_of_time, on_step, run_after(run))
+
+
+def _shard_epoch(
+    tr: Trainer,
+    run: Adaptive,
+    epoch: int,
+    out_of_time: Callable[[], bool] | None,
+    on_step: Callable[[int, int], None] | None,
+) -> EpochStats:
+    """Static per-rank shards: loop.py's batches (no batch policy here, so a fixed size)."""
+    cfg = tr.config
+    batches = slice_batches(tr.splits.num_train, cfg.data.batch_size, tr.rank, epoch - 1,
+                            cfg.run.seed)  # fmt: skip
+
+    def step(i: int) -> StepResult:
+        return adaptive_step(tr, run, lambda: batches[i], epoch - 1 + i / len(batches))
+
+    return timed_steps(
+        tr.timer, epoch, lambda done: len(batches), step, out_of_time, on_step, run_after(run)
+    )
+
+
+def adaptive_step(
+    tr: Trainer, run: Adaptive, draw: Callable[[], Batch], epochs_done: float
+) -> StepResult:
+    """One timed step under the run's policies (see the module docstring) on the samples
+    `draw` gives once the step's first decisions are taken. The caller (timed_steps)
+    finishes the step's clock."""
+    timer, step = tr.timer, run.steps_done
+    # Only after_step decisions change the factor: the LR is fixed before the step starts.
+    lr = lr_at(tr.config, run.initial_world, epochs_done, step) * run.lr_factor
+    timer.start()
+    run.record_decisions(run.controller.before_step(step, lr))
+    timer.lap("communication")
+    index = draw()
+    x, y = load_batch(tr, index)
+    if run.monitor is not None:
+        run.monitor.begin_step(step)
+    loss = optimize(tr, x, y, lr, int(epochs_done) + 1, step + 1)
+    snapshot = None
+    if run.monitor is not None:
+        snapshot = run.monitor.exchange(step, batch_len(index))
+        if snapshot is not None:  # with the knobs this step trained with
+            batch = fit_to_world(run.global_batch, tr.world_size)
+            run.record_snapshot(snapshot, batch, batch_len(index) * tr.world_size, lr)
+    decisions = run.controller.after_step(step, lr, snapshot)
+    _apply_sync(tr, decisions, run)
+    timer.lap("communication")
+    run.record_decisions(decisions)
+    run.steps_done += 1
+    return StepResult(loss, batch_len(index))
+
+
+def _apply_sync(tr: Trainer, decisions: list[Decision], run: Adaptive) -> None:
+    """A sync decision takes effect now, on every rank (the switch may communicate)."""
+    if not any(d.knob in SYNC_KNOBS for d in decisions):
+        return
+    strategy = tr.strategy
+    if isinstance(strategy, AdaptiveSyncStrategy):
+        values = run.controller.values
+        mode = "averaging" if values["sync_mode"] == "averaging" else "exact"
+        strategy.switch(SyncState(mode, int(values["averaging_period"])), tr.optimizer)
+
+
+def run_after(run: Adaptive) -> Callable[[dict[str, float]], None]:
+    """What follows each step outside its clock: its time to the monitor, its records out."""
+
+    def after(phases: dict[str, float]) -> None:
+        if run.monitor is not None:
+            run.monitor.record_time(phases)
+        run.flush()
+
+    return after

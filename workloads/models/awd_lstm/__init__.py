@@ -1,0 +1,1 @@
+"""AWD-LSTM language model (task 3a): the network in model.py."""

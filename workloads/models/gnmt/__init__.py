@@ -1,0 +1,1 @@
+"""GNMT translation model (task 4a): the network in model.py."""

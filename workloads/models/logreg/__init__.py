@@ -1,0 +1,1 @@
+"""Logistic regression (task 2a): the network in model.py."""

@@ -1,0 +1,1 @@
+"""ResNet for CIFAR-10 (task 1a): the network in model.py."""

@@ -1,0 +1,1 @@
+"""Transformer translation model (task 4b): the network in model.py."""
