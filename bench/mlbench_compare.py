@@ -28,7 +28,6 @@ is of medians. A speed benchmark, not a test: nothing passes or fails.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import queue as queue_lib
@@ -151,8 +150,8 @@ def stackbench_config(workload: str, batch: int, world: int, data_dir: str) -> A
         base = RESNET20_CIFAR10.config
     else:
         epochs, changes, base = 10, {}, LOGREG_EPSILON.config
-    return dataclasses.replace(
-        base, **changes, batch_size=batch, max_epochs=epochs, data_dir=data_dir,
+    return base.replace(
+        **changes, batch_size=batch, max_epochs=epochs, data_dir=data_dir,
         stop_at_target=False, eval_every_epochs=epochs,
     )  # fmt: skip
 
@@ -208,11 +207,14 @@ def measure(job: dict[str, Any], world: int, timeout_s: float = 900.0) -> float:
                 p.kill()
 
 
-def compare(job: dict[str, Any], world: int, rounds: int) -> dict[str, Any]:
+def compare(job: dict[str, Any], world: int, rounds: int, key: str) -> dict[str, Any]:
     figures: dict[str, list[float]] = {"mlbench": [], "stackbench": []}
     for i in range(rounds):
         for side in ("mlbench", "stackbench") if i % 2 == 0 else ("stackbench", "mlbench"):
             figures[side].append(measure(job | {"side": side}, world))
+        # Progress as it comes: a round of ResNet-20 takes minutes on a busy machine.
+        print(f"{key}, round {i}: {figures['stackbench'][-1] / figures['mlbench'][-1]:.3f}",
+              f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)  # fmt: skip
     medians = {side: statistics.median(v) for side, v in figures.items()}
     return {
         "samples_per_s": {k: round(v, 1) for k, v in medians.items()},
@@ -248,7 +250,7 @@ def main() -> None:
                         f"{world} GPUs" if args.device == "cuda" else f"{CORES // world} threads"
                     )
                     key = f"{workload} batch {batch}, {world} x {layout}"
-                    report[key] = compare(job | {"data_dir": data_dir}, world, args.rounds)
+                    report[key] = compare(job | {"data_dir": data_dir}, world, args.rounds, key)
                     print(f"{key}: {report[key]['ratio_stackbench_to_mlbench']}", file=sys.stderr)
     report["rounds"] = args.rounds
     report["load_average_1m_at_end"] = os.getloadavg()[0]

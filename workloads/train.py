@@ -78,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     return launch(argv, TrainConfig, run)
 
 
+def _limit_cpu_threads(max_threads: int | None) -> None:
+    """At most `max_threads` intra-op threads in this process; never more than it had (the
+    manifest records what the run used)."""
+    if max_threads is not None and max_threads < torch.get_num_threads():
+        torch.set_num_threads(max_threads)
+
+
 def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> TrainSummary | None:
     """Train until the target, the epoch limit or the time budget; rank 0 returns the summary."""
     init_t0 = time.perf_counter()
@@ -94,6 +101,7 @@ def run(config: TrainConfig, env: dist.DistEnv, args: argparse.Namespace) -> Tra
     )
     log.start(mllog.INIT_START)
     device = dist.select_device(args.device, env)
+    _limit_cpu_threads(config.execution.max_cpu_threads)
     backend = dist.init(device, config.run.dist_timeout_s)
     torch.manual_seed(config.run.seed)  # the same initial model on every rank
     adaptive = adaptive_run.build(config, env.world_size, device, log.point)
