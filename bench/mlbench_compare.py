@@ -10,7 +10,8 @@ environment) and on PYTHONPATH:
 (3.0.0.dev23, not 3.0.0: the 3.0.0 release's CentralizedSGD cannot be built, its constructor
 calls super(CentralizedSGD).__init__ with keywords and raises TypeError.)
 
-What runs, per batch size and process layout (1 process x 2 threads, 2 gloo processes x 1):
+What runs, per batch size and process layout (on CPU: 1 process x all cores' threads, 2 gloo
+processes sharing them; with --device cuda: one GPU per process, NCCL):
 - MLBench: their model (ResNetCIFAR(20, version=1); LogisticRegression with
   BCELossRegularized) and their optimizer step (CentralizedSGD: one all-reduce of the
   flattened gradients, then torch's SGD), in the loop of their train_round (zero_grad,
@@ -27,7 +28,6 @@ is of medians. A speed benchmark, not a test: nothing passes or fails.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import queue as queue_lib
@@ -61,7 +61,10 @@ def mlbench_version() -> str:
     try:
         import mlbench_core
     except ImportError:
-        raise SystemExit(f"MLBench's reference code is not importable; run: {INSTALL}") from None
+        raise SystemExit(
+            f"MLBench's reference code is not importable: {INSTALL}, then run with "
+            "PYTHONPATH=$PWD:/tmp/mlbench"
+        ) from None
     if mlbench_core.__version__ != MLBENCH_VERSION:
         raise SystemExit(
             f"mlbench_core {mlbench_core.__version__} found, {MLBENCH_VERSION} expected: {INSTALL}"
@@ -72,34 +75,39 @@ def mlbench_version() -> str:
 # ---- MLBench's side ------------------------------------------------------------------------
 
 
-def mlbench_samples_per_s(workload: str, batch: int, steps: int, world: int) -> float:
+def mlbench_samples_per_s(
+    workload: str, batch: int, steps: int, world: int, device: torch.device
+) -> float:
     """Their model and CentralizedSGD in their train_round's step, timed on this rank."""
     from mlbench_core.optim.pytorch.centralized import CentralizedSGD
 
     torch.manual_seed(0)
+    cuda = device.type == "cuda"
     if workload == "resnet20":
         from mlbench_core.models.pytorch.resnet import ResNetCIFAR
 
-        model = ResNetCIFAR(20, False, 10, version=1)
+        model = ResNetCIFAR(20, False, 10, version=1).to(device)
         loss_fn: Any = torch.nn.CrossEntropyLoss()
-        xs = torch.randn(4, batch, 3, 32, 32)
-        ys = torch.randint(0, 10, (4, batch))
+        xs = torch.randn(4, batch, 3, 32, 32, device=device)
+        ys = torch.randint(0, 10, (4, batch), device=device)
         # mlbench-benchmarks' cifar10-resnet20-all-reduce settings
         optimizer = CentralizedSGD(
-            world_size=world, model=model, lr=0.1, momentum=0.9, weight_decay=1e-4
+            world_size=world, model=model, lr=0.1, momentum=0.9, weight_decay=1e-4, use_cuda=cuda
         )
     else:
         from mlbench_core.evaluation.pytorch.criterion import BCELossRegularized
         from mlbench_core.models.pytorch.linear_models import LogisticRegression
 
-        model = LogisticRegression(2000)
+        model = LogisticRegression(2000).to(device)
         loss_fn = BCELossRegularized(l2=2.5e-6, model=model)
-        xs = torch.randn(4, batch, 2000)
-        ys = torch.randint(0, 2, (4, batch)).float()
-        optimizer = CentralizedSGD(world_size=world, model=model, lr=200.0)
+        xs = torch.randn(4, batch, 2000, device=device)
+        ys = torch.randint(0, 2, (4, batch), device=device).float()
+        optimizer = CentralizedSGD(world_size=world, model=model, lr=200.0, use_cuda=cuda)
+    sync = torch.cuda.synchronize if cuda else lambda: None
     model.train()
     for i in range(WARMUP_STEPS + steps):
         if i == WARMUP_STEPS:
+            sync()
             dist.barrier()
             t0 = time.perf_counter()
         optimizer.zero_grad()
@@ -107,6 +115,7 @@ def mlbench_samples_per_s(workload: str, batch: int, steps: int, world: int) -> 
         loss = loss_fn(output.squeeze(1) if workload == "logreg" else output, ys[i % 4])
         loss.backward()
         optimizer.step()
+    sync()
     dist.barrier()
     return world * steps * batch / (time.perf_counter() - t0)
 
@@ -141,16 +150,17 @@ def stackbench_config(workload: str, batch: int, world: int, data_dir: str) -> A
         base = RESNET20_CIFAR10.config
     else:
         epochs, changes, base = 10, {}, LOGREG_EPSILON.config
-    return dataclasses.replace(
-        base, **changes, batch_size=batch, max_epochs=epochs, data_dir=data_dir,
+    return base.replace(
+        **changes, batch_size=batch, max_epochs=epochs, data_dir=data_dir,
         stop_at_target=False, eval_every_epochs=epochs,
     )  # fmt: skip
 
 
-def stackbench_samples_per_s(config: Any, rank: int, world: int) -> float | None:
+def stackbench_samples_per_s(config: Any, rank: int, world: int, device: str) -> float | None:
     from workloads.dist import DistEnv
 
-    summary = run_quietly(config, "--open-division", env=DistEnv(rank, rank, world))
+    env = DistEnv(rank, rank, world)
+    summary = run_quietly(config, "--open-division", "--device", device, env=env)
     return None if summary is None else summary.throughput_samples_per_s
 
 
@@ -161,13 +171,18 @@ def _rank(rank: int, world: int, port: int, job: dict[str, Any], out: Any) -> No
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
     os.environ.update(LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(max(1, CORES // world))
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
     if job["side"] == "mlbench":
-        dist.init_process_group("gloo")
-        value = mlbench_samples_per_s(job["workload"], job["batch"], job["steps"], world)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        args = (job["workload"], job["batch"], job["steps"], world, device)
+        value = mlbench_samples_per_s(*args)
         dist.destroy_process_group()
     else:
         config = stackbench_config(job["workload"], job["batch"], world, job["data_dir"])
-        value = stackbench_samples_per_s(config, rank, world)
+        value = stackbench_samples_per_s(config, rank, world, job["device"])
     if rank == 0:
         out.put(value)
 
@@ -192,11 +207,14 @@ def measure(job: dict[str, Any], world: int, timeout_s: float = 900.0) -> float:
                 p.kill()
 
 
-def compare(job: dict[str, Any], world: int, rounds: int) -> dict[str, Any]:
+def compare(job: dict[str, Any], world: int, rounds: int, key: str) -> dict[str, Any]:
     figures: dict[str, list[float]] = {"mlbench": [], "stackbench": []}
     for i in range(rounds):
         for side in ("mlbench", "stackbench") if i % 2 == 0 else ("stackbench", "mlbench"):
             figures[side].append(measure(job | {"side": side}, world))
+        # Progress as it comes: a round of ResNet-20 takes minutes on a busy machine.
+        print(f"{key}, round {i}: {figures['stackbench'][-1] / figures['mlbench'][-1]:.3f}",
+              f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)  # fmt: skip
     medians = {side: statistics.median(v) for side, v in figures.items()}
     return {
         "samples_per_s": {k: round(v, 1) for k, v in medians.items()},
@@ -214,8 +232,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--resnet-steps", type=int, default=48)
     parser.add_argument("--logreg-steps", type=int, default=1000)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     report: dict[str, Any] = {"mlbench_core": mlbench_version(), "torch": torch.__version__}
+    report["device"] = args.device
     report["machine"] = {"logical_cpus": CORES, "load_average_1m_at_start": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as data_dir:
         write_data(Path(data_dir))
@@ -225,8 +245,12 @@ def main() -> None:
             for batch in map(int, batches.split(",")):
                 for world in map(int, args.processes.split(",")):
                     job = {"workload": workload, "batch": batch, "steps": steps}
-                    key = f"{workload} batch {batch}, {world} x {CORES // world} threads"
-                    report[key] = compare(job | {"data_dir": data_dir}, world, args.rounds)
+                    job["device"] = args.device
+                    layout = (
+                        f"{world} GPUs" if args.device == "cuda" else f"{CORES // world} threads"
+                    )
+                    key = f"{workload} batch {batch}, {world} x {layout}"
+                    report[key] = compare(job | {"data_dir": data_dir}, world, args.rounds, key)
                     print(f"{key}: {report[key]['ratio_stackbench_to_mlbench']}", file=sys.stderr)
     report["rounds"] = args.rounds
     report["load_average_1m_at_end"] = os.getloadavg()[0]

@@ -1,5 +1,6 @@
-"""ResNet-20 training throughput in one process on this machine's CPU, and what each step
-optimization buys, measured side by side in one run. Prints one JSON object.
+"""ResNet-20 training throughput in one process on this machine's CPU (or, --device cuda, one
+GPU), and what each step optimization buys, measured side by side in one run. Prints one
+JSON object.
 
 Each variant trains ResNet-20 (CIFAR, m1) on CIFAR-shaped uint8 data with the workload's own
 data path (index + workloads.data.cifar10.CifarAugment on the device) and reports, per batch
@@ -70,49 +71,56 @@ def make_optimizer(params: Any, impl: str) -> torch.optim.Optimizer:
 class Trainee:
     """One variant's model, optimizer and data, ready to take steps."""
 
-    def __init__(self, variant: Variant, batch_size: int) -> None:
+    def __init__(self, variant: Variant, batch_size: int, device: torch.device) -> None:
         torch.manual_seed(0)
         fmt = torch.channels_last if variant.channels_last else torch.contiguous_format
-        self.images = torch.randint(0, 256, (NUM_IMAGES, 3, 32, 32), dtype=torch.uint8)
-        self.labels = torch.randint(0, 10, (NUM_IMAGES,))
+        self.images = torch.randint(0, 256, (NUM_IMAGES, 3, 32, 32), dtype=torch.uint8).to(device)
+        self.labels = torch.randint(0, 10, (NUM_IMAGES,)).to(device)
         self.augment = CifarAugment(
-            mean=torch.full((1, 3, 1, 1), 120.0),
-            inv_std=torch.full((1, 3, 1, 1), 1 / 64),
+            mean=torch.full((1, 3, 1, 1), 120.0, device=device),
+            inv_std=torch.full((1, 3, 1, 1), 1 / 64, device=device),
             memory_format=fmt,
         )
-        model = CifarResNet(20, "m1").to(memory_format=fmt).train()
+        model = CifarResNet(20, "m1").to(device, memory_format=fmt).train()
         self.optimizer = make_optimizer(model.parameters(), variant.optimizer_impl)
         self.forward = torch.compile(model) if variant.compiled else model
-        self.generator = torch.Generator().manual_seed(0)
+        self.generator = torch.Generator(device).manual_seed(0)
         self.batch_size = batch_size
         self.steps_done = 0
+        self.device = device
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
 
     def step(self) -> tuple[float, float, float]:
-        """(data, optimizer, whole step) seconds of one training step."""
+        """(data, optimizer, whole step) seconds of one training step (on CUDA, the device
+        synchronized before each clock reading)."""
+        self.sync()
         t0 = time.perf_counter()
         start = (self.steps_done * self.batch_size) % (NUM_IMAGES - self.batch_size)
-        index = torch.arange(start, start + self.batch_size)
+        index = torch.arange(start, start + self.batch_size, device=self.device)
         x, y = self.augment(self.images[index], self.generator), self.labels[index]
+        self.sync()
         t1 = time.perf_counter()
         loss = F.cross_entropy(self.forward(x), y)
         loss.backward()
+        self.sync()
         t2 = time.perf_counter()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps_done += 1
+        self.sync()
         t3 = time.perf_counter()
         return t1 - t0, t3 - t2, t3 - t0
 
 
 def measure(
-    variants: list[Variant], batch_size: int, steps: int, warmup: int
+    variants: list[Variant], batch_size: int, steps: int, warmup: int, device: torch.device
 ) -> dict[str, dict[str, Any]]:
     """Steps of all variants interleaved round-robin, so that load from other processes on a
     shared machine slows every variant alike instead of whichever ran at the time."""
     trainees, results = {}, {}
     for v in variants:
         try:
-            trainee = Trainee(v, batch_size)
+            trainee = Trainee(v, batch_size, device)
             t0 = time.perf_counter()
             for _ in range(warmup):
                 trainee.step()
@@ -146,12 +154,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--batch-sizes", default="32,128")
     parser.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    device = torch.device(args.device)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
     results: dict[str, dict[str, Any]] = {v.name: {} for v in chosen}
     for batch_size in batch_sizes:
-        for name, figures in measure(chosen, batch_size, args.steps, args.warmup).items():
+        for name, figures in measure(chosen, batch_size, args.steps, args.warmup, device).items():
             results[name][str(batch_size)] = figures
     print(json.dumps(report(results, batch_sizes, args), indent=2))
 
@@ -181,7 +191,7 @@ def report(results: dict[str, dict[str, Any]], batch_sizes: list[int], args: Any
             "load_average_1m_at_end": os.getloadavg()[0],
             "torch": torch.__version__,
         },
-        "settings": {"steps": args.steps, "warmup_steps": args.warmup},
+        "settings": {"steps": args.steps, "warmup_steps": args.warmup, "device": args.device},
         # What resnet20-cifar10 runs with, given these measurements (see the module doc).
         "workload_uses": {
             "memory_format": "channels_last (registry)",

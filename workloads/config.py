@@ -85,6 +85,12 @@ class ExecutionConfig(Component):
     # "auto": bf16 autocast for the translation models on CUDA, fp32 otherwise
     # (workloads/precision.py).
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # At most this many intra-op CPU threads per process (None: what torch or the launcher
+    # chose; torchrun gives each of several workers one). A model whose kernels are tiny (a
+    # linear model's) only pays for threads: torch splits some of them (log-sigmoid, the fused
+    # SGD update) across threads even at a few thousand elements, each split a wake-up and a
+    # join, and on a busy machine a wait for the other thread's turn.
+    max_cpu_threads: int | None = setting(None, ge=1, le=1024)
 
 
 @dataclass(frozen=True, kw_only=True)

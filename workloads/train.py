@@ -110,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     return launch(argv, TrainConfig, run)
 
 
+def _limit_cpu_threads(max_threads: int | None) -> None:
+    """At most `max_threads` intra-op threads in this process; never more than it had (the
+    manifest records what the run used)."""
+    if max_threads is not None and max_threads < torch.get_num_threads():
+        torch.set_num_threads(max_threads)
+
+
 def run(
     config: TrainConfig, env: dist.DistEnv | None, args: argparse.Namespace
 ) -> TrainSummary | None:
@@ -133,6 +140,7 @@ def run(
     )
     log.start(events.INIT_START)
     device = dist.select_device(args.device, env)
+    _limit_cpu_threads(config.execution.max_cpu_threads)
     if session is None:
         backend = dist.init(device, config.run.dist_timeout_s)
     torch.manual_seed(config.run.seed)  # the same initial model on every rank

@@ -176,6 +176,9 @@ LOGREG_EPSILON = Benchmark(
         # forward wrapper and bucket hooks would only add to every step (an exact strategy:
         # --set strategy=ddp stays closed division).
         strategy=PlainStrategy(name="allreduce"),
+        # One intra-op thread: a step's kernels are tens of microseconds, too small for
+        # threads to pay, and torch splits some of them at any size (an execution control).
+        execution=ExecutionConfig(max_cpu_threads=1),
         # The spec names no epoch limit; 10 passes (40,000 steps on one worker) is this
         # suite's choice, a run control (--set max_epochs=N stays closed division).
         run=RunConfig(max_epochs=10),

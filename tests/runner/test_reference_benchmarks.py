@@ -26,7 +26,10 @@ RUN_DEFAULTS = {
     "eval_every_epochs": 1,
     "stop_at_target": True,
 }
-EXECUTION_DEFAULTS = {"memory_format": "contiguous", "compile_model": False, "precision": "auto"}
+EXECUTION_DEFAULTS = {
+    "memory_format": "contiguous", "compile_model": False, "precision": "auto",
+    "max_cpu_threads": None,
+}  # fmt: skip
 # No benchmark adapts by default: every policy and monitor is open division.
 ADAPTIVE_DEFAULTS = {
     "policy": (), "monitor": False, "monitor_interval_steps": 10, "noise_ema_decay": 0.9,
@@ -60,7 +63,9 @@ SPECS = {
         "lr_schedule": "inverse-sqrt", "lr": 200.0, "lr_scaling": "table",
         "lr_scale_table": (1.0, 2.0, 3.0, 3.5, 4.0),
         # An exact strategy, as MLBench's CentralizedSGD: one flat all-reduce.
-        "strategy": "allreduce", **EXECUTION_DEFAULTS, **RUN_DEFAULTS, "max_epochs": 10,
+        "strategy": "allreduce", **EXECUTION_DEFAULTS,
+        "max_cpu_threads": 1,  # an execution control: threads only cost a model this small
+        **RUN_DEFAULTS, "max_epochs": 10,
         "target_value": 0.89, "target_train_loss": 0.2828,
     },
     "vgg11-cifar10": {  # CS744
