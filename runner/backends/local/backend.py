@@ -217,7 +217,7 @@ def torchrun_process(spec: JobSpec, run_dir: Path) -> Process:
         sys.executable, "-m", "runner.backends.local.torchrun",
         "--standalone",
         f"--nproc-per-node={spec.placement.procs_per_node}",
-        "--monitor-interval=0.1",  # how soon torchrun sees its workers are done
+        launch.MONITOR_OPTION,
         "-m", workload_module(spec),
         *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
     )  # fmt: skip

@@ -39,6 +39,10 @@ from runner.job.link import PARAM, parse_link
 
 # Inside worker 0's namespace, which nothing else uses: this port is always free there.
 MASTER_PORT = 29500
+# How often torchrun's agent looks at its workers: how soon after the last one exits it sees
+# the run is done (its default, 5 s, would be the run's end-to-outcome time; a look is one
+# waitpid per worker, nothing at this rate).
+MONITOR_OPTION = "--monitor-interval=0.02"
 
 
 def check_placement(device: str) -> None:
@@ -84,7 +88,7 @@ def _torchrun_options(num_workers: int, node_rank: int, procs_per_worker: int) -
         f"--nnodes={num_workers}", f"--node-rank={node_rank}",
         f"--nproc-per-node={procs_per_worker}",
         f"--master-addr={address(0)}", f"--master-port={MASTER_PORT}",
-        "--monitor-interval=0.1",
+        MONITOR_OPTION,
     ]  # fmt: skip
 
 

@@ -27,7 +27,7 @@ def test_each_worker_gets_a_torchrun_agent_in_its_own_namespace() -> None:
         assert p.argv == (
             "/py", "-m", "runner.backends.local.torchrun", "--nnodes=3", f"--node-rank={rank}",
             "--nproc-per-node=1", "--master-addr=198.18.0.1", "--master-port=29500",
-            "--monitor-interval=0.1", *ENTRY,
+            "--monitor-interval=0.02", *ENTRY,
         )  # fmt: skip
         assert p.env == {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "veth0"}
         assert p.cwd == "/runs/r"
