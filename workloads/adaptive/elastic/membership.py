@@ -28,7 +28,7 @@ class MembershipError(RuntimeError):
 
 
 class TooFewWorkers(MembershipError):
-    pass
+    """Fewer workers are left than the run's minimum."""
 
 
 class Excluded(MembershipError):
