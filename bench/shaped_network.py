@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.shaped_explain import explain, ratio_lines  # noqa: E402
-from runner.backends.local.launch import MASTER_PORT  # noqa: E402
+from runner.backends.local.launch import SHAPED_MASTER_PORT  # noqa: E402
 from runner.backends.local.network import INTERFACE, ShapedNetwork, address, require  # noqa: E402
 from runner.job.link import parse_link  # noqa: E402
 
@@ -47,7 +47,7 @@ def run_ranks(
 ) -> list[dict[str, Any]]:
     """Each rank's results; ranks in net's worker namespaces, or on loopback without one."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "WORLD_SIZE": str(world_size), "MASTER_PORT": str(MASTER_PORT),
+           "WORLD_SIZE": str(world_size), "MASTER_PORT": str(SHAPED_MASTER_PORT),
            "MASTER_ADDR": address(0) if net else "127.0.0.1"}  # fmt: skip
     if net is not None:
         env["GLOO_SOCKET_IFNAME"] = INTERFACE

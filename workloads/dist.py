@@ -1,7 +1,8 @@
 """Process-group life cycle from the standard torchrun environment, and per-rank log files.
 
 Reads only RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, so one image runs
-under local torchrun, a Kubeflow TrainJob or PyTorchJob, or anything else that speaks torchrun.
+under a local `runner submit` (which sets them itself), torchrun, a Kubeflow TrainJob or
+PyTorchJob, or anything else that speaks torchrun.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 `die_with_parent` asks the kernel to SIGKILL the calling process when its parent dies (the
 parent-death signal), and exits at once if the parent is already gone; `become_subreaper` makes
 orphaned descendants come back to the calling process instead of init. The local supervisor
-uses both for torchrun, and every workload process calls `die_with_parent` at its start, so a
-SIGKILLed supervisor takes torchrun with it and torchrun takes the workers. Harmless elsewhere
+uses both for the workers it starts, and every workload process calls `die_with_parent` at
+its start, so a SIGKILLed supervisor takes the workers with it. Harmless elsewhere
 (a pod's processes die with the pod anyway); a no-op off Linux. Standard library only.
 """
 

@@ -121,7 +121,15 @@ def test_dry_run_prints_the_resolved_job_and_command_and_runs_nothing(tmp_path):
     assert job["division"] == "open"
     assert job["config"]["optimizer"]["momentum"] == 0.5
     command = result.output[end:].strip()
-    assert "-m runner.backends.local.torchrun --standalone --nproc-per-node=2" in command
+    # One process per rank, started directly with torchrun's variables (no agent between).
+    ranks = [ln for ln in command.splitlines() if ln.startswith("cd ")]
+    assert len(ranks) == 2 and all("torchrun" not in ln for ln in ranks)
+    port = re.search(r"MASTER_PORT=(\d+)", ranks[0])
+    assert port is not None
+    for rank, line in enumerate(ranks):
+        assert f"RANK={rank} " in line and f"LOCAL_RANK={rank} " in line
+        assert f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port.group(1)} " in line
+        assert "WORLD_SIZE=2" in line and "-m workloads.train " in line
     assert f"--run-id {job['run_id']}" in command
     # The LR the run will use, and how it follows from the benchmark's (linear scaling, 2 workers).
     assert "lr 0.05 -> 0.1 (linear x 2 workers" in result.stderr

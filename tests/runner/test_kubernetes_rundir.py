@@ -1,6 +1,6 @@
 """A Kubernetes run's directory has the same files, with the same schema, as a local run's.
 
-The local side is a real run (tests/conftest.py: 2 gloo workers under torchrun). The
+The local side is a real run (tests/conftest.py: 2 gloo workers). The
 Kubernetes side replays that run's rank logs as pod logs through kmock, the way torchrun's
 rank prefix shows them, and is fetched without a results store, so every result file is
 rebuilt from rank 0's log.
@@ -16,15 +16,16 @@ import pytest
 
 from contract import files
 from runner.backends.local.backend import LAUNCH_FILE, SUPERVISOR_FILE
-from runner.backends.local.supervisor import LAUNCHER_LOG
 from runner.job.spec import JobSpec
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import make_backend, make_spec, pod, submit
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
-# The local supervisor's own files; on a cluster torchrun's output is in the pod log.
-LOCAL_ONLY = {SUPERVISOR_FILE, LAUNCH_FILE, "logs/supervisor.log", f"logs/{LAUNCHER_LOG}"}
+# The local supervisor's own files, and each rank's console before it opens its log; on a
+# cluster those are in the pod log.
+LOCAL_ONLY = {SUPERVISOR_FILE, LAUNCH_FILE, "logs/supervisor.log", "logs/launcher-0.log",
+              "logs/launcher-1.log"}  # fmt: skip
 
 
 @pytest.fixture

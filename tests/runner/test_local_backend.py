@@ -1,4 +1,4 @@
-"""The local backend end to end: real torchrun, real gloo, real processes."""
+"""The local backend end to end: real ranks, real gloo, real processes."""
 
 import time
 
@@ -10,7 +10,6 @@ from contract.events import read_events
 from contract.rundir import JobState
 from contract.summary import TrainSummary
 from runner import api
-from runner.backends.local.supervisor import parse_root_cause
 from runner.results import rundir
 from tests.conftest import submit_local
 
@@ -110,25 +109,6 @@ def test_fetch_refuses_while_the_run_is_still_going(tmp_path):
             api.fetch(tmp_path, run)
     finally:
         api.cancel(tmp_path, run)
-
-
-def test_parse_root_cause_reads_torchruns_failure_report():
-    report = """
-    Failures:
-    [1]:
-      rank      : 0 (local_rank: 0)
-      exitcode  : 1 (pid: 11)
-    Root Cause (first observed failure):
-    [0]:
-      time      : 2026-11-21_10:16:49
-      rank      : 1 (local_rank: 1)
-      exitcode  : -9 (pid: 12)
-    """
-    assert parse_root_cause(report) == (1, -9)
-    assert parse_root_cause("no report here") == (None, None)
-
-
-# ---- helpers ---------------------------------------------------------------------------
 
 
 def _supervisor(run):

@@ -143,21 +143,19 @@ def test_a_process_belongs_to_a_run_only_when_its_environment_names_it(tmp_path)
 def test_exit_codes_win_over_a_summary_written_before_a_crash(tmp_path):
     (tmp_path / "logs").mkdir()
     files.write_json(tmp_path / "summary.json", {"target_reached": True})
-    (tmp_path / "logs" / "launcher.log").write_text(
-        "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
-        "  exitcode  : 1 (pid: 12)\n"
-    )
     (tmp_path / "logs" / "rank-1.log").write_text(
         "[rank1]: Traceback (most recent call last):\n"
         '[rank1]:   File "x.py", line 1, in <module>\n'
         "[rank1]: RuntimeError: boom after the summary\n"
     )
-    request = LocalRequest(str(tmp_path), (Process(("true",)),))
-    status = supervisor.outcome(tmp_path, request, [1], cancelled=False)
+    request = LocalRequest(str(tmp_path), (Process(("true",)), Process(("true",))))
+    # Rank 1 failed first; rank 0 failed after it (its peer left), with another exit code.
+    status = supervisor.outcome(tmp_path, request, [-15, 1], cancelled=False, first_failed=1)
     assert status.state is JobState.FAILED
     assert status.failed_rank == 1
     assert status.reason == "rank 1 exited with code 1: RuntimeError: boom after the summary"
-    assert supervisor.outcome(tmp_path, request, [0], cancelled=False).state is JobState.SUCCEEDED
+    done = supervisor.outcome(tmp_path, request, [0, 0], cancelled=False)
+    assert done.state is JobState.SUCCEEDED
 
 
 def test_the_failing_ranks_first_error_line_is_found_behind_torchs_rank_prefix():
@@ -225,3 +223,16 @@ def test_the_closed_division_refuses_a_data_set_that_is_not_the_canonical_one(tm
     assert closed.exit_code == 1 and "not the canonical 50,000/10,000 split" in closed.output
     opened = CliRunner().invoke(main, [*args, "--set", "momentum=0.5"])  # open division
     assert opened.exit_code == 0, opened.output
+
+
+def test_exits_names_the_process_that_failed_first_not_the_lowest_index(tmp_path):
+    exits = processes.Exits()
+    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6); exit(1)"])
+    early = subprocess.Popen([sys.executable, "-c", "exit(3)"])
+    ok = subprocess.Popen([sys.executable, "-c", "pass"])
+    for proc in (late, early, ok):
+        exits.add(proc)
+    while not exits.all_exited():
+        exits.wait(5.0)
+    assert exits.first_failure() == 1  # `early`, though `late` is process 0
+    assert exits.codes() == [1, 3, 0]

@@ -1,4 +1,4 @@
-"""LocalBackend: runs a job with torchrun on this machine, in its run directory.
+"""LocalBackend: runs a job on this machine, one process per rank, in its run directory.
 
 dryrun checks what a run here needs (runner/backends/local/preflight.py) and returns the exact
 request: the command lines, the variables they add to the environment and where they run.
@@ -60,13 +60,13 @@ class LocalBackend:
         preflight.check(spec)
         run_dir = run_dir.absolute()
         if spec.placement.min_workers is not None:
-            port = elastic.free_port()
+            port = launch.free_port()
             return LocalRequest(
                 str(run_dir), elastic.elastic_processes(spec, run_dir, port), None, port,
                 spec.placement.min_workers,
             )  # fmt: skip
         if spec.placement.link is None:
-            return LocalRequest(str(run_dir), (torchrun_process(spec, run_dir),))
+            return LocalRequest(str(run_dir), rank_processes(spec, run_dir))
         return LocalRequest(str(run_dir), shaped_processes(spec, run_dir), spec.placement.link)
 
     def describe(self, request: Request) -> str:
@@ -74,7 +74,7 @@ class LocalBackend:
         lines = []
         if local.store_port is not None:
             lines.append(
-                f"# the supervisor hosts the workers' store on {elastic.ADDRESS}:"
+                f"# the supervisor hosts the workers' store on {launch.LOOPBACK}:"
                 f"{local.store_port}; the run goes on while {local.min_workers} are left"
             )
         for p in local.processes:
@@ -155,7 +155,7 @@ class LocalBackend:
             return
         supervisor = self._supervisor(run_dir)
         if supervisor is not None:
-            supervisor.terminate()  # it stops torchrun and records CANCELLED
+            supervisor.terminate()  # it stops the ranks and records CANCELLED
             try:
                 supervisor.wait(timeout=CANCEL_TIMEOUT_S)
             except psutil.TimeoutExpired:
@@ -210,37 +210,38 @@ class LocalBackend:
         return status
 
 
-def torchrun_process(spec: JobSpec, run_dir: Path) -> Process:
-    """The one torchrun that starts every worker of a local run, and what it adds to the
-    environment."""
-    argv = (
-        sys.executable, "-m", "runner.backends.local.torchrun",
-        "--standalone",
-        f"--nproc-per-node={spec.placement.procs_per_node}",
-        launch.MONITOR_OPTION,
-        "-m", workload_module(spec),
-        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
+def rank_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
+    """One process per rank on this machine's loopback, started directly with torchrun's
+    variables (runner/backends/local/launch.py says why not under torchrun); rank 0 hosts
+    the store on a port free now."""
+    return launch.worker_processes(
+        spec.placement.world_size, _entry(spec, run_dir), _thread_env(spec), str(run_dir),
+        launch.free_port(),
     )  # fmt: skip
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads(spec))}
-    return Process(argv=argv, env=env, cwd=str(run_dir))
-
-
-def _threads(spec: JobSpec) -> str:
-    # One process per share of the cores: torchrun would otherwise force 1 thread and warn.
-    return str(max(1, (os.cpu_count() or 1) // spec.placement.world_size))
 
 
 def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
-    """One torchrun agent per worker, each in the network namespace of its own that its
-    shaped link reaches (runner/backends/local/launch.py)."""
+    """One process per rank, each in the network namespace of its own that its shaped link
+    reaches (runner/backends/local/launch.py)."""
     launch.check_placement(spec.placement.device)
     network.require()
-    entry = (
+    return launch.worker_processes(
+        spec.placement.world_size, _entry(spec, run_dir), _thread_env(spec), str(run_dir),
+        launch.SHAPED_MASTER_PORT, shaped=True,
+    )  # fmt: skip
+
+
+def _entry(spec: JobSpec, run_dir: Path) -> tuple[str, ...]:
+    return (
         "-m", workload_module(spec),
         *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
     )  # fmt: skip
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads(spec))}
-    return launch.worker_processes(spec.placement.world_size, 1, entry, env, str(run_dir))
+
+
+def _thread_env(spec: JobSpec) -> dict[str, str]:
+    # One process per share of the cores (what the user's OMP_NUM_THREADS says, if set).
+    threads = max(1, (os.cpu_count() or 1) // spec.placement.world_size)
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
 
 
 def request_to_dict(request: LocalRequest) -> dict[str, Any]:

@@ -22,16 +22,15 @@ import contextlib
 import dataclasses
 import datetime
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from contract.rundir import LOGS
 from runner.backends.base import Process
+from runner.backends.local.launch import LOOPBACK
 from runner.job.spec import JobSpec, workload_args, workload_module
 
-ADDRESS = "127.0.0.1"
 STORE_TIMEOUT_S = 300.0
 
 
@@ -47,7 +46,7 @@ def elastic_processes(spec: JobSpec, run_dir: Path, store_port: int) -> tuple[Pr
         *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
     )  # fmt: skip
     threads = os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max_workers)))
-    common = {"OMP_NUM_THREADS": threads, "MASTER_ADDR": ADDRESS,
+    common = {"OMP_NUM_THREADS": threads, "MASTER_ADDR": LOOPBACK,
               "MASTER_PORT": str(store_port), "WORLD_SIZE": str(max_workers)}  # fmt: skip
     return tuple(
         Process(argv=argv, env={**common, "STACKBENCH_MEMBER": f"w{i}"}, cwd=str(run_dir))
@@ -62,13 +61,6 @@ def joiner_process(template: Process, index: int) -> Process:
     return dataclasses.replace(template, env={**template.env, "STACKBENCH_MEMBER": f"w{index}"})
 
 
-def free_port() -> int:
-    """A port free on the loopback address now (the supervisor binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((ADDRESS, 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def hosted_store(port: int | None) -> Iterator[None]:
     """The elastic run's store on 127.0.0.1:port while the block runs (nothing for None)."""
@@ -78,11 +70,11 @@ def hosted_store(port: int | None) -> Iterator[None]:
     from torch.distributed import TCPStore  # only an elastic run's supervisor pays for torch
 
     try:
-        store = TCPStore(ADDRESS, port, is_master=True, wait_for_workers=False,
+        store = TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))  # fmt: skip
     except (RuntimeError, OSError) as err:
         raise StoreUnavailable(
-            f"cannot host the elastic workers' store on {ADDRESS}:{port} ({err}); "
+            f"cannot host the elastic workers' store on {LOOPBACK}:{port} ({err}); "
             "submit the run again (another program took the port)"
         ) from None
     try:

@@ -1,9 +1,18 @@
-"""A shaped local run's commands, and the one call that starts a request's processes on its
-network: one torchrun agent per worker namespace, joined at worker 0's address.
+"""A local run's worker processes, and the one call that starts a request's processes on its
+network (loopback, or a shaped link between network namespaces).
+
+The workers are started directly, one `python -m <workload> ...` per rank, with the variables
+torchrun would give them (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT; workloads/dist.py reads nothing else), not under torchrun's agent: the agent is a
+process of its own that imports torch before any worker starts and exits 0.2 s after the last
+one, 1.2 s and more of every run's start and end for nothing a local run uses (the supervisor
+already watches every process, ends the rest at the first failure and reports which failed).
+Rank 0 hosts the group's store on MASTER_PORT (torch's env:// rendezvous). A run on Kubernetes
+still runs under torchrun, where the agent is the pod's entry (runner/backends/kubernetes/).
 
 What dryrun puts in a LocalRequest (pure, so `--dry-run` shows the exact commands):
 
-    processes = worker_processes(num_workers, procs_per_worker, ("-m", module, *args), env, cwd)
+    processes = worker_processes(world_size, ("-m", module, *args), env, cwd, port, shaped)
     LocalRequest(run_dir, processes, link=link.text)
 
 What the supervisor does with it:
@@ -22,6 +31,7 @@ as measured, or "loopback, unshaped" when the request has no link.
 from __future__ import annotations
 
 import contextlib
+import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,12 +47,9 @@ from runner.backends.local.network import (
 from runner.errors import SpecError
 from runner.job.link import PARAM, parse_link
 
+LOOPBACK = "127.0.0.1"
 # Inside worker 0's namespace, which nothing else uses: this port is always free there.
-MASTER_PORT = 29500
-# How often torchrun's agent looks at its workers: how soon after the last one exits it sees
-# the run is done (its default, 5 s, would be the run's end-to-outcome time; a look is one
-# waitpid per worker, nothing at this rate).
-MONITOR_OPTION = "--monitor-interval=0.02"
+SHAPED_MASTER_PORT = 29500
 
 
 def check_placement(device: str) -> None:
@@ -55,41 +62,47 @@ def check_placement(device: str) -> None:
         )
 
 
+def free_port() -> int:
+    """A port free on the loopback address now (a process binds it a moment later; if
+    another program takes it in between, that process fails with a line that says so)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
 def worker_processes(
-    num_workers: int,
-    procs_per_worker: int,
+    world_size: int,
     entry: Sequence[str],
     env: Mapping[str, str],
     cwd: str,
+    master_port: int,
+    shaped: bool = False,
     python: str = sys.executable,
 ) -> tuple[Process, ...]:
-    """Worker i's torchrun agent, in namespace i: static rendezvous at worker 0's address,
-    gloo bound to the worker's shaped interface. `entry` is what torchrun runs
-    (("-m", "workloads.train", "--config", ...))."""
+    """Rank i's process, for each of `world_size` ranks, with torchrun's variables.
+    `entry` is what it runs (("-m", "workloads.train", "--config", ...)). Unshaped, the ranks
+    share the loopback address; shaped, rank i runs in worker namespace i (one rank per
+    "node"), gloo bound to its shaped interface, and the store is at worker 0's address."""
+    master = address(0) if shaped else LOOPBACK
+    group = {"WORLD_SIZE": str(world_size), "MASTER_ADDR": master, "MASTER_PORT": str(master_port)}
+    if shaped:
+        group["GLOO_SOCKET_IFNAME"] = INTERFACE
     return tuple(
         Process(
-            argv=(
-                python,
-                "-m",
-                "runner.backends.local.torchrun",
-                *_torchrun_options(num_workers, i, procs_per_worker),
-                *entry,
-            ),
-            env={**env, "GLOO_SOCKET_IFNAME": INTERFACE},
+            argv=(python, *entry),
+            env={**env, **group, "RANK": str(rank), **_local(rank, world_size, shaped)},
             cwd=cwd,
-            netns=i,
+            netns=rank if shaped else None,
         )
-        for i in range(num_workers)
+        for rank in range(world_size)
     )
 
 
-def _torchrun_options(num_workers: int, node_rank: int, procs_per_worker: int) -> list[str]:
-    return [
-        f"--nnodes={num_workers}", f"--node-rank={node_rank}",
-        f"--nproc-per-node={procs_per_worker}",
-        f"--master-addr={address(0)}", f"--master-port={MASTER_PORT}",
-        MONITOR_OPTION,
-    ]  # fmt: skip
+def _local(rank: int, world_size: int, shaped: bool) -> dict[str, str]:
+    """LOCAL_RANK and LOCAL_WORLD_SIZE: a shaped rank is alone in its namespace ("node")."""
+    if shaped:
+        return {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    return {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size)}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ A holder is `unshare` running `cat` on the lifeline: when the owner exits or is 
 kernel closes the write end, cat reads end-of-file and exits, and its namespaces go. For a
 worker, unshare also makes a PID namespace and cat is its first process (its "PID 1"); when
 that process exits the kernel kills every other process in the namespace, so whatever ran
-inside (a torchrun agent, its workers, whatever they started) cannot outlive the holder and
+inside (a rank, whatever it started) cannot outlive the holder and
 keep the network namespace alive. (Should unshare itself be killed, --kill-child takes cat
 with it.) The kernel then frees the network namespace and with it its interfaces (a veth pair
 goes as soon as either end's namespace goes) and their qdiscs. No step of this needs the owner

@@ -1,21 +1,27 @@
 """The processes of a local run: how they are tied to it, and how they are ended.
 
 Every process of a run carries the run in its environment (STACKBENCH_RUN_ID and
-STACKBENCH_RUN_DIR, set by the backend for the supervisor and inherited by torchrun and the
-workers). That is the proof of membership: a pid read from a file (supervisor.json) may be
-stale, recycled or forged, so nothing is ever signalled on a pid alone; only a process of this
+STACKBENCH_RUN_DIR, set by the backend for the supervisor and inherited by the workers).
+That is the proof of membership: a pid read from a file (supervisor.json) may be stale,
+recycled or forged, so nothing is ever signalled on a pid alone; only a process of this
 user whose own environment names this run, checked at the moment it is signalled.
 
 Lifetime: no process of a run outlives its owner (workloads/lifetime.py): the supervisor is a
-child subreaper and starts torchrun with a parent-death signal, and each worker arms one for
-itself, so a SIGKILLed supervisor takes torchrun with it and torchrun takes the workers; what
-is left is found by `members` and ended.
+child subreaper and starts every worker with a parent-death signal (each worker arms one for
+itself too), so a SIGKILLed supervisor takes the workers with it; what is left is found by
+`members` and ended.
+
+`Exits` is how the supervisor learns of each process's end: the moment it comes, and in the
+order they came, which names the rank that failed first (the others often fail after it,
+because it left).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -83,3 +89,40 @@ def end(procs: Iterable[psutil.Process], grace_s: float) -> None:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(alive, timeout=grace_s)
+
+
+class Exits:
+    """Watches started processes: which have exited, in the order they did, and a wake-up the
+    moment one does (one thread per process, parked in wait())."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.order: list[int] = []  # indices into `processes`, in the order they exited
+        self.changed = threading.Event()
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        index = len(self.processes)
+        self.processes.append(proc)
+        threading.Thread(target=self._wait, args=(index,), daemon=True).start()
+
+    def _wait(self, index: int) -> None:
+        self.processes[index].wait()
+        self.order.append(index)  # one append per thread: atomic, in the order they woke
+        self.changed.set()
+
+    def wait(self, timeout_s: float) -> None:
+        """Until a process exits or `timeout_s` passes."""
+        self.changed.wait(timeout_s)
+        self.changed.clear()
+
+    def codes(self) -> list[int | None]:
+        """Each process's exit code, None while it runs (as far as the watch has seen)."""
+        exited = set(self.order)
+        return [p.returncode if i in exited else None for i, p in enumerate(self.processes)]
+
+    def all_exited(self) -> bool:
+        return len(self.order) == len(self.processes)
+
+    def first_failure(self) -> int | None:
+        """The index of the first process that exited non-zero."""
+        return next((i for i in list(self.order) if self.processes[i].returncode != 0), None)

@@ -6,7 +6,7 @@ that terminal reaches only the CLI, which then cancels through this process. It 
 processes of launch.json (the request `runner submit --dry-run` shows) and is the only writer
 of state.json while it lives. SIGTERM, SIGINT or SIGHUP cancel: every process of the run gets
 SIGTERM, and whatever is left after a grace period SIGKILL. If this process is SIGKILLed, the
-kernel ends torchrun and the workers (workloads/lifetime.py), and the next command that reads
+kernel ends the workers (workloads/lifetime.py), and the next command that reads
 the run records it FAILED (LocalBackend.status).
 
 An elastic run (--workers MIN:MAX, runner/backends/local/elastic.py): the supervisor also
@@ -31,7 +31,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,7 +58,7 @@ _STACKBENCH_LINE = re.compile(r"^(?:\[rank\d+\]:)?\s*stackbench: (.+)$")
 
 
 def supervise(run_dir: Path) -> JobStatus:
-    run_dir = run_dir.resolve()  # torchrun runs inside it; relative paths would nest
+    run_dir = run_dir.resolve()  # the workers run inside it; relative paths would nest
     request = request_from_dict(files.read_json_object(run_dir / LAUNCH_FILE))
     lifetime.become_subreaper()  # orphans of the run come back here, never to init
     stop: list[int] = []
@@ -82,41 +81,41 @@ def supervise(run_dir: Path) -> JobStatus:
 
 
 def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]) -> JobStatus:
-    started = [
-        _start(p, network, _launcher_log(run_dir, i, request))
-        for i, p in enumerate(request.processes)
-    ]
+    exits = processes.Exits()
+    for i, p in enumerate(request.processes):
+        exits.add(_start(p, network, _launcher_log(run_dir, i, request)))
     record(run_dir, JobStatus(JobState.RUNNING, since=_now()))
     # An elastic run goes on while workers are left: they decide among themselves whether
     # the survivors can go on (workloads/adaptive/elastic/session.py), so one's end is not
-    # the run's.
+    # the run's. A fixed one ends at its first failure: the others cannot go on without it.
     elastic = request.min_workers is not None
-    done = _all_done if elastic else _done
-    while not stop and not done(started):
+    while not stop and not exits.all_exited():
+        if not elastic and exits.first_failure() is not None:
+            break
         if elastic:
-            _serve_joins(run_dir, request, network, started)
-        time.sleep(POLL_S)
+            _serve_joins(run_dir, request, network, exits)
+        exits.wait(POLL_S)
     processes.end(processes.members(run_dir.name, run_dir), GRACE_S)
-    for proc in started:
+    for proc in exits.processes:
         proc.wait()
-    codes = [p.returncode for p in started]
+    codes = [p.returncode for p in exits.processes]
     if request.min_workers is not None and not stop:
         return elastic_outcome(run_dir, request.min_workers, codes)
-    return outcome(run_dir, request, codes, cancelled=bool(stop))
+    return outcome(run_dir, request, codes, bool(stop), first_failed=exits.first_failure())
 
 
 def _serve_joins(
-    run_dir: Path, request: LocalRequest, network: Started, started: list[subprocess.Popen[bytes]]
+    run_dir: Path, request: LocalRequest, network: Started, exits: processes.Exits
 ) -> None:
-    """Answer each `runner join` waiting: start worker n = len(started), or say why not."""
+    """Answer each `runner join` waiting: start worker n (the next process), or say why not."""
     for token in joins.pending(run_dir):
-        refusal = join_refusal([p.poll() for p in started], request)
+        refusal = join_refusal(exits.codes(), request)
         if refusal is not None:
             joins.answer(run_dir, token, False, refusal)
             continue
-        index = len(started)
+        index = len(exits.processes)
         process = joiner_process(request.processes[0], index)
-        started.append(_start(process, network, run_dir / LOGS / f"launcher-{index}.log"))
+        exits.add(_start(process, network, run_dir / LOGS / f"launcher-{index}.log"))
         joins.answer(run_dir, token, True, f"worker w{index} started; it joins at the run's "
                      f"next decision point (its log: {LOGS}/rank-{index}.log)")  # fmt: skip
 
@@ -150,16 +149,6 @@ def _launcher_log(run_dir: Path, index: int, request: LocalRequest) -> Path:
     return run_dir / LOGS / name
 
 
-def _done(started: Sequence[subprocess.Popen[bytes]]) -> bool:
-    """Every process has exited, or one has failed (the others are then ended)."""
-    codes = [p.poll() for p in started]
-    return all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
-
-
-def _all_done(started: Sequence[subprocess.Popen[bytes]]) -> bool:
-    return all(p.poll() is not None for p in started)
-
-
 def elastic_outcome(
     run_dir: Path, min_workers: int, returncodes: Sequence[int | None]
 ) -> JobStatus:
@@ -189,25 +178,29 @@ def elastic_outcome(
 
 
 def outcome(
-    run_dir: Path, request: LocalRequest, returncodes: Sequence[int | None], cancelled: bool
+    run_dir: Path,
+    request: LocalRequest,
+    returncodes: Sequence[int | None],
+    cancelled: bool,
+    first_failed: int | None = None,
 ) -> JobStatus:
+    """A fixed-size run's outcome (process i is rank i). `first_failed`: the rank that exited
+    non-zero first, when the order is known (the others often failed because it left)."""
     if cancelled:
         return JobStatus(JobState.CANCELLED, "cancelled by the user", since=_now())
     if all(code == 0 for code in returncodes) and (run_dir / SUMMARY).is_file():
         return JobStatus(JobState.SUCCEEDED, since=_now())
     disk = storage_problem(run_dir)
-    failed = [i for i, code in enumerate(returncodes) if code != 0] or [0]
-    launcher = _read(_launcher_log(run_dir, failed[0], request))
-    rank, code = parse_root_cause(launcher)
-    if rank is None:
-        code = returncodes[failed[0]]
-        log = _launcher_log(run_dir, failed[0], request).name
-        reason = f"torchrun exited with code {code}; see {LOGS}/{log}"
-        if code == 0:
-            reason = f"every process exited 0 but the run wrote no {SUMMARY}"
-        return _failed(reason, disk, exit_code=code)
+    failed = [i for i, code in enumerate(returncodes) if code != 0]
+    if not failed:
+        return _failed(f"every process exited 0 but the run wrote no {SUMMARY}", disk, exit_code=0)
+    rank = first_failed if first_failed in failed else failed[0]
+    code = returncodes[rank]
     reason = f"rank {rank} exited with code {code}{signal_note(code)}"
-    line = first_error_line(_read(rank_log(run_dir, rank)))
+    # Its own log first; what it printed before it had one (an import error) otherwise.
+    line = first_error_line(_read(rank_log(run_dir, rank))) or first_error_line(
+        _read(_launcher_log(run_dir, rank, request))
+    )
     if line:
         reason += f": {line}"
     return _failed(reason, disk, failed_rank=rank, exit_code=code)
@@ -217,16 +210,6 @@ def _failed(reason: str, disk: str | None, **fields: int | None) -> JobStatus:
     if disk:
         reason = f"{disk} ({reason})"
     return JobStatus(JobState.FAILED, reason[:MAX_REASON_CHARS], since=_now(), **fields)
-
-
-def parse_root_cause(launcher_text: str) -> tuple[int | None, int | None]:
-    """The first failed rank and its exit code, from torchrun's ChildFailedError report."""
-    section = launcher_text.rpartition("Root Cause")[2]
-    rank = re.search(r"^\s*rank\s*:\s*(\d+)", section, re.MULTILINE)
-    code = re.search(r"^\s*exitcode\s*:\s*(-?\d+)", section, re.MULTILINE)
-    if not (rank and code):
-        return None, None
-    return int(rank.group(1)), int(code.group(1))
 
 
 def first_error_line(log_text: str) -> str:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.backends.local.launch import MASTER_PORT
+from runner.backends.local.launch import SHAPED_MASTER_PORT
 from runner.backends.local.network import INTERFACE, ShapedNetwork, address
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,7 +32,7 @@ def run_ranks(
         "PYTHONPATH": str(REPO),
         "WORLD_SIZE": str(world_size),
         "MASTER_ADDR": address(0),
-        "MASTER_PORT": str(MASTER_PORT),
+        "MASTER_PORT": str(SHAPED_MASTER_PORT),
         "GLOO_SOCKET_IFNAME": INTERFACE,
         "OMP_NUM_THREADS": "1",
     }

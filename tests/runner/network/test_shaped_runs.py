@@ -47,7 +47,9 @@ def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
     while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
         assert time.monotonic() < deadline, "the shaped run never started training"
         time.sleep(0.2)
-    workers = [p for p in processes.members(run.run_id, run.run_dir) if "RANK" in p.environ()]
+    # The ranks themselves, not the namespace commands that start them (same environment).
+    members = processes.members(run.run_id, run.run_dir)
+    workers = [p for p in members if p.cmdline()[1:3] == ["-m", "workloads.train"]]
     assert len(workers) == 2
     namespaces = {os.stat(f"/proc/{p.pid}/ns/net").st_ino for p in workers}
     assert len(namespaces) == 2 and os.stat("/proc/self/ns/net").st_ino not in namespaces
