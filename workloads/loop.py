@@ -19,6 +19,7 @@ from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
 from workloads.objectives import CrossEntropy, Objective
 from workloads.schedule import lr_at
+from workloads.sgd import Optimizer
 from workloads.strategies.base import Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
 
@@ -54,7 +55,7 @@ class Trainer:
     device: torch.device
     splits: Splits
     strategy: Strategy
-    optimizer: torch.optim.Optimizer
+    optimizer: Optimizer
     timer: StepTimer
     augment_generator: torch.Generator
     objective: Objective = field(default_factory=CrossEntropy)

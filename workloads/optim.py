@@ -1,8 +1,9 @@
-"""The optimizers a config can name, each a config component that builds its torch optimizer.
+"""The optimizers a config can name, each a config component that builds its optimizer.
 
-SGD with momentum/Nesterov and weight decay, or Adam. "Centralized Adam" (docs/benchmarks.md)
-is Adam stepping on gradients that a strategy has averaged over all workers, so every worker
-applies the same update; it needs nothing here beyond Adam. Torch is imported only to build.
+SGD with momentum/Nesterov and weight decay (workloads/sgd.py), or torch's Adam. "Centralized
+Adam" (docs/benchmarks.md) is Adam stepping on gradients that a strategy has averaged over
+all workers, so every worker applies the same update; it needs nothing here beyond Adam.
+Torch is imported only to build.
 Not here: learning-rate schedules (workloads/schedule.py sets each step's LR on the param
 groups; the optimizer starts at the schedule's base lr).
 """
@@ -17,10 +18,10 @@ from workloads.components import Choice, Component
 from workloads.fields import ConfigError, setting
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from workloads.config import TrainConfig
+    from workloads.sgd import Optimizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +31,7 @@ class OptimizerConfig(Component):
 
     def build(
         self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
-    ) -> torch.optim.Optimizer:
+    ) -> Optimizer:
         """The torch optimizer; `extra_weight_decay` is added to the configured one (a model's
         own L2 penalty, applied by the optimizer: ModelConfig.optimizer_weight_decay)."""
         raise NotImplementedError  # a base class: SgdConfig and AdamConfig build
@@ -48,18 +49,15 @@ class SgdConfig(OptimizerConfig):
 
     def build(
         self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
-    ) -> torch.optim.Optimizer:
-        import torch
+    ) -> Optimizer:
+        from workloads.sgd import FusedSGD  # torch's fused update, without torch.optim
 
-        return torch.optim.SGD(
+        return FusedSGD(
             params,
             lr=lr,
             momentum=self.momentum,
             nesterov=self.nesterov,
             weight_decay=self.weight_decay + extra_weight_decay,
-            # One fused kernel for the whole update instead of a loop over parameters; the
-            # same update rule (bench/resnet_throughput.py measures what it buys).
-            fused=True,
         )
 
 
@@ -75,7 +73,7 @@ class AdamConfig(OptimizerConfig):
 
     def build(
         self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
-    ) -> torch.optim.Optimizer:
+    ) -> Optimizer:
         import torch
 
         beta1, beta2 = self.adam_betas
@@ -91,5 +89,5 @@ class AdamConfig(OptimizerConfig):
 OPTIMIZERS = Choice("optimizer", (SgdConfig, AdamConfig))
 
 
-def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> Optimizer:
     return config.optimizer.build(params, config.schedule.lr, config.model.optimizer_weight_decay())

@@ -103,10 +103,8 @@ def _log_index(env: dist.DistEnv | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Every torch optimizer step imports torch._dynamo (torch/optim/optimizer.py); imported
-    # here it is frozen with the rest by launch() instead of being walked at shutdown.
-    import torch._dynamo  # noqa: F401
-
+    # torch._dynamo (a second of imports) is not imported here: a run that compiles nothing
+    # and steps with workloads/sgd.py never loads it.
     return launch(argv, TrainConfig, run)
 
 

@@ -39,6 +39,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from workloads.adaptive.policy import Hook, Knob, Proposal, View
 from workloads.adaptive.probes import GradientProbe, sq_norm
+from workloads.sgd import Optimizer
 from workloads.strategies.averaging import average_model
 from workloads.strategies.base import (
     Collectives,
@@ -197,7 +198,7 @@ class AdaptiveSyncStrategy(LocalGradients):
         change, every replica has just adopted the same weights)."""
         self.state, self._local_steps = state, local_steps
 
-    def switch(self, state: SyncState, optimizer: torch.optim.Optimizer) -> None:
+    def switch(self, state: SyncState, optimizer: Optimizer) -> None:
         """Apply an agreed change between steps; back to exact, the replicas become one."""
         if self.state.mode == "averaging" and state.mode == "exact":
             average_model(self.inner, self._collectives)
@@ -225,7 +226,7 @@ def average_measuring(model: nn.Module, collectives: Collectives) -> tuple[float
 
 
 @torch.no_grad()
-def average_optimizer_state(optimizer: torch.optim.Optimizer, collectives: Collectives) -> None:
+def average_optimizer_state(optimizer: Optimizer, collectives: Collectives) -> None:
     """The per-parameter floating-point state (momentum buffers, Adam moments) averaged."""
     tensors = [
         value

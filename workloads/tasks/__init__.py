@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from workloads.config import TrainConfig
     from workloads.loop import EpochStats
     from workloads.mllog import EventLog
+    from workloads.sgd import Optimizer
     from workloads.strategies.base import Strategy
     from workloads.timing import Clock
 
@@ -92,13 +93,13 @@ class Trains:
     sequence tasks; classification keeps them in its Trainer)."""
 
     strategy: Strategy | None
-    optimizer: torch.optim.Optimizer | None
+    optimizer: Optimizer | None
 
     def _strategy(self) -> Strategy:
         assert self.strategy is not None, "the task is closed"
         return self.strategy
 
-    def _optim(self) -> torch.optim.Optimizer:
+    def _optim(self) -> Optimizer:
         assert self.optimizer is not None, "the task is closed"
         return self.optimizer
 

@@ -36,6 +36,7 @@ from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.models.awd_lstm.model import AWDLSTM, Hidden, detach_hidden
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
+from workloads.sgd import Optimizer
 from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains, narrow
 from workloads.tasks.config import LanguageModelConfig
@@ -55,7 +56,7 @@ class LanguageModelTask(Trains):
     train: torch.Tensor  # [steps of tokens, batch_size]: this rank's share, batchified
     valid: torch.Tensor  # [tokens, EVAL_BATCH_SIZE]: this rank's share of validation
     strategy: Strategy | None
-    optimizer: torch.optim.Optimizer | None
+    optimizer: Optimizer | None
     timer: StepTimer
     precision: str
     num_train: int
@@ -215,7 +216,7 @@ def asgd_due(previous: list[float], val_loss: float, nonmono: int) -> bool:
     return len(previous) > nonmono and val_loss > min(previous[:-nonmono])
 
 
-def averaged_sgd(config: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+def averaged_sgd(config: TrainConfig, model: nn.Module) -> Optimizer:
     """The reference's switch: ASGD averaging from now on (t0=0, lambd=0), same LR and decay."""
     return torch.optim.ASGD(
         model.parameters(),

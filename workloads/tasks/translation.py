@@ -40,6 +40,7 @@ from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.models.seq2seq import Seq2Seq
 from workloads.optim import build_optimizer
 from workloads.schedule import lr_at
+from workloads.sgd import Optimizer
 from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains, narrow
 from workloads.tasks.config import TranslationConfig
@@ -63,7 +64,7 @@ class TranslationTask(Trains):
     references: list[str]
     tokenizer: SubwordTokenizer
     strategy: Strategy | None
-    optimizer: torch.optim.Optimizer | None
+    optimizer: Optimizer | None
     timer: StepTimer
     precision: str
     output_dir: Path | None = None  # where rank 0 keeps each evaluation's translations
