@@ -43,16 +43,20 @@ def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
     tmp_path: Path,
 ) -> None:
     run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400"])
-    deadline = time.monotonic() + 120
-    while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
-        assert time.monotonic() < deadline, "the shaped run never started training"
-        time.sleep(0.2)
-    # The ranks themselves, not the namespace commands that start them (same environment).
-    members = processes.members(run.run_id, run.run_dir)
-    workers = [p for p in members if p.cmdline()[1:3] == ["-m", "workloads.train"]]
-    assert len(workers) == 2
-    namespaces = {os.stat(f"/proc/{p.pid}/ns/net").st_ino for p in workers}
-    assert len(namespaces) == 2 and os.stat("/proc/self/ns/net").st_ino not in namespaces
+    try:
+        deadline = time.monotonic() + 120
+        while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
+            assert time.monotonic() < deadline, "the shaped run never started training"
+            time.sleep(0.2)
+        # The ranks themselves, not the namespace commands that start them (same environment).
+        members = processes.members(run.run_id, run.run_dir)
+        workers = [p for p in members if p.cmdline()[1:3] == ["-m", "workloads.train"]]
+        assert len(workers) == 2
+        namespaces = {os.stat(f"/proc/{p.pid}/ns/net").st_ino for p in workers}
+        assert len(namespaces) == 2 and os.stat("/proc/self/ns/net").st_ino not in namespaces
+    except BaseException:
+        api.cancel(tmp_path, run)  # a failed check must not leave a 400-epoch run behind
+        raise
     os.kill(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"], signal.SIGKILL)
     assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
     assert wait_until(lambda: not pids_in(namespaces) and not handles_on(namespaces), 30)
