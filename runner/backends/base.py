@@ -15,12 +15,14 @@ Job states and their record are the run directory's (contract/rundir.py).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contract.rundir import JobStatus
-from runner.job.spec import JobSpec
+
+if TYPE_CHECKING:  # the local supervisor reads a request without the job registry
+    from runner.job.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,20 @@ class LocalRequest:
     # processes (MAX) are left, rather than ending at the first that fails.
     store_port: int | None = None
     min_workers: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": 1, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LocalRequest:
+        procs = tuple(
+            Process(tuple(p["argv"]), dict(p["env"]), p["cwd"], p.get("netns"))
+            for p in data["processes"]
+        )
+        return cls(
+            data["run_dir"], procs, data.get("link"), data.get("store_port"),
+            data.get("min_workers"),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

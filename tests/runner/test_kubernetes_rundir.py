@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from contract import files
-from runner.backends.local.backend import LAUNCH_FILE, SUPERVISOR_FILE
+from runner.backends.local.backend import SUPERVISOR_FILE
+from runner.backends.local.launch import LAUNCH_FILE
 from runner.job.spec import JobSpec
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ from runner.job.spec import JobSpec, workload_args, workload_module
 from runner.results import rundir
 
 SCHEME = "local://"
-LAUNCH_FILE = "launch.json"  # the request the supervisor runs, as dryrun made it
 SUPERVISOR_FILE = "supervisor.json"  # the supervisor's pid and start time (never trusted alone)
 SUPERVISOR_LOG = "supervisor.log"
 CANCEL_TIMEOUT_S = 60.0
@@ -90,7 +88,7 @@ class LocalBackend:
     def submit(self, request: Request) -> str:
         local = _local(request)
         run_dir = Path(local.run_dir)
-        files.write_json(run_dir / LAUNCH_FILE, request_to_dict(local))
+        files.write_json(run_dir / launch.LAUNCH_FILE, local.to_dict())
         env = {**os.environ, **processes.run_env(run_dir.name, run_dir), "PYTHONUNBUFFERED": "1"}
         with open(run_dir / LOGS / SUPERVISOR_LOG, "ab") as out:
             proc = subprocess.Popen(
@@ -242,20 +240,6 @@ def _thread_env(spec: JobSpec) -> dict[str, str]:
     # One process per share of the cores (what the user's OMP_NUM_THREADS says, if set).
     threads = max(1, (os.cpu_count() or 1) // spec.placement.world_size)
     return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
-
-
-def request_to_dict(request: LocalRequest) -> dict[str, Any]:
-    return {"schema_version": 1, **asdict(request)}
-
-
-def request_from_dict(data: dict[str, Any]) -> LocalRequest:
-    procs = tuple(
-        Process(tuple(p["argv"]), dict(p["env"]), p["cwd"], p.get("netns"))
-        for p in data["processes"]
-    )
-    return LocalRequest(
-        data["run_dir"], procs, data.get("link"), data.get("store_port"), data.get("min_workers")
-    )
 
 
 class EventTail:

@@ -25,11 +25,14 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from contract.rundir import LOGS
 from runner.backends.base import Process
 from runner.backends.local.launch import LOOPBACK
-from runner.job.spec import JobSpec, workload_args, workload_module
+
+if TYPE_CHECKING:
+    from runner.job.spec import JobSpec
 
 STORE_TIMEOUT_S = 300.0
 
@@ -40,6 +43,9 @@ class StoreUnavailable(RuntimeError):
 
 def elastic_processes(spec: JobSpec, run_dir: Path, store_port: int) -> tuple[Process, ...]:
     """MAX workers, w0 ... w<MAX-1>, each its own process on the supervisor's store."""
+    # Here, not at the top: the supervisor imports this module and needs no job registry.
+    from runner.job.spec import workload_args, workload_module
+
     max_workers = spec.placement.world_size
     argv = (
         sys.executable, "-m", workload_module(spec),

@@ -47,6 +47,7 @@ from runner.backends.local.network import (
 from runner.errors import SpecError
 from runner.job.link import PARAM, parse_link
 
+LAUNCH_FILE = "launch.json"  # in the run directory: the request the supervisor runs, as made
 LOOPBACK = "127.0.0.1"
 # Inside worker 0's namespace, which nothing else uses: this port is always free there.
 SHAPED_MASTER_PORT = 29500

@@ -39,9 +39,8 @@ from contract import files
 from contract.rundir import LOGS, STATE, SUMMARY, JobState, JobStatus, rank_log
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local import joins, processes
-from runner.backends.local.backend import LAUNCH_FILE, request_from_dict
 from runner.backends.local.elastic import StoreUnavailable, hosted_store, joiner_process
-from runner.backends.local.launch import Started, launch
+from runner.backends.local.launch import LAUNCH_FILE, Started, launch
 from runner.backends.local.network import NetworkUnavailable
 from workloads import lifetime
 
@@ -59,7 +58,7 @@ _STACKBENCH_LINE = re.compile(r"^(?:\[rank\d+\]:)?\s*stackbench: (.+)$")
 
 def supervise(run_dir: Path) -> JobStatus:
     run_dir = run_dir.resolve()  # the workers run inside it; relative paths would nest
-    request = request_from_dict(files.read_json_object(run_dir / LAUNCH_FILE))
+    request = LocalRequest.from_dict(files.read_json_object(run_dir / LAUNCH_FILE))
     lifetime.become_subreaper()  # orphans of the run come back here, never to init
     stop: list[int] = []
 
