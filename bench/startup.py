@@ -3,12 +3,14 @@
 Measured from outside, as a user waits, with 2 workers on this machine:
 - launch to first step: from starting `runner submit cnn-digits --workers 2` to the run's
   run_start event (the first step starts there; everything before is set-up: the CLI, the
-  local supervisor, torchrun, importing torch, data, model, optimizer, process group);
+  local supervisor, each rank's process importing torch, data, model, optimizer, process
+  group);
 - end to return: from the run_stop event to `runner submit` returning.
 The bare references are torchrun itself, with 2 workers that import torch, join the process
 group and all-reduce one tensor (the floor any torchrun job pays), and the same plus one SGD
-step of a small model (what any torch training loop adds: torch.optim imports torch._dynamo
-on its first use, about a second here). Rounds alternate the order of the three. Ratios are
+step of a small model (what a torch.optim training loop adds: torch.optim imports
+torch._dynamo on its first step, about a second here; stackbench's SGD does not,
+workloads/sgd.py). Rounds alternate the order of the three. Ratios are
 of medians. A speed benchmark, not a test.
 
 Usage: python bench/startup.py [--rounds 5]

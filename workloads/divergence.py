@@ -10,9 +10,12 @@ The cost is one fused norm over the gradients a step, on the gradients already i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from workloads.sgd import Optimizer
 
 # The exit code of a process whose run diverged (documented with `runner submit`'s).
 DIVERGED_EXIT = 3
@@ -23,10 +26,12 @@ class Diverged(Exception):
     nan")."""
 
 
-def check(loss: torch.Tensor, params: Iterable[torch.nn.Parameter], epoch: int, step: int) -> None:
-    """Diverged when the step's loss or any synchronised gradient is not finite. `epoch`
-    counts from 1, `step` is the run's optimizer step, counting from 1."""
-    grads = [p.grad for p in params if p.grad is not None]
+def check(loss: torch.Tensor, optimizer: Optimizer, epoch: int, step: int) -> None:
+    """Diverged when the step's loss or any synchronised gradient the optimizer is about to
+    apply is not finite. `epoch` counts from 1, `step` is the run's optimizer step, counting
+    from 1. (The optimizer's flat parameter lists, not module.parameters(): walking the
+    module tree every step cost more than the check's own kernels on small models.)"""
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     values = [loss.detach().float().reshape(1)]
     if grads:
         values.append(torch.stack(torch._foreach_norm(grads)).float())

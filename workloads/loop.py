@@ -203,7 +203,7 @@ def optimize(
     loss = tr.objective.loss(tr.strategy.module(x), y)
     timer.lap("forward")
     tr.strategy.backward(loss, timer)
-    divergence.check(loss, tr.strategy.inner.parameters(), epoch, step)
+    divergence.check(loss, tr.optimizer, epoch, step)
     tr.optimizer.step()
     tr.optimizer.zero_grad(set_to_none=True)
     timer.lap("optimizer")

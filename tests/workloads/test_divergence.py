@@ -15,17 +15,18 @@ from runner import api
 from runner.results import rundir
 from tests.conftest import submit_local
 from workloads.divergence import Diverged, check
+from workloads.sgd import FusedSGD
 
 
-def _model_with_grads(grad: float) -> torch.nn.Linear:
+def _optimizer_with_grads(grad: float) -> FusedSGD:
     model = torch.nn.Linear(2, 1)
     for p in model.parameters():
         p.grad = torch.full_like(p, grad)
-    return model
+    return FusedSGD(model.parameters(), lr=0.1)
 
 
 def test_a_finite_step_passes():
-    check(torch.tensor(0.5), _model_with_grads(1.0).parameters(), epoch=1, step=1)
+    check(torch.tensor(0.5), _optimizer_with_grads(1.0), epoch=1, step=1)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +35,7 @@ def test_a_finite_step_passes():
 )
 def test_a_non_finite_loss_or_gradient_is_divergence_naming_where(loss, grad, what):
     with pytest.raises(Diverged, match=rf"diverged at epoch 3, step 41: {what}"):
-        check(torch.tensor(loss), _model_with_grads(grad).parameters(), epoch=3, step=41)
+        check(torch.tensor(loss), _optimizer_with_grads(grad), epoch=3, step=41)
 
 
 @pytest.mark.slow

@@ -142,9 +142,7 @@ class LanguageModelTask(Trains):
         loss = F.cross_entropy(logits.float().reshape(-1, self.vocab_size), y.reshape(-1))
         timer.lap("forward")
         strategy.backward(loss, timer)
-        divergence.check(
-            loss, strategy.inner.parameters(), int(epochs_done) + 1, self.updates_done + 1
-        )
+        divergence.check(loss, optimizer, int(epochs_done) + 1, self.updates_done + 1)
         if cfg.task.grad_clip_norm is not None:
             nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()

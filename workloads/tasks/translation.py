@@ -166,9 +166,7 @@ class TranslationTask(Trains):
             loss_sum += nll.detach()
             tokens += count
             sentences += len(pairs)
-        divergence.check(
-            loss_sum, strategy.inner.parameters(), int(epochs_done) + 1, self.updates_done + 1
-        )
+        divergence.check(loss_sum, optimizer, int(epochs_done) + 1, self.updates_done + 1)
         if cfg.task.grad_clip_norm is not None:
             nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()

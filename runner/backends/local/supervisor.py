@@ -44,7 +44,7 @@ from runner.backends.local.launch import LAUNCH_FILE, Started, launch
 from runner.backends.local.network import NetworkUnavailable
 from workloads import lifetime
 
-POLL_S = 0.05  # how soon the end of the last process is seen
+POLL_S = 0.05  # how often joins and signals are looked at (an exit wakes the loop at once)
 GRACE_S = 10.0
 LAUNCHER_LOG = "launcher.log"
 MAX_REASON_CHARS = 600  # state.json must stay small enough to rewrite on a full disk
