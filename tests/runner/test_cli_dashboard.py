@@ -60,6 +60,9 @@ def test_it_serves_the_results_directory_until_interrupted(tmp_path):
     proc = subprocess.Popen(
         [*cli, "--results-dir", str(tmp_path), "dashboard", "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        # As from a terminal: a test run started in the background (`make test &`) ignores
+        # SIGINT, and an ignored SIGINT is inherited, so Ctrl-C would never reach the CLI.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         line = proc.stdout.readline()
