@@ -17,10 +17,10 @@ from workloads import divergence
 from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
-from workloads.objectives import CrossEntropy, Objective
+from workloads.objectives import ClosedForm, CrossEntropy, Objective
 from workloads.schedule import lr_at
 from workloads.sgd import Optimizer
-from workloads.strategies.base import Strategy
+from workloads.strategies.base import LocalGradients, Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
 
 EVAL_BATCH_SIZE = 1024
@@ -59,6 +59,8 @@ class Trainer:
     timer: StepTimer
     augment_generator: torch.Generator
     objective: Objective = field(default_factory=CrossEntropy)
+    # The model's loss and gradient without autograd, where it has them (see optimize).
+    closed_form: ClosedForm | None = None
 
 
 @dataclass(frozen=True)
@@ -200,9 +202,17 @@ def optimize(
     timer = tr.timer
     for group in tr.optimizer.param_groups:
         group["lr"] = lr
-    loss = tr.objective.loss(tr.strategy.module(x), y)
-    timer.lap("forward")
-    tr.strategy.backward(loss, timer)
+    strategy, closed_form = tr.strategy, tr.closed_form
+    if closed_form is not None and isinstance(strategy, LocalGradients):
+        loss = closed_form.forward(x, y)
+        timer.lap("forward")
+        closed_form.backward()
+        timer.lap("backward")
+        strategy.synchronize(timer)
+    else:  # autograd; DDP's exchange runs in its hooks
+        loss = tr.objective.loss(strategy.module(x), y)
+        timer.lap("forward")
+        strategy.backward(loss, timer)
     divergence.check(loss, tr.optimizer, epoch, step)
     tr.optimizer.step()
     tr.optimizer.zero_grad(set_to_none=True)

@@ -48,6 +48,25 @@ class Objective(Protocol):
         ...
 
 
+class ClosedForm(Protocol):
+    """A model and objective whose gradient has a closed form, computed without autograd:
+    for a model as small as a linear one, autograd's graph costs more than the arithmetic
+    (logistic regression: about 2/3 of a step). The same loss and the same gradient as
+    loss.backward() on the model's output (tests/workloads/test_closed_form.py holds them
+    to it). Used only under strategies that exchange gradients after backward; DDP's hooks
+    need autograd."""
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The batch's training loss, as Objective.loss on the model's output gives it
+        (detached); keeps what backward() needs."""
+        ...
+
+    def backward(self) -> None:
+        """The last forward's gradients, added into the parameters' .grad as autograd
+        would."""
+        ...
+
+
 class CrossEntropy:
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(output, target)

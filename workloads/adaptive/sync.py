@@ -167,9 +167,7 @@ class AdaptiveSyncStrategy(LocalGradients):
         self._local_steps = 0
         broadcast_state(model, collectives)
 
-    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
-        loss.backward()
-        timer.lap("backward")
+    def synchronize(self, timer: StepTimer) -> None:
         if self.syncing and self.state.mode == "exact":
             self._exchange(gradients(self._params), self._collectives)
         timer.lap("communication")

@@ -16,7 +16,7 @@ from workloads.components import Component
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.objectives import Objective
+    from workloads.objectives import ClosedForm, Objective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +38,11 @@ class ModelConfig(Component):
         from workloads.objectives import CrossEntropy
 
         return CrossEntropy()
+
+    def closed_form(self, model: nn.Module, objective: Objective) -> ClosedForm | None:
+        """The loss and gradient of `model` under `objective` without autograd, where the
+        family has one (workloads/objectives.py, ClosedForm); None: autograd."""
+        return None
 
     def optimizer_weight_decay(self) -> float:
         """Weight decay the optimizer adds for the objective's own L2 penalty, whose gradient

@@ -61,9 +61,7 @@ class ModelAveragingStrategy(LocalGradients):
         self._steps_done = 0
         broadcast_state(model, collectives)
 
-    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
-        loss.backward()
-        timer.lap("backward")
+    def synchronize(self, timer: StepTimer) -> None:
         if self.syncing and self._steps_done < self._warmup_steps:
             flat_all_reduce_mean(gradients(self._params), self._collectives)
         timer.lap("communication")

@@ -144,10 +144,22 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 class LocalGradients:
-    """The no_sync() of strategies that exchange gradients themselves after backward: while
-    `syncing` is false their backward() skips the exchange."""
+    """Strategies that exchange gradients themselves after backward, rather than in autograd's
+    hooks as DDP does: backward() is autograd's, then `synchronize`. Gradients computed
+    without autograd (a closed form, workloads/objectives.py) are synchronized the same way.
+    Their no_sync(): while `syncing` is false, synchronize() skips the exchange."""
 
     syncing: bool = True
+
+    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
+        loss.backward()
+        timer.lap("backward")
+        self.synchronize(timer)
+
+    def synchronize(self, timer: StepTimer) -> None:
+        """Exchange the gradients in the parameters' .grad (unless within no_sync), ending
+        the communication lap."""
+        raise NotImplementedError
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:

@@ -68,9 +68,7 @@ class GradientSyncStrategy(LocalGradients):
         self._params = trainable(model)
         broadcast_state(model, collectives)
 
-    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
-        loss.backward()
-        timer.lap("backward")
+    def synchronize(self, timer: StepTimer) -> None:
         if self.syncing:
             self._exchange(gradients(self._params), self._collectives)
         timer.lap("communication")

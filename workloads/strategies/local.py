@@ -7,7 +7,6 @@ machinery it does not need. The summary records the strategy that actually ran.
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from workloads.strategies.base import LocalGradients
@@ -20,9 +19,7 @@ class LocalStrategy(LocalGradients):
     def __init__(self, model: nn.Module) -> None:
         self.inner = self.module = model
 
-    def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
-        loss.backward()
-        timer.lap("backward")
+    def synchronize(self, timer: StepTimer) -> None:
         timer.lap("communication")  # zero-length: phases keep the same shape everywhere
 
     def after_step(self, timer: StepTimer) -> None:

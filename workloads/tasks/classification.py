@@ -36,8 +36,12 @@ class ClassificationTask:
         splits = data.load(config, device, ctx.rank, ctx.world_size)
         model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
         objective = objectives.build(config, model)
+        # A compiled model trains through the compiled graph, not a closed form.
+        closed_form = None
         if config.execution.compile_model:
             model = _compiled(model, ctx, splits)
+        else:
+            closed_form = config.model.closed_form(model, objective)
         monitor = ctx.adaptive.monitor if ctx.adaptive is not None else None
         strategy = strategies.build(config, model, ctx.clock, monitor=monitor)
         trainer = Trainer(
@@ -51,6 +55,7 @@ class ClassificationTask:
             StepTimer(ctx.clock),
             torch.Generator(device).manual_seed(config.run.seed * 1_000_003 + ctx.rank),
             objective,
+            closed_form,
         )
         if ctx.adaptive is not None:
             training.attach(ctx.adaptive, trainer)

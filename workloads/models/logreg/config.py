@@ -13,7 +13,7 @@ from workloads.models.base import ModelConfig
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.objectives import Objective
+    from workloads.objectives import ClosedForm, Objective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +35,14 @@ class LogRegConfig(ModelConfig):
         from workloads.objectives import RegularizedLogistic
 
         return RegularizedLogistic(model.parameters(), self.l2_rate)
+
+    def closed_form(self, model: nn.Module, objective: Objective) -> ClosedForm:
+        from workloads.models.logreg.model import LinearLogistic, LogisticRegression
+        from workloads.objectives import RegularizedLogistic
+
+        assert isinstance(model, LogisticRegression)
+        assert isinstance(objective, RegularizedLogistic)
+        return LinearLogistic(model, objective)
 
     def optimizer_weight_decay(self) -> float:
         return self.l2_rate
