@@ -195,8 +195,8 @@ def load_batch(tr: Trainer, index: Batch) -> tuple[torch.Tensor, torch.Tensor]:
 def optimize(
     tr: Trainer, x: torch.Tensor, y: torch.Tensor, lr: float, epoch: int, step: int
 ) -> torch.Tensor:
-    """Forward, backward with the strategy's exchange, the divergence check, the optimizer at
-    `lr`, and what the strategy communicates after it; the step's laps from forward on.
+    """Forward, backward with the strategy's exchange, the optimizer at `lr`, the divergence
+    check, and what the strategy communicates after it; the step's laps from forward on.
     `epoch` and `step` (both counting from 1) name where a divergence happened. Returns the
     loss."""
     timer = tr.timer
@@ -213,8 +213,8 @@ def optimize(
         loss = tr.objective.loss(strategy.module(x), y)
         timer.lap("forward")
         strategy.backward(loss, timer)
-    divergence.check(loss, tr.optimizer, epoch, step)
     tr.optimizer.step()
+    divergence.check(loss, tr.optimizer, epoch, step)
     tr.optimizer.zero_grad(set_to_none=True)
     timer.lap("optimizer")
     tr.strategy.after_step(timer)  # model averaging communicates here

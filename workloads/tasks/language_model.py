@@ -142,10 +142,10 @@ class LanguageModelTask(Trains):
         loss = F.cross_entropy(logits.float().reshape(-1, self.vocab_size), y.reshape(-1))
         timer.lap("forward")
         strategy.backward(loss, timer)
-        divergence.check(loss, optimizer, int(epochs_done) + 1, self.updates_done + 1)
         if cfg.task.grad_clip_norm is not None:
             nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()
+        divergence.check(loss, optimizer, int(epochs_done) + 1, self.updates_done + 1)
         optimizer.zero_grad(set_to_none=True)
         timer.lap("optimizer")
         strategy.after_step(timer)

@@ -166,10 +166,10 @@ class TranslationTask(Trains):
             loss_sum += nll.detach()
             tokens += count
             sentences += len(pairs)
-        divergence.check(loss_sum, optimizer, int(epochs_done) + 1, self.updates_done + 1)
         if cfg.task.grad_clip_norm is not None:
             nn.utils.clip_grad_norm_(strategy.inner.parameters(), cfg.task.grad_clip_norm)
         optimizer.step()
+        divergence.check(loss_sum, optimizer, int(epochs_done) + 1, self.updates_done + 1)
         optimizer.zero_grad(set_to_none=True)
         timer.lap("optimizer")
         strategy.after_step(timer)
