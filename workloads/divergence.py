@@ -16,6 +16,7 @@ strategy the gradients are local: a rank may stop alone, and its peers fail when
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,26 +36,38 @@ class Diverged(Exception):
 def check(loss: torch.Tensor, optimizer: Optimizer, epoch: int, step: int) -> None:
     """Call right after optimizer.step(): Diverged when the step's loss or any parameter
     the optimizer holds is not finite. `epoch` counts from 1, `step` is the run's optimizer
-    step, counting from 1. (The optimizer's flat parameter lists, not module.parameters():
-    walking the module tree every step cost more than the check's own kernels.)"""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    if _all_finite([loss.detach().reshape(1).float(), *params]):
+    step, counting from 1."""
+    flags = _flags(optimizer)
+    for group, flag, one in flags:
+        torch._amp_foreach_non_finite_check_and_unscale_(group, flag, one)
+    value = loss.item()
+    if math.isfinite(value) and not any(flag.item() for _, flag, _ in flags):
         return
-    value = float(loss.detach().float())
     what = f"loss {value}" if not math.isfinite(value) else "weights not finite after the update"
     raise Diverged(f"diverged at epoch {epoch}, step {step}: {what}")
 
 
-@torch.no_grad()  # the check's in-place pass over leaf parameters
-def _all_finite(tensors: list[torch.Tensor]) -> bool:
-    """Whether every element is finite, by GradScaler's own fused check: one pass over the
-    tensors of each device and dtype (per-tensor norms take longer on CPU). It scales them
-    by 1.0 in place, which leaves every value, finite or not, as it was."""
-    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-    for tensor in tensors:
-        groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
-    flags = {device: torch.zeros(1, device=device) for device, _ in groups}
-    for (device, _), group in groups.items():
-        one = torch.ones(1, device=device)
-        torch._amp_foreach_non_finite_check_and_unscale_(group, flags[device], one)
-    return not any(bool(flag) for flag in flags.values())
+# Per optimizer, its parameters by device and dtype, each group with its flag and a 1.0:
+# GradScaler's fused check takes one device and dtype a call. Found once: in place, after
+# the pass over the weights, Python's own work was most of the check (the optimizer's
+# parameters do not change during a run). A flag is set only when something is not finite,
+# and then the run ends, so it is never reset.
+_Groups = list[tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]]
+_GROUPS: weakref.WeakKeyDictionary[Optimizer, _Groups] = weakref.WeakKeyDictionary()
+
+
+def _flags(optimizer: Optimizer) -> _Groups:
+    groups = _GROUPS.get(optimizer)
+    if groups is None:
+        by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                # Detached: the check's pass writes them in place (times 1.0: every value,
+                # finite or not, stays as it was), which a leaf that requires grad refuses.
+                by_kind.setdefault((p.device, p.dtype), []).append(p.detach())
+        groups = [
+            (tensors, torch.zeros(1, device=device), torch.ones(1, device=device))
+            for (device, _), tensors in by_kind.items()
+        ]
+        _GROUPS[optimizer] = groups
+    return groups
