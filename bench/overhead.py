@@ -9,6 +9,12 @@
   step, less the first (warm-up) step on both sides, and both evaluate after every epoch
   outside their clocks. Rounds alternate which side goes first, so neither always runs on a
   warmer (or more disturbed) machine; the median of the rounds' ratios is our overhead.
+- the same two steps interleaved in one process: stackbench's step (workloads.loop's
+  train_step on the Trainer a run builds: its timers, strategy, objective, divergence check)
+  and the bare loop's, alternating every step on the same batches, each timed on its own.
+  Whole runs on a shared 2-core machine drift by a tenth between rounds, more than the 2 %
+  this is about; steps a few milliseconds apart see the same machine. It leaves out what a
+  run does between steps and epochs (bookkeeping, event log), which the first figure has.
 
 Usage: python bench/overhead.py [--rounds 5] [--workloads cnn-digits,resnet20] [--device cpu]
 """
@@ -98,6 +104,72 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
     return samples / (train_s - first_step_s)
 
 
+def interleaved_step_ratio(config: TrainConfig, steps: int, device: str) -> dict[str, Any]:
+    """Bare step time over stackbench's, steps alternating in this process (module doc)."""
+    import torch.distributed as dist
+
+    dev = torch.device(device)
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    try:
+        return _interleave(config, steps, dev)
+    finally:
+        gc.collect()  # no strategy may outlive the process group
+        dist.destroy_process_group()
+
+
+def _interleave(config: TrainConfig, steps: int, dev: torch.device) -> dict[str, Any]:
+    from workloads import tasks
+    from workloads.loop import train_step
+    from workloads.mllog import EventLog
+    from workloads.timing import clock_for
+
+    torch.manual_seed(config.run.seed)
+    task = tasks.build(tasks.Context(config, 0, 1, dev, clock_for(dev), EventLog(None, None)))
+    trainer = task.current_trainer()  # type: ignore[attr-defined]
+    splits = trainer.splits
+    torch.manual_seed(config.run.seed)
+    model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
+    optimizer = build_optimizer(config, model.parameters())
+    forward = _compiled(model, config, splits) if config.execution.compile_model else model
+    generator = torch.Generator(dev).manual_seed(config.run.seed)
+    sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else lambda: None
+    warmup = 20
+    epochs = -(-(warmup + steps) * config.data.batch_size // splits.num_train) + 1
+    order = [epoch_shard(splits.num_train, 1, 0, e, config.run.seed) for e in range(epochs)]
+    index = list(batches(torch.cat(order).to(dev), config.data.batch_size))
+
+    def ours(i: int) -> None:
+        train_step(trainer, index[i], 0.0, i)
+        trainer.timer.finish()
+
+    def bare(i: int) -> None:
+        x, y = splits.train_x[index[i]], splits.train_y[index[i]]
+        if splits.augment is not None:
+            x = splits.augment(x, generator)
+        loss = F.cross_entropy(forward(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    times: dict[str, list[float]] = {"bare": [], "stackbench": []}
+    sides = {"bare": bare, "stackbench": ours}
+    for i in range(warmup + steps):
+        for side in ("bare", "stackbench") if i % 2 == 0 else ("stackbench", "bare"):
+            sync()
+            t0 = time.perf_counter()
+            sides[side](i)
+            sync()
+            if i >= warmup:
+                times[side].append(time.perf_counter() - t0)
+    paired = [b / o for b, o in zip(times["bare"], times["stackbench"], strict=True)]
+    return {
+        "ratio_stackbench_to_bare": round(statistics.median(paired), 3),
+        "ratio_of_total_times": round(sum(times["bare"]) / sum(times["stackbench"]), 3),
+        "median_step_ms": {k: round(1000 * statistics.median(v), 3) for k, v in times.items()},
+        "steps": steps,
+    }
+
+
 def _compiled(model: torch.nn.Module, config: TrainConfig, splits: data.Splits) -> Any:
     """As stackbench compiles: every batch shape, training and evaluation, beforehand."""
     compiled = compiling.compile_model(
@@ -137,7 +209,7 @@ def workload_configs(data_dir: Path, epochs: dict[str, int]) -> dict[str, TrainC
     }
 
 
-def compare(config: TrainConfig, rounds: int, device: str) -> dict[str, object]:
+def compare(config: TrainConfig, rounds: int, device: str) -> dict[str, Any]:
     figures: dict[str, list[float]] = {"bare": [], "stackbench": []}
     sides = {"bare": bare_samples_per_s, "stackbench": stackbench_samples_per_s}
     for i in range(rounds):
@@ -167,6 +239,7 @@ def main() -> None:
     parser.add_argument("--digits-epochs", type=int, default=15)
     parser.add_argument("--resnet-epochs", type=int, default=2)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--interleaved-steps", type=int, default=2000)
     args = parser.parse_args()
     single_rank_environment()
     # What workloads.train's process does after its imports (workloads/train.py, launch):
@@ -180,6 +253,9 @@ def main() -> None:
         configs = workload_configs(Path(data_dir), epochs)
         for name in args.workloads.split(","):
             report[name] = compare(configs[name], args.rounds, args.device)
+            report[name]["interleaved_steps"] = interleaved_step_ratio(
+                configs[name], args.interleaved_steps, args.device
+            )
     report |= {
         "ratio_target": 0.98,
         "rounds": args.rounds,
