@@ -2,8 +2,9 @@
 
 Checked right after the optimizer's update, on the step's loss and the parameters it has just
 written: a non-finite gradient makes every parameter it reaches non-finite (NaN and infinity
-survive every update rule: SGD with momentum and weight decay, Adam, ASGD, a clipped
-gradient), so this sees what a check of the gradients would, at the same step, and reads
+survive every update rule here: SGD with momentum and weight decay, Adam, and clipping before
+either; tests/workloads/test_divergence.py holds each), so this sees what a check of the
+gradients would, at the same step, and reads
 memory the update has just written instead of gradients backward wrote long before: on
 cnn-digits 40-75 us in place against about 130 us for the gradients (bench/overhead.py). The
 diverged step's weights are then not finite, and nothing reads them: the run ends there.
