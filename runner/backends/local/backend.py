@@ -31,7 +31,7 @@ from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_st
 from runner.backends.base import LocalRequest, Process, Request
 from runner.backends.local import elastic, joins, launch, network, preflight, processes
 from runner.errors import RunnerError, SpecError
-from runner.job.spec import JobSpec, workload_args, workload_module
+from runner.job.spec import JobSpec
 from runner.results import rundir
 
 SCHEME = "local://"
@@ -213,7 +213,8 @@ def rank_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
     variables (runner/backends/local/launch.py says why not under torchrun); rank 0 hosts
     the store on a port free now."""
     return launch.worker_processes(
-        spec.placement.world_size, _entry(spec, run_dir), _thread_env(spec), str(run_dir),
+        spec.placement.world_size, launch.workload_entry(spec, run_dir),
+        launch.thread_env(spec.placement.world_size), str(run_dir),
         launch.free_port(),
     )  # fmt: skip
 
@@ -224,22 +225,10 @@ def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
     launch.check_placement(spec.placement.device)
     network.require()
     return launch.worker_processes(
-        spec.placement.world_size, _entry(spec, run_dir), _thread_env(spec), str(run_dir),
+        spec.placement.world_size, launch.workload_entry(spec, run_dir),
+        launch.thread_env(spec.placement.world_size), str(run_dir),
         launch.SHAPED_MASTER_PORT, shaped=True,
     )  # fmt: skip
-
-
-def _entry(spec: JobSpec, run_dir: Path) -> tuple[str, ...]:
-    return (
-        "-m", workload_module(spec),
-        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
-    )  # fmt: skip
-
-
-def _thread_env(spec: JobSpec) -> dict[str, str]:
-    # One process per share of the cores (what the user's OMP_NUM_THREADS says, if set).
-    threads = max(1, (os.cpu_count() or 1) // spec.placement.world_size)
-    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
 
 
 class EventTail:

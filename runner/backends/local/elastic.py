@@ -21,15 +21,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from contract.rundir import LOGS
 from runner.backends.base import Process
-from runner.backends.local.launch import LOOPBACK
+from runner.backends.local import launch
 
 if TYPE_CHECKING:
     from runner.job.spec import JobSpec
@@ -43,16 +41,9 @@ class StoreUnavailable(RuntimeError):
 
 def elastic_processes(spec: JobSpec, run_dir: Path, store_port: int) -> tuple[Process, ...]:
     """MAX workers, w0 ... w<MAX-1>, each its own process on the supervisor's store."""
-    # Here, not at the top: the supervisor imports this module and needs no job registry.
-    from runner.job.spec import workload_args, workload_module
-
     max_workers = spec.placement.world_size
-    argv = (
-        sys.executable, "-m", workload_module(spec),
-        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
-    )  # fmt: skip
-    threads = os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max_workers)))
-    common = {"OMP_NUM_THREADS": threads, "MASTER_ADDR": LOOPBACK,
+    argv = (sys.executable, *launch.workload_entry(spec, run_dir))
+    common = {**launch.thread_env(max_workers), "MASTER_ADDR": launch.LOOPBACK,
               "MASTER_PORT": str(store_port), "WORLD_SIZE": str(max_workers)}  # fmt: skip
     return tuple(
         Process(argv=argv, env={**common, "STACKBENCH_MEMBER": f"w{i}"}, cwd=str(run_dir))
@@ -76,11 +67,11 @@ def hosted_store(port: int | None) -> Iterator[None]:
     from torch.distributed import TCPStore  # only an elastic run's supervisor pays for torch
 
     try:
-        store = TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False,
+        store = TCPStore(launch.LOOPBACK, port, is_master=True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))  # fmt: skip
     except (RuntimeError, OSError) as err:
         raise StoreUnavailable(
-            f"cannot host the elastic workers' store on {LOOPBACK}:{port} ({err}); "
+            f"cannot host the elastic workers' store on {launch.LOOPBACK}:{port} ({err}); "
             "submit the run again (another program took the port)"
         ) from None
     try:

@@ -31,12 +31,16 @@ as measured, or "loopback, unshaped" when the request has no link.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from contract.network import ENV, UNSHAPED_LOOPBACK, NetworkRecord
+from contract.rundir import LOGS
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local.network import (
     INTERFACE,
@@ -46,6 +50,9 @@ from runner.backends.local.network import (
 )
 from runner.errors import SpecError
 from runner.job.link import PARAM, parse_link
+
+if TYPE_CHECKING:
+    from runner.job.spec import JobSpec
 
 LAUNCH_FILE = "launch.json"  # in the run directory: the request the supervisor runs, as made
 LOOPBACK = "127.0.0.1"
@@ -69,6 +76,24 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def workload_entry(spec: JobSpec, run_dir: Path) -> tuple[str, ...]:
+    """What every worker of `spec` runs after the interpreter: the workload's module and its
+    arguments, writing into `run_dir` (fixed ranks and elastic members alike)."""
+    # Here, not at the top: the supervisor imports this module and needs no job registry.
+    from runner.job.spec import workload_args, workload_module
+
+    return (
+        "-m", workload_module(spec),
+        *workload_args(spec, output_dir=str(run_dir), log_dir=str(run_dir / LOGS)),
+    )  # fmt: skip
+
+
+def thread_env(workers: int) -> dict[str, str]:
+    """One share of the cores per worker (what the user's OMP_NUM_THREADS says, if set)."""
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
 
 
 def worker_processes(
