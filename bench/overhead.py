@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,33 +76,53 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
     dev = torch.device(device)
     torch.manual_seed(config.run.seed)
     splits = data.load(config, dev)
-    model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
-    optimizer = build_optimizer(config, model.parameters())
-    forward = _compiled(model, config, splits) if config.execution.compile_model else model
-    generator = torch.Generator(dev).manual_seed(config.run.seed)
-    sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else lambda: None
+    bare = BareLoop.build(config, splits, dev)
     samples, train_s, first_step_s = 0, 0.0, 0.0
     for epoch in range(config.run.max_epochs):
         t0 = time.perf_counter()
         order = epoch_shard(splits.num_train, 1, 0, epoch, config.run.seed).to(dev)
         for index in batches(order, config.data.batch_size):
             step_t0 = time.perf_counter() if not first_step_s else 0.0
-            x, y = splits.train_x[index], splits.train_y[index]
-            if splits.augment is not None:
-                x = splits.augment(x, generator)
-            loss = F.cross_entropy(forward(x), y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            bare.step(index)
             if not first_step_s:  # the warm-up step, left out as stackbench's summary does
-                sync()
+                bare.sync()
                 first_step_s = time.perf_counter() - step_t0
             else:
                 samples += len(index)
-        sync()
+        bare.sync()
         train_s += time.perf_counter() - t0
-        _evaluate(forward, splits)
+        _evaluate(bare.forward, splits)
     return samples / (train_s - first_step_s)
+
+
+@dataclass(frozen=True)
+class BareLoop:
+    """The hand-written loop's model, optimizer and step: no timers, strategy or event log."""
+
+    splits: data.Splits
+    forward: Any  # the model, compiled where the config compiles it
+    optimizer: Any
+    generator: torch.Generator
+    sync: Callable[[], None]
+
+    @classmethod
+    def build(cls, config: TrainConfig, splits: data.Splits, dev: torch.device) -> BareLoop:
+        torch.manual_seed(config.run.seed)
+        model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
+        optimizer = build_optimizer(config, model.parameters())
+        forward = _compiled(model, config, splits) if config.execution.compile_model else model
+        generator = torch.Generator(dev).manual_seed(config.run.seed)
+        sync = torch.cuda.synchronize if dev.type == "cuda" else lambda: None
+        return cls(splits, forward, optimizer, generator, sync)
+
+    def step(self, index: torch.Tensor) -> None:
+        x, y = self.splits.train_x[index], self.splits.train_y[index]
+        if self.splits.augment is not None:
+            x = self.splits.augment(x, self.generator)
+        loss = F.cross_entropy(self.forward(x), y)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
 
 def interleaved_step_ratio(config: TrainConfig, steps: int, device: str) -> dict[str, Any]:
@@ -127,12 +148,7 @@ def _interleave(config: TrainConfig, steps: int, dev: torch.device) -> dict[str,
     task = tasks.build(tasks.Context(config, 0, 1, dev, clock_for(dev), EventLog(None, None)))
     trainer = task.current_trainer()  # type: ignore[attr-defined]
     splits = trainer.splits
-    torch.manual_seed(config.run.seed)
-    model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
-    optimizer = build_optimizer(config, model.parameters())
-    forward = _compiled(model, config, splits) if config.execution.compile_model else model
-    generator = torch.Generator(dev).manual_seed(config.run.seed)
-    sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else lambda: None
+    bare_loop = BareLoop.build(config, splits, dev)
     warmup = 20
     epochs = -(-(warmup + steps) * config.data.batch_size // splits.num_train) + 1
     order = [epoch_shard(splits.num_train, 1, 0, e, config.run.seed) for e in range(epochs)]
@@ -142,23 +158,14 @@ def _interleave(config: TrainConfig, steps: int, dev: torch.device) -> dict[str,
         train_step(trainer, index[i], 0.0, i)
         trainer.timer.finish()
 
-    def bare(i: int) -> None:
-        x, y = splits.train_x[index[i]], splits.train_y[index[i]]
-        if splits.augment is not None:
-            x = splits.augment(x, generator)
-        loss = F.cross_entropy(forward(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
     times: dict[str, list[float]] = {"bare": [], "stackbench": []}
-    sides = {"bare": bare, "stackbench": ours}
+    sides = {"bare": lambda i: bare_loop.step(index[i]), "stackbench": ours}
     for i in range(warmup + steps):
         for side in ("bare", "stackbench") if i % 2 == 0 else ("stackbench", "bare"):
-            sync()
+            bare_loop.sync()
             t0 = time.perf_counter()
             sides[side](i)
-            sync()
+            bare_loop.sync()
             if i >= warmup:
                 times[side].append(time.perf_counter() - t0)
     paired = [b / o for b, o in zip(times["bare"], times["stackbench"], strict=True)]
