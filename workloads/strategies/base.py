@@ -8,6 +8,7 @@ Not here: the strategies themselves (ddp.py, gradients.py, averaging.py in this 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
@@ -143,7 +144,7 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-class LocalGradients:
+class LocalGradients(ABC):
     """Strategies that exchange gradients themselves after backward, rather than in autograd's
     hooks as DDP does: backward() is autograd's, then `synchronize`. Gradients computed
     without autograd (a closed form, workloads/objectives.py) are synchronized the same way.
@@ -156,10 +157,10 @@ class LocalGradients:
         timer.lap("backward")
         self.synchronize(timer)
 
+    @abstractmethod
     def synchronize(self, timer: StepTimer) -> None:
         """Exchange the gradients in the parameters' .grad (unless within no_sync), ending
         the communication lap."""
-        raise NotImplementedError
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
