@@ -39,8 +39,9 @@ def check(loss: torch.Tensor, optimizer: Optimizer, epoch: int, step: int) -> No
     the optimizer holds is not finite. `epoch` counts from 1, `step` is the run's optimizer
     step, counting from 1."""
     flags = _flags(optimizer)
-    for group, flag, one in flags:
-        torch._amp_foreach_non_finite_check_and_unscale_(group, flag, one)
+    with torch.no_grad():  # it writes the parameters in place, times 1.0: every value stays
+        for group, flag, one in flags:
+            torch._amp_foreach_non_finite_check_and_unscale_(group, flag, one)
     value = loss.item()
     if math.isfinite(value) and not any(flag.item() for _, flag, _ in flags):
         return
@@ -63,9 +64,9 @@ def _flags(optimizer: Optimizer) -> _Groups:
         by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for group in optimizer.param_groups:
             for p in group["params"]:
-                # Detached: the check's pass writes them in place (times 1.0: every value,
-                # finite or not, stays as it was), which a leaf that requires grad refuses.
-                by_kind.setdefault((p.device, p.dtype), []).append(p.detach())
+                # The parameters themselves, not detached aliases: an alias would keep
+                # reading the old storage if a parameter's .data were ever replaced.
+                by_kind.setdefault((p.device, p.dtype), []).append(p)
         groups = [
             (tensors, torch.zeros(1, device=device), torch.ones(1, device=device))
             for (device, _), tensors in by_kind.items()
