@@ -21,6 +21,8 @@ processes sharing them; with --device cuda: one GPU per process, NCCL):
   config (our defaults) on CIFAR-format files / an epsilon cache of random data, its
   summary's throughput: steady steps over the training loop's wall time, augmentation and
   everything between steps included, evaluation excluded.
+  With --precision bf16 our forward passes run under bf16 autocast (workloads/precision.py)
+  while MLBench's stay in fp32: no longer like for like, and the report says so.
 Both report samples/s over all processes. Rounds alternate which side goes first; the ratio
 is of medians. A speed benchmark, not a test: nothing passes or fails.
 """
@@ -140,7 +142,9 @@ def write_data(root: Path) -> None:
     (cache / "meta.json").write_text(json.dumps(meta))
 
 
-def stackbench_config(workload: str, batch: int, world: int, data_dir: str) -> Any:
+def stackbench_config(
+    workload: str, batch: int, world: int, data_dir: str, precision: str = "auto"
+) -> Any:
     from runner.job.benchmarks import LOGREG_EPSILON, RESNET20_CIFAR10
 
     if workload == "resnet20":
@@ -152,7 +156,7 @@ def stackbench_config(workload: str, batch: int, world: int, data_dir: str) -> A
         epochs, changes, base = 10, {}, LOGREG_EPSILON.config
     return base.replace(
         **changes, batch_size=batch, max_epochs=epochs, data_dir=data_dir,
-        stop_at_target=False, eval_every_epochs=epochs,
+        stop_at_target=False, eval_every_epochs=epochs, precision=precision,
     )  # fmt: skip
 
 
@@ -181,7 +185,9 @@ def _rank(rank: int, world: int, port: int, job: dict[str, Any], out: Any) -> No
         value = mlbench_samples_per_s(*args)
         dist.destroy_process_group()
     else:
-        config = stackbench_config(job["workload"], job["batch"], world, job["data_dir"])
+        config = stackbench_config(
+            job["workload"], job["batch"], world, job["data_dir"], job["precision"]
+        )
         value = stackbench_samples_per_s(config, rank, world, job["device"])
     if rank == 0:
         out.put(value)
@@ -233,9 +239,13 @@ def main() -> None:
     parser.add_argument("--resnet-steps", type=int, default=48)
     parser.add_argument("--logreg-steps", type=int, default=1000)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
     args = parser.parse_args()
     report: dict[str, Any] = {"mlbench_core": mlbench_version(), "torch": torch.__version__}
     report["device"] = args.device
+    report["precision"] = {"mlbench": "fp32", "stackbench": args.precision}
+    if args.precision == "bf16":
+        report["like_for_like"] = False  # MLBench computes in fp32
     report["machine"] = {"logical_cpus": CORES, "load_average_1m_at_start": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as data_dir:
         write_data(Path(data_dir))
@@ -245,7 +255,7 @@ def main() -> None:
             for batch in map(int, batches.split(",")):
                 for world in map(int, args.processes.split(",")):
                     job = {"workload": workload, "batch": batch, "steps": steps}
-                    job["device"] = args.device
+                    job |= {"device": args.device, "precision": args.precision}
                     layout = (
                         f"{world} GPUs" if args.device == "cuda" else f"{CORES // world} threads"
                     )

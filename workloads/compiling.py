@@ -19,9 +19,12 @@ It does not choose whether compiling pays: bench/resnet_throughput.py measures t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -50,9 +53,12 @@ def precompile(
     train_batch_sizes: set[int],
     eval_batch_sizes: set[int],
     memory_format: torch.memory_format = torch.contiguous_format,
+    forward_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> float:
-    """Compile `compiled` for every given batch size, training and evaluation; returns the
-    seconds it took. Parameters, buffers and gradients are as they were before."""
+    """Compile `compiled` for every given batch size, training and evaluation, its forward
+    passes in `forward_context` (the run's autocast: a graph compiled outside it would compile
+    again at the first step); returns the seconds it took. Parameters, buffers and gradients
+    are as they were before."""
     t0 = time.perf_counter()
     state = copy.deepcopy(compiled.state_dict())
     device = next(compiled.parameters()).device
@@ -65,11 +71,14 @@ def precompile(
     try:
         compiled.train()
         for n in sorted(train_batch_sizes, reverse=True):
-            compiled(batch(n)).float().sum().backward()
+            with forward_context():
+                output = compiled(batch(n))
+            output.float().sum().backward()
         compiled.eval()
         with torch.no_grad():
             for n in sorted(eval_batch_sizes, reverse=True):
-                compiled(batch(n))
+                with forward_context():
+                    compiled(batch(n))
     finally:  # compiled or not, the model is as it was
         compiled.load_state_dict(state)
         compiled.zero_grad(set_to_none=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from workloads import divergence
+from workloads import divergence, precision
 from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
@@ -61,6 +61,7 @@ class Trainer:
     objective: Objective = field(default_factory=CrossEntropy)
     # The model's loss and gradient without autograd, where it has them (see optimize).
     closed_form: ClosedForm | None = None
+    precision: str = "fp32"  # what forward passes compute in (workloads/precision.py)
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,9 @@ def optimize(
         timer.lap("backward")
         strategy.synchronize(timer)
     else:  # autograd; DDP's exchange runs in its hooks
-        loss = tr.objective.loss(strategy.module(x), y)
+        with precision.autocast(tr.precision, tr.device):
+            output = strategy.module(x)
+        loss = tr.objective.loss(output.float(), y)  # the loss in fp32 whatever the forward's
         timer.lap("forward")
         strategy.backward(loss, timer)
     tr.optimizer.step()
@@ -236,9 +239,9 @@ def evaluate_metrics(tr: Trainer) -> EvalMetrics:
     index = eval_shard(tr.splits.num_test, tr.world_size, tr.rank).to(tr.device)
     sums = torch.zeros(3, dtype=torch.float64, device=tr.device)  # loss, correct, samples
     for part in batches(index, EVAL_BATCH_SIZE):
-        loss_sum, correct = tr.objective.eval_sums(
-            model(tr.splits.test_x[part]), tr.splits.test_y[part]
-        )
+        with precision.autocast(tr.precision, tr.device):
+            output = model(tr.splits.test_x[part])
+        loss_sum, correct = tr.objective.eval_sums(output.float(), tr.splits.test_y[part])
         sums += torch.stack([loss_sum.double(), correct.double(), sums.new_tensor(part.numel())])
     dist.all_reduce(sums)
     model.train()

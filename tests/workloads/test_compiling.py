@@ -42,6 +42,27 @@ def test_after_precompile_training_and_evaluation_compile_nothing_and_the_state_
     assert counters["stats"]["unique_graphs"] == graphs  # no compilation inside the clock
 
 
+@pytest.mark.slow
+def test_precompiled_under_the_runs_autocast_a_bf16_run_compiles_nothing_more():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(72, 3))
+    compiled = compile_model(model)
+
+    def bf16() -> torch.autocast:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    precompile(compiled, (1, 8, 8), {16}, {64}, forward_context=bf16)
+    graphs = counters["stats"]["unique_graphs"]
+    with bf16():
+        output = compiled(torch.randn(16, 1, 8, 8))
+    assert output.dtype == torch.bfloat16
+    output.float().sum().backward()
+    compiled.eval()
+    with torch.no_grad(), bf16():
+        compiled(torch.randn(64, 1, 8, 8))
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
 # A classification task built with compile_model in a fresh process of its own (dynamo's
 # state and the inductor cache directory are per process): prints what it trains and where
 # the compiled kernels went.

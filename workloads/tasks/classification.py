@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from contract import events
-from workloads import data, models, objectives, strategies
+from workloads import data, models, objectives, precision, strategies
 from workloads.adaptive import training
 from workloads.adaptive.run import Adaptive
 from workloads.loop import EVAL_BATCH_SIZE, EpochStats, Trainer, evaluate_metrics, train_epoch
@@ -36,11 +36,13 @@ class ClassificationTask:
         splits = data.load(config, device, ctx.rank, ctx.world_size)
         model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
         objective = objectives.build(config, model)
-        # A compiled model trains through the compiled graph, not a closed form.
+        computes_in = precision.resolve(config, device)
+        # A compiled model trains through the compiled graph, and a bf16 forward through
+        # autocast's kernels: a closed form (fp32, uncompiled) would compute something else.
         closed_form = None
         if config.execution.compile_model:
-            model = _compiled(model, ctx, splits)
-        else:
+            model = _compiled(model, ctx, splits, computes_in)
+        elif computes_in == "fp32":
             closed_form = config.model.closed_form(model, objective)
         monitor = ctx.adaptive.monitor if ctx.adaptive is not None else None
         strategy = strategies.build(config, model, ctx.clock, monitor=monitor)
@@ -56,10 +58,11 @@ class ClassificationTask:
             torch.Generator(device).manual_seed(config.run.seed * 1_000_003 + ctx.rank),
             objective,
             closed_form,
+            computes_in,
         )
         if ctx.adaptive is not None:
             training.attach(ctx.adaptive, trainer)
-        return cls(trainer, splits.num_train, splits.num_test, adaptive=ctx.adaptive)
+        return cls(trainer, splits.num_train, splits.num_test, computes_in, ctx.adaptive)
 
     def train_epoch(
         self,
@@ -87,7 +90,9 @@ class ClassificationTask:
             del self.adaptive.trainer  # no strategy may outlive the process group
 
 
-def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torch.nn.Module:
+def _compiled(
+    model: torch.nn.Module, ctx: Context, splits: data.Splits, computes_in: str
+) -> torch.nn.Module:
     """The model compiled for every batch shape this rank will see, before the clock; the
     eager model, and the reason in the event log, where the backend cannot compile."""
     from torch._dynamo.exc import BackendCompilerFailed
@@ -110,6 +115,8 @@ def _compiled(model: torch.nn.Module, ctx: Context, splits: data.Splits) -> torc
             compiling.batch_sizes(per_rank, config.data.batch_size),
             compiling.batch_sizes(num_eval, EVAL_BATCH_SIZE),
             torch.channels_last if channels_last else torch.contiguous_format,
+            # Under the autocast the steps run in: it is part of what a graph was compiled for.
+            lambda: precision.autocast(computes_in, ctx.device),
         )
     except BackendCompilerFailed as err:  # e.g. no C++ compiler in the image
         reason = str(err).strip().splitlines()[0]
