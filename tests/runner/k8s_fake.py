@@ -317,9 +317,10 @@ class FakeCluster:
 
         self._mutate(apply)
 
-    def add_pod(self, pod: dict[str, Any], log: str | None = None) -> None:
+    def add_pod(self, pod: dict[str, Any], log: str | None = None, watched: bool = True) -> None:
         """Create or replace a pod (a replacement is a MODIFIED change). A pod that has
-        stopped (Succeeded, Failed) has a complete log: following it ends."""
+        stopped (Succeeded, Failed) has a complete log: following it ends. `watched=False`:
+        the API server has the change but no watch has delivered it yet (a lagging watch)."""
         name = pod["metadata"]["name"]
         pod["metadata"].setdefault("namespace", self.namespace)
         pod["metadata"].setdefault("uid", f"uid-{name}")
@@ -338,7 +339,10 @@ class FakeCluster:
                 self.emulator.ended_logs.add(key)
             else:
                 self.emulator.ended_logs.discard(key)
-            self.emulator.record(PODS, self.namespace, name, "MODIFIED" if existed else "ADDED")
+            if watched:
+                self.emulator.record(PODS, self.namespace, name, "MODIFIED" if existed else "ADDED")
+            else:
+                self.emulator.wake()  # log followers still see the log change
 
         self._mutate(apply)
 

@@ -246,6 +246,23 @@ def test_logs_follow_waits_for_the_pod_and_streams_a_restarted_container_too(clu
     assert list(lines) == ["resumed", "finished"]
 
 
+def test_logs_follow_reads_a_container_restarted_after_what_the_pods_watch_showed(
+    cluster, tmp_path
+):
+    """The job's watch says it is over while the pods' watch still shows the container's
+    previous run: the follower asks for the pods themselves and reads the last run too."""
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 1), "[rank2]:epoch 1\n")
+    lines = backend.logs(handle, 2, follow=True)
+    assert next(lines) == "epoch 1"
+    restarted = pod("pytorchjob", RUN_ID, 1, "Succeeded")
+    restarted["status"]["containerStatuses"][0]["restartCount"] = 1
+    cluster.add_pod(restarted, log="[rank2]:resumed\n[rank2]:finished\n", watched=False)
+    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    assert list(lines) == ["resumed", "finished"]
+
+
 def test_logs_follow_waits_out_a_container_not_ready_to_be_read(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path, "trainjob")
     handle, _ = submit(backend, tmp_path, make_spec())

@@ -320,9 +320,12 @@ def test_watch_cancels_a_job_pending_past_the_timeout_and_says_why(cluster, tmp_
 # ---- events and the cost of following --------------------------------------------------------
 
 
-def follow(backend: KubernetesBackend, handle: str) -> tuple[list[JobStatus], list[dict]]:
+def follow(
+    backend: KubernetesBackend, handle: str, running: threading.Event | None = None
+) -> tuple[list[JobStatus], list[dict]]:
     """What runner.api does to follow a run: statuses from watch() on a thread, and, between
-    them, rank 0's events taken in batches, until both have ended."""
+    them, rank 0's events taken in batches, until both have ended. `running` is set once a
+    RUNNING status has come."""
     watching = Watching(backend, handle)
     feed = backend.events(handle)
     statuses: list[JobStatus] = []
@@ -334,6 +337,8 @@ def follow(backend: KubernetesBackend, handle: str) -> tuple[list[JobStatus], li
                 status = watching.next(timeout_s=0.01)
                 watched = status is None
                 statuses += [status] if status else []
+                if running is not None and status and status.state is JobState.RUNNING:
+                    running.set()
         if not fed:
             batch = next(feed, None)
             fed = batch is None
@@ -346,9 +351,13 @@ def step_event(step: int) -> str:
     return PREFIX + json.dumps(event)
 
 
-def run_a_job(cluster: FakeCluster, running_s: float, lines: int) -> None:
+def run_a_job(
+    cluster: FakeCluster, running_s: float, lines: int, seen_running: threading.Event
+) -> None:
     """The controllers' side: pods appear, run for running_s printing `lines` events from
-    rank 0 (and a forged one from node 1), and the job completes."""
+    rank 0 (and a forged one from node 1), and the job completes, not before the follower
+    has seen it running (a follower held up longer than the job runs would rightly go from
+    PENDING to SUCCEEDED: that is the machine's timing, not what this test is about)."""
     time.sleep(0.2)
     for node in (0, 1):
         cluster.add_pod(pod("trainjob", RUN_ID, node, "Pending", conditions=PENDING_CONDITIONS))
@@ -360,6 +369,7 @@ def run_a_job(cluster: FakeCluster, running_s: float, lines: int) -> None:
         time.sleep(running_s / lines)
         line = step_event(step)
         cluster.append_log(node0["metadata"]["name"], f"[rank0]:{line}\n[rank1]:{line}\n")
+    seen_running.wait(timeout=60)
     for node in (0, 1):
         cluster.add_pod(pod("trainjob", RUN_ID, node, "Succeeded"))
     cluster.set_job_condition("trainjob", RUN_ID, "Complete")
@@ -371,16 +381,18 @@ def test_following_a_job_costs_requests_by_its_changes_not_its_length(cluster, t
     backend = make_backend(cluster, tmp_path, "trainjob", watch_config=config)
     handle, _ = submit(backend, tmp_path, make_spec(nodes=2, procs=2))
     before = cluster.requests()
-    controllers = threading.Thread(target=run_a_job, args=(cluster, running_s, 20))
+    seen_running = threading.Event()
+    controllers = threading.Thread(target=run_a_job, args=(cluster, running_s, 20, seen_running))
     controllers.start()
-    statuses, events = follow(backend, handle)
+    statuses, events = follow(backend, handle, seen_running)
     controllers.join()
     assert states(statuses)[-2:] == ["RUNNING", "SUCCEEDED"], statuses
     # Rank 0's own events, every one, in order; nothing node 1 forged, nothing rank 1 printed
     # (its lines are its own, not rank 0's).
     assert [e["value"] for e in events] == list(range(20))
     # A list and a watch each for the job, its pods and (while pending) the warning events,
-    # and one followed log: the same whether the job runs 0.5 s or 2 s.
+    # one followed log, and the pods listed once more when the job is over (LogFollower): the
+    # same whether the job runs 0.5 s or 2 s.
     made = cluster.requests() - before
     assert made <= 8, made
     backend.close()

@@ -5,7 +5,9 @@ and when the stream ends looks at the observer again. A new pod or a restarted c
 streamed from its start; the same container after a dropped connection is streamed again after
 a back-off, skipping the lines already given; a stream that ended while the container still
 runs is checked again after `recheck_s`. Once the job has finished and the last stream ended
-normally (the container stopped, so its log is complete) it returns.
+normally (the container stopped, so its log is complete) it returns, having asked for the pods
+once more (the pods' watch may lag the job's, and a container restarted after what it showed
+would otherwise go unread).
 
 `EventFeed` parses rank 0's followed log on a thread into MLPerf-style events, handed over in
 batches without blocking (what `Backend.events` promises), the events checked as events.jsonl's
@@ -66,7 +68,11 @@ class LogFollower:
             if view.closed or self._closed:
                 return
             done, timeout_s = self._finished(view), None
-            pods = observe.pods_by_node(self._api.conn.job_api, view.pods, self._node.elastic)
+            # The job's watch and its pods' are separate streams: the job can be seen over
+            # while the pods are still as they were, before a container's last restart. So
+            # once it is over, the follower asks for the pods themselves before it stops.
+            current = self._pods_now(view.pods) if done else view.pods
+            pods = observe.pods_by_node(self._api.conn.job_api, current, self._node.elastic)
             pod = pods.get(self._node.node)
             if pod is None or not observe.container_started(pod):
                 if done:
@@ -91,6 +97,14 @@ class LogFollower:
                 timeout_s = self._recheck_s - quiet_s
             if done and key in ended:
                 return
+
+    def _pods_now(self, watched: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pods as the API server has them; the watched ones where it cannot say."""
+        try:
+            return self._observer.pods_now()
+        except RunnerError as err:
+            log.info("listing the pods once more: %s; going by the watch", err)
+            return watched
 
     def _read(
         self, pod: Mapping[str, Any], key: tuple[str, int], seen: dict[tuple[str, int], int]

@@ -250,8 +250,9 @@ class JobObserver:
         self._api, self._config = api, config
         self._reflectors: dict[str, Reflector] = {}
         self._lock = threading.Lock()
+        self._pods = Selector(label=f"{RUN_ID_LABEL}={name}")
         self._start("job", Selector(field=f"metadata.name={name}"))
-        self._start("pods", Selector(label=f"{RUN_ID_LABEL}={name}"))
+        self._start("pods", self._pods)
 
     def _start(self, collection: str, selector: Selector, optional: bool = False) -> None:
         reflector = Reflector(self._api, collection, selector, self.store, self._config, optional)
@@ -286,6 +287,12 @@ class JobObserver:
             if store.error is not None:
                 raise store.error
             return store.version
+
+    def pods_now(self) -> list[dict[str, Any]]:
+        """The job's pods as the API server has them now, in one list request: the view's
+        come from the pods' own watch, which may lag the job's."""
+        items, _ = self._api.list_objects("pods", self._pods, attempts=1)
+        return items
 
     def view(self) -> View:
         with self.store.changed:
