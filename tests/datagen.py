@@ -94,6 +94,26 @@ def write_libsvm(path: Path, x: np.ndarray, labels: np.ndarray) -> Path:
     return path
 
 
+EpsilonPoints = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def write_epsilon(root: Path, num_train: int, num_test: int, suffix: str = ".txt") -> EpsilonPoints:
+    """An epsilon data root as `runner data fetch` leaves one: LIBSVM files `train<suffix>`
+    and `test<suffix>` of epsilon_points, converted into the cache the loader reads. Returns
+    the points (train x, train labels, test x, test labels)."""
+    from workloads.data.epsilon import NUM_FEATURES, cache_dir
+    from workloads.data.libsvm import convert
+
+    x, y = epsilon_points(num_train, NUM_FEATURES, seed=0)
+    tx, ty = epsilon_points(num_test, NUM_FEATURES, seed=1)
+    sources = {
+        "train": write_libsvm(root / f"train{suffix}", x, y),
+        "test": write_libsvm(root / f"test{suffix}", tx, ty),
+    }
+    convert(sources, cache_dir(root), NUM_FEATURES)
+    return x, y, tx, ty
+
+
 # A word-for-word dictionary with German's non-ASCII letters, so tokenizers meet UTF-8.
 EN_DE_WORDS = {
     "the": "die", "house": "Haus", "is": "ist", "green": "grün", "small": "klein",

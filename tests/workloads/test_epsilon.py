@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.datagen import epsilon_points, libsvm_text, write_libsvm
+from tests.datagen import epsilon_points, libsvm_text, write_epsilon, write_libsvm
 from workloads.data import DataError
-from workloads.data.epsilon import NUM_FEATURES, cache_dir, load_epsilon
+from workloads.data.epsilon import cache_dir, load_epsilon
 from workloads.data.libsvm import convert, open_split, read_rows
 from workloads.data.sampling import shuffled_shard_order, slice_batches, static_shard
 
@@ -15,14 +15,7 @@ CPU = torch.device("cpu")
 
 
 def _prepare(root, num_train=40, num_test=12, suffix=".bz2"):
-    x, y = epsilon_points(num_train, NUM_FEATURES, seed=0)
-    tx, ty = epsilon_points(num_test, NUM_FEATURES, seed=1)
-    sources = {
-        "train": write_libsvm(root / f"train{suffix}", x, y),
-        "test": write_libsvm(root / f"test{suffix}", tx, ty),
-    }
-    convert(sources, cache_dir(root), NUM_FEATURES)
-    return x, y, tx, ty
+    return write_epsilon(root, num_train, num_test, suffix)
 
 
 @pytest.mark.parametrize("suffix", [".bz2", ".txt"])

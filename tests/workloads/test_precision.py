@@ -11,11 +11,9 @@ import pytest
 import torch
 
 from runner.job.benchmarks import CNN_DIGITS, LOGREG_EPSILON
-from tests.datagen import epsilon_points, write_libsvm
+from tests.datagen import write_epsilon
 from tests.distributed import run_ranks
 from workloads import tasks
-from workloads.data.epsilon import NUM_FEATURES, cache_dir
-from workloads.data.libsvm import convert
 from workloads.loop import evaluate_metrics, train_step
 from workloads.mllog import EventLog
 from workloads.timing import CpuClock
@@ -112,13 +110,7 @@ def _logreg_gradient_source(rank: int, world_size: int, data_dir: str) -> dict[s
 def test_logistic_regression_in_bf16_trains_through_autograd_not_its_fp32_closed_form(
     tmp_path: Path,
 ):
-    x, y = epsilon_points(100, NUM_FEATURES, seed=0)
-    tx, ty = epsilon_points(20, NUM_FEATURES, seed=1)
-    sources = {
-        "train": write_libsvm(tmp_path / "train.txt", x, y),
-        "test": write_libsvm(tmp_path / "test.txt", tx, ty),
-    }
-    convert(sources, cache_dir(tmp_path), NUM_FEATURES)
+    write_epsilon(tmp_path, 100, 20)
     (got,) = run_ranks(_logreg_gradient_source, world_size=1, data_dir=str(tmp_path))
     assert got["fp32"] == {"closed form": True, "autograd": 0}
     assert got["bf16"] == {"closed form": False, "autograd": 1}

@@ -13,10 +13,8 @@ import pytest
 
 from contract.events import read_events
 from runner.job.benchmarks import BENCHMARKS
-from tests.datagen import epsilon_points, write_cifar10, write_libsvm
+from tests.datagen import write_cifar10, write_epsilon
 from workloads.config import TrainConfig
-from workloads.data.epsilon import NUM_FEATURES, cache_dir
-from workloads.data.libsvm import convert
 
 pytestmark = pytest.mark.slow
 
@@ -92,13 +90,7 @@ def test_the_compiled_default_trains_as_the_eager_model_does_on_two_ddp_workers(
 def test_two_worker_logreg_run_trains_each_rank_on_its_shard_to_high_accuracy(tmp_path):
     root = tmp_path / "data"
     root.mkdir()
-    x, y = epsilon_points(400, NUM_FEATURES, seed=0)
-    tx, ty = epsilon_points(100, NUM_FEATURES, seed=1)
-    sources = {
-        "train": write_libsvm(root / "train.txt", x, y),
-        "test": write_libsvm(root / "test.txt", tx, ty),
-    }
-    convert(sources, cache_dir(root), NUM_FEATURES)
+    write_epsilon(root, 400, 100)
     config = BENCHMARKS["logreg-epsilon"].config.replace(
         data_dir=str(root),
         max_epochs=4,
