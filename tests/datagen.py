@@ -98,9 +98,9 @@ EpsilonPoints = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def write_epsilon(root: Path, num_train: int, num_test: int, suffix: str = ".txt") -> EpsilonPoints:
-    """An epsilon data root as `runner data fetch` leaves one: LIBSVM files `train<suffix>`
-    and `test<suffix>` of epsilon_points, converted into the cache the loader reads. Returns
-    the points (train x, train labels, test x, test labels)."""
+    """An epsilon data root: LIBSVM files `train<suffix>` and `test<suffix>` of
+    epsilon_points, converted into the cache the loader reads. Returns the points (train x,
+    train labels, test x, test labels)."""
     from workloads.data.epsilon import NUM_FEATURES, cache_dir
     from workloads.data.libsvm import convert
 
