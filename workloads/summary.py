@@ -74,7 +74,9 @@ def summarize(
 ) -> TrainSummary:
     loop = {p: tally.phases.get(p, 0.0) for p in LOOP_PHASES}
     train_s = sum(loop.values())  # the loop's wall time once close_loop has run
-    steady_s = train_s - tally.first_step_s
+    # Steady state exists from the second step on; before it there is no rate to report (a
+    # run that diverged in its first epoch, whose steps were never tallied, is not 0/s).
+    steady_s = train_s - tally.first_step_s if tally.steps > 1 else 0.0
     steady_samples = tally.samples - tally.samples / max(1, tally.steps)  # minus ~one step
     steady_tokens = tally.tokens - tally.tokens / max(1, tally.steps)
     evals = [_evaluation(e) for e in tally.evals]

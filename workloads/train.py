@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import sys
 import time
@@ -330,6 +331,7 @@ def _train(
             eval_t0 = time.perf_counter()
             log.start(events.EVAL_START, epoch_num=epoch)
             result = guard(partial(task.evaluate, epoch), (epoch, elastic.EVALUATION))
+            _require_finite(result, epoch)
             # MLPerf logs every benchmark's quality metric as eval_accuracy (BLEU for its
             # translation tasks); the summary's target names the metric.
             log.point(events.EVAL_ACCURACY, result.value, epoch_num=epoch)
@@ -356,6 +358,17 @@ def _train(
         if stats.out_of_time or deadline.expired():
             tally.out_of_time = True
             return
+
+
+def _require_finite(result: tasks.Evaluation, epoch: int) -> None:
+    """Diverged when an evaluation's metric or loss is not finite. The weights are (every
+    step checks them), so what was scored is not: damaged test data, or activations that
+    overflowed. Such a result is no measurement, and the summary could not hold it (JSON
+    has no NaN). Every rank has the same, all-reduced result, so every rank stops here."""
+    bad = [f"{name} {value}" for name, value in (("metric", result.value), ("loss", result.loss))
+           if not math.isfinite(value)]  # fmt: skip
+    if bad:
+        raise Diverged(f"diverged at epoch {epoch}, in evaluation: {', '.join(bad)}")
 
 
 def _log_run_parameters(

@@ -92,6 +92,7 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path):
         ({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}, "2 integer labels"),
         ({"data": np.zeros((2, 3072), np.uint8), "labels": [0, 10]}, "labels must be in"),
         ({"images": []}, "'data' and 'labels'"),
+        ({"data": np.zeros((2, 3072), np.uint8), "labels": [[0], [1, 2]]}, "flat list of integers"),
     ],
 )
 def test_well_formed_pickles_with_the_wrong_content_are_refused(tmp_path, batch, message):
@@ -99,6 +100,26 @@ def test_well_formed_pickles_with_the_wrong_content_are_refused(tmp_path, batch,
     path.write_bytes(pickle.dumps(batch, protocol=2))
     with pytest.raises(DataError, match=message):
         read_batch(path)
+
+
+# A pickle whose only global is the allowed _codecs.encode, called with a codec that does
+# not exist (as a damaged or planted file may): LookupError inside the unpickler.
+UNKNOWN_CODEC = b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00aX\x07\x00\x00\x00nocodec\x86R."
+
+
+def test_a_pickle_naming_an_unknown_codec_is_corrupt(tmp_path):
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(UNKNOWN_CODEC)
+    with pytest.raises(DataError, match=r"data_batch_1: corrupt .*unknown encoding: nocodec"):
+        read_batch(path)
+
+
+def test_a_batch_that_is_a_directory_is_named_unreadable(tmp_path):
+    directory = write_cifar10(tmp_path)
+    (directory / "data_batch_4").unlink()
+    (directory / "data_batch_4").mkdir()
+    with pytest.raises(DataError, match=r"data_batch_4: unreadable .*runner data fetch cifar10"):
+        load_cifar10(tmp_path, CPU)
 
 
 def _padded_crops(image: torch.Tensor, padding: int) -> list[torch.Tensor]:

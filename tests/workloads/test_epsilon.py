@@ -101,6 +101,13 @@ def test_file_cut_at_a_line_boundary_is_caught_by_the_expected_count(tmp_path):
     [
         ("+1 1:0.5 3:abc", "malformed features"),
         ("+1 1:0.5 3", "malformed features"),
+        # As many numbers as two per colon, but not as index:value fields: never read as
+        # pairs that the line does not hold (1:2:3 4 is not 1:2 3:4).
+        ("+1 1:2:3 4", "malformed features"),
+        ("+1 1 2:3:4", "malformed features"),
+        ("+1 1 :0.5", "malformed features"),
+        ("+1 1: 0.5", "malformed features"),
+        ("+1 :1 2", "malformed features"),
         ("2 1:0.5", "label must be"),
         ("+1 3:0.5 2:0.1", "ascend"),
         ("+1 9:0.5", "within 1..8"),
@@ -174,3 +181,35 @@ def test_a_damaged_meta_file_is_named_not_mapped(tmp_path, meta):
     (directory / "train.y.i8").write_bytes(b"")
     with pytest.raises(DataError, match=r"cache/meta\.json"):
         open_split(directory, "train")
+
+
+ONE_ROW = {"train": {"rows": 1}}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda meta: meta.write_bytes(b"\xff\xfe not UTF-8"),
+        lambda meta: (meta.unlink(), meta.mkdir()),
+        lambda meta: meta.write_text(
+            json.dumps(FORMAT | {"num_features": None, "splits": ONE_ROW})
+        ),
+        lambda meta: meta.write_text(json.dumps({"format": FORMAT["format"], "splits": ONE_ROW})),
+    ],
+    ids=["not-utf8", "a-directory", "num-features-null", "num-features-missing"],
+)
+def test_a_meta_file_of_any_damage_is_a_data_error(tmp_path, damage):
+    _prepare(tmp_path)
+    damage(cache_dir(tmp_path) / "meta.json")
+    with pytest.raises(DataError, match=r"cache/meta\.json: .*run `runner data fetch epsilon"):
+        load_epsilon(tmp_path, CPU)
+
+
+def test_a_label_byte_that_is_neither_class_is_refused(tmp_path):
+    _prepare(tmp_path, num_train=40)
+    labels = cache_dir(tmp_path) / "train.y.i8"
+    damaged = bytearray(labels.read_bytes())
+    damaged[6] = 0  # would train as class 0, as every -1 does
+    labels.write_bytes(bytes(damaged))
+    with pytest.raises(DataError, match=r"train\.y\.i8: row 7 has label 0, expected \+1 or -1"):
+        load_epsilon(tmp_path, CPU)

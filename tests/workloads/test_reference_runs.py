@@ -121,3 +121,35 @@ def test_a_closed_division_run_refuses_a_cifar_directory_of_the_wrong_size(tmp_p
     assert "canonical data set only" in done.stdout + done.stderr
     assert "fewer than CIFAR-10's 10,000 images" in done.stdout + done.stderr
     assert not (tmp_path / "out" / "events.jsonl").exists()  # refused before init
+
+
+def test_a_test_split_holding_nan_ends_the_run_diverged_at_its_evaluation(tmp_path):
+    """Finite weights scored on a damaged test row give a NaN loss: no measurement. The run
+    ends FAILED at that evaluation, its reason in one line and in the summary, and it never
+    reports the accuracy it computed beside it."""
+    root = tmp_path / "data"
+    root.mkdir()
+    write_epsilon(root, 400, 100)
+    test_x = root / "epsilon" / "cache" / "test.x.f32"
+    values = bytearray(test_x.read_bytes())
+    values[4 * 2000 * 7 : 4 * 2000 * 7 + 4] = b"\x00\x00\xc0\x7f"  # row 8's first value: NaN
+    test_x.write_bytes(bytes(values))
+    config = BENCHMARKS["logreg-epsilon"].config.replace(
+        data_dir=str(root), max_epochs=2, lr=5.0, stop_at_target=False
+    )
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
+        "--output-dir", str(out), "--open-division",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    reason = "diverged at epoch 1, in evaluation: loss nan"
+    assert f"stackbench: {reason}" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "diverged" and summary["diverged"] == reason
+    assert summary["final"] is None and summary["best"] is None
+    keys = [e["key"] for e in read_events(out / "events.jsonl")]
+    assert "eval_accuracy" not in keys

@@ -62,6 +62,20 @@ def test_throughput_and_phase_shares_come_from_the_loops_wall_time_not_the_step_
     assert summary.step_time_ms == pytest.approx(900.0)
 
 
+@pytest.mark.parametrize("steps", [0, 1])
+def test_a_run_without_a_steady_step_reports_no_throughput_not_zero(steps):
+    """A run that diverged in its first epoch tallied no step; the loop's wall time is all
+    `other`, which is no rate of 0 samples/s."""
+    tally = RunTally(steps=steps, samples=steps * 64, first_step_s=0.05 * steps)
+    tally.close_loop(train_wall_s=0.2)
+    summary = summarize(
+        BENCHMARKS["cnn-digits"].config, tally, run_id="r", benchmark="cnn-digits",
+        division="closed", strategy="ddp", world_size=2, device="cpu", precision="fp32",
+        run_time_s=0.2, init_time_s=1.0,
+    )  # fmt: skip
+    assert summary.throughput_samples_per_s is None and summary.step_time_ms is None
+
+
 def test_train_loss_target_is_reported_at_the_first_epoch_that_meets_it():
     losses = [
         {"epoch": 1, "value": 0.5, "time_s": 10.0},

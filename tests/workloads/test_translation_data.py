@@ -226,6 +226,32 @@ def test_a_damaged_cache_is_a_data_error(cache, tmp_path):
         load_parallel(copy, "train")
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"splits": None}, "expected its splits"),
+        ({"splits": {"test": {"sentences": 3}}}, r"split 'test': expected its counts"),
+        ({"splits": {"test": ["a", "list"]}}, r"split 'test': expected its counts"),
+        ({"subword_model": "../../outside.model"}, "subword_model .*: expected a file name"),
+        ({"subword_model": None}, "subword_model None: expected a file name"),
+    ],
+)
+def test_a_meta_file_missing_what_the_readers_use_is_a_data_error(cache, tmp_path, change, message):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    meta = json.loads((cache / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps(meta | change))
+    for read in (lambda: load_parallel(copy, "test"), lambda: tokenizer(copy)):
+        with pytest.raises(DataError, match=rf"meta\.json: {message}.*runner data fetch wmt17"):
+            read()
+
+
+def test_a_meta_file_that_is_a_directory_is_a_data_error(tmp_path):
+    (tmp_path / "meta.json").mkdir()
+    with pytest.raises(DataError, match=r"meta\.json: corrupt .*runner data fetch wmt17"):
+        load_parallel(tmp_path, "train")
+
+
 def test_unknown_splits_and_training_references_are_data_errors(cache):
     with pytest.raises(DataError, match=r"no split 'dev' \(has train, test, valid\)"):
         load_parallel(cache, "dev")

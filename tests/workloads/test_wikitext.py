@@ -34,3 +34,11 @@ def test_an_empty_file_is_named_itself(tmp_path, empty):
     directory = _write(tmp_path / "wikitext-2", **texts)
     with pytest.raises(DataError, match=rf"wiki\.{empty}\.tokens: empty"):
         load_wikitext(directory)
+
+
+def test_a_split_that_is_a_directory_is_named_unreadable(tmp_path):
+    directory = _write(tmp_path / "wikitext-2", "a b\n")
+    (directory / "wiki.valid.tokens").unlink()
+    (directory / "wiki.valid.tokens").mkdir()
+    with pytest.raises(DataError, match=r"wiki\.valid\.tokens: unreadable .*runner data fetch"):
+        load_wikitext(directory)

@@ -56,7 +56,11 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
             batch = _BatchUnpickler(f, encoding="latin1").load()
     except FileNotFoundError:
         raise DataError(f"{path}: missing; {_fetch_hint(path)}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+    except OSError as err:  # a directory, no permission, an I/O error
+        raise DataError(f"{path}: unreadable ({err}); {_fetch_hint(path)}") from None
+    # LookupError: _codecs.encode asked for a codec that does not exist.
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            LookupError) as err:  # fmt: skip
         message = f"{path}: corrupt or truncated pickle ({err}); {_fetch_hint(path)}"
         raise DataError(message) from None
     return _validated(batch, path)
@@ -68,7 +72,11 @@ def _validated(batch: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
 
     if not isinstance(batch, dict) or "data" not in batch or "labels" not in batch:
         raise bad("expected a dict with 'data' and 'labels'")
-    data, labels = batch["data"], np.asarray(batch["labels"])
+    data = batch["data"]
+    try:
+        labels = np.asarray(batch["labels"])
+    except (ValueError, TypeError, OverflowError):  # ragged lists and the like
+        raise bad("'labels' is not a flat list of integers") from None
     row_size = int(np.prod(IMAGE_SHAPE))
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
         raise bad(f"'data' must be a 2-d uint8 array, got {type(data).__name__}")

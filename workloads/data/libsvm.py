@@ -57,6 +57,8 @@ def parse_line(
     features = fields[1].strip() if len(fields) > 1 else b""
     if label_text not in (b"+1", b"1", b"-1"):
         raise DataError(f"{where}: label must be +1 or -1, got {label_text[:20]!r}")
+    if not _one_colon_per_field(features):
+        raise DataError(f"{where}: malformed features (expected index:value pairs)")
     pairs = features.replace(b":", b" ")
     try:
         values = np.fromstring(pairs, dtype=np.float64, sep=" ")  # C-speed parsing
@@ -77,6 +79,26 @@ def parse_line(
     row = np.zeros(num_features, dtype=np.float32)
     row[index.astype(np.int64) - 1] = values[1::2]
     return (1 if label_text != b"-1" else -1), row
+
+
+# Whitespace as LIBSVM's reader (and bytes.split) takes it between fields, made one kind.
+_TO_SPACE = bytes.maketrans(b"\t\n\r\x0b\x0c", b"     ")
+
+
+def _one_colon_per_field(features: bytes) -> bool:
+    """Whether each whitespace-separated field of `features` (stripped) holds exactly one
+    colon. Counting values against colons alone takes `1:2:3 4` for two pairs and `1 :5`
+    for one. Vectorized, as a 2,000-feature line is parsed 400,000 times: colons and the
+    starts of fields must strictly alternate, a colon first and a colon last."""
+    if not features:
+        return True
+    chars = np.frombuffer(features.translate(_TO_SPACE), dtype=np.uint8)
+    blank = chars == ord(" ")
+    field_starts = np.flatnonzero(blank[:-1] & ~blank[1:]) + 1
+    colons = np.flatnonzero(chars == ord(":"))
+    return colons.size == field_starts.size + 1 and bool(
+        (colons[:-1] < field_starts).all() and (field_starts < colons[1:]).all()
+    )
 
 
 def convert(
@@ -136,7 +158,7 @@ def read_meta(cache_dir: Path) -> dict:
         meta = json.loads((cache_dir / "meta.json").read_text())
     except FileNotFoundError:
         raise DataError(f"{cache_dir}: no converted data (meta.json missing)") from None
-    except json.JSONDecodeError as err:
+    except (OSError, ValueError) as err:  # a directory, unreadable, not UTF-8, not JSON
         raise DataError(f"{cache_dir / 'meta.json'}: corrupt ({err})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
@@ -158,7 +180,7 @@ def open_split(cache_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     meta = read_meta(cache_dir)
     if split not in meta["splits"]:
         raise DataError(f"{cache_dir}: no split {split!r} (has {', '.join(meta['splits'])})")
-    rows, width = meta["splits"][split]["rows"], meta["num_features"]
+    rows, width = meta["splits"][split]["rows"], meta.get("num_features")
     x_path, y_path = cache_dir / f"{split}.x.f32", cache_dir / f"{split}.y.i8"
     if not (isinstance(rows, int) and rows > 0 and isinstance(width, int) and width > 0):
         raise DataError(f"{cache_dir / 'meta.json'}: {split} has {rows!r} rows of {width!r}")
@@ -168,4 +190,12 @@ def open_split(cache_dir: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
             raise DataError(f"{path}: {actual} bytes, expected {size}; the cache is damaged")
     x = np.memmap(x_path, dtype="<f4", mode="c", shape=(rows, width))
     y = np.memmap(y_path, dtype=np.int8, mode="c", shape=(rows,))
+    # One byte a row, so cheap to check whole: any other label would silently train as -1.
+    bad = np.flatnonzero((y != 1) & (y != -1))
+    if bad.size:
+        row = int(bad[0])
+        raise DataError(
+            f"{y_path}: row {row + 1} has label {int(y[row])}, expected +1 or -1; "
+            "the cache is damaged"
+        )
     return x, y

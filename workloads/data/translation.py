@@ -52,6 +52,7 @@ from workloads.data.subword import (
 
 FORMAT = "stackbench-parallel-v1"
 META_FILE = "meta.json"
+SPLIT_COUNTS = ("sentences", "src_tokens", "tgt_tokens")  # what meta.json counts per split
 MODEL_FILE = "subword.model"
 TRAIN_SPLIT = "train"
 VOCABULARY_STAGE = "vocabulary"  # on_progress's first report, before the vocabulary trains
@@ -261,12 +262,31 @@ def read_meta(cache_dir: Path, dataset: str = DEFAULT_DATASET) -> dict[str, Any]
         meta = json.loads(path.read_text())
     except FileNotFoundError:
         raise DataError(f"{cache_dir}: no prepared translation data; {fix}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (OSError, ValueError) as err:  # a directory, unreadable, not UTF-8, not JSON
         raise DataError(f"{path}: corrupt ({err}); {fix}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
         raise DataError(f"{path}: format {found!r}, not {FORMAT}; {fix}")
+    problem = _meta_problem(meta)
+    if problem is not None:
+        raise DataError(f"{path}: {problem}; the cache is damaged, {fix}")
     return meta
+
+
+def _meta_problem(meta: dict[str, Any]) -> str | None:
+    """What of meta.json's fields the readers use is missing or of the wrong kind."""
+    splits = meta.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        return "expected its splits"
+    for name, info in splits.items():
+        counts = [info.get(k) for k in SPLIT_COUNTS] if isinstance(info, dict) else [None]
+        if not all(type(n) is int and n >= 0 for n in counts):
+            return f"split {name!r}: expected its counts ({', '.join(SPLIT_COUNTS)})"
+    model = meta.get("subword_model")
+    # A file name inside the cache: never a path that leads out of it.
+    if not isinstance(model, str) or model in ("", ".", "..") or "/" in model or "\\" in model:
+        return f"subword_model {model!r}: expected a file name in the cache"
+    return None
 
 
 def is_prepared(cache_dir: Path) -> bool:

@@ -66,6 +66,10 @@ def read_tokens(path: Path) -> list[str]:
         raise DataError(
             f"{path}: not UTF-8 text ({err}); run {_fetch_command(path.parent, force=True)}"
         ) from None
+    except OSError as err:  # a directory, no permission, an I/O error
+        raise DataError(
+            f"{path}: unreadable ({err}); run {_fetch_command(path.parent, force=True)}"
+        ) from None
     if not tokens:
         raise DataError(
             f"{path}: empty (expected WikiText-2's tokenized text); "
