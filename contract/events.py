@@ -12,13 +12,13 @@ stops a reader.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from contract.files import DamagedFile, read_lines
+from contract.files import DamagedFile, loads, read_lines
+from contract.records import finite_number
 
 # An events.jsonl is a few MiB for the longest reference runs; far more is not ours.
 MAX_EVENTS_BYTES = 256 << 20
@@ -90,7 +90,7 @@ def parse_object(line: str) -> dict[str, Any] | None:
     elif not text.startswith("{"):
         return None
     try:
-        event = json.loads(text)
+        event = loads(text)
     except ValueError:
         return None  # a line cut short by a killed process, or garbage
     if not isinstance(event, dict) or not isinstance(event.get("key"), str):
@@ -100,12 +100,13 @@ def parse_object(line: str) -> dict[str, Any] | None:
 
 def parse_line(line: str) -> dict[str, Any] | None:
     """The event in one log line (prefixed or bare JSON), or None if it holds no event: an
-    event has a string key and a numeric time."""
+    event has a string key and a finite numeric time."""
     event = parse_object(line)
     if event is None:
         return None
-    when = event.get("time_ms")
-    if not isinstance(when, int | float) or isinstance(when, bool):
+    # A finite time a float can hold: readers subtract and divide it, and an integer of
+    # hundreds of digits (valid JSON) would raise OverflowError there.
+    if finite_number(event.get("time_ms")) is None:
         return None
     return event
 

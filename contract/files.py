@@ -66,12 +66,16 @@ def read_bytes(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes:
         if err.errno == errno.ELOOP:
             raise DamagedFile(path, "is a symbolic link, which is never followed") from None
         raise
+    # Checked on the descriptor before it becomes a file object: os.fdopen refuses a directory
+    # with IsADirectoryError and leaves the descriptor open.
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise DamagedFile(path, "is not a regular file")
+    if info.st_size > max_bytes:
+        os.close(fd)
+        raise DamagedFile(path, f"is {info.st_size} bytes, over the {max_bytes}-byte cap")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise DamagedFile(path, "is not a regular file")
-        if info.st_size > max_bytes:
-            raise DamagedFile(path, f"is {info.st_size} bytes, over the {max_bytes}-byte cap")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:  # grew while being read
         raise DamagedFile(path, f"is over the {max_bytes}-byte cap")
@@ -84,11 +88,21 @@ def read_json(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Any:
     if not data.strip():
         raise DamagedFile(path, "is empty")
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_no_constants)
+        return loads(data.decode("utf-8"), parse_constant=_no_constants)
     except UnicodeDecodeError:
         raise DamagedFile(path, "is not UTF-8 text") from None
-    except (json.JSONDecodeError, ValueError) as err:
+    except ValueError as err:
         raise DamagedFile(path, f"is not valid JSON ({err})") from None
+
+
+def loads(text: str | bytes, **kwargs: Any) -> Any:
+    """json.loads, with every way untrusted text can fail it a ValueError: nesting deeper than
+    the interpreter's recursion limit (`[[[[...`, a few KiB) raises RecursionError, which
+    would otherwise escape every reader that expects garbage to be a ValueError."""
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def read_json_object(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]:

@@ -12,10 +12,12 @@ Not here: shaping or measuring a link (runner/backends/local/network.py and prob
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from contract.files import loads
+from contract.records import finite_number
 
 ENV = "STACKBENCH_NETWORK"
 LATENCY_NOT_EMULATED = "not emulated"
@@ -69,7 +71,7 @@ def from_environ(environ: Mapping[str, str]) -> dict[str, Any] | None:
     try:
         if len(text) > MAX_ENV_CHARS:
             raise ValueError(f"longer than {MAX_ENV_CHARS} characters")
-        data = json.loads(text)
+        data = loads(text)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         return NetworkRecord.from_dict(data).to_dict()
@@ -78,9 +80,10 @@ def from_environ(environ: Mapping[str, str]) -> dict[str, Any] | None:
 
 
 def _quantity(data: Mapping[str, Any], key: str) -> float:
-    value = float(_typed(data, key, (int, float)))
-    if not (math.isfinite(value) and value >= 0):  # json.loads reads NaN and Infinity
-        raise ValueError(f"field {key!r} is not a finite, non-negative number ({value!r})")
+    # json.loads reads NaN, Infinity and integers too large for a float
+    value = finite_number(_typed(data, key, (int, float)))
+    if value is None or value < 0:
+        raise ValueError(f"field {key!r} is not a finite, non-negative number")
     return value
 
 

@@ -13,6 +13,19 @@ from typing import Any
 from contract.files import DamagedFile
 
 
+def finite_number(value: Any) -> float | None:
+    """`value` as a float when it is a finite JSON number, else None (text, true/false, NaN,
+    infinity, and an integer too large for a float: JSON allows 400 digits, and
+    math.isfinite raises OverflowError on them rather than saying no)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 class Fields:
     """The fields of one JSON object (or of one object inside it, `prefix` naming where)."""
 
@@ -47,14 +60,10 @@ class Fields:
         return None if self.data.get(key) is None else self.integer(key)
 
     def number(self, key: str) -> float:
-        value = self.data.get(key)
-        if (
-            not isinstance(value, int | float)
-            or isinstance(value, bool)
-            or not math.isfinite(value)
-        ):
+        number = finite_number(self.data.get(key))
+        if number is None:
             raise self.bad(key, "a finite number")
-        return float(value)
+        return number
 
     def optional_number(self, key: str) -> float | None:
         return None if self.data.get(key) is None else self.number(key)

@@ -33,6 +33,19 @@ LOGS = "logs"
 TRANSLATIONS = "translations"
 
 
+# A state's reason is one printable line of at most this many characters, whoever wrote it
+# (a rank's error line, a cluster's message, a hostile state.json): it reaches terminals, and
+# state.json must stay small enough to rewrite in place on a full disk.
+MAX_REASON_CHARS = 600
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: control characters (newlines, terminal escapes) become spaces, runs
+    of white space one space, and what is past MAX_REASON_CHARS is cut."""
+    printable = "".join(c if c.isprintable() else " " for c in text)
+    return " ".join(printable.split())[:MAX_REASON_CHARS]
+
+
 def rank_log(run_dir: Path, rank: int) -> Path:
     return run_dir / LOGS / f"rank-{rank}.log"
 
@@ -51,13 +64,17 @@ class JobState(enum.Enum):
 
 @dataclass(frozen=True)
 class JobStatus:
-    """state.json: where a job stands and, when it did not succeed, why (one line)."""
+    """state.json: where a job stands and, when it did not succeed, why (one printable line,
+    made so whatever it is given)."""
 
     state: JobState
     reason: str = ""  # why it is pending or how it failed ("rank 1 exited with code -9: ...")
     since: str | None = None  # ISO time the job entered this state, when known
     failed_rank: int | None = None
     exit_code: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", one_line(self.reason))
 
     def to_dict(self) -> dict[str, Any]:
         return {

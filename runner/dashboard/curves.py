@@ -25,12 +25,12 @@ diverged loss is NaN) is left out, never raised. Not here: reading files (runner
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from contract import events as keys
 from contract.events import DECISION, MONITORS
+from contract.records import finite_number
 
 POINT_SERIES = (keys.TRAIN_LOSS, keys.EVAL_ACCURACY, keys.EVAL_LOSS)
 GLOBAL_BATCH, B_NOISE, WORKERS = "global_batch", "b_noise", "workers"
@@ -44,9 +44,7 @@ PROGRESS = "progress"
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+    return finite_number(value)  # None also for an integer too large for a float
 
 
 def _epoch(event: Mapping[str, Any]) -> int | None:

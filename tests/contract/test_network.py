@@ -47,6 +47,10 @@ def test_no_variable_means_an_unknown_network_not_a_guess() -> None:
         ('{"description": "x", "asked_mbit_s": -1}', "not a finite, non-negative number"),
         ('{"description": "x", "link": true}', "field 'link' has the wrong type"),
         ('{"description": "' + "x" * 5000 + '"}', "longer than 4096 characters"),
+        # An integer too large for a float (valid JSON) and nesting past the recursion limit
+        # raise OverflowError and RecursionError from the parser, not ValueError.
+        ('{"description": "x", "rtt_ms": 1' + "0" * 400 + "}", "not a finite, non-negative"),
+        ("[" * 2000 + "]" * 2000, "nested too deeply"),
     ],
 )
 def test_a_damaged_variable_is_recorded_as_damaged_never_raised(value: str, says: str) -> None:

@@ -1,0 +1,60 @@
+"""The defensive readers of contract/files.py and contract/events.py against files a crash, a
+full disk or a hostile writer left: each problem is a DamagedFile (or no event), never another
+exception, and no descriptor is left open."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from contract.events import parse_line, read_events
+from contract.files import DamagedFile, read_json
+from contract.records import finite_number
+
+HUGE = "1" + "0" * 400  # a valid JSON integer that no float holds
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_directory_in_place_of_a_record_is_damaged_and_leaves_no_descriptor_open(tmp_path):
+    (tmp_path / "summary.json").mkdir()
+    before = open_descriptors()
+    for _ in range(20):
+        with pytest.raises(DamagedFile, match="is not a regular file"):
+            read_json(tmp_path / "summary.json")
+    assert open_descriptors() == before
+
+
+def test_a_fifo_in_place_of_a_record_is_damaged_without_waiting_for_a_writer(tmp_path):
+    os.mkfifo(tmp_path / "state.json")
+    with pytest.raises(DamagedFile, match="is not a regular file"):
+        read_json(tmp_path / "state.json")
+
+
+def test_nesting_deeper_than_the_recursion_limit_is_damaged(tmp_path: Path):
+    path = tmp_path / "job.json"
+    path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(DamagedFile, match="nested too deeply"):
+        read_json(path)
+
+
+def test_an_event_line_nested_too_deeply_or_with_a_huge_time_is_no_event(tmp_path):
+    deep = '{"key": "x", "time_ms": 1, "v": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert parse_line(deep) is None
+    assert parse_line(f'{{"key": "x", "time_ms": {HUGE}}}') is None
+    assert parse_line('{"key": "x", "time_ms": NaN}') is None
+    path = tmp_path / "events.jsonl"
+    path.write_text(f'{deep}\n{{"key": "run_start", "time_ms": 5}}\n')
+    assert [e["key"] for e in read_events(path)] == ["run_start"]
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [(1, 1.0), (2.5, 2.5), (int(HUGE), None), (float("nan"), None), (True, None), ("1", None)],
+)
+def test_finite_number_says_no_rather_than_raising(value, number):
+    assert finite_number(value) == number
