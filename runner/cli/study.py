@@ -41,7 +41,7 @@ from runner.job.target import ClusterOptions
 @click.option("--link", "link_text", metavar="RATE[,RATE...]", default=None,
               help="Link rates to sweep (100mbit,1gbit): shaped links here, pod bandwidth "
               "limits on a cluster.")  # fmt: skip
-@click.option("--runs", type=click.IntRange(min=1), default=None,
+@click.option("--runs", type=click.IntRange(min=1, max=1000), default=None,
               help="Runs per cell (default: the benchmark's; 5+ for MLPerf stats).")  # fmt: skip
 @click.option("--set", "set_items", multiple=True, metavar="KEY=V[,V...]",
               help="One value for every run, or several (a,b) to sweep; repeatable.")  # fmt: skip

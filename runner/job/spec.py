@@ -29,6 +29,12 @@ DEVICES: tuple[Device, ...] = ("cpu", "cuda")
 SPEC_VERSION = 1
 
 
+# Far past the largest training runs (MLPerf's have thousands of accelerators), and small
+# enough that whatever goes over the ranks (their logs, their pods) stays cheap: job.json is
+# read back from disk, where a world size of 10**12 would be a loop that never ends.
+MAX_WORLD_SIZE = 100_000
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where the processes run: nodes x processes per node, on one kind of device, and the
@@ -47,6 +53,10 @@ class Placement:
             raise SpecError("--nodes", f"must be at least 1, got {self.num_nodes}")
         if self.procs_per_node < 1:
             raise SpecError("--workers", f"must be at least 1, got {self.procs_per_node}")
+        if self.world_size > MAX_WORLD_SIZE:
+            raise SpecError(
+                "--workers", f"at most {MAX_WORLD_SIZE} workers in all, not {self.world_size}"
+            )
         if self.min_workers is not None:
             self._check_elastic()
         if self.device not in DEVICES:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from runner.backends.base import Backend
 
 
+LOCAL_MAX_WORKERS = 1024
+
+
 @dataclass(frozen=True)
 class ClusterOptions:
     """The options that name a cluster, as the user gave them."""
@@ -49,6 +52,12 @@ class Target:
         """`workers` processes in all (`min_workers`: an elastic run's fewest, --workers
         MIN:MAX); on a cluster, one pod per node of `per_node` processes (elastic: one)."""
         if not self.remote:
+            if workers > LOCAL_MAX_WORKERS:  # each is a process here, and each imports torch
+                raise SpecError(
+                    "--workers",
+                    f"a local run starts one process per worker on this machine: at most "
+                    f"{LOCAL_MAX_WORKERS}, not {workers}",
+                )
             return Placement(1, workers, self.device, link, min_workers)
         if min_workers is not None:
             return Placement(workers, 1, self.device, link, min_workers)

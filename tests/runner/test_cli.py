@@ -91,6 +91,24 @@ def test_a_bad_workers_value_is_one_line_saying_what_it_takes(tmp_path, workers,
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "cnn-digits", "--workers", "99999999999", "--dry-run"),
+        ("submit", "cnn-digits", "--workers", "1:99999999999", "--dry-run"),
+        ("sweep", "cnn-digits", "--workers", "1,99999999999", "--runs", "1"),
+        ("sweep", "cnn-digits", "--workers", "1", "--runs", "100000000"),
+    ],
+)
+def test_absurd_worker_and_run_counts_are_refused_before_anything_is_built(tmp_path, args):
+    # Unrefused, each of these builds (then starts) billions of processes or runs: the command
+    # never returns and eats the machine's memory.
+    result = invoke(*args, results=tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "1024" in result.output or "1<=x<=1000" in result.output
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
 def test_an_elastic_run_with_a_ddp_strategy_is_refused_naming_the_fix(tmp_path):
     result = invoke("submit", "cnn-digits", "--workers", "2:3", "--dry-run", results=tmp_path)
     assert result.exit_code == 2

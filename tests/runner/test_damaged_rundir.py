@@ -4,6 +4,7 @@ commands about the damaged run say which file and what is wrong, without a trace
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ DAMAGE = {
     "a list": b"[1, 2, 3]",
     "wrong types": json.dumps({"state": 7, "reason": ["x"]}).encode(),
     "NaN": b'{"state": "FAILED", "exit_code": NaN}',
+    # Deeper than the interpreter's recursion limit: json raises RecursionError, no ValueError.
+    "nested too deeply": b'{"state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
 }
 
 
@@ -57,6 +60,18 @@ def test_runs_lists_a_damaged_run_beside_the_good_one(tmp_path, name, damage):
         "cnn-digits-good",
         "cnn-digits-bad",
     }
+
+
+def test_a_job_of_an_absurd_world_size_is_damaged_and_every_command_about_it_returns(tmp_path):
+    """Anything that goes over the ranks (their logs, missing results) would never end."""
+    _, bad = _two_runs(tmp_path)
+    job = files.read_json(bad / "job.json")
+    job["placement"]["num_nodes"] = 10**12
+    files.write_json(bad / "job.json", job)
+    for args in (("runs",), ("status", "cnn-digits-bad"), ("report", "cnn-digits-bad")):
+        result = invoke(tmp_path, *args)
+        assert "Traceback" not in result.output
+        assert "job.json" in result.output and "at most 100000 workers" in result.output
 
 
 @pytest.mark.parametrize("name", ["job.json", "state.json"])
@@ -126,3 +141,37 @@ def test_a_report_leaves_a_damaged_run_out_and_says_which(tmp_path):
     assert result.exit_code == 0, result.output
     assert "left out, damaged: cnn-digits-r1: summary.json is not valid JSON" in result.output
     assert (tmp_path / "out" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("name", ["job.json", "state.json", "summary.json"])
+def test_a_record_that_is_a_directory_is_damage_not_a_crash(tmp_path, name):
+    _, bad = _two_runs(tmp_path)
+    (bad / name).unlink()
+    (bad / name).mkdir()  # os.fdopen refuses a directory with IsADirectoryError
+    result = invoke(tmp_path, "runs")
+    assert result.exit_code == 0, result.output
+    assert f"{name}: is not a regular file" in result.output
+    assert "target in 10.0 s" in result.output  # the good run
+
+
+def test_a_number_too_large_for_a_float_is_damage_not_a_crash(tmp_path):
+    # JSON allows integers of hundreds of digits; math.isfinite and float() raise
+    # OverflowError on them, which escaped every reader that expected ValueError.
+    huge = "1" + "0" * 400
+    _, bad = _two_runs(tmp_path)
+    text = (bad / "summary.json").read_text()
+    (bad / "summary.json").write_text(
+        re.sub(r'"run_time_s": [0-9.]+', f'"run_time_s": {huge}', text)
+    )
+    good_events = tmp_path / "cnn-digits-good" / "events.jsonl"
+    with good_events.open("a") as f:
+        f.write(f'{{"key": "train_loss", "time_ms": {huge}, "value": 0.5}}\n')
+        f.write(f'{{"key": "train_loss", "time_ms": 1700000000000, "value": {huge}}}\n')
+    result = invoke(tmp_path, "runs")
+    assert result.exit_code == 0, result.output
+    assert "summary.json: field 'run_time_s' is not a finite number" in result.output
+    assert not any(e["time_ms"] == int(huge) for e in read_events(good_events))
+    out = tmp_path / "out"
+    reported = invoke(tmp_path, "report", "cnn-digits-good", "--out", str(out))
+    assert reported.exit_code == 0, reported.output
+    assert (out / "curves.png").stat().st_size > 0
