@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from contract.files import DamagedFile
 from runner.cli.common import (
     Settings,
     confirm,
@@ -51,15 +52,24 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
         raise RunnerError("no Pulumi.yaml here or above; run this inside the stackbench checkout")
     shape = costs.load_shape(stack, project)
     prices = costs.stack_prices(costs.load_price_table(), shape)
-    runs = [load_run(r.run_dir) for r in teardowns.stack_runs(settings.results_dir, stack)]
+    runs, damaged = [], []
+    for recorded in teardowns.stack_runs(settings.results_dir, stack):
+        try:
+            runs.append(load_run(recorded.run_dir))
+        except DamagedFile as err:  # one damaged run must not hide the others' costs
+            damaged.append(f"{recorded.run_id}: left out, {err.path.name} {err.problem}")
     run_costs = reports.cluster_costs(runs, project)
     console.print(plain_table(costs_table(shape, prices)))
     for run in runs:
         console.print(f"  {run.run_id}: {reports.cost_text(run_costs.get(run.run_id), run)}")
+    for line in damaged:
+        console.print(f"  {line}", markup=False)
     if hours is not None:
         used = [costs.RunUse(r.num_nodes, reports.run_duration_s(r)) for r in runs]
         life = costs.lifetime_cost(prices, shape, hours * costs.SECONDS_PER_HOUR, used)
         text = f"${life.usd:,.2f}" if life.usd is not None else f"unknown price ({life.reason})"
+        if damaged:  # what they used above an autoscaled floor is unknown
+            text += f", not counting {len(damaged)} damaged run(s)"
         console.print(f"lifetime ({hours:g} h, {life.node_hours:.1f} node-h): {text}")
         for part in life.parts:
             usd = f"${part.usd:,.2f}" if part.usd is not None else part.unknown_reason

@@ -278,9 +278,20 @@ def _total(*parts: Part) -> Cost:
 
 def run_duration_s(created_at: str, finished_at: str | None, fallback_s: float | None) -> float:
     """From job creation to its final state when both are known, else the workload's own
-    init + run time (a lower bound: scheduling and image pulls are missing)."""
-    if finished_at:
-        start = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
-        end = datetime.fromisoformat(finished_at.replace("Z", "+00:00"))
+    init + run time (a lower bound: scheduling and image pulls are missing). The times come
+    from the run's records (the state's from the cluster): one that is not an ISO time with
+    its offset counts as unknown."""
+    start, end = _instant(created_at), _instant(finished_at)
+    if start is not None and end is not None:
         return max(0.0, (end - start).total_seconds())
     return fallback_s or 0.0
+
+
+def _instant(text: str | None) -> datetime | None:
+    """An ISO 8601 time with its UTC offset; None if there is none or it is not one (a time
+    without an offset cannot be compared with one that has it)."""
+    try:
+        moment = datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.utcoffset() is not None else None

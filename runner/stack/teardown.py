@@ -21,13 +21,14 @@ Never prints: steps and destroy output go to a callback.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from contract.files import DamagedFile
-from contract.rundir import read_state
+from contract.rundir import rank_log, read_state
 from infra import stackfiles
 from infra.config import ConfigError
 from runner import api
@@ -88,13 +89,16 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
 
 def unfetched_reason(run: api.Run) -> str | None:
     """Why this run's results may still be only on the cluster, or None if they are home."""
-    state = read_state(run.run_dir)
+    try:
+        state = read_state(run.run_dir)
+    except DamagedFile as err:  # one damaged run must not keep the others' stack standing
+        return f"{err.path.name} {err.problem}; it may still be running or hold results"
     if state is None or not state.state.finished:
         last = state.state.value if state else "unknown"
         return f"last recorded state {last}; it may still be running or hold results"
     if state.state.value == "SUCCEEDED" and not (run.run_dir / rundir.SUMMARY).is_file():
         return "SUCCEEDED but summary.json was never fetched"
-    if state.state.value == "FAILED" and not rundir.rank_log(run.run_dir, 0).is_file():
+    if state.state.value == "FAILED" and not rank_log(run.run_dir, 0).is_file():
         return "FAILED and its logs were never fetched"
     return None
 
@@ -146,14 +150,15 @@ def cancel_remaining(
     raised: destroy removes the jobs with the cluster anyway."""
     cancelled, errors = [], []
     for run in stack_runs(results_root, stack):
-        state = read_state(run.run_dir)
-        if state is not None and state.state.finished:
-            continue
+        with contextlib.suppress(DamagedFile):  # damaged: maybe unfinished, so cancel it
+            state = read_state(run.run_dir)
+            if state is not None and state.state.finished:
+                continue
         try:
             api.cancel(results_root, run)
             cancelled.append(run.run_id)
             on_line(f"cancelled {run.run_id}")
-        except RunnerError as err:
+        except (RunnerError, DamagedFile) as err:
             errors.append(f"{run.run_id}: {err}")
             on_line(f"could not cancel {run.run_id}: {err}")
     return cancelled, errors

@@ -30,6 +30,7 @@ EVENTS = "v1/events"
 TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
 PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
 JOB_RESOURCES = {"trainjob": TRAINJOBS, "pytorchjob": PYTORCHJOBS}
+LOG_CHUNK_BYTES = 16 * 1024  # a kubelet flushes a streamed log in pieces of about this size
 STATUS_CHANGES = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
 
 
@@ -187,7 +188,7 @@ class _Emulator(kmock.KubernetesEmulator):
             self.after_log_read(request.name)
             if request.params.get("follow") == "true":
                 return self._follow_log(request, key)
-            return self.pod_logs[key].encode()
+            return _chunks(self.pod_logs[key].encode())
         return await super()._serve_fetch(request)
 
     async def _follow_log(self, request: Any, key: tuple[str, str]) -> AsyncIterator[bytes]:
@@ -200,7 +201,8 @@ class _Emulator(kmock.KubernetesEmulator):
             if not current.startswith(text[:sent]):
                 return  # replaced: a new container; this stream was the old one's
             if len(current) > sent:
-                yield current[sent:].encode()
+                async for chunk in _chunks(current[sent:].encode()):
+                    yield chunk
                 sent, text = len(current), current
             if key in self.ended_logs or key not in self.pod_logs:
                 return
@@ -208,6 +210,14 @@ class _Emulator(kmock.KubernetesEmulator):
                 request._raw_request.transport.abort()
                 return
             await tick.wait()
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    """`data` in pieces of at most LOG_CHUNK_BYTES, as a kubelet streams a log: a long line
+    reaches the client in many reads, never in one."""
+    yield b""
+    for start in range(0, len(data), LOG_CHUNK_BYTES):
+        yield data[start : start + LOG_CHUNK_BYTES]
 
 
 def _status_event(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -307,12 +317,14 @@ class FakeCluster:
     def set_job_condition(self, job_api: str, name: str, kind: str, message: str = "") -> None:
         condition = {"type": kind, "status": "True", "message": message,
                      "lastTransitionTime": "2030-01-01T00:10:00Z"}  # fmt: skip
+        self.patch_job(job_api, name, {"status": {"conditions": [condition]}})
+
+    def patch_job(self, job_api: str, name: str, patch: dict[str, Any]) -> None:
+        """Merge `patch` into the job, as a controller (or anything else) writing it would."""
 
         def apply() -> None:
             resource = JOB_RESOURCES[job_api]
-            self.emulator.objects[resource, self.namespace, name].patch(
-                {"status": {"conditions": [condition]}}
-            )
+            self.emulator.objects[resource, self.namespace, name].patch(patch)
             self.emulator.record(resource, self.namespace, name, "MODIFIED")
 
         self._mutate(apply)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -201,6 +202,24 @@ def test_unknown_context_lists_the_known_ones(tmp_path: Path):
     kc = write_kubeconfig(tmp_path / "kc")
     with pytest.raises(SpecError, match="contexts: main, other"):
         connect(kubeconfig=kc, context="prod", image="r/t:1")
+
+
+@pytest.mark.parametrize(
+    ("contexts", "problem"),
+    [
+        (["main"], "not a list of {name, context} objects"),
+        ({"main": {}}, "not a list of {name, context} objects"),
+        ([{"name": "main", "context": "team-a"}], "not a list of {name, context} objects"),
+        ([{"name": "main", "context": {"namespace": ["team-a"]}}], "not a Kubernetes namespace"),
+        ([{"name": "main", "context": {"namespace": "Team/../a"}}], "not a Kubernetes namespace"),
+    ],
+)
+def test_a_damaged_kubeconfig_is_bad_input_naming_the_file(tmp_path: Path, contexts, problem):
+    path = tmp_path / "kc"
+    path.write_text(json.dumps({"current-context": "main", "contexts": contexts}))
+    with pytest.raises(SpecError, match=re.escape(problem)) as err:
+        connect(kubeconfig=path, image="r/t:1")
+    assert err.value.param == "--kubeconfig" and str(path) in str(err.value)
 
 
 def test_stack_and_kubeconfig_are_exclusive(tmp_path: Path):

@@ -189,3 +189,28 @@ def test_cost_of_a_gke_stack_counts_recorded_runs_above_the_floor(tmp_path):
     assert "8.00 node-h of 1 recorded run(s) above it" in out.output
     # 8 node-h x $0.73 on top of the idle stack's $7.02
     assert "lifetime (30 h, 38.0 node-h): $12.86" in out.output
+
+
+@pytest.mark.parametrize("since", ["garbage", "2026-01-01T02:00:00"])  # not a time; no offset
+def test_a_run_whose_recorded_end_is_not_a_time_is_priced_by_its_own_run_time(tmp_path, since):
+    run_dir = make_run(tmp_path, "r", 4, 10.0, stack="gke-gpu-8", num_nodes=4,
+                       created_at="2026-01-01T00:00:00+00:00", finished_at=since)  # fmt: skip
+    out = invoke_cost(tmp_path, "--stack", "gke-gpu-8", "--hours", "30")
+    assert out.exit_code == 0, out.output
+    run = load_run(run_dir)
+    fallback_s = run.summary.init_time_s + run.summary.run_time_s  # type: ignore[union-attr]
+    assert reports.run_duration_s(run) == fallback_s
+    assert f"{4 * fallback_s / 3600:.2f} node-h of 1 recorded run(s) above it" in out.output
+
+
+def test_a_run_with_a_damaged_state_is_named_and_the_others_still_priced(tmp_path):
+    make_run(tmp_path, "good", 4, 10.0, stack="gke-gpu-8", num_nodes=4,
+             created_at="2026-01-01T00:00:00+00:00",
+             finished_at="2026-01-01T02:00:00+00:00")  # fmt: skip
+    bad = make_run(tmp_path, "bad", 4, 10.0, stack="gke-gpu-8", num_nodes=4)
+    (bad / "state.json").write_text('{"state": "SUCC')
+    out = invoke_cost(tmp_path, "--stack", "gke-gpu-8", "--hours", "30")
+    assert out.exit_code == 0, out.output
+    assert "bad: left out, state.json is not valid JSON" in out.output
+    assert "8.00 node-h of 1 recorded run(s) above it" in out.output
+    assert "$12.86, not counting 1 damaged run(s)" in out.output

@@ -17,7 +17,7 @@ import yaml
 
 from contract import events as keys
 from contract import files
-from contract.rundir import JobState, read_state
+from contract.rundir import JobState, rank_log, read_state
 from runner.backends.kubernetes.backend import KubernetesBackend, from_handle
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import Placement, resolve
@@ -311,9 +311,9 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     assert files.read_json(run_dir / rundir.MANIFEST) == MANIFEST
     logged = [e["key"] for e in keys.read_events(run_dir / rundir.EVENTS)]
     assert logged.count(keys.RUN_START) == 1 and keys.RUN_STOP in logged
-    assert rundir.rank_log(run_dir, 3).read_text() == "rank 3 training\nrank 3 done\n"
+    assert rank_log(run_dir, 3).read_text() == "rank 3 training\nrank 3 done\n"
     # torchrun's own lines (unprefixed) are no rank's: they are kept beside, per node.
-    assert rundir.rank_log(run_dir, 2).read_text() == "rank 2 training\nrank 2 done\n"
+    assert rank_log(run_dir, 2).read_text() == "rank 2 training\nrank 2 done\n"
     launcher = (run_dir / "logs" / "node-1.unattributed.log").read_text()
     assert launcher == "launcher: starting workers\n"
     assert read_state(run_dir).state is JobState.SUCCEEDED
@@ -429,4 +429,18 @@ def test_from_handle_refuses_a_damaged_pending_timeout_in_job_json(cluster, tmp_
     record["cluster"]["pending_timeout_s"] = "600; rm -rf /"
     (run_dir / rundir.JOB).write_text(json.dumps(record))
     with pytest.raises(RunnerError, match="pending_timeout_s that is not a positive number"):
+        from_handle(handle, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("stack", ["gke-gpu-8"]), ("kubeconfig", 5), ("job_api", {"x": 1}), ("image", 7)],
+)
+def test_from_handle_refuses_a_damaged_cluster_reference_in_job_json(cluster, tmp_path, key, value):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    record = json.loads((run_dir / rundir.JOB).read_text())
+    record["cluster"][key] = value
+    (run_dir / rundir.JOB).write_text(json.dumps(record))
+    with pytest.raises(RunnerError, match=rf"job.json has a cluster.{key} that is not text"):
         from_handle(handle, tmp_path)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from contract import events as keys
-from contract.rundir import JobState, read_state
+from contract.rundir import JobState, rank_log, read_state
 from runner.errors import RunnerError
 from runner.job.spec import JobSpec, Placement, resolve
 from runner.results import rundir
@@ -89,7 +89,7 @@ def test_an_elastic_run_that_lost_a_worker_succeeds_naming_the_pod_that_left(clu
     # Its summary (the world at the end: 2 of the 3 started) is the run's, not refused.
     assert backend.fetch(handle, run_dir) == []
     assert rundir.read_summary(run_dir).world_size == 2
-    assert rundir.rank_log(run_dir, 2).read_text() == "worker 2 training\n"
+    assert rank_log(run_dir, 2).read_text() == "worker 2 training\n"
 
 
 def test_an_elastic_run_left_below_its_minimum_fails_naming_the_pods_that_left(cluster, tmp_path):

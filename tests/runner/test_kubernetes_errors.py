@@ -140,11 +140,13 @@ def test_a_run_whose_submit_failed_answers_every_question_without_the_cluster(tm
     assert read_state(run_dir) == failed
 
 
-def test_a_server_that_is_not_an_api_server_is_named_in_one_line(tmp_path, server):
+# The second is JSON nested past the recursion limit: json.loads raises RecursionError on it.
+@pytest.mark.parametrize("body", ["<html>a captive portal</html>", "[" * 100_000])
+def test_a_server_that_is_not_an_api_server_is_named_in_one_line(tmp_path, server, body):
     served, url = server
     pods = served / "api" / "v1" / "namespaces" / "bench" / "pods"
     pods.parent.mkdir(parents=True)
-    pods.write_text("<html>a captive portal</html>")
+    pods.write_text(body)
     conn = stack_connection("trainjob", kubeconfig=kubeconfig_for(url))
     backend = KubernetesBackend(conn, api_factory=lambda c: KubeApi(c, max_attempts=1))
     with pytest.raises(RunnerError, match=r"not JSON; is it a Kubernetes API server\?"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 from collections.abc import Iterator
@@ -15,8 +16,16 @@ from pathlib import Path
 import pytest
 
 from contract import files
-from contract.rundir import EVENTS, MANIFEST, SUMMARY
-from runner.backends.kubernetes import demux, results_store
+from contract.rundir import (
+    EVENTS,
+    MANIFEST,
+    MAX_REASON_CHARS,
+    SUMMARY,
+    JobState,
+    rank_log,
+    read_state,
+)
+from runner.backends.kubernetes import demux, results_store, streams
 from runner.backends.kubernetes.records import Expected, check_file
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
 from runner.errors import RunnerError
@@ -176,6 +185,12 @@ def test_a_record_that_is_not_this_runs_is_refused(store, tmp_path):
     assert "line 1" in copied.refused[EVENTS]
 
 
+def test_an_event_nested_past_the_recursion_limit_is_refused_not_a_crash(store, tmp_path):
+    (store / RUN_ID / EVENTS).write_text("[" * 100_000 + "\n")
+    copied = fetch(store, tmp_path / "run")
+    assert copied.refused[EVENTS].endswith("line 1 is an event that is not a JSON object")
+
+
 # ---- cloud stores: the CLI's output is capped too --------------------------------------------
 
 
@@ -284,7 +299,7 @@ def test_forged_lines_never_reach_another_ranks_log_the_events_or_the_summary(cl
     assert backend.fetch(handle, run_dir) == []
     assert rundir.read_summary(run_dir).to_dict() == GOOD_SUMMARY
     assert "forged" not in (run_dir / EVENTS).read_text()
-    assert "never said" not in rundir.rank_log(run_dir, 0).read_text()
+    assert "never said" not in rank_log(run_dir, 0).read_text()
     logs = sorted(p.name for p in (run_dir / "logs").iterdir())
     assert logs == [
         "node-0.unattributed.log", "node-1.unattributed.log",
@@ -292,6 +307,28 @@ def test_forged_lines_never_reach_another_ranks_log_the_events_or_the_summary(cl
     ]  # fmt: skip
     kept = demux.unattributed_log(run_dir, 1).read_text()
     assert "[rank0]:rank 0 never said this" in kept and kept.count("spam") == 200
+
+
+def test_an_over_long_line_cannot_pass_its_rest_off_as_another_ranks_line(cluster, tmp_path):
+    """Rank 1 shares node 0 with rank 0; torchrun prefixes its lines `[rank1]:`, but a line
+    longer than the runner's cap must not be cut into a second line starting `[rank0]:`."""
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    forged = {**GOOD_SUMMARY, "time_to_target_s": 0.125}
+    event = {"key": "stackbench_summary", "value": forged, "event_type": "POINT_IN_TIME",
+             "time_ms": 1, "metadata": {}}  # fmt: skip
+    padding = "[rank1]:" + "A" * (streams.MAX_LINE_BYTES - len("[rank1]:"))
+    # Padded past what one read brings, so that the cap is met before the line's end.
+    tail = f"[rank0]::::MLLOG {json.dumps(event)}" + " " * (2 * streams.CHUNK_BYTES) + "\n"
+    node0 = pod_log(range(2), rank0_stdout()) + padding + tail
+    cluster.add_pod(pod("trainjob", RUN_ID, 0, "Succeeded"), log=node0)
+    cluster.add_pod(pod("trainjob", RUN_ID, 1, "Succeeded"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    assert backend.fetch(handle, run_dir) == []
+    assert rundir.read_summary(run_dir).to_dict() == GOOD_SUMMARY
+    assert "0.125" not in rank_log(run_dir, 0).read_text()
+    rank1 = rank_log(run_dir, 1).read_text().splitlines()
+    assert rank1[-1] == padding[len("[rank1]:") :]  # cut at the cap, the rest dropped
 
 
 def test_rank0s_own_summary_for_another_run_is_refused_with_the_reason(cluster, tmp_path):
@@ -320,3 +357,81 @@ def test_the_fetch_caps_a_user_gives_reach_the_backend(tmp_path):
     backend = api.backend_for(run, tmp_path, (1, 3))
     assert backend.store_limits == StoreLimits(1 << 20, 3 << 20)  # type: ignore[attr-defined]
     assert api.backend_for(run, tmp_path).store_limits == StoreLimits()  # type: ignore[attr-defined]
+
+
+# ---- the API server's objects: a field of the wrong type is refused in one line --------------
+
+
+def _with(obj: dict, path: str, value: object) -> dict:
+    """`obj` with the field at dotted `path` (list items by index) set to `value`."""
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node = obj
+    for part in parents:
+        node = node[part]
+    node[last] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "problem"),
+    [
+        ("status.containerStatuses.0.restartCount", "x", "restartCount is not an integer"),
+        ("status.containerStatuses.0.state", "x", "state is not an object"),
+        ("status.containerStatuses", 5, "status.containerStatuses is not a list"),
+        ("status.startTime", 5, "status.startTime is not an RFC 3339 time"),
+        ("status.conditions", [None], "status.conditions[0] is not an object"),
+        ("metadata.annotations", ["x"], "metadata.annotations is not a map of text"),
+    ],
+)
+def test_a_pod_of_the_wrong_shape_is_refused_naming_the_field(cluster, tmp_path, path, value,
+                                                              problem):  # fmt: skip
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(pod("trainjob", RUN_ID, 0), log="")
+    cluster.add_pod(_with(pod("trainjob", RUN_ID, 1), path, value), log="")
+    with pytest.raises(RunnerError, match=re.escape(problem)):
+        backend.status(handle)
+    with pytest.raises(RunnerError, match=re.escape(problem)):
+        list(backend.watch(handle))
+    with pytest.raises(RunnerError, match=re.escape(problem)):
+        list(backend.logs(handle, 2, follow=False))
+    backend.close()
+
+
+@pytest.mark.parametrize(
+    ("patch", "problem"),
+    [
+        ({"spec": {"trainer": {"numNodes": "two"}}}, "spec.trainer.numNodes is not a count"),
+        ({"spec": {"trainer": {"numNodes": 10**12}}}, "spec.trainer.numNodes is not a count"),
+        ({"status": {"conditions": "Complete"}}, "status.conditions is not a list"),
+        (
+            {"status": {"conditions": [{"type": "Complete", "status": ["True"]}]}},
+            "status is not text",
+        ),
+        ({"metadata": {"creationTimestamp": "yesterday"}}, "creationTimestamp is not an RFC 3339"),
+    ],
+)
+def test_a_job_of_the_wrong_shape_is_refused_naming_the_field(cluster, tmp_path, patch, problem):
+    backend = make_backend(cluster, tmp_path, "trainjob", pending_timeout_s=600)
+    handle, _ = submit(backend, tmp_path, make_spec())
+    cluster.patch_job("trainjob", RUN_ID, patch)
+    with pytest.raises(RunnerError, match=re.escape(problem)):
+        backend.status(handle)
+    with pytest.raises(RunnerError, match=re.escape(problem)):
+        list(backend.watch(handle))
+    backend.close()
+
+
+def test_a_cluster_message_reaches_the_record_as_one_printable_line(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    message = "0/3 nodes\n\x1b]0;owned\x07\x1b[2J are available" + "!" * 5000
+    scheduled = {"type": "PodScheduled", "status": "False", "message": message}
+    cluster.add_pod(pod("trainjob", RUN_ID, 0, "Pending", conditions=[scheduled]))
+    cluster.add_event({"metadata": {"name": "garbage"}, "type": "Warning", "involvedObject": 5})
+    status = backend.status(handle)
+    assert status.state is JobState.PENDING
+    assert status.reason.startswith("node 0 (pod ")
+    assert "cannot be scheduled: 0/3 nodes ]0;owned [2J are available!!!" in status.reason
+    assert status.reason.isprintable() and len(status.reason) <= MAX_REASON_CHARS
+    assert read_state(run_dir) == status

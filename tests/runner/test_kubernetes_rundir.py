@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from contract import files
+from contract.rundir import rank_log
 from runner.backends.local.backend import SUPERVISOR_FILE
 from runner.backends.local.launch import LAUNCH_FILE
 from runner.job.spec import JobSpec
@@ -53,7 +54,7 @@ def test_kubernetes_run_directory_matches_a_local_one(finished_run, cluster, tmp
     log = "".join(
         f"[rank{r}]:{line}\n"
         for r in range(workers)
-        for line in rundir.rank_log(local_dir, r).read_text().splitlines()
+        for line in rank_log(local_dir, r).read_text().splitlines()
     )
     cluster.add_pod(pod("trainjob", local.run_id, 0, "Succeeded"), log=log)
     cluster.set_job_condition("trainjob", local.run_id, "Complete")
@@ -68,7 +69,7 @@ def test_kubernetes_run_directory_matches_a_local_one(finished_run, cluster, tmp
     for name in (rundir.EVENTS, rundir.SUMMARY, rundir.MANIFEST):
         assert (k8s_dir / name).read_bytes() == (local_dir / name).read_bytes(), name
     for rank in range(workers):
-        local_log = rundir.rank_log(local_dir, rank).read_text()
-        assert rundir.rank_log(k8s_dir, rank).read_text() == local_log
+        local_log = rank_log(local_dir, rank).read_text()
+        assert rank_log(k8s_dir, rank).read_text() == local_log
     assert rundir.missing_results(k8s_dir, workers) == []
     assert json.loads((k8s_dir / rundir.JOB).read_text())["cluster"]["stack"] == "gke-gpu-8"

@@ -128,6 +128,32 @@ def test_forced_teardown_cancels_running_jobs_before_destroy(tmp_path, pulumi_lo
         cluster.close()
 
 
+def test_a_run_with_a_damaged_state_is_unfetched_and_does_not_block_a_forced_teardown(
+    tmp_path, pulumi_log
+):
+    cluster = FakeCluster(namespace="bench")
+    try:
+        (tmp_path / "outputs.json").write_text(
+            json.dumps(OUTPUTS | {"kubeconfig": cluster.kubeconfig()})
+        )
+        results = tmp_path / "results"
+        make_run(results, "fetched", 2, 5.0, stack=STACK)
+        damaged = make_run(results, "damaged", 2, 5.0, stack=STACK)
+        (damaged / "state.json").write_text("{garbage")
+        result = invoke(results, "teardown", "--stack", STACK, "--yes")
+        assert result.exit_code == 1
+        assert "damaged: state.json is not valid JSON" in result.output
+        assert "--force" in result.output and calls(pulumi_log) == []
+        result = invoke(results, "teardown", "--stack", STACK, "--force", "--yes")
+        assert result.exit_code == 0, result.output
+        assert calls(pulumi_log)[-2:] == [
+            f"destroy --stack {STACK} --yes",
+            f"stack export --stack {STACK}",
+        ]
+    finally:
+        cluster.close()
+
+
 def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_path, pulumi_log):
     types = {"s": "pulumi:pulumi:Stack", "p": "pulumi:providers:gcp",
              "results": "gcp:storage/bucket:Bucket"}  # fmt: skip

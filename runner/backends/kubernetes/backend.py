@@ -31,11 +31,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from contract.rundir import JobState, JobStatus
+from contract.rundir import JobState, JobStatus, rank_log
 from runner.backends.base import KubernetesRequest, Request
 from runner.backends.kubernetes import collect, demux, observe
 from runner.backends.kubernetes.client import KubeApi, NotFound
-from runner.backends.kubernetes.connection import ClusterConnection, connect_reference
+from runner.backends.kubernetes.connection import (
+    ClusterConnection,
+    connect_reference,
+    reference_problem,
+)
 from runner.backends.kubernetes.follow import EventFeed, LogFollower
 from runner.backends.kubernetes.memory import RunMemory, record_in, state_in
 from runner.backends.kubernetes.render import render, to_yaml
@@ -301,7 +305,7 @@ class KubernetesBackend:
 
     def _archived_log(self, name: str, rank: int) -> Iterator[str] | None:
         run_dir = self._memory.run_dir(name)
-        return None if run_dir is None else collect.open_rank_log(rundir.rank_log(run_dir, rank))
+        return None if run_dir is None else collect.open_rank_log(rank_log(run_dir, rank))
 
     # ---- results -----------------------------------------------------------------------
 
@@ -403,6 +407,9 @@ def from_handle(
             f"{results_root / name}/job.json does not say which cluster ran {handle}; "
             "it was not submitted by this runner's Kubernetes backend"
         )
+    problem = reference_problem(ref)
+    if problem:
+        raise RunnerError(f"{results_root / name}/job.json has {problem}; fix or remove it")
     timeout_s = ref.get("pending_timeout_s")
     if timeout_s is not None and (
         not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0

@@ -3,15 +3,15 @@ turned into one-line RunnerErrors that name the cluster and what to do next, and
 of transient ones.
 
 Collections (the job, its pods, the namespace's warning events) are listed, and watched from a
-list's resourceVersion (streams.py reads the watch). What it is not: a general client, nor the
-policy of following a job (watch.py). Imported only by the kubernetes backend, never on the
-runner's start-up path.
+list's resourceVersion (streams.py reads the watch); every object that comes in, listed, got or
+watched, has the types of the fields the runner reads checked first (objects.py). What it is
+not: a general client, nor the policy of following a job (watch.py). Imported only by the
+kubernetes backend, never on the runner's start-up path.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 import weakref
@@ -24,6 +24,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from contract import files
+from runner.backends.kubernetes import objects
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
 from runner.backends.kubernetes.streams import Stream, Transient, WatchStream
 from runner.errors import RunnerError
@@ -175,7 +177,7 @@ class KubeApi:
         job = self._json(result.data, what)  # type: ignore[attr-defined]
         if not isinstance(job, dict) or not isinstance(job.get("metadata"), dict):
             raise self._garbage(what, "something that is not a job object")
-        return job
+        return self.checked("job", [job], what)[0]
 
     def delete_job(self, name: str) -> None:
         r = self.resource
@@ -235,7 +237,25 @@ class KubeApi:
         meta = data.get("metadata") if isinstance(data, dict) else None
         if not isinstance(items, list) or not isinstance(meta, dict):
             raise self._garbage(f"list {collection}", "a list without items or metadata")
-        return [i for i in items if isinstance(i, dict)], str(meta.get("resourceVersion") or "")
+        checked = self.checked(collection, items, f"list {collection}")
+        return checked, str(meta.get("resourceVersion") or "")
+
+    def checked(self, collection: str, items: list[Any], what: str) -> list[dict[str, Any]]:
+        """`items` whose fields the runner reads have their types (objects.py). A job or a pod
+        of the wrong shape is refused; a warning event of the wrong shape only refines a
+        pending reason, so it is left out."""
+        kind = self.conn.job_api if collection == "job" else collection
+        kept = []
+        for item in items:
+            found = objects.problem(kind, item)
+            if found is None:
+                kept.append(item)
+            elif collection == "events":
+                log.info("%s: ignoring an event whose %s", what, found)
+            else:
+                name = item.get("metadata", {}).get("name") if isinstance(item, dict) else None
+                raise self._garbage(what, f"a {kind} object {name!r:.60} whose {found}"[:300])
+        return kept
 
     def watch_objects(
         self,
@@ -263,7 +283,13 @@ class KubeApi:
             _request_timeout=(self.request_timeout_s, timeout_s + WATCH_READ_SLACK_S),
             attempts=attempts,
         )
-        return WatchStream(response, what, self.host, lambda code, msg: self.error(what, code, msg))
+        return WatchStream(
+            response,
+            what,
+            self.host,
+            lambda code, msg: self.error(what, code, msg),
+            lambda obj: self.checked(collection, [obj], what),
+        )
 
     def _collection(self, collection: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         ns = self.conn.namespace
@@ -384,7 +410,7 @@ class KubeApi:
 
     def _json(self, data: bytes, what: str) -> Any:
         try:
-            return json.loads(data)
+            return files.loads(data)
         except ValueError:
             raise self._garbage(what, "an answer that is not JSON") from None
 
@@ -397,6 +423,6 @@ class KubeApi:
 
 def _status_message(err: ApiException) -> str:
     try:
-        return json.loads(err.body or "").get("message") or err.reason
+        return files.loads(err.body or "").get("message") or err.reason
     except (TypeError, ValueError, AttributeError):
         return str(err.reason)

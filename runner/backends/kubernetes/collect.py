@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import files
-from contract.rundir import JobState, JobStatus
+from contract.rundir import JobState, JobStatus, rank_log
 from runner.backends.kubernetes import demux, observe, records
 from runner.backends.kubernetes.client import KubeApi, NotFound, Selector
 from runner.backends.kubernetes.connection import ClusterConnection
@@ -146,7 +146,7 @@ class Harvest:
             lines = self.api.pod_log(_pod_name(pod), container)
             split = demux.split(lines, demux.NodeRanks(node, per_node, world, elastic))
             for rank, rank_lines in split.per_rank.items():
-                files.write_text(rundir.rank_log(self.dest, rank), _text(rank_lines))
+                files.write_text(rank_log(self.dest, rank), _text(rank_lines))
                 self.archived.add(rank)
             if split.unattributed:
                 path = demux.unattributed_log(self.dest, node)
@@ -170,7 +170,7 @@ class Harvest:
             log.warning("refused %s from the results store: %s", name, why)
         if not wanted:
             return
-        lines = open_rank_log(rundir.rank_log(self.dest, 0))
+        lines = open_rank_log(rank_log(self.dest, 0))
         rebuilt = records.rebuild(lines or iter(()), self.expected, wanted)
         for name, text in rebuilt.texts.items():
             files.write_text(self.dest / name, text)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -41,6 +42,9 @@ from runner.errors import RunnerError, SpecError
 from runner.stack import pulumi_cli
 
 EXTERNAL = "external"  # the provider of a cluster given by --kubeconfig
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
+# What job.json's `cluster` (ClusterConnection.reference) may hold besides pending_timeout_s.
+REFERENCE_TEXTS = ("stack", "kubeconfig", "context", "job_api", "image")
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,20 @@ def connect(
     raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
 
 
+def reference_problem(ref: Mapping[str, Any]) -> str | None:
+    """What is wrong with a `ClusterConnection.reference()` read back from job.json; None if
+    nothing (a damaged one must not reach `pulumi` or the filesystem as a name)."""
+    for key in REFERENCE_TEXTS:
+        if ref.get(key) is not None and not isinstance(ref[key], str):
+            return f"a cluster.{key} that is not text ({ref[key]!r:.40})"
+    return None
+
+
 def connect_reference(ref: Mapping[str, Any]) -> ClusterConnection:
     """Reconnect from `ClusterConnection.reference()` (as stored in job.json)."""
+    problem = reference_problem(ref)
+    if problem:
+        raise RunnerError(f"job.json has {problem}; fix or remove it")
     if ref.get("stack"):
         return connect(stack=ref["stack"], job_api=ref.get("job_api"))
     if ref.get("kubeconfig"):
@@ -229,12 +245,34 @@ def _context_namespace(text: str, context: str | None, path: Path) -> str:
     if not isinstance(data, dict):
         raise SpecError("--kubeconfig", f"{path} is not a kubeconfig")
     name = context or data.get("current-context")
-    contexts = {c.get("name"): c.get("context") or {} for c in data.get("contexts") or []}
+    contexts = _contexts(data.get("contexts"), path)
     if name not in contexts:
         known = ", ".join(str(c) for c in contexts) or "none"
         param = "--context" if context else "--kubeconfig"
         raise SpecError(param, f"no context {name!r} in {path} (contexts: {known})")
-    return contexts[name].get("namespace") or "default"
+    namespace = contexts[name].get("namespace") or "default"
+    # The namespace names the job's API paths and its handle (k8s://<namespace>/<name>).
+    if not isinstance(namespace, str) or not DNS_LABEL.fullmatch(namespace):
+        raise SpecError(
+            "--kubeconfig",
+            f"context {name!r} in {path} has namespace {namespace!r:.80}, which is not a "
+            "Kubernetes namespace name (a DNS label: lowercase letters, digits, '-')",
+        )
+    return namespace
+
+
+def _contexts(entries: Any, path: Path) -> dict[Any, Mapping[str, Any]]:
+    """The kubeconfig's contexts by name; a SpecError naming the file if they are garbage."""
+    if entries is None:
+        return {}
+    damaged = SpecError("--kubeconfig", f"{path} has a `contexts` that is not a list of "
+                        "{name, context} objects; check it with `kubectl config view`")  # fmt: skip
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise damaged
+    contexts = {e.get("name"): e.get("context") or {} for e in entries}
+    if not all(isinstance(c, dict) for c in contexts.values()):
+        raise damaged
+    return contexts
 
 
 def check_image(image: str, param: str) -> str:

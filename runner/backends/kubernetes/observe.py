@@ -32,7 +32,6 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # TrainJob (JobSe
 REPLICA_TYPE = "training.kubeflow.org/replica-type"  # PyTorchJob pods
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
-MAX_REASON_CHARS = 600  # state.json stays small (as the local supervisor's)
 
 
 @dataclass(frozen=True)
@@ -144,13 +143,13 @@ def elastic_end(
     writer_done = 0 in finished
     if writer_done and len(finished) >= min_workers:
         note = f"finished with {len(finished)} of {num_nodes} workers ({exits})" if left else ""
-        return JobStatus(JobState.SUCCEEDED, note[:MAX_REASON_CHARS], since=_ended_at(by_node))
+        return JobStatus(JobState.SUCCEEDED, note, since=_ended_at(by_node))
     if not writer_done:
         why = "worker 0, which hosts the store and writes the run's record, did not finish"
     else:
         why = f"{len(finished)} worker(s) finished; the run needs at least {min_workers}"
     code = next((c for c in (_exit_code(by_node.get(n)) for n in left) if c), None)
-    return JobStatus(JobState.FAILED, f"{why} ({exits})"[:MAX_REASON_CHARS],
+    return JobStatus(JobState.FAILED, f"{why} ({exits})",
                      since=_ended_at(by_node), exit_code=code)  # fmt: skip
 
 

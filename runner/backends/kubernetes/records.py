@@ -145,6 +145,6 @@ class Rebuilt:
 
 def _loads(line: str) -> Any:
     try:
-        return json.loads(line)
+        return files.loads(line)
     except ValueError:
         return None

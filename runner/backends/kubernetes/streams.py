@@ -4,24 +4,28 @@ ends that read at once (it shuts the socket down, as the official client's Watch
 
 A connection that drops mid-stream raises `StreamBroken` (a line cut in half is never given);
 the caller decides whether to resume. Lines are capped in length, so a pod printing an endless
-line cannot exhaust the runner's memory. Not here: opening the responses (client.py) and
-deciding what to do after a drop (watch.py, follow.py).
+line cannot exhaust the runner's memory (what is past the cap is dropped, never given as a line
+of its own). Not here: opening the responses (client.py) and deciding what to do after a drop
+(watch.py, follow.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import urllib3
 
+from contract import files
 from runner.errors import RunnerError
 
 CHUNK_BYTES = 64 * 1024
-# Longer lines are cut into pieces of this size: no log line of ours comes near it.
+# Longer lines are cut at this size and the rest of the line is dropped: no log line of ours
+# comes near it, and a piece of a line given as a line of its own could start with another
+# rank's `[rankN]:` prefix (demux.py), which torchrun puts only at a line's start.
 MAX_LINE_BYTES = 1 << 20
+CHANGES = ("ADDED", "MODIFIED", "DELETED")  # a watch's events that carry an object
 
 
 class Transient(RunnerError):
@@ -47,13 +51,17 @@ class Stream:
         its newline (a log); otherwise an unterminated line at the end is dropped (a watch).
         Ends quietly after close(); raises StreamBroken when the connection drops."""
         try:
-            pending = b""
+            pending, cut = b"", False  # cut: the line being read was too long; drop its rest
             for chunk in self._response.stream(CHUNK_BYTES, decode_content=True):
                 pending += chunk
                 *complete, pending = pending.split(b"\n")
-                while len(pending) > MAX_LINE_BYTES:
+                if cut and complete:  # the first is the rest of the line that was cut
+                    complete, cut = complete[1:], False
+                if cut:
+                    pending = b""
+                elif len(pending) > MAX_LINE_BYTES:
                     complete.append(pending[:MAX_LINE_BYTES])
-                    pending = pending[MAX_LINE_BYTES:]
+                    pending, cut = b"", True
                 for line in complete:
                     yield line.decode("utf-8", errors="replace").rstrip("\r")
             if pending and keep_partial:
@@ -85,7 +93,9 @@ class Stream:
 
 class WatchStream(Stream):
     """A watch: its events, with ERROR events turned into exceptions by `on_error`
-    (a 410 becomes client.Gone; anything else a RunnerError naming the cluster)."""
+    (a 410 becomes client.Gone; anything else a RunnerError naming the cluster), and each
+    changed object passed through `check` (the object, kept: a list of it; left out: an empty
+    list; refused: a RunnerError)."""
 
     def __init__(
         self,
@@ -93,9 +103,11 @@ class WatchStream(Stream):
         what: str,
         host: str,
         on_error: Callable[[int, str], RunnerError],
+        check: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda obj: [obj],
     ) -> None:
         super().__init__(response, what, host)
         self._on_error = on_error
+        self._check = check
 
     def events(self) -> Iterator[dict[str, Any]]:
         for line in self.lines(keep_partial=False):
@@ -112,12 +124,14 @@ class WatchStream(Stream):
                 status = event["object"]
                 code = status.get("code") if isinstance(status.get("code"), int) else 500
                 raise self._on_error(code, str(status.get("message") or status.get("reason")))
+            if event["type"] in CHANGES and not self._check(event["object"]):
+                continue
             yield event
 
 
 def _event(line: str) -> dict[str, Any] | None:
     try:
-        event = json.loads(line)
+        event = files.loads(line)
     except ValueError:
         return None
     if (

@@ -1,0 +1,174 @@
+"""The fields of the API server's objects that the runner reads (observe.py, follow.py, watch.py),
+checked where the objects enter (client.py), so that an object of the wrong shape is refused in
+one line naming the field, never met later as a Python error.
+
+A real API server validates pods and the jobs' CRDs, but the runner talks to whatever its
+kubeconfig names, through whatever proxies: a cluster is not trusted. The checks are of types
+and sizes only; what the values mean is observe.py's. `null` is absence, as in the API's own
+JSON (a Go nil slice or time is written as null): such keys are removed before the checks, so
+readers see a field either absent or of its type.
+
+Pure functions; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+# Shapes: a dict of key -> shape (other keys are not read, so not checked), a one-item list
+# (every item has that shape), or a leaf check (a function: the problem, or None).
+Shape = dict[str, Any] | list[Any] | Callable[[Any], str | None]
+MAX_COUNT = 100_000  # nodes, processes or replicas: more is garbage (and a range over it, memory)
+
+
+def _text(value: Any) -> str | None:
+    return None if isinstance(value, str) else "is not text"
+
+
+def _integer(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None
+    return "is not an integer"
+
+
+def _count(value: Any) -> str | None:
+    """A number of nodes, processes or replicas; a PyTorchJob writes nprocPerNode as text."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 7:
+        value = int(value)
+    if _integer(value) is None and 0 <= value <= MAX_COUNT:
+        return None
+    return f"is not a count from 0 to {MAX_COUNT}"
+
+
+def _time(value: Any) -> str | None:
+    """An RFC 3339 time, as the API server writes them (`2030-01-01T00:00:00Z`)."""
+    if isinstance(value, str):
+        try:
+            datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return None
+        except ValueError:
+            pass
+    return "is not an RFC 3339 time"
+
+
+def _strings(value: Any) -> str | None:
+    """Labels and annotations: text to text."""
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        return None
+    return "is not a map of text"
+
+
+METADATA = {
+    "name": _text,
+    "uid": _text,
+    "resourceVersion": _text,
+    "creationTimestamp": _time,
+    "labels": _strings,
+    "annotations": _strings,
+}
+CONDITIONS = [
+    {
+        "type": _text,
+        "status": _text,
+        "reason": _text,
+        "message": _text,
+        "lastTransitionTime": _time,
+    }
+]
+CONTAINER_STATE = {
+    "waiting": {"reason": _text, "message": _text},
+    "running": {"startedAt": _time},
+    "terminated": {"exitCode": _integer, "reason": _text, "finishedAt": _time},
+}
+POD = {
+    "metadata": METADATA,
+    "status": {
+        "phase": _text,
+        "startTime": _time,
+        "conditions": CONDITIONS,
+        "containerStatuses": [{"name": _text, "restartCount": _integer, "state": CONTAINER_STATE}],
+    },
+}
+TRAINJOB = {
+    "metadata": METADATA,
+    "spec": {"trainer": {"numNodes": _count, "numProcPerNode": _count}},
+    "status": {"conditions": CONDITIONS},
+}
+PYTORCHJOB = {
+    "metadata": METADATA,
+    "spec": {
+        "nprocPerNode": _count,
+        "elasticPolicy": {"minReplicas": _integer},
+        # Replica specs by type (Master, Worker): a map, checked item by item in _problem.
+        "pytorchReplicaSpecs": {"*": {"replicas": _count}},
+    },
+    "status": {"conditions": CONDITIONS},
+}
+EVENT = {
+    "metadata": METADATA,
+    "type": _text,
+    "reason": _text,
+    "message": _text,
+    "lastTimestamp": _time,
+    "eventTime": _time,
+    "involvedObject": {"kind": _text, "name": _text},
+}
+SHAPES: dict[str, Shape] = {
+    "trainjob": TRAINJOB,
+    "pytorchjob": PYTORCHJOB,
+    "pods": POD,
+    "events": EVENT,
+}
+
+
+def problem(kind: str, obj: Any) -> str | None:
+    """What is wrong with `obj` as a `kind` ("trainjob", "pytorchjob", "pods", "events"), e.g.
+    "status.containerStatuses[0].restartCount is not an integer"; None if nothing. Removes the
+    keys that are null, the API's way of saying absent, so that readers need not tell them
+    apart. A job or a pod must have a name (the watch keeps objects by it)."""
+    if not isinstance(obj, dict):
+        return "is not an object"
+    try:
+        _drop_nulls(obj)
+        found = _problem(SHAPES[kind], obj, "")
+    except RecursionError:  # JSON parses nesting close to the limit, and these recurse too
+        return "is nested too deeply"
+    if found is None and not obj.get("metadata", {}).get("name") and kind != "events":
+        return "metadata.name is missing"
+    return found
+
+
+def _problem(shape: Shape, value: Any, path: str) -> str | None:
+    if callable(shape):
+        found = shape(value)
+        return None if found is None else f"{path} {found}"
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{path} is not a list"
+        for index, item in enumerate(value):
+            found = _problem(shape[0], item, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    if not isinstance(value, dict):
+        return f"{path or 'the object'} is not an object"
+    for key, sub in shape.items():
+        items = value.items() if key == "*" else [(key, value[key])] if key in value else []
+        for name, item in items:
+            found = _problem(sub, item, f"{path}.{name}" if path else name)
+            if found:
+                return found
+    return None
+
+
+def _drop_nulls(value: Any) -> None:
+    if isinstance(value, dict):
+        for key in [k for k, v in value.items() if v is None]:
+            del value[key]
+        for item in value.values():
+            _drop_nulls(item)
+    elif isinstance(value, list):
+        for item in value:
+            _drop_nulls(item)
