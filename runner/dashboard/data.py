@@ -44,6 +44,9 @@ MAX_EVENTS_BYTES = 64 << 20  # the largest events.jsonl read whole (a long run's
 MAX_FILE_BYTES = 64 << 20  # the largest file a link serves
 LOG_TAIL_BYTES = 256 << 10  # how much of a log a page starts with
 LATEST_BYTES = 64 << 10  # the end of a live run's events.jsonl read for the table's figure
+# A run page offers a tab for each rank's log, present or not, up to this many ranks: job.json
+# may be hostile, and a world size of 10**12 would otherwise be a list of 10**12 names.
+MAX_RANK_LOGS = 1024
 
 
 class NotFound(LookupError):
@@ -286,7 +289,8 @@ def run_detail(root: Path, run_id: str) -> dict[str, Any]:
     logs = [e.path.split("/")[1] for e in entries if e.path.count("/") == 1 and e.kind == "file"
             and e.path.startswith(f"{LOGS}/")]  # fmt: skip
     if record is not None:
-        ranks = [f"rank-{r}.log" for r in range(record.spec.placement.world_size)]
+        world_size = min(record.spec.placement.world_size, MAX_RANK_LOGS)
+        ranks = [f"rank-{r}.log" for r in range(world_size)]
         logs = ranks + sorted(set(logs) - set(ranks))
     return {
         **row,
@@ -431,10 +435,7 @@ def load_study_record(root: Path, study_id: str) -> studies.Study:
         data = read_json_object(base / study_id / studies.STUDY_FILE)
     except FileNotFoundError:
         raise NotFound(f"study {study_id!r} has no {studies.STUDY_FILE}") from None
-    try:
-        return studies.Study.from_dict(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise DamagedFile(Path(studies.STUDY_FILE), f"is not a study record ({err!r})") from None
+    return studies.Study.from_dict(data, Path(studies.STUDY_FILE))  # its fields checked
 
 
 def _flat(config: Any) -> dict[str, Any]:

@@ -43,6 +43,7 @@ HEARTBEAT_S = 15.0  # a comment line now and then, so proxies and browsers keep 
 MAX_RUNS_PER_REQUEST = 16  # a comparison or stream of more is refused
 TEXT_SUFFIXES = (".log", ".txt", ".jsonl", ".md", ".csv", ".yaml", ".yml")
 FILE_CSP = "default-src 'none'; sandbox"
+OFFSET = re.compile(r"[0-9]{1,20}")  # a byte offset into a log
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,9 @@ async def run_curves(request: web.Request) -> web.Response:
 
 async def run_log(request: web.Request) -> web.Response:
     offset = request.query.get("offset")
-    if offset is not None and not offset.isdigit():
+    # ASCII digits only, and few: str.isdigit() takes '²', which int() refuses, and int()
+    # refuses numbers of over 4300 digits; either was a 500 and a traceback.
+    if offset is not None and not OFFSET.fullmatch(offset):
         return _error(400, "offset must be a byte count")
     info = request.match_info
     return _json(await _call(request, data.read_log, info["run_id"], info["name"],

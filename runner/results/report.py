@@ -173,9 +173,7 @@ def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], st
             names.append(
                 study.study_id + ("" if study.state == "complete" else f" ({study.state})")
             )
-            dirs = [
-                results_root / i for i in study.run_ids if (results_root / i / rundir.JOB).is_file()
-            ]
+            dirs = _study_run_dirs(results_root, study.run_ids, damaged)
         else:
             dirs = [rundir.find(results_root, ident)]
             names.append(dirs[0].name)
@@ -192,6 +190,20 @@ def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], st
         else f"{len(runs)} runs of {', '.join(sorted({r.benchmark for r in runs.values()}))}"
     )
     return list(runs.values()), title, damaged
+
+
+def _study_run_dirs(results_root: Path, run_ids: Sequence[str], damaged: list[str]) -> list[Path]:
+    """The run directories a study names that exist (a run not started yet has none). A study
+    record may be hostile: an id that is not a plain name (`../elsewhere`, an absolute path)
+    or names a link is never followed out of the results directory; it is named as damaged."""
+    dirs = []
+    for run_id in run_ids:
+        run_dir = rundir.named(results_root, run_id)
+        if run_dir is not None:
+            dirs.append(run_dir)
+        elif not rundir.plain_name(run_id) or (results_root / run_id).is_symlink():
+            damaged.append(f"{run_id!r}: not a run directory of {results_root}, never followed")
+    return dirs
 
 
 def cluster_costs(runs: Sequence[RunResult], project_dir: Path | None) -> dict[str, Cost]:
@@ -297,6 +309,8 @@ def runs_table(report: Report) -> Table:
         tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
         if s and s.diverged:
             tta = "DIVERGED"
+        elif s and s.target_reached and not r.converged:  # its summary's time does not count
+            tta = f"{r.state}: counted as a miss"
         if any(r.run_id in c.outliers for c in report.cells):
             tta += " OUTLIER"
         share = s.communication_share if s else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,7 +32,6 @@ from contract.rundir import (
     SUMMARY,
     JobStatus,
     check_version,
-    rank_log,
 )
 from contract.summary import Summary, parse_summary
 from runner.errors import RunnerError, RunNotFound, StorageError
@@ -113,12 +113,24 @@ def storage_error(err: OSError, path: Path) -> StorageError:
     return StorageError(f"cannot write {where}: {err.strerror or err}; {hint}")
 
 
+def plain_name(run_id: str) -> bool:
+    """A name that stays in the directory it is joined to: no separator, not `.` or `..`."""
+    return bool(run_id) and "/" not in run_id and "\0" not in run_id and run_id not in (".", "..")
+
+
+def named(root: Path, run_id: str) -> Path | None:
+    """The run directory of exactly `run_id`, never through a link or out of `root`; None when
+    there is none."""
+    if plain_name(run_id) and _is_run_dir(root / run_id):
+        return root / run_id
+    return None
+
+
 def find(root: Path, run_id: str) -> Path:
     """The run directory for an id or an unambiguous prefix of one."""
-    if run_id and "/" not in run_id and run_id not in (".", ".."):
-        exact = root / run_id
-        if _is_run_dir(exact):
-            return exact
+    exact = named(root, run_id)
+    if exact is not None:
+        return exact
     matches = [p for p in _run_dirs(root) if p.name.startswith(run_id)]
     if len(matches) == 1:
         return matches[0]
@@ -180,9 +192,7 @@ def read_json_or_none(path: Path) -> Any:
 def missing_results(run_dir: Path, world_size: int) -> list[str]:
     """What a complete successful run has and this one lacks, as human-readable items."""
     missing = [name for name in (JOB, EVENTS, SUMMARY, MANIFEST) if not _is_file(run_dir / name)]
-    missing += [
-        f"{LOGS}/rank-{r}.log" for r in range(world_size) if not _is_file(rank_log(run_dir, r))
-    ]
+    missing += _missing_rank_logs(run_dir, world_size)
     if EVENTS not in missing:
         keys = [e["key"] for e in read_events(run_dir / EVENTS)]
         if keys.count(RUN_START) != 1:
@@ -190,6 +200,41 @@ def missing_results(run_dir: Path, world_size: int) -> list[str]:
         if RUN_STOP not in keys:
             missing.append(f"{EVENTS}: a {RUN_STOP} event")
     return missing
+
+
+# Rank logs named one by one in `missing_results`; past these, a count.
+MAX_MISSING_LOGS_NAMED = 8
+
+
+def _missing_rank_logs(run_dir: Path, world_size: int) -> list[str]:
+    """The rank logs a run of `world_size` lacks, the first few by name and the rest counted:
+    job.json may be hostile, and a loop over a world size of 10**12 would never end. Takes
+    as many steps as there are logs present, plus the names it lists."""
+    present = _rank_logs_present(run_dir, world_size)
+    missing: list[str] = []
+    rank = 0
+    while rank < world_size and len(missing) < MAX_MISSING_LOGS_NAMED:
+        if rank not in present:
+            missing.append(f"{LOGS}/rank-{rank}.log")
+        rank += 1
+    more = world_size - len(present) - len(missing)
+    if more > 0:
+        missing.append(f"{LOGS}/rank-N.log of {more} more ranks")
+    return missing
+
+
+def _rank_logs_present(run_dir: Path, world_size: int) -> set[int]:
+    """The ranks below `world_size` that have a log that is a regular file (not a link)."""
+    present = set()
+    with contextlib.suppress(OSError), os.scandir(run_dir / LOGS) as entries:
+        for entry in entries:
+            match = _RANK_LOG.fullmatch(entry.name)
+            if match and int(match.group(1)) < world_size and _is_file(Path(entry.path)):
+                present.add(int(match.group(1)))
+    return present
+
+
+_RANK_LOG = re.compile(r"rank-(0|[1-9][0-9]{0,8})\.log")
 
 
 def _is_file(path: Path) -> bool:

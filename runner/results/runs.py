@@ -11,7 +11,6 @@ both use an exact one). Not here: statistics
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,8 @@ from contract.events import (
     read_events,
 )
 from contract.manifest import Manifest
-from contract.rundir import read_state
+from contract.records import finite_number
+from contract.rundir import JobState, read_state
 from contract.summary import Summary, TrainSummary
 from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.spec import get_benchmark
@@ -66,12 +66,19 @@ class RunResult:
 
     @property
     def converged(self) -> bool:
-        return bool(self.train_summary and self.train_summary.target_reached)
+        """Reached its target in a run that succeeded: a run that failed after rank 0 wrote its
+        summary (another rank crashed, the supervisor was killed) is no valid result, whatever
+        its summary says, and counts as a miss."""
+        return bool(
+            self.state == JobState.SUCCEEDED.value
+            and self.train_summary
+            and self.train_summary.target_reached
+        )
 
     @property
     def time_to_target_s(self) -> float | None:
         summary = self.train_summary
-        return summary.time_to_target_s if summary and summary.target_reached else None
+        return summary.time_to_target_s if summary and self.converged else None
 
     @property
     def seed(self) -> Any:
@@ -146,7 +153,7 @@ def _decided(value: Any) -> TypeGuard[dict[str, Any]]:
 
 
 def _finite(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_number(value) is not None  # an integer too large for a float is not
 
 
 def comparison_key(run: RunResult) -> str:

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from contract import files
+from contract.records import Fields
 from runner.errors import RunNotFound, SpecError
 
 STUDIES_DIR = "studies"
 STUDY_FILE = "study.json"
 StudyState = Literal["running", "complete", "partial"]
+STUDY_STATES = ("running", "complete", "partial")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,20 +69,69 @@ class Study:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Study:
-        runs = tuple(
-            PlannedRun(**{**r, "sets": tuple(tuple(p) for p in r["sets"])}) for r in data["runs"]
-        )
+    def from_dict(cls, data: Any, path: Path = Path(STUDY_FILE)) -> Study:
+        """The record, every field's type checked: a study.json may be damaged or hostile, and
+        a run id that is not text, or a grid that is not an object, must not reach the code
+        that joins paths and formats labels with them. DamagedFile names the field."""
+        try:
+            return cls._parse(Fields(data, path))
+        except files.DamagedFile as err:
+            raise files.DamagedFile(path, f"is not a study record: {err.problem}") from None
+
+    @classmethod
+    def _parse(cls, f: Fields) -> Study:
+        grid = f.object("grid")
+        state = f.text("state")
+        if state not in STUDY_STATES:
+            raise f.bad("state", f"one of {', '.join(STUDY_STATES)}")
         return cls(
-            **{
-                **data,
-                "workers": tuple(data["workers"]),
-                "links": tuple(data.get("links", (None,))),
-                "grid": {k: tuple(v) for k, v in data["grid"].items()},
-                "fixed": tuple(data["fixed"]),
-                "runs": runs,
-            }
+            study_id=f.text("study_id"),
+            benchmark=f.text("benchmark"),
+            workers=_list(f, "workers", Fields.integer),
+            grid={k: _list(grid, k, Fields.text) for k in grid.data},
+            fixed=_list(f, "fixed", Fields.text),
+            runs_per_cell=f.integer("runs_per_cell"),
+            where=f.text("where"),
+            runs=tuple(_planned(r) for r in f.objects("runs")),
+            state=state,  # type: ignore[arg-type]  # checked against STUDY_STATES above
+            # Studies written before links were a dimension have none: the machine's own.
+            links=_list(f, "links", Fields.optional_text, default=[None]),
+            created_at=f.text("created_at"),
+            finished_at=f.optional_text("finished_at"),
         )
+
+
+def _planned(f: Fields) -> PlannedRun:
+    sets = tuple(_pair(f, item) for item in _list(f, "sets", _any))
+    return PlannedRun(
+        workers=f.integer("workers"),
+        sets=sets,
+        index=f.integer("index"),
+        seed=f.integer("seed"),
+        run_id=f.optional_text("run_id"),
+        state=f.optional_text("state"),
+        link=f.optional_text("link"),
+    )
+
+
+def _pair(f: Fields, item: Any) -> tuple[str, str]:
+    if not (isinstance(item, list) and len(item) == 2 and all(isinstance(v, str) for v in item)):
+        raise f.bad("sets", "a list of [key, value] pairs of text")
+    return (item[0], item[1])
+
+
+def _any(f: Fields, key: str) -> Any:
+    return f.data[key]
+
+
+def _list(
+    f: Fields, key: str, read: Callable[[Fields, str], T], default: list[Any] | None = None
+) -> tuple[T, ...]:
+    """A JSON list field, each item read (and checked) by `read`; `default` when absent."""
+    value = f.data.get(key, default)
+    if not isinstance(value, list):
+        raise f.bad(key, "a list")
+    return tuple(read(Fields({key: v}, f.path, f.prefix), key) for v in value)
 
 
 def parse_workers(text: str) -> tuple[int, ...]:
@@ -165,13 +217,7 @@ def save(results_root: Path, study: Study) -> Path:
 
 def load(path: Path) -> Study:
     """study.json; DamagedFile when it is not one."""
-    data = files.read_json_object(path)
-    try:
-        return Study.from_dict(data)
-    except (KeyError, TypeError, ValueError) as err:
-        raise files.DamagedFile(
-            path, f"is not a study record ({type(err).__name__}: {err})"
-        ) from None
+    return Study.from_dict(files.read_json_object(path), path)
 
 
 def find(results_root: Path, study_id: str) -> Path | None:
@@ -179,7 +225,9 @@ def find(results_root: Path, study_id: str) -> Path | None:
     root = studies_root(results_root)
     if not root.is_dir():
         return None
-    matches = [p for p in root.iterdir() if (p / STUDY_FILE).is_file()]
+    # A study directory that is a link may point anywhere: never followed (nor is study.json
+    # itself, by files.read_json_object).
+    matches = [p for p in root.iterdir() if not p.is_symlink() and (p / STUDY_FILE).is_file()]
     exact = [p for p in matches if p.name == study_id]
     matches = exact or [p for p in matches if p.name.startswith(study_id)]
     if len(matches) > 1:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from contract import files
 from runner.cli import main
 from runner.results import report as reports
 from runner.results import study as studies
@@ -75,6 +76,20 @@ def test_cancelled_runs_are_left_out_of_the_statistics_and_said_so(tmp_path):
     built = reports.build(load(tmp_path, "a", "b"), "t")
     assert built.cells[0].tta.mean_s == pytest.approx(10.0)
     assert any("b is CANCELLED" in n for n in reports.runs_table(built).notes)
+
+
+def test_a_failed_run_counts_as_a_miss_whatever_its_summary_says(tmp_path):
+    # Rank 0 wrote "target reached" in 1 s, then another rank crashed: the run FAILED, and a
+    # failed run is no valid result, so it is the miss dropped as slowest, not the fastest.
+    names = [make_run(tmp_path, f"r{i}", 1, t, overrides=(f"seed={i}",)).name
+             for i, t in enumerate([10.0, 11.0, 12.0, 13.0])]  # fmt: skip
+    names.append(make_run(tmp_path, "crashed", 1, 1.0, state="FAILED").name)
+    built = reports.build(load(tmp_path, *names), "t")
+    [cell] = built.cells
+    assert cell.tta.num_converged == 4
+    assert cell.tta.mean_s == pytest.approx(12.0)  # 11, 12, 13: 10 and the miss dropped
+    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    assert rows["crashed"][5] == "FAILED: counted as a miss"
 
 
 def test_different_closed_division_configurations_are_refused_unless_allowed(tmp_path):
@@ -171,3 +186,52 @@ def test_threads_are_compared_as_the_total_a_run_was_given():
     assert "threads x workers" not in environment_differences(scaling)
     oversubscribed = [run(1, 2), run(2, 2)]
     assert environment_differences(oversubscribed)["threads x workers"] == ["2", "4"]
+
+
+def report_study(results, runs, changes=None):  # type: ignore[no-untyped-def]
+    """`runner report` on a study of `runs` (run ids, as a study record may hold anything)."""
+    planned = [{"workers": 1, "sets": [], "index": i, "seed": i, "run_id": run_id,
+                "state": "SUCCEEDED", "link": None} for i, run_id in enumerate(runs)]  # fmt: skip
+    record = {"study_id": "study-h", "benchmark": "cnn-digits", "workers": [1], "grid": {},
+              "fixed": [], "runs_per_cell": len(runs), "where": "local", "runs": planned,
+              "state": "complete", "links": [None], "created_at": "2026-01-01T00:00:00+00:00",
+              "finished_at": None} | (changes or {})  # fmt: skip
+    files.write_json(results / "studies" / "study-h" / "study.json", record)
+    return CliRunner(env={"COLUMNS": "200"}).invoke(
+        main, ["--results-dir", str(results), "report", "study-h", "--out", str(results / "o")],
+        catch_exceptions=False,
+    )  # fmt: skip
+
+
+def test_a_study_never_follows_a_run_id_out_of_the_results_directory(tmp_path):
+    results = tmp_path / "results"
+    make_run(results, "inside", 1, 10.0)
+    make_run(tmp_path / "elsewhere", "outside", 1, 99.0)
+    (results / "linked").symlink_to(tmp_path / "elsewhere" / "outside")
+    hostile = ["../elsewhere/outside", str(tmp_path / "elsewhere" / "outside"), "linked"]
+    result = report_study(results, ["inside", *hostile, "not-started-yet"])
+    assert result.exit_code == 0, result.output
+    report_md = (results / "o" / "report.md").read_text()
+    assert "inside" in report_md and "outside" not in report_md and "99.00" not in report_md
+    for run_id in hostile:
+        assert f"{run_id!r}: not a run directory" in result.output.replace("\n", "")
+    assert "not-started-yet" not in result.output  # a planned run with no directory yet
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"grid": []},
+        {"study_id": 5},
+        {"workers": "12"},
+        {"state": "finished"},
+        {"runs": [{"workers": 1, "sets": [], "index": 0, "seed": 0, "run_id": 5}]},
+        {"runs": [{"workers": 1, "sets": [["a", "b", "c"]], "index": 0, "seed": 0}]},
+    ],
+)
+def test_a_damaged_study_record_is_refused_in_one_line(tmp_path, changes):
+    results = tmp_path / "results"
+    make_run(results, "inside", 1, 10.0)
+    result = report_study(results, ["inside"], changes)
+    assert result.exit_code == 1
+    assert "study.json: is not a study record: field" in result.output

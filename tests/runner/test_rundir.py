@@ -50,6 +50,18 @@ def test_missing_results_lists_every_absent_file_and_event(tmp_path):
     assert "job.json" not in missing
 
 
+def test_missing_results_of_an_absurd_world_size_names_a_few_logs_and_counts_the_rest(tmp_path):
+    # job.json may be hostile; a loop over every rank of 10**12 never ended (`runner fetch`).
+    run_dir = _make(tmp_path, "cnn-digits-z")
+    (run_dir / "logs" / "rank-1.log").write_text("here\n")
+    (run_dir / "logs" / "rank-3.log").symlink_to(run_dir / "logs" / "rank-1.log")  # not a log
+    missing = rundir.missing_results(run_dir, world_size=10**12)
+    logs = [item for item in missing if item.startswith("logs/")]
+    assert logs[:3] == ["logs/rank-0.log", "logs/rank-2.log", "logs/rank-3.log"]
+    assert len(logs) == rundir.MAX_MISSING_LOGS_NAMED + 1
+    assert logs[-1] == f"logs/rank-N.log of {10**12 - 1 - rundir.MAX_MISSING_LOGS_NAMED} more ranks"
+
+
 def test_write_json_leaves_no_temporary_file_behind(tmp_path):
     files.write_json(tmp_path / "a.json", {"x": 1})
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]

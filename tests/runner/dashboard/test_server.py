@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.job.spec import MAX_WORLD_SIZE
 from runner.results import rundir, study
 from tests.runner.dashboard.conftest import get, get_json, raw_get
 from tests.runner.rundirs import make_run
@@ -88,6 +89,28 @@ def test_log_reads_from_an_offset(results, dashboard):
 
     assert whole["text"] == "first line\nsecond line\n" and whole["offset"] == whole["size"] == 23
     assert rest["text"] == "second line\n"
+
+
+@pytest.mark.parametrize("offset", ["-1", "x", "%C2%B2", "9" * 5000])
+def test_an_offset_that_is_no_byte_count_is_a_400_not_a_server_error(results, dashboard, offset):
+    # '²' passes str.isdigit() and 5000 digits pass it too; int() refuses both.
+    make_run(results, "cnn-a", 2, 12.5)
+    status, _, body = get(dashboard + f"api/runs/cnn-a/logs/rank-0.log?offset={offset}")
+    assert status == 400 and b"byte count" in body
+
+
+def test_a_run_of_an_absurd_world_size_offers_a_bounded_list_of_logs(results, dashboard):
+    # job.json may be hostile: a tab per rank of the largest run a job.json may describe was
+    # 100,000 names (and 10**12 ranks, before Placement refused them, the machine's memory).
+    run_dir = make_run(results, "cnn-a", 2, 12.5)
+    job = json.loads((run_dir / "job.json").read_text())
+    job["placement"] |= {"num_nodes": 100, "procs_per_node": 1000}
+    (run_dir / "job.json").write_text(json.dumps(job))
+
+    run = get_json(dashboard + "api/runs/cnn-a")
+
+    assert run["workers"] == MAX_WORLD_SIZE
+    assert run["logs"][:2] == ["rank-0.log", "rank-1.log"] and len(run["logs"]) <= 1024
 
 
 def test_a_damaged_run_shows_as_damaged_and_breaks_nothing_else(results, dashboard):
