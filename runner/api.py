@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.files import DamagedFile
-from contract.rundir import EVENTS, JobState, JobStatus, read_state
+from contract.rundir import EVENTS, JOB, JobState, JobStatus, read_state
 from contract.summary import Summary
-from runner.backends.base import Backend
+from runner.backends.base import LOCAL_SCHEME, Backend
+from runner.backends.local import leash
 from runner.errors import Interrupted, RunnerError, RunNotFound
 from runner.job.spec import JobSpec
 from runner.results import rundir
@@ -103,9 +104,12 @@ def dryrun(spec: JobSpec, backend: Backend, results_root: Path) -> str:
     return backend.describe(backend.dryrun(spec, results_root / spec.run_id))
 
 
-def submit(spec: JobSpec, backend: Backend, results_root: Path) -> Run:
+def submit(spec: JobSpec, backend: Backend, results_root: Path, detach: bool = False) -> Run:
     """Check the request, write job.json with its handle, then start it. A submission that
-    fails after that point is a FAILED run with the reason, never a run without a record."""
+    fails after that point is a FAILED run with the reason, never a run without a record.
+    A local run is cancelled if this process ends before `follow_to_end` has followed it to
+    its end, a SIGKILL included (runner/backends/local/leash.py); `detach` lets it go on
+    alone."""
     request = backend.dryrun(spec, results_root / spec.run_id)
     record = rundir.RunRecord(spec, backend.name, backend.handle(request), backend.reference)
     run_dir = rundir.create(results_root, record)
@@ -120,6 +124,8 @@ def submit(spec: JobSpec, backend: Backend, results_root: Path) -> Run:
         if isinstance(err, OSError):
             raise rundir.storage_error(err, run_dir) from None
         raise
+    if detach:
+        leash.release(run_dir)
     log.info("submitted %s as %s", spec.run_id, record.handle)
     return run
 
@@ -143,6 +149,8 @@ def follow_to_end(results_root: Path, run: Run, callbacks: Callbacks | None = No
     except (KeyboardInterrupt, Interrupted):
         cancel(results_root, run)
         raise
+    finally:  # followed to its end, or failing to follow it with an error that says so
+        leash.release(run.run_dir)
     try:
         missing = fetch(results_root, run)
     except RunnerError as err:
@@ -323,7 +331,18 @@ def _info(results_root: Path, run_dir: Path) -> RunInfo:
 
 
 def _record(run_dir: Path) -> rundir.RunRecord:
-    return rundir.read_record(run_dir)
+    """job.json, only if it is this directory's: a copied or renamed run directory keeps the
+    original's record, and its handle would reach the original run (cancel it, report its
+    state) rather than this one."""
+    record = rundir.read_record(run_dir)
+    path = run_dir / JOB
+    if record.spec.run_id != run_dir.name:
+        raise DamagedFile(
+            path, f"names run {record.spec.run_id!r}, not its directory (copied or renamed?)"
+        )
+    if record.backend == "local" and record.handle != LOCAL_SCHEME + run_dir.name:
+        raise DamagedFile(path, f"has the handle {record.handle!r}, not this run's")
+    return record
 
 
 def _interrupt(err: BaseException) -> bool:

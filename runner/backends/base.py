@@ -24,6 +24,8 @@ from contract.rundir import JobStatus
 if TYPE_CHECKING:  # the local supervisor reads a request without the job registry
     from runner.job.spec import JobSpec
 
+LOCAL_SCHEME = "local://"  # a local run's handle: this, then its run directory's name
+
 
 @dataclass(frozen=True)
 class Process:

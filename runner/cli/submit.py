@@ -85,7 +85,7 @@ def submit(
             if views.lr_text(spec):
                 errors.print(views.lr_text(spec), markup=False)
             return
-        run = api.submit(spec, backend, results)
+        run = api.submit(spec, backend, results, detach=detach)
     finally:
         backend.close()
     console.print(f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}")

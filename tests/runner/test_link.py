@@ -64,3 +64,15 @@ def test_the_bucket_holds_a_millisecond_of_traffic_and_never_less_than_two_frame
 def test_the_queue_holds_20_ms_of_traffic_and_never_less_than_1_mib() -> None:
     assert Link(10_000_000_000).queue_bytes == 25_000_000
     assert Link(10_000_000).queue_bytes == 1 << 20
+
+
+def test_more_workers_than_a_shaped_network_has_addresses_are_refused_before_the_run(tmp_path):
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    args = ["--results-dir", str(tmp_path), "submit", "cnn-digits", "--workers", "251"]
+    result = CliRunner().invoke(main, [*args, "--link", "100mbit", "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "at most 250 workers" in result.output
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from runner import api
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local import processes, supervisor
 from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
-from runner.errors import SpecError
+from runner.errors import RunnerError, SpecError
 from runner.job.spec import Placement, resolve
 from runner.results import rundir
 from tests.conftest import submit_local
@@ -110,6 +111,19 @@ def test_sigterm_to_a_sweep_cancels_its_run_and_the_study_lists_it(tmp_path):
     assert len(rundir.list_dirs(tmp_path)) == 1  # later runs never started
 
 
+@pytest.mark.slow
+def test_a_sigkilled_foreground_submit_takes_its_run_with_it(tmp_path):
+    proc = _runner(tmp_path, "submit", "cnn-digits", *(f"--set={s}" for s in LONG_RUN))
+    run = _only_run(tmp_path)
+    procs = _started(run)
+    proc.kill()  # no chance to cancel: the leash does it (runner/backends/local/leash.py)
+    proc.wait()
+    _gone(procs)
+    state = api.wait(tmp_path, run)
+    assert state.state is JobState.CANCELLED
+    assert state.reason == supervisor.LEASH_SNAPPED
+
+
 def test_cancel_never_signals_a_process_a_forged_supervisor_json_names(tmp_path):
     spec = resolve("cnn-digits", run_id="cnn-digits-forged")
     run_dir = rundir.create(tmp_path, rundir.RunRecord(spec, "local", "local://cnn-digits-forged"))
@@ -150,11 +164,11 @@ def test_exit_codes_win_over_a_summary_written_before_a_crash(tmp_path):
     )
     request = LocalRequest(str(tmp_path), (Process(("true",)), Process(("true",))))
     # Rank 1 failed first; rank 0 failed after it (its peer left), with another exit code.
-    status = supervisor.outcome(tmp_path, request, [-15, 1], cancelled=False, first_failed=1)
+    status = supervisor.outcome(tmp_path, request, [-15, 1], cancelled=None, first_failed=1)
     assert status.state is JobState.FAILED
     assert status.failed_rank == 1
     assert status.reason == "rank 1 exited with code 1: RuntimeError: boom after the summary"
-    done = supervisor.outcome(tmp_path, request, [0, 0], cancelled=False)
+    done = supervisor.outcome(tmp_path, request, [0, 0], cancelled=None)
     assert done.state is JobState.SUCCEEDED
 
 
@@ -236,3 +250,168 @@ def test_exits_names_the_process_that_failed_first_not_the_lowest_index(tmp_path
         exits.wait(5.0)
     assert exits.first_failure() == 1  # `early`, though `late` is process 0
     assert exits.codes() == [1, 3, 0]
+
+
+def _sleeping_run(results: Path, run_id: str) -> api.Run:
+    """A live local run with a real supervisor whose one process sleeps (cheap to cancel)."""
+    spec = resolve("cnn-digits", run_id=run_id)
+    backend = LocalBackend(results)
+    run_dir = rundir.create(results, rundir.RunRecord(spec, "local", f"local://{run_id}"))
+    backend.submit(LocalRequest(str(run_dir.absolute()), (Process(("sleep", "60")),)))
+    return api.open_run(results, run_id)
+
+
+def test_a_copied_run_directory_is_damaged_and_never_reaches_the_original_run(tmp_path):
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    run = _sleeping_run(tmp_path, "cnn-digits-original")
+    try:
+        shutil.copytree(
+            run.run_dir, tmp_path / "cnn-digits-backup"
+        )  # its job.json is the original's
+        result = CliRunner().invoke(
+            main, ["--results-dir", str(tmp_path), "cancel", "cnn-digits-backup", "--yes"]
+        )
+        assert result.exit_code == 1, result.output
+        assert "not its directory" in result.output
+        (copy,) = [i for i in api.list_runs(tmp_path) if i.run_dir.name == "cnn-digits-backup"]
+        assert copy.damage is not None and "not its directory" in copy.damage
+        assert api.status(tmp_path, run).state is not JobState.CANCELLED  # still going
+    finally:
+        assert api.cancel(tmp_path, run).state is JobState.CANCELLED
+
+
+def test_a_local_handle_names_its_run_exactly_never_by_a_prefix(tmp_path):
+    run = _sleeping_run(tmp_path, "cnn-digits-original")
+    try:
+        with pytest.raises(RunnerError):
+            LocalBackend(tmp_path).status("local://cnn-digits-orig")
+    finally:
+        api.cancel(tmp_path, run)
+
+
+# Submits a run whose one process sleeps, says so, then waits to be killed; `release` lets the
+# run go on alone first, as `runner submit --detach` does.
+SUBMIT_AND_WAIT = """
+import sys, time
+from pathlib import Path
+from runner import api
+from runner.backends.base import LocalRequest, Process
+from runner.backends.local import leash
+from runner.backends.local.backend import LocalBackend
+from runner.job.spec import resolve
+from runner.results import rundir
+results, release = Path(sys.argv[1]), sys.argv[2] == "release"
+spec = resolve("cnn-digits", run_id="cnn-digits-leashed")
+run_dir = rundir.create(results, rundir.RunRecord(spec, "local", "local://cnn-digits-leashed"))
+LocalBackend(results).submit(LocalRequest(str(run_dir), (Process(("sleep", "60")),)))
+if release:
+    leash.release(run_dir)
+while api.status(results, api.open_run(results, spec.run_id)).state.value != "RUNNING":
+    time.sleep(0.05)
+print("running", flush=True)
+time.sleep(60)
+"""
+
+
+def _submitted_then_killed(results: Path, how: str) -> tuple[api.Run, psutil.Process]:
+    """The run SUBMIT_AND_WAIT started, and its sleeping process, once its submitter is
+    SIGKILLed."""
+    starter = subprocess.Popen(
+        [sys.executable, "-c", SUBMIT_AND_WAIT, str(results), how],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert starter.stdout is not None and starter.stdout.readline() == "running\n"
+        run = api.open_run(results, "cnn-digits-leashed")
+        (sleeper,) = [p for p in processes.members(run.run_id, run.run_dir) if p.name() == "sleep"]
+    finally:
+        starter.kill()
+        starter.wait()
+    return run, sleeper
+
+
+def test_a_run_ends_cancelled_when_the_command_that_follows_it_is_sigkilled(tmp_path):
+    run, sleeper = _submitted_then_killed(tmp_path, "keep")
+    status = api.wait(tmp_path, run)
+    assert status.state is JobState.CANCELLED
+    assert status.reason == supervisor.LEASH_SNAPPED
+    _gone([sleeper])
+
+
+def test_a_released_run_goes_on_when_the_command_that_started_it_ends(tmp_path):
+    run, sleeper = _submitted_then_killed(tmp_path, "release")
+    try:
+        time.sleep(20 * supervisor.POLL_S)  # a snapped leash is seen within one poll
+        assert sleeper.is_running()
+        assert api.status(tmp_path, run).state is JobState.RUNNING
+    finally:
+        assert api.cancel(tmp_path, run).state is JobState.CANCELLED
+
+
+HOLD_START_LOCK = """
+import sys, time
+from pathlib import Path
+from runner.backends.local import processes
+with processes.start_lock(Path(sys.argv[1])):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_run_being_started_stays_pending_to_others_until_its_starter_is_killed(tmp_path):
+    spec = resolve("cnn-digits", run_id="cnn-digits-starting")
+    run_dir = rundir.create(
+        tmp_path, rundir.RunRecord(spec, "local", "local://cnn-digits-starting")
+    )
+    rundir.write_state(run_dir, JobStatus(JobState.PENDING, "submitting"))
+    starter = subprocess.Popen(
+        [sys.executable, "-c", HOLD_START_LOCK, str(run_dir / "logs" / "supervisor.log")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert starter.stdout is not None and starter.stdout.readline() == "locked\n"
+        backend = LocalBackend(tmp_path)
+        assert backend.status("local://cnn-digits-starting").state is JobState.PENDING
+        assert read_state(run_dir).state is JobState.PENDING  # nothing recorded over it
+    finally:
+        starter.kill()  # as a SIGKILLed `runner submit` before the supervisor started
+        starter.wait()
+    status = LocalBackend(tmp_path).status("local://cnn-digits-starting")
+    assert status.state is JobState.FAILED
+    assert "stopped before the run started" in status.reason
+
+
+LIST_RUNS_FOREVER = """
+import sys
+from pathlib import Path
+from runner import api
+print("listing", flush=True)
+while True:
+    api.list_runs(Path(sys.argv[1]))
+"""
+
+
+def test_runs_listed_while_they_start_are_neither_failed_nor_killed(tmp_path):
+    lister = subprocess.Popen(
+        [sys.executable, "-c", LIST_RUNS_FOREVER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert lister.stdout is not None and lister.stdout.readline() == "listing\n"
+        runs = []
+        for i in range(4):
+            spec = resolve("cnn-digits", run_id=f"cnn-digits-listed-{i}")
+            run_dir = rundir.create(
+                tmp_path, rundir.RunRecord(spec, "local", f"local://{spec.run_id}")
+            )
+            rundir.write_state(run_dir, JobStatus(JobState.PENDING, "submitting"))
+            writes_summary = Process(("sh", "-c", "echo '{}' > summary.json"), cwd=str(run_dir))
+            LocalBackend(tmp_path).submit(LocalRequest(str(run_dir), (writes_summary,)))
+            runs.append(api.open_run(tmp_path, spec.run_id))
+        states = [api.wait(tmp_path, run) for run in runs]
+        assert [s.state for s in states] == [JobState.SUCCEEDED] * 4, states
+    finally:
+        lister.kill()
+        lister.wait()

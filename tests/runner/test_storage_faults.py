@@ -104,3 +104,21 @@ def test_a_disk_that_fills_mid_run_ends_it_failed_with_that_reason(tmp_path):
         assert not list(run.run_dir.rglob(".*.tmp"))
         os.unlink(disk / "filler")
         assert rundir.list_dirs(results) == [run.run_dir]
+
+
+def test_a_submit_that_cannot_record_its_supervisor_leaves_nothing_running(tmp_path):
+    from runner.backends.base import LocalRequest, Process
+    from runner.backends.local import processes
+    from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
+    from runner.job.spec import resolve
+
+    spec = resolve("cnn-digits", run_id="cnn-digits-unrecorded")
+    run_dir = rundir.create(tmp_path, rundir.RunRecord(spec, "local", f"local://{spec.run_id}"))
+    (run_dir / SUPERVISOR_FILE).mkdir()  # supervisor.json cannot be written, as on a full disk
+    request = LocalRequest(str(run_dir.absolute()), (Process(("sleep", "60")),))
+    with pytest.raises(OSError):
+        LocalBackend(tmp_path).submit(request)
+    time.sleep(1.0)  # time enough for a supervisor left running to start its process
+    left = processes.members(spec.run_id, run_dir)
+    processes.end(left, 5.0)
+    assert left == []

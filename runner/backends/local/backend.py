@@ -28,17 +28,19 @@ from contract import files
 from contract.events import parse_line
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_state
-from runner.backends.base import LocalRequest, Process, Request
-from runner.backends.local import elastic, joins, launch, network, preflight, processes
-from runner.errors import RunnerError, SpecError
+from runner.backends.base import LOCAL_SCHEME, LocalRequest, Process, Request
+from runner.backends.local import elastic, joins, launch, leash, network, preflight, processes
+from runner.errors import RunnerError, RunNotFound, SpecError
 from runner.job.spec import JobSpec
 from runner.results import rundir
 
-SCHEME = "local://"
+SCHEME = LOCAL_SCHEME
 SUPERVISOR_FILE = "supervisor.json"  # the supervisor's pid and start time (never trusted alone)
 SUPERVISOR_LOG = "supervisor.log"
 CANCEL_TIMEOUT_S = 60.0
 LEFTOVER_GRACE_S = 5.0
+START_LOCK_WAIT_S = 1.0  # job.json to the start lock is microseconds; this is for a busy machine
+STARTING_S = 10.0  # the supervisor is on record milliseconds after it starts; a busy machine
 JOIN_ANSWER_S = 10.0  # the supervisor answers within a poll; this is for a busy machine
 # status() reads state.json and checks one process: cheap enough to poll often, so that a run's
 # end shows within 0.05 s (`runner submit` returns right after the run, not seconds later).
@@ -88,16 +90,38 @@ class LocalBackend:
     def submit(self, request: Request) -> str:
         local = _local(request)
         run_dir = Path(local.run_dir)
-        files.write_json(run_dir / launch.LAUNCH_FILE, local.to_dict())
         env = {**os.environ, **processes.run_env(run_dir.name, run_dir), "PYTHONUNBUFFERED": "1"}
-        with open(run_dir / LOGS / SUPERVISOR_LOG, "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,  # a Ctrl-C in the terminal reaches the runner alone
-            )  # fmt: skip
-        started = psutil.Process(proc.pid).create_time()
-        files.write_json(run_dir / SUPERVISOR_FILE, {"pid": proc.pid, "create_time": started})
+        # The start lock, held until the supervisor is on record and then by the supervisor
+        # (its stdout): until then, `status` from another command waits rather than taking a
+        # run being started for one whose supervisor died.
+        with processes.start_lock(run_dir / LOGS / SUPERVISOR_LOG) as out:
+            files.write_json(run_dir / launch.LAUNCH_FILE, local.to_dict())
+            # Tied to this process until the command lets the run go (leash.py).
+            read_end = leash.tie(run_dir)
+            proc = None
+            try:
+                try:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir),
+                         "--leash", str(read_end)],
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                        start_new_session=True,  # a Ctrl-C in the terminal reaches the runner alone
+                        pass_fds=(read_end,),
+                    )  # fmt: skip
+                finally:
+                    os.close(read_end)  # the supervisor's alone now
+                started = psutil.Process(proc.pid).create_time()
+                files.write_json(
+                    run_dir / SUPERVISOR_FILE, {"pid": proc.pid, "create_time": started}
+                )
+            # A submit that fails (a full disk here, Ctrl-C) leaves nothing running, not a run
+            # going on behind its error; the supervisor's workers die with it.
+            except BaseException:
+                if proc is not None:
+                    proc.kill()
+                    proc.wait()
+                leash.release(run_dir)
+                raise
         return self.handle(request)
 
     # ---- following ---------------------------------------------------------------------
@@ -109,7 +133,7 @@ class LocalBackend:
             return state
         # Re-read: the supervisor may have recorded its outcome between the two reads.
         state = read_state(run_dir) or state
-        if state.state.finished:
+        if state.state.finished or self._starting(run_dir):
             return state
         return self._supervisor_died(run_dir, state)
 
@@ -151,7 +175,7 @@ class LocalBackend:
         run_dir = self._run_dir(handle)
         if self.status(handle).state.finished:
             return
-        supervisor = self._supervisor(run_dir)
+        supervisor = self._supervisor(run_dir) or self._await_supervisor(run_dir)
         if supervisor is not None:
             supervisor.terminate()  # it stops the ranks and records CANCELLED
             try:
@@ -180,9 +204,15 @@ class LocalBackend:
     # ---- internals ---------------------------------------------------------------------
 
     def _run_dir(self, handle: str) -> Path:
-        if not handle.startswith(SCHEME):
+        """The directory the handle names, exactly: never a prefix's match, which could be
+        another run (a handle is read from job.json, and job.json may be a copy's)."""
+        run_id = handle.removeprefix(SCHEME)
+        if run_id == handle or not run_id or "/" in run_id or run_id in (".", ".."):
             raise RunnerError(f"not a local run handle: {handle!r}")
-        return rundir.find(self.results_root, handle[len(SCHEME) :])
+        run_dir = self.results_root / run_id
+        if run_dir.is_symlink() or not run_dir.is_dir():
+            raise RunNotFound(f"no run {run_id!r} under {self.results_root}/")
+        return run_dir
 
     def _supervisor(self, run_dir: Path) -> Any:
         """The live supervisor of the run, only if it proves it is one (never a bare pid)."""
@@ -191,6 +221,28 @@ class LocalBackend:
         except (FileNotFoundError, DamagedFile):
             return None
         return processes.proven(info.get("pid"), info.get("create_time"), run_dir.name, run_dir)
+
+    def _starting(self, run_dir: Path) -> bool:
+        """Whether the run is being started (its starter or its supervisor holds the start
+        lock). The lock appears a moment after job.json: a run without it is given that
+        moment before its starter is taken for dead."""
+        lock = run_dir / LOGS / SUPERVISOR_LOG
+        deadline = time.monotonic() + START_LOCK_WAIT_S
+        while not os.path.lexists(lock) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return processes.starting(lock)
+
+    def _await_supervisor(self, run_dir: Path) -> Any:
+        """The supervisor of a run being started, once it is on record (a cancel that came
+        first would otherwise be overwritten by the supervisor's RUNNING); None if the start
+        ends without one."""
+        deadline = time.monotonic() + STARTING_S
+        while self._starting(run_dir) and time.monotonic() < deadline:
+            supervisor = self._supervisor(run_dir)
+            if supervisor is not None:
+                return supervisor
+            time.sleep(POLL_S)
+        return self._supervisor(run_dir)
 
     def _supervisor_died(self, run_dir: Path, last: JobStatus) -> JobStatus:
         """The supervisor is gone without an outcome: end what is left, record FAILED."""
@@ -223,6 +275,12 @@ def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
     """One process per rank, each in the network namespace of its own that its shaped link
     reaches (runner/backends/local/launch.py)."""
     launch.check_placement(spec.placement.device)
+    if spec.placement.world_size > network.MAX_WORKERS:  # else the supervisor fails to build it
+        raise SpecError(
+            "--workers",
+            f"a shaped network has at most {network.MAX_WORKERS} workers (one address each on "
+            f"its /24), not {spec.placement.world_size}",
+        )
     network.require()
     return launch.worker_processes(
         spec.placement.world_size, launch.workload_entry(spec, run_dir),

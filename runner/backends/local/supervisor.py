@@ -5,9 +5,10 @@ session of its own, so the run survives the CLI that started it (`--detach`) and
 that terminal reaches only the CLI, which then cancels through this process. It runs the
 processes of launch.json (the request `runner submit --dry-run` shows) and is the only writer
 of state.json while it lives. SIGTERM, SIGINT or SIGHUP cancel: every process of the run gets
-SIGTERM, and whatever is left after a grace period SIGKILL. If this process is SIGKILLed, the
-kernel ends the workers (workloads/lifetime.py), and the next command that reads
-the run records it FAILED (LocalBackend.status).
+SIGTERM, and whatever is left after a grace period SIGKILL. So does the end of the command that
+follows the run, a SIGKILLed one included, unless it let the run go (leash.py). If this
+process is SIGKILLed, the kernel ends the workers (workloads/lifetime.py), and the next command
+that reads the run records it FAILED (LocalBackend.status).
 
 An elastic run (--workers MIN:MAX, runner/backends/local/elastic.py): the supervisor also
 hosts the workers' store, and the run goes on until every worker has ended, since a worker's
@@ -36,9 +37,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from contract import files
-from contract.rundir import LOGS, STATE, SUMMARY, JobState, JobStatus, rank_log
+from contract.rundir import (
+    LOGS,
+    MAX_REASON_CHARS,
+    STATE,
+    SUMMARY,
+    JobState,
+    JobStatus,
+    rank_log,
+)
 from runner.backends.base import LocalRequest, Process
-from runner.backends.local import joins, processes
+from runner.backends.local import joins, leash, processes
 from runner.backends.local.elastic import StoreUnavailable, hosted_store, joiner_process
 from runner.backends.local.launch import LAUNCH_FILE, Started, launch
 from runner.backends.local.network import NetworkUnavailable
@@ -46,8 +55,13 @@ from workloads import lifetime
 
 POLL_S = 0.05  # how often joins and signals are looked at (an exit wakes the loop at once)
 GRACE_S = 10.0
+CANCELLED = "cancelled by the user"
+# Its follower ended without a word: killed (Ctrl-C, SIGTERM and SIGHUP cancel in its name).
+LEASH_SNAPPED = (
+    "cancelled: the runner command following it was killed (a followed run ends with it; "
+    "`runner submit --detach` starts one that does not)"
+)
 LAUNCHER_LOG = "launcher.log"
-MAX_REASON_CHARS = 600  # state.json must stay small enough to rewrite on a full disk
 # An exception line as Python prints it, possibly behind torch's `[rank0]:` prefix.
 _ERROR_LINE = re.compile(
     r"^(?:\[rank\d+\]:)?\s*(?:[A-Za-z_][\w]*\.)*"
@@ -56,14 +70,17 @@ _ERROR_LINE = re.compile(
 _STACKBENCH_LINE = re.compile(r"^(?:\[rank\d+\]:)?\s*stackbench: (.+)$")
 
 
-def supervise(run_dir: Path) -> JobStatus:
+def supervise(run_dir: Path, leash_fd: int | None = None) -> JobStatus:
+    """Run the request in `run_dir` to its end and record the outcome. `leash_fd`: the read
+    end of the submitting command's leash (leash.py), if it tied one."""
     run_dir = run_dir.resolve()  # the workers run inside it; relative paths would nest
     request = LocalRequest.from_dict(files.read_json_object(run_dir / LAUNCH_FILE))
     lifetime.become_subreaper()  # orphans of the run come back here, never to init
-    stop: list[int] = []
+    stop: list[str] = []  # why the run is being cancelled, once it is
+    listener = leash.Listener(leash_fd)
 
     def on_signal(signum: int, frame: object) -> None:
-        stop.append(signum)
+        stop.append(CANCELLED)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
@@ -72,14 +89,20 @@ def supervise(run_dir: Path) -> JobStatus:
         # a SIGKILLed supervisor takes it with it (runner/backends/local/network.py), as it
         # takes an elastic run's store (its socket dies with the process).
         with launch(request) as network, hosted_store(request.store_port):
-            status = _run(run_dir, request, network, stop)
+            status = _run(run_dir, request, network, stop, listener)
     except (NetworkUnavailable, StoreUnavailable) as err:
-        status = JobStatus(JobState.FAILED, str(err)[:MAX_REASON_CHARS], since=_now())
+        status = JobStatus(JobState.FAILED, str(err), since=_now())
     record(run_dir, status)
     return status
 
 
-def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]) -> JobStatus:
+def _run(
+    run_dir: Path,
+    request: LocalRequest,
+    network: Started,
+    stop: list[str],
+    listener: leash.Listener,
+) -> JobStatus:
     exits = processes.Exits()
     for i, p in enumerate(request.processes):
         exits.add(_start(p, network, _launcher_log(run_dir, i, request)))
@@ -91,6 +114,9 @@ def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]
     while not stop and not exits.all_exited():
         if not elastic and exits.first_failure() is not None:
             break
+        if listener.snapped():
+            stop.append(LEASH_SNAPPED)
+            break
         if elastic:
             _serve_joins(run_dir, request, network, exits)
         exits.wait(POLL_S)
@@ -100,7 +126,8 @@ def _run(run_dir: Path, request: LocalRequest, network: Started, stop: list[int]
     codes = [p.returncode for p in exits.processes]
     if request.min_workers is not None and not stop:
         return elastic_outcome(run_dir, request.min_workers, codes)
-    return outcome(run_dir, request, codes, bool(stop), first_failed=exits.first_failure())
+    cancelled = stop[0] if stop else None
+    return outcome(run_dir, request, codes, cancelled, first_failed=exits.first_failure())
 
 
 def _serve_joins(
@@ -161,7 +188,7 @@ def elastic_outcome(
                       f"{signal_note(returncodes[i])}" for i in left)  # fmt: skip
     if returncodes[0] == 0 and (run_dir / SUMMARY).is_file() and len(finished) >= min_workers:
         note = f"finished with {len(finished)} of {len(returncodes)} workers ({exits})"
-        return JobStatus(JobState.SUCCEEDED, note[:MAX_REASON_CHARS] if left else "",
+        return JobStatus(JobState.SUCCEEDED, note if left else "",
                          since=_now())  # fmt: skip
     said = [(i, first_error_line(_read(rank_log(run_dir, i)))) for i in left]
     worker, line = next(((i, ln) for i, ln in said if ln), (left[0] if left else 0, ""))
@@ -180,13 +207,14 @@ def outcome(
     run_dir: Path,
     request: LocalRequest,
     returncodes: Sequence[int | None],
-    cancelled: bool,
+    cancelled: str | None,
     first_failed: int | None = None,
 ) -> JobStatus:
-    """A fixed-size run's outcome (process i is rank i). `first_failed`: the rank that exited
-    non-zero first, when the order is known (the others often failed because it left)."""
+    """A fixed-size run's outcome (process i is rank i). `cancelled`: why the run was
+    cancelled, if it was. `first_failed`: the rank that exited non-zero first, when the order
+    is known (the others often failed because it left)."""
     if cancelled:
-        return JobStatus(JobState.CANCELLED, "cancelled by the user", since=_now())
+        return JobStatus(JobState.CANCELLED, cancelled, since=_now())
     if all(code == 0 for code in returncodes) and (run_dir / SUMMARY).is_file():
         return JobStatus(JobState.SUCCEEDED, since=_now())
     disk = storage_problem(run_dir)
@@ -208,7 +236,7 @@ def outcome(
 def _failed(reason: str, disk: str | None, **fields: int | None) -> JobStatus:
     if disk:
         reason = f"{disk} ({reason})"
-    return JobStatus(JobState.FAILED, reason[:MAX_REASON_CHARS], since=_now(), **fields)
+    return JobStatus(JobState.FAILED, reason, since=_now(), **fields)
 
 
 def first_error_line(log_text: str) -> str:
@@ -282,7 +310,10 @@ def _now() -> str:
 
 
 def main() -> int:
-    status = supervise(Path(sys.argv[1]))
+    # RUN_DIR [--leash FD]: argv, not the environment, which the workers inherit.
+    args = sys.argv[1:]
+    leash_fd = int(args[2]) if args[1:2] == ["--leash"] else None
+    status = supervise(Path(args[0]), leash_fd)
     return 0 if status.state is JobState.SUCCEEDED else 1
 
 
