@@ -124,6 +124,20 @@ def test_a_sigkilled_foreground_submit_takes_its_run_with_it(tmp_path):
     assert state.reason == supervisor.LEASH_SNAPPED
 
 
+@pytest.mark.slow
+def test_a_detached_run_goes_on_after_its_submit_returns(tmp_path):
+    proc = _runner(tmp_path, "submit", "cnn-digits", "--workers", "1", "--detach",
+                   *(f"--set={s}" for s in LONG_RUN))  # fmt: skip
+    output, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 0, output
+    run = _only_run(tmp_path)
+    try:
+        assert _started(run)  # trains with no command following it
+        assert api.status(tmp_path, run).state is JobState.RUNNING
+    finally:
+        assert api.cancel(tmp_path, run).state is JobState.CANCELLED
+
+
 def test_cancel_never_signals_a_process_a_forged_supervisor_json_names(tmp_path):
     spec = resolve("cnn-digits", run_id="cnn-digits-forged")
     run_dir = rundir.create(tmp_path, rundir.RunRecord(spec, "local", "local://cnn-digits-forged"))
