@@ -4,8 +4,10 @@ Sequential on purpose: runs of a scaling study must not share the machine or the
 their times would measure each other. The study record is saved before the first run and after
 every change, so a sweep stopped by Ctrl-C, SIGTERM or SIGHUP (the current run is cancelled and
 recorded as such, the study marked partial) or by a failed submit still lists every run it
-started with its final state, and still reports. A run that fails or misses the target is a data
-point: the sweep goes on. Never prints: progress goes to the callbacks.
+started with its final state, and still reports; a SIGKILLed one cancels its run too
+(runner/backends/local/leash.py), and its study then reads as partial (study.SWEEP_LOCK). A
+run that fails or misses the target is a data point: the sweep goes on. Never prints: progress
+goes to the callbacks.
 """
 
 from __future__ import annotations
@@ -75,15 +77,16 @@ def run_study(
 ) -> studies.Study:
     """Run every planned run that has no run id yet; returns the final record."""
     cb = callbacks or Callbacks()
-    recorder = _Recorder(results_root, study)
-    try:
-        for position, planned in enumerate(study.runs):
-            if planned.run_id is None:
-                _run_one(recorder, position, target, cb)
-    except BaseException:
-        recorder.update(state="partial", finished_at=_now())
-        raise
-    recorder.update(state="complete", finished_at=_now())
+    with studies.sweeping(results_root, study.study_id):  # before "running" is on disk
+        recorder = _Recorder(results_root, study)
+        try:
+            for position, planned in enumerate(study.runs):
+                if planned.run_id is None:
+                    _run_one(recorder, position, target, cb)
+        except BaseException:
+            recorder.update(state="partial", finished_at=_now())
+            raise
+        recorder.update(state="complete", finished_at=_now())
     return recorder.study
 
 

@@ -432,10 +432,9 @@ def load_study_record(root: Path, study_id: str) -> studies.Study:
     if not files.valid_name(study_id) or not files.is_plain_dir(base / study_id):
         raise NotFound(f"no study {study_id!r} in {base}")
     try:
-        data = read_json_object(base / study_id / studies.STUDY_FILE)
+        return studies.load(base / study_id / studies.STUDY_FILE)  # its fields checked
     except FileNotFoundError:
         raise NotFound(f"study {study_id!r} has no {studies.STUDY_FILE}") from None
-    return studies.Study.from_dict(data, Path(studies.STUDY_FILE))  # its fields checked
 
 
 def _flat(config: Any) -> dict[str, Any]:

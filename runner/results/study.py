@@ -10,9 +10,10 @@ study that still reports. Not here: running anything (runner.sweep), statistics 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,10 +21,14 @@ from typing import Any, Literal, TypeVar
 
 from contract import files
 from contract.records import Fields
+from runner import flock
 from runner.errors import RunNotFound, SpecError
 
 STUDIES_DIR = "studies"
 STUDY_FILE = "study.json"
+# Held by the sweep running the study (runner/flock.py): a study that says "running" while
+# nobody holds it was left by a sweep that was killed, and reads as partial.
+SWEEP_LOCK = ".sweep.lock"
 StudyState = Literal["running", "complete", "partial"]
 STUDY_STATES = ("running", "complete", "partial")
 T = TypeVar("T")
@@ -216,8 +221,21 @@ def save(results_root: Path, study: Study) -> Path:
 
 
 def load(path: Path) -> Study:
-    """study.json; DamagedFile when it is not one."""
-    return Study.from_dict(files.read_json_object(path), path)
+    """study.json; DamagedFile when it is not one. A running study whose sweep is gone (it
+    was SIGKILLed: it had no chance to say so) is partial, as one interrupted by a signal."""
+    study = Study.from_dict(files.read_json_object(path), path)
+    if study.state == "running" and not flock.held(path.parent / SWEEP_LOCK):
+        return replace(study, state="partial")
+    return study
+
+
+@contextlib.contextmanager
+def sweeping(results_root: Path, study_id: str) -> Iterator[None]:
+    """Held by the sweep that runs the study, for as long as it runs (see SWEEP_LOCK)."""
+    study_dir = studies_root(results_root) / study_id
+    study_dir.mkdir(parents=True, exist_ok=True)
+    with flock.hold(study_dir / SWEEP_LOCK):
+        yield
 
 
 def find(results_root: Path, study_id: str) -> Path | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
 from contract import files
 from contract.events import read_events
@@ -22,9 +23,10 @@ from runner import api
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local import processes, supervisor
 from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
+from runner.cli import main
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import Placement, resolve
-from runner.results import rundir
+from runner.results import report, rundir, study
 from tests.conftest import submit_local
 
 LONG_RUN = ["stop_at_target=false", "max_epochs=400"]
@@ -122,6 +124,24 @@ def test_a_sigkilled_foreground_submit_takes_its_run_with_it(tmp_path):
     state = api.wait(tmp_path, run)
     assert state.state is JobState.CANCELLED
     assert state.reason == supervisor.LEASH_SNAPPED
+
+
+@pytest.mark.slow
+def test_a_sigkilled_sweep_takes_its_run_with_it_and_its_study_reads_partial(tmp_path):
+    proc = _runner(tmp_path, "sweep", "cnn-digits", "--workers", "1", "--runs", "2",
+                   *(f"--set={s}" for s in LONG_RUN))  # fmt: skip
+    run = _only_run(tmp_path)
+    procs = _started(run)
+    (study_file,) = (tmp_path / "studies").glob("*/study.json")
+    assert study.load(study_file).state == "running"  # its sweep lives
+    proc.kill()
+    proc.wait()
+    _gone(procs)
+    assert api.wait(tmp_path, run).reason == supervisor.LEASH_SNAPPED
+    assert json.loads(study_file.read_text())["state"] == "running"  # all it could write
+    assert study.load(study_file).state == "partial"
+    _, title, _ = report.collect(tmp_path, [study_file.parent.name])
+    assert title.endswith("(partial)"), title
 
 
 @pytest.mark.slow
@@ -224,10 +244,6 @@ def test_cuda_without_a_gpu_is_refused_before_anything_exists(tmp_path, monkeypa
 
 
 def test_a_missing_data_set_is_refused_before_anything_starts_naming_the_fetch(tmp_path):
-    from click.testing import CliRunner
-
-    from runner.cli import main
-
     data = tmp_path / "empty"
     data.mkdir()
     args = ["--results-dir", str(tmp_path / "results"), "submit", "resnet20-cifar10"]
@@ -239,9 +255,6 @@ def test_a_missing_data_set_is_refused_before_anything_starts_naming_the_fetch(t
 
 
 def test_the_closed_division_refuses_a_data_set_that_is_not_the_canonical_one(tmp_path):
-    from click.testing import CliRunner
-
-    from runner.cli import main
     from tests.datagen import write_cifar10
 
     write_cifar10(tmp_path / "data", per_train_batch=64, num_test=64)
@@ -276,10 +289,6 @@ def _sleeping_run(results: Path, run_id: str) -> api.Run:
 
 
 def test_a_copied_run_directory_is_damaged_and_never_reaches_the_original_run(tmp_path):
-    from click.testing import CliRunner
-
-    from runner.cli import main
-
     run = _sleeping_run(tmp_path, "cnn-digits-original")
     try:
         shutil.copytree(
@@ -368,8 +377,8 @@ def test_a_released_run_goes_on_when_the_command_that_started_it_ends(tmp_path):
 HOLD_START_LOCK = """
 import sys, time
 from pathlib import Path
-from runner.backends.local import processes
-with processes.start_lock(Path(sys.argv[1])):
+from runner import flock
+with flock.hold(Path(sys.argv[1])):
     print("locked", flush=True)
     time.sleep(60)
 """

@@ -41,11 +41,13 @@ def test_study_record_round_trips_through_study_json(tmp_path):
     planned = studies.plan((1,), {"strategy": ("ddp",)}, 2, 0)
     study = studies.Study("study-a", "cnn-digits", (1,), {"strategy": ("ddp",)}, ("lr=0.1",), 2,
                           "local", planned)  # fmt: skip
-    path = studies.save(tmp_path, studies.with_run(study, 0, run_id="r0", state="SUCCEEDED"))
-    assert path == tmp_path / "studies" / "study-a" / "study.json"
-    loaded = studies.load(studies.find(tmp_path, "study-"))
+    with studies.sweeping(tmp_path, "study-a"):  # "running" is true while a sweep holds it
+        path = studies.save(tmp_path, studies.with_run(study, 0, run_id="r0", state="SUCCEEDED"))
+        assert path == tmp_path / "studies" / "study-a" / "study.json"
+        loaded = studies.load(studies.find(tmp_path, "study-"))
     assert loaded.run_ids == ["r0"]
     assert loaded == studies.with_run(study, 0, run_id="r0", state="SUCCEEDED")
+    assert studies.load(path).state == "partial"  # its sweep is gone without finishing it
 
 
 def test_sweep_refuses_local_with_a_stack_and_an_invalid_grid_before_running(tmp_path):

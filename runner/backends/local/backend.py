@@ -28,6 +28,7 @@ from contract import files
 from contract.events import parse_line
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_state
+from runner import flock
 from runner.backends.base import LOCAL_SCHEME, LocalRequest, Process, Request
 from runner.backends.local import elastic, joins, launch, leash, network, preflight, processes
 from runner.errors import RunnerError, RunNotFound, SpecError
@@ -94,7 +95,7 @@ class LocalBackend:
         # The start lock, held until the supervisor is on record and then by the supervisor
         # (its stdout): until then, `status` from another command waits rather than taking a
         # run being started for one whose supervisor died.
-        with processes.start_lock(run_dir / LOGS / SUPERVISOR_LOG) as out:
+        with flock.hold(run_dir / LOGS / SUPERVISOR_LOG) as out:
             files.write_json(run_dir / launch.LAUNCH_FILE, local.to_dict())
             # Tied to this process until the command lets the run go (leash.py).
             read_end = leash.tie(run_dir)
@@ -230,7 +231,7 @@ class LocalBackend:
         deadline = time.monotonic() + START_LOCK_WAIT_S
         while not os.path.lexists(lock) and time.monotonic() < deadline:
             time.sleep(POLL_S)
-        return processes.starting(lock)
+        return flock.held(lock)
 
     def _await_supervisor(self, run_dir: Path) -> Any:
         """The supervisor of a run being started, once it is on record (a cancel that came

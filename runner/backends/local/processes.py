@@ -12,9 +12,10 @@ itself too), so a SIGKILLed supervisor takes the workers with it; what is left i
 `members` and ended.
 
 Before the supervisor is on record (supervisor.json names it once it runs), a run is being
-started: `start_lock` is held from just after job.json exists by the submitting command, then
-by the supervisor, which inherits it as its stdout; the kernel drops it when both are gone
-(killed ones included), so `starting` tells a run being started from one whose starter died.
+started: its start lock (runner/flock.py, on logs/supervisor.log) is held from just after
+job.json exists by the submitting command, then by the supervisor, which inherits it as its
+stdout; the kernel drops it when both are gone (killed ones included), so a run being started
+is told from one whose starter died.
 
 `Exits` is how the supervisor learns of each process's end: the moment it comes, and in the
 order they came, which names the rank that failed first (the others often fail after it,
@@ -24,13 +25,11 @@ because it left).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
 
 import psutil
 
@@ -96,41 +95,6 @@ def end(procs: Iterable[psutil.Process], grace_s: float) -> None:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(alive, timeout=grace_s)
-
-
-@contextlib.contextmanager
-def start_lock(path: Path) -> Iterator[BinaryIO]:
-    """`path`, created new and exclusively locked before it appears under its name (a reader
-    never sees it unlocked while its owner lives), open for appending: give it to the
-    supervisor as its stdout and the lock goes on with it after this block."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o644)
-    with os.fdopen(fd, "ab") as out:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.rename(temp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
-        yield out
-
-
-def starting(path: Path) -> bool:
-    """Whether a start lock at `path` is held: the run's starter or its supervisor lives."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # releases the shared lock, if taken
-    return False
 
 
 class Exits:
