@@ -9,6 +9,7 @@ set` command that fixes it. It creates no resources and reads nothing but the ma
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
@@ -27,10 +28,21 @@ MAX_NODES = 1000  # a guard against typos (80 for 8), not a cloud quota
 # An API CIDR this wide (0.0.0.0/0, or 0.0.0.0/1 + 128.0.0.0/1) opens the cluster to the
 # internet: accepted only with apiOpenToInternet, and every `pulumi up` then warns.
 WIDEST_QUIET_PREFIX = 8
-API_CIDR_EXAMPLE = "[0]' 203.0.113.7/32"  # the `pulumi config set --path` fix, after the key
+API_CIDR_EXAMPLE = "[0] 203.0.113.7/32"  # the `pulumi config set --path` fix: index, value
 # Used when systemMachineType is empty: small general-purpose machines, no GPU.
 SYSTEM_MACHINE = {"gke": "e2-standard-4", "eks": "m6i.large", "kind": ""}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # what the CLI's `integer` type takes: no 1_000, no "٨"
+# A stack's name becomes part of cloud and kind names (the registry repository, kind's cluster,
+# GCP service accounts), so it is held to what all of them accept: lowercase letters and
+# digits in hyphen-separated words (ECR refuses "--", kind and both clouds refuse capitals).
+_STACK_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+# GCP service account ids are 6-30 characters ending in a letter or digit; gke.py and
+# results.py name theirs sb-<stack>-nodes and sb-<stack>-results cut to 30 (as deployed stacks
+# have them). Up to 25 characters of stack name the two stay apart and end in a letter
+# (sb-<25>-n, sb-<25>-r); from 26 on both are sb-<stack>- (invalid) or the same id.
+GKE_ACCOUNT_PREFIX, GKE_ACCOUNT_SUFFIXES, GKE_ACCOUNT_ID_MAX = "sb-", ("-nodes", "-results"), 30
+MAX_GKE_STACK_NAME = GKE_ACCOUNT_ID_MAX - len(GKE_ACCOUNT_PREFIX) - 2
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 _K8S_MINOR = re.compile(r"^1\.(\d+)(\.\d+)?$")
 _GCP_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
@@ -38,13 +50,33 @@ _AWS_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 
 
 class ConfigError(ValueError):
-    """A stack setting is invalid; the message names the key and the command that fixes it."""
+    """A stack setting is invalid; the message names the key and the command that fixes it.
 
-    def __init__(self, key: str, problem: str, example: str) -> None:
+    `example` is the value of the `pulumi config set` fix; a list key's example starts with
+    the index (`[0] 203.0.113.7/32`), which makes the fix a `--path` command. `fix` replaces
+    that command and `subject` the `stackbench:KEY` the message starts with, for what a
+    `pulumi config set` cannot fix (an unknown key, the stack's name)."""
+
+    def __init__(
+        self,
+        key: str,
+        problem: str,
+        example: str,
+        *,
+        fix: str | None = None,
+        subject: str | None = None,
+    ) -> None:
         self.key = key
-        path = "--path " if "[" in example else ""
-        target = f"'{NAMESPACE}:{key}{example}'" if path else f"{NAMESPACE}:{key} {example}"
-        super().__init__(f"{NAMESPACE}:{key} {problem}; fix: pulumi config set {path}{target}")
+        subject = subject or f"{NAMESPACE}:{key}"
+        super().__init__(f"{subject} {problem}; fix: {fix or set_command(key, example)}")
+
+
+def set_command(key: str, example: str) -> str:
+    """The `pulumi config set` that gives `key` the value `example`, pasteable into a shell."""
+    if example.startswith("["):
+        index, _, value = example.partition(" ")
+        return f"pulumi config set --path '{NAMESPACE}:{key}{index}' {value}"
+    return f"pulumi config set {NAMESPACE}:{key} {example}"
 
 
 @dataclass(frozen=True)
@@ -94,10 +126,9 @@ def _text(key: str, raw: str) -> str:
 
 def _integer(lo: int, hi: int, example: int) -> Callable[[str, str], int]:
     def parse(key: str, raw: str) -> int:
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            raise ConfigError(key, f"must be an integer, got {raw!r}", str(example)) from None
+        if not _INTEGER.fullmatch(raw.strip()):
+            raise ConfigError(key, f"must be an integer, got {raw!r}", str(example))
+        value = int(raw.strip())
         if not lo <= value <= hi:
             raise ConfigError(key, f"must be between {lo} and {hi}, got {value}", str(example))
         return value
@@ -175,7 +206,9 @@ EXAMPLES = {"provider": "gke", "region": "us-central1", "zone": "us-central1-a"}
 
 
 def parse_stack_config(raw: Mapping[str, str | None], stack: str, project_root: str) -> StackConfig:
-    """Parse the CLI's strings (key -> value, None when unset) and check them together."""
+    """Parse the CLI's strings (key -> value, None when unset) and check them together.
+    A key `raw` has beyond the declared ones is a typo the program would otherwise ignore."""
+    _check_known(raw)
     values: dict[str, Any] = {}
     for key, parse in _PARSERS.items():
         text = raw.get(key)
@@ -183,6 +216,7 @@ def parse_stack_config(raw: Mapping[str, str | None], stack: str, project_root: 
             example = EXAMPLES.get(key, "VALUE")
             raise ConfigError(key, "is not set (Pulumi.yaml declares every key)", example)
         values[key] = parse(key, text)
+    _check_stack_name(stack, values["provider"])
     _check_location(values)
     _check_api_access(values)
     _check_names(values)
@@ -216,6 +250,58 @@ def parse_stack_config(raw: Mapping[str, str | None], stack: str, project_root: 
         results_dir=_results_dir(values, stack, project_root),
     )
     return cfg
+
+
+def _check_known(raw: Mapping[str, str | None]) -> None:
+    """Refuse a setting this project does not have: Pulumi passes any key through, and the
+    program would build the stack as if it were not there (`maxnodes: 16`, one node)."""
+    unknown = sorted(set(raw) - set(_PARSERS))
+    if not unknown:
+        return
+    key = unknown[0]
+    close = difflib.get_close_matches(key, KEYS, n=1) or [
+        k for k in KEYS if k.lower() == key.lower()
+    ]
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ConfigError(
+        key,
+        f"is not a setting of this project{hint}; Pulumi.yaml declares every one",
+        "",
+        fix=f"pulumi config rm {NAMESPACE}:{key}"
+        + (f" && pulumi config set {NAMESPACE}:{close[0]} VALUE" if close else ""),
+    )
+
+
+def _check_stack_name(stack: str, provider: str) -> None:
+    """The stack's name goes into cloud resource names (see _STACK_NAME): one that a cloud
+    would refuse, or cut short into another's, fails here instead of halfway through `up`."""
+    problem = ""
+    if not _STACK_NAME.fullmatch(stack):
+        problem = (
+            "must be lowercase letters and digits in words joined by single hyphens (it names "
+            "the stack's registry, cluster and accounts)"
+        )
+    elif provider == "gke" and len(stack) > MAX_GKE_STACK_NAME:
+        problem = (
+            f"is over {MAX_GKE_STACK_NAME} characters: cut to the {GKE_ACCOUNT_ID_MAX} of a GCP "
+            f"service account id, {GKE_ACCOUNT_PREFIX}<stack>{'/'.join(GKE_ACCOUNT_SUFFIXES)} "
+            "would become one id, or none GCP takes"
+        )
+    if problem:
+        raise ConfigError(
+            "stack",
+            problem,
+            "",
+            subject=f"stack name {stack!r}",
+            fix="pulumi stack rename NEW-NAME (or pulumi stack init NEW-NAME), e.g. gke-gpu-8",
+        )
+
+
+def gke_account_id(stack: str, suffix: str) -> str:
+    """A GCP service account id of the stack, cut to GCP's length; _check_stack_name keeps
+    the ids of one stack valid and apart."""
+    assert suffix in GKE_ACCOUNT_SUFFIXES
+    return f"{GKE_ACCOUNT_PREFIX}{stack}{suffix}"[:GKE_ACCOUNT_ID_MAX]
 
 
 def _check_location(v: dict[str, Any]) -> None:
@@ -368,13 +454,22 @@ def open_api_warning(cfg: StackConfig) -> str | None:
     )
 
 
+def _runtime_keys() -> set[str]:
+    """Every `stackbench:` key the CLI handed the program, declared or not: the language host
+    passes them all in PULUMI_CONFIG (mocks set the runtime's map instead)."""
+    from pulumi.runtime import config as runtime_config
+
+    names = set(runtime_config.get_config_env()) | set(runtime_config.CONFIG.get())
+    return {name for ns, _, name in (n.partition(":") for n in names) if ns == NAMESPACE}
+
+
 def load_stack_config() -> StackConfig:
     """Read this stack's settings from the Pulumi runtime, validate them, warn if the API is
     open to the internet."""
     import pulumi  # here, so the parser above stays importable and testable without a runtime
 
     config = pulumi.Config(NAMESPACE)
-    raw = {key: config.get(key) for key in KEYS}
+    raw = {key: config.get(key) for key in (*KEYS, *_runtime_keys() - set(KEYS))}
     cfg = parse_stack_config(raw, pulumi.get_stack(), str(PROJECT_ROOT))
     check_deployable(cfg)
     if warning := open_api_warning(cfg):

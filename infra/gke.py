@@ -18,7 +18,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.cluster import ClusterComponent, exec_kubeconfig
-from infra.config import StackConfig
+from infra.config import StackConfig, gke_account_id
 from infra.pools import training_pool
 
 NODE_SA_ROLES = (
@@ -123,7 +123,7 @@ class GkeCluster(ClusterComponent):
         # Nodes get a minimal account instead of the default compute one (project Editor).
         account = gcp.serviceaccount.Account(
             f"{name}-nodes",
-            account_id=f"sb-{self.cfg.stack}-nodes"[:30],
+            account_id=gke_account_id(self.cfg.stack, "-nodes"),
             display_name=f"stackbench {self.cfg.stack} GKE nodes",
             opts=self._opts,
         )

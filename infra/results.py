@@ -1,7 +1,8 @@
 """ResultsStore: where jobs write results, and the cloud identity that may write there.
 
 gke: a private GCS bucket (uniform access, public access prevented, force destroy) and a
-Google service account with object admin on it, which the job's Kubernetes service account
+Google service account with object read/write on it (not object admin, which may also set
+IAM policies on the bucket's managed folders), which the job's Kubernetes service account
 impersonates through Workload Identity. eks: a private S3 bucket (public access blocked,
 force destroy) and an IAM role with read/write on it, assumed through IRSA. kind: the host
 directory the nodes mount at /results; no identity. The Kubernetes service account itself is
@@ -18,8 +19,12 @@ import pulumi_gcp as gcp
 
 from contract.stack import JOB_SERVICE_ACCOUNT
 from infra.cluster import ClusterComponent
-from infra.config import StackConfig
+from infra.config import StackConfig, gke_account_id
 from infra.kind import kind_cluster
+
+# Create, read, list, overwrite and delete objects (and managed folders), no IAM: what the
+# FUSE mount of the job pods does, and what docs/security.md promises.
+GCS_WRITER_ROLE = "roles/storage.objectUser"
 
 
 class ResultsStore(pulumi.ComponentResource):
@@ -51,14 +56,14 @@ class ResultsStore(pulumi.ComponentResource):
         )
         account = gcp.serviceaccount.Account(
             f"{name}-writer",
-            account_id=f"sb-{cfg.stack}-results"[:30],
+            account_id=gke_account_id(cfg.stack, "-results"),
             display_name=f"stackbench {cfg.stack} results writer",
             opts=self._opts,
         )
         gcp.storage.BucketIAMMember(
             f"{name}-writer-objects",
             bucket=bucket.name,
-            role="roles/storage.objectAdmin",
+            role=GCS_WRITER_ROLE,
             member=account.email.apply(lambda email: f"serviceAccount:{email}"),
             opts=self._opts,
         )

@@ -72,8 +72,11 @@ def cli_values(project_root: Path, stack: str) -> dict[str, str]:
 
 
 def load(project_root: Path, stack: str) -> StackConfig:
-    """The stack's validated settings (ConfigError if invalid, StackFileError if absent)."""
-    return parse_stack_config(cli_values(project_root, stack), stack, str(project_root))
+    """The stack's validated settings (ConfigError if invalid, StackFileError if absent), under
+    the stack's own name, as the program sees it (`pulumi.get_stack()`), also when `stack` is
+    fully qualified (org/project/stack)."""
+    name = stack.rpartition("/")[2]
+    return parse_stack_config(cli_values(project_root, stack), name, str(project_root))
 
 
 def _mapping(value: Any, what: str) -> dict[Any, Any]:

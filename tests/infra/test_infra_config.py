@@ -7,14 +7,23 @@ and the real program run on it must fail before registering a single resource.
 from __future__ import annotations
 
 import re
+import shlex
 import string
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from infra_harness import cli_config, evaluate, project_schema, stack_names
+from infra_harness import REPO, cli_config, evaluate, project_schema, stack_names
 
-from infra.config import KEYS, ConfigError, StackConfig, check_deployable, parse_stack_config
+from infra import stackfiles
+from infra.config import (
+    KEYS,
+    ConfigError,
+    StackConfig,
+    check_deployable,
+    gke_account_id,
+    parse_stack_config,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 ROOT = "/repo"
@@ -67,12 +76,76 @@ def test_gpu_count_error_names_key_and_fix():
     )
 
 
+def fix_argv(err: ConfigError) -> list[str]:
+    """The error's fix as the shell would read it (a stray quote raises ValueError here)."""
+    return shlex.split(str(err).split("; fix: ", 1)[1])
+
+
 def test_list_key_fix_uses_path_syntax():
     with pytest.raises(ConfigError) as err:
         validate("eks-gpu-8", apiAllowedCidrs="[]")
-    assert "pulumi config set --path 'stackbench:apiAllowedCidrs[0]' 203.0.113.7/32" in str(
-        err.value
-    )
+    assert fix_argv(err.value) == [
+        "pulumi", "config", "set", "--path", "stackbench:apiAllowedCidrs[0]", "203.0.113.7/32"
+    ]  # fmt: skip
+
+
+def test_an_undeclared_key_is_refused_with_the_key_it_was_meant_to_be():
+    """Pulumi hands the program every key of the stack file; one the program does not read
+    (a typo) would leave the stack built as if it were not there."""
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(raw_config("gke-cpu-16") | {"maxnodes": "3"}, "gke-cpu-16", ROOT)
+    assert err.value.key == "maxnodes"
+    assert "did you mean maxNodes?" in str(err.value)
+    assert fix_argv(err.value) == [
+        "pulumi", "config", "rm", "stackbench:maxnodes",
+        "&&", "pulumi", "config", "set", "stackbench:maxNodes", "VALUE",
+    ]  # fmt: skip
+
+
+def test_an_undeclared_key_stops_the_program_before_any_resource():
+    registered: list = []
+    with pytest.raises(ConfigError) as err:
+        evaluate("gke-cpu-16", {"stackbench:maxnodes": "3"}, record=registered)
+    assert err.value.key == "maxnodes" and registered == []
+
+
+def test_an_undeclared_key_in_a_stack_file_is_refused_where_the_runner_reads_it(tmp_path):
+    (tmp_path / "Pulumi.yaml").write_text((REPO / "Pulumi.yaml").read_text())
+    (tmp_path / "stacks").mkdir()
+    text = (REPO / "stacks" / "Pulumi.kind.yaml").read_text()
+    (tmp_path / "stacks" / "Pulumi.kind.yaml").write_text(text + "  stackbench:spott: true\n")
+    with pytest.raises(ConfigError, match=r"stackbench:spott .*did you mean spot\?"):
+        stackfiles.load(tmp_path, "kind")
+
+
+@pytest.mark.parametrize("value", ["1_0", "\u0668", "0x8", "8e0"])
+def test_integer_keys_take_only_what_the_cli_calls_an_integer(value):
+    with pytest.raises(ConfigError) as err:
+        parse("gke-cpu-16", maxNodes=value)
+    assert err.value.key == "maxNodes"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["gke-gpu-8-europe-west4-study", "gke-gpu-8-europe-west4-abc", "GKE-gpu", "gke_gpu", "a--b"],
+)
+def test_a_stack_name_no_cloud_would_take_is_refused_before_any_resource(name):
+    """GCP service account ids (sb-<stack>-results) hold 30 characters: a longer name was cut
+    short, into an id ending in '-' or one shared by the nodes' and the jobs' accounts; and
+    registries, kind and buckets take lowercase names only."""
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(raw_config("gke-gpu-8"), name, ROOT)
+    assert err.value.key == "stack" and str(err.value).startswith(f"stack name {name!r} ")
+    assert "pulumi stack rename" in str(err.value)
+
+
+@pytest.mark.parametrize("length", range(1, 26))
+def test_every_gke_stack_name_taken_gives_two_valid_distinct_account_ids(length):
+    name = "gke-gpu-8-europe-west4-ab"[:length].rstrip("-") or "g"
+    stack = parse_stack_config(raw_config("gke-gpu-8"), name, ROOT).stack
+    ids = {gke_account_id(stack, suffix) for suffix in ("-nodes", "-results")}
+    assert len(ids) == 2
+    assert all(re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", i) for i in ids), ids
 
 
 def test_missing_key_is_named():
@@ -105,7 +178,9 @@ def ints_outside(lo: int, hi: int):
 
 def bad_int(lo, hi):
     return st.one_of(
-        ints_outside(lo, hi), junk.filter(lambda s: not s.strip().lstrip("-").isdigit())
+        ints_outside(lo, hi),
+        junk.filter(lambda s: not s.strip().lstrip("-").isdigit()),
+        st.sampled_from(["1_0", "\u0668", "1.0", "0x1"]),  # Python's int() takes the first two
     )
 
 
@@ -200,7 +275,8 @@ def test_every_invalid_value_raises_an_error_naming_its_key(case):
     assert err.value.key == key, (case, str(err.value))
     message = str(err.value)
     assert message.startswith(f"stackbench:{key} ") and "fix: pulumi config set " in message
-    assert f"stackbench:{key}" in message.split("fix:")[1]
+    argv = fix_argv(err.value)  # a command a shell can run as printed
+    assert argv[:3] == ["pulumi", "config", "set"] and argv[-2].startswith(f"stackbench:{key}")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

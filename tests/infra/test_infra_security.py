@@ -68,6 +68,29 @@ def test_the_jobs_service_account_mounts_no_api_token(ev):
     assert sa.inputs["automountServiceAccountToken"] is False
 
 
+def test_the_jobs_cloud_identity_reads_and_writes_objects_and_administers_nothing(ev):
+    """docs/security.md: only object read/write on the results bucket. storage.objectAdmin
+    would also let a job set IAM policies on the bucket's managed folders."""
+    grants = ev.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert [g.inputs["role"] for g in grants] == (
+        ["roles/storage.objectUser"] if ev.value("provider") == "gke" else []
+    )
+    assert ev.of_type("gcp:storage/bucketIAMBinding:BucketIAMBinding") == []
+    for policy in ev.of_type("aws:iam/rolePolicy:RolePolicy"):
+        actions = {a for s in json.loads(policy.inputs["policy"])["Statement"] for a in s["Action"]}
+        assert actions <= {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
+
+
+def test_gke_nodes_hold_no_project_wide_role_beyond_logs_metrics_and_image_pulls(ev):
+    roles = {m.inputs["role"] for m in ev.of_type("gcp:projects/iAMMember:IAMMember")}
+    assert roles <= {
+        "roles/logging.logWriter",
+        "roles/monitoring.metricWriter",
+        "roles/monitoring.viewer",
+        "roles/artifactregistry.reader",
+    }
+
+
 # ---- deletion protection ---------------------------------------------------------------------
 
 

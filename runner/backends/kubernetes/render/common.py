@@ -71,9 +71,8 @@ def check_placement(spec: JobSpec, conn: ClusterConnection) -> None:
     if conn.num_nodes is not None and placement.num_nodes > conn.num_nodes:
         raise SpecError(
             "--workers",
-            f"{conn.source} has {conn.num_nodes} nodes, {placement.num_nodes} asked; "
-            f"ask for fewer or grow the stack (pulumi config set --path nodes.count "
-            f"{placement.num_nodes} && pulumi up)",
+            f"{conn.source} has {conn.num_nodes} nodes, "
+            f"{placement.num_nodes} asked; ask for fewer{_grow_hint(conn, placement.num_nodes)}",
         )
     if placement.device != "cuda" or conn.gpus_per_node is None:
         return
@@ -87,6 +86,17 @@ def check_placement(spec: JobSpec, conn: ClusterConnection) -> None:
         )
 
 
+def _grow_hint(conn: ClusterConnection, nodes: int) -> str:
+    """How to give a stack `nodes` training nodes: its maxNodes setting (Pulumi.yaml)."""
+    if not conn.stack:
+        return ""
+    stack = conn.stack
+    return (
+        f" or grow the stack (pulumi config set stackbench:maxNodes {nodes} --stack {stack} "
+        f"&& pulumi up --stack {stack})"
+    )
+
+
 def deadline_s(spec: JobSpec) -> int:
     budget = spec.config.run.time_budget_s  # every workload config has run limits
     return DEFAULT_DEADLINE_S if budget is None else int(budget) + DEADLINE_SLACK_S
@@ -97,7 +107,17 @@ def output_dir(spec: JobSpec, conn: ClusterConnection) -> str:
 
 
 def workload_args(spec: JobSpec, conn: ClusterConnection) -> list[str]:
-    return workload_argv(spec, output_dir=output_dir(spec, conn), python="python")
+    """The workload's argv as a container's command or args, which Kubernetes rewrites: it
+    expands `$(VAR)` from the container's environment (RANK, PET_NODE_RANK ...) and turns `$$`
+    into `$`. The argv carries free text (`--set data_dir=...` in --config), which must reach
+    the workload as job.json records it, so every `$` is escaped as `$$`."""
+    argv = workload_argv(spec, output_dir=output_dir(spec, conn), python="python")
+    return [escape_expansion(arg) for arg in argv]
+
+
+def escape_expansion(text: str) -> str:
+    """`text` as Kubernetes' $(VAR) expansion of command and args gives it back unchanged."""
+    return text.replace("$", "$$")
 
 
 def labels(spec: JobSpec) -> dict[str, str]:
