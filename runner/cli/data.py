@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,9 @@ def data() -> None:
     "runs read it through config data_dir.",
 )  # fmt: skip
 @click.option(
-    "--mirror", metavar="URL", default=None,
-    help="Download URL/<file name> instead of the published URL; checksums are still checked.",
+    "--mirror", metavar="URL", default=None, callback=lambda ctx, param, value: _mirror(value),
+    help="Download URL/<file name> instead of the published URL (http, https or file); "
+    "checksums are still checked.",
 )  # fmt: skip
 @click.option("--force", is_flag=True, help="Download and prepare again even if present.")
 @handle_errors
@@ -80,6 +82,28 @@ def fetch_data(name: str, directory: Path | None, mirror: str | None, force: boo
     console.print(f"[green]ready[/green]: {path}")
     if root != default_data_dir():
         console.print(f"runs read it with: --set data_dir={root}")
+
+
+MIRROR_SCHEMES = ("http", "https", "file")
+
+
+def _mirror(url: str | None) -> str | None:
+    """The --mirror URL when urllib can download from it; a usage error (exit 2) otherwise,
+    rather than urllib's traceback ("unknown url type") once the download starts."""
+    if url is None:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as err:
+        raise click.BadParameter(f"{url!r} is not a URL ({err})", param_hint="--mirror") from None
+    if parts.scheme not in MIRROR_SCHEMES or (parts.scheme != "file" and not parts.hostname):
+        raise click.BadParameter(
+            f"{url!r}: expected an http://, https:// or file:// URL of a directory, e.g. "
+            "http://mirror.internal/datasets",
+            param_hint="--mirror",
+        )
+    return url
 
 
 class _AmountColumn(ProgressColumn):

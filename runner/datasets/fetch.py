@@ -12,6 +12,11 @@ about 1.65 GB and wmt17 about 1.74 GB, 1.58 GB of it (Europarl v7, Common Crawl)
 Verified downloads are kept in `<dir>/downloads/` so that preparing again never downloads
 again; delete them to reclaim the space. Every step is atomic (a `.part` file or a temporary
 directory renamed into place), so an interrupted fetch leaves nothing that looks complete.
+Fetches into one directory take turns (an flock on the directory itself, which the kernel
+releases however its holder ends), so a second fetch of a data set finds the first's result
+instead of writing into the same `.part` file (WMT's archives are shared by wmt16 and wmt17);
+and, holding it, a fetch removes the temporary directories a killed one left behind
+(gigabytes, for epsilon and WMT).
 
 Standard library only, plus numpy for the epsilon conversion, and no torch: the command runs
 on machines and in images where training never happens. It does not train or load tensors.
@@ -20,7 +25,11 @@ on machines and in images where training never happens. It does not train or loa
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
+import http.client
 import logging
 import os
 import shutil
@@ -29,7 +38,8 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -53,6 +63,16 @@ CHUNK_BYTES = 1 << 20
 HTTP_TIMEOUT_S = 60.0
 # (what, done, total or None, unit): unit "bytes" for downloads, "samples" for conversions.
 Progress = Callable[[str, int, int | None, str], None]
+# What a full, read-only or forbidden disk says; any other OSError with an errno while
+# unpacking is the disk's too (a damaged gzip stream raises OSError without one).
+_DISK_FIX = {
+    errno.ENOSPC: "the disk is full: free space there or fetch into another --dir",
+    errno.EDQUOT: "the disk quota is used up: free space there or fetch into another --dir",
+    errno.EROFS: "the file system is read-only: fetch into another --dir",
+    errno.EACCES: "no permission to write there: fetch into another --dir",
+    errno.EPERM: "no permission to write there: fetch into another --dir",
+    errno.ENOTDIR: "a file stands where a directory must be: give another --dir",
+}
 
 
 @dataclass(frozen=True)
@@ -203,11 +223,76 @@ def fetch(
     progress: Progress | None = None,
 ) -> Path:
     """Download, verify and prepare `name` under `root`; returns what the workloads read.
-    Does nothing when it is already prepared (unless `force`)."""
+    Does nothing when it is already prepared (unless `force`). RunnerError, one line, when
+    it cannot: the download, the archive or the disk named."""
     src = source(name)
-    if is_prepared(name, root) and not force:
+    if is_prepared(name, root) and not force:  # no lock to take: the data may be read-only
         log.info("%s is already prepared in %s", name, prepared_path(name, root))
         return prepared_path(name, root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with _turn(root) as alone:
+            if is_prepared(name, root) and not force:  # perhaps by the fetch just waited for
+                log.info("%s is already prepared in %s", name, prepared_path(name, root))
+                return prepared_path(name, root)
+            if alone:  # unlocked, a temporary directory may be a running fetch's
+                remove_leftovers(name, root)
+            return _fetch(src, root, mirror, force, progress)
+    except OSError as err:
+        raise RunnerError(disk_problem(err, f"preparing {name} in {root}")) from None
+
+
+def disk_problem(err: OSError, doing: str) -> str:
+    """One line for a local file error: what failed, where, and the fix when it is known."""
+    where = f" ({err.filename})" if err.filename else ""
+    fix = _DISK_FIX.get(err.errno or 0, "check the directory and retry")
+    return f"{doing} failed: {err.strerror or err}{where}; {fix}"
+
+
+@contextlib.contextmanager
+def _turn(root: Path) -> Iterator[bool]:
+    """Hold an exclusive flock on the directory `root` for the block, waiting (and saying so)
+    while another fetch has it; yields whether it holds it. A lock on the directory leaves no
+    lock file behind, and the kernel releases it when its holder exits, SIGKILL included: a
+    killed fetch never blocks the next."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("waiting for another `runner data fetch` into %s to finish", root)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as err:  # a file system without locks (some NFS mounts): go on alone
+            log.info("cannot lock %s (%s); not guarding against a concurrent fetch", root, err)
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def leftovers(name: str, root: Path) -> list[Path]:
+    """The temporary directories a fetch of `name` builds in before renaming them into place
+    (mkdtemp's `.<final name>-XXXXXXXX`): found while this fetch holds the directory's turn,
+    they are a killed fetch's."""
+    final = prepared_path(name, root)
+    found = list(final.parent.glob(f".{final.name}-*"))
+    if name in WMT_SUBDIRS:
+        raw = wmt.raw_dir(root, name)
+        found += raw.parent.glob(f".{raw.name}-*")
+    return [path for path in found if path.is_dir() and not path.is_symlink()]
+
+
+def remove_leftovers(name: str, root: Path) -> None:
+    for path in leftovers(name, root):
+        log.info("removing %s, left by an interrupted fetch", path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _fetch(
+    src: DataSource, root: Path, mirror: str | None, force: bool, progress: Progress | None
+) -> Path:
+    name = src.name
     downloads = root / "downloads"
     paths = [download(f, downloads, mirror, force, progress) for f in src.files]
     if name == "cifar10":
@@ -226,7 +311,8 @@ def download(
     force: bool = False,
     progress: Progress | None = None,
 ) -> Path:
-    """`remote` in `directory`, verified; a verified copy already there is reused."""
+    """`remote` in `directory`, verified; a verified copy already there is reused. The
+    `.part` file is this process's alone while it holds the data directory's turn (fetch())."""
     dest = directory / remote.filename
     if dest.exists() and not force and file_digest(dest, remote.algorithm) == remote.digest:
         return dest
@@ -248,24 +334,51 @@ def download(
 
 
 def _stream(url: str, part: Path, algorithm: str, progress: Progress | None) -> str:
+    """Download `url` into `part`; its digest. What the network or the server does wrong is a
+    RunnerError saying to retry; what the local disk does wrong (full, read-only) is left an
+    OSError for fetch() to name, since retrying the download would not help."""
     hasher = hashlib.new(algorithm)
-    request = urllib.request.Request(url, headers={"User-Agent": "stackbench-runner"})
-    try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            done = 0
-            with open(part, "wb") as out:
-                while chunk := response.read(CHUNK_BYTES):
-                    out.write(chunk)
-                    hasher.update(chunk)
-                    done += len(chunk)
-                    if progress is not None:
-                        progress(part.name.removesuffix(".part"), done, total, "bytes")
-    except (urllib.error.URLError, OSError) as err:
-        raise RunnerError(
-            f"downloading {url} failed ({err}); check the network and retry"
-        ) from None
+    with _network_errors(url):
+        request = urllib.request.Request(url, headers={"User-Agent": "stackbench-runner"})
+        response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)
+    with response, open(part, "wb") as out:
+        total = _content_length(response.headers.get("Content-Length"))
+        done = 0
+        while True:
+            with _network_errors(url):
+                chunk = response.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            out.write(chunk)
+            hasher.update(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(part.name.removesuffix(".part"), done, total, "bytes")
     return hasher.hexdigest()
+
+
+@contextlib.contextmanager
+def _network_errors(url: str) -> Iterator[None]:
+    """A RunnerError for whatever talking to `url` raises: refused, timed out, cut short (a
+    chunked body that ends early is http.client.IncompleteRead, no OSError), a server that
+    does not speak HTTP (BadStatusLine), a URL urllib cannot parse (ValueError)."""
+    try:
+        yield
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as err:
+        said = " ".join(str(err).split())  # one line, whatever the server sent
+        if isinstance(err, http.client.HTTPException) or not said:
+            said = f"{type(err).__name__}: {said}" if said else type(err).__name__
+        raise RunnerError(
+            f"downloading {url} failed ({said}); check the network and retry"
+        ) from None
+
+
+def _content_length(header: str | None) -> int | None:
+    """The announced size, for the progress bar only; None when absent or garbage."""
+    try:
+        return int(header or 0) or None
+    except ValueError:
+        return None
 
 
 def file_digest(path: Path, algorithm: str) -> str:
@@ -296,7 +409,11 @@ def unpack(archive: Path, root: Path, subdir: str, required: tuple[str, ...]) ->
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(tmp / subdir, dest)
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as err:
+    except OSError as err:
+        if err.errno is not None:  # the disk's (full, read-only): fetch() names it
+            raise
+        raise RunnerError(f"{archive}: cannot unpack ({err}); delete it and fetch again") from None
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as err:
         raise RunnerError(f"{archive}: cannot unpack ({err}); delete it and fetch again") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -33,6 +33,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ Progress = Callable[[str, int, int | None, str], None]
 VOCAB_SIZE = 32_768
 _SEG = re.compile(r"\s*<seg[^>]*>(.*)</seg>")
 _ENTITIES = {"&quot;": '"', "&apos;": "'"}  # unescape() itself does &amp; &lt; &gt;
+_CORRUPT = "the archive is corrupt: delete it and fetch again"
 
 
 @dataclass(frozen=True)
@@ -175,11 +177,12 @@ def read_members(archive: Path, handlers: Mapping[str, Callable[[IO[bytes]], Any
                     found[name] = handlers[name](tar.extractfile(member))  # type: ignore[arg-type]
                     if len(found) == len(handlers):
                         break
-    except (tarfile.TarError, EOFError, OSError) as err:
-        raise RunnerError(
-            f"{archive}: extracting failed ({err}); unless the disk is full, the archive is "
-            "corrupt: delete it and fetch again"
-        ) from None
+    except OSError as err:
+        if err.errno is not None:  # writing raw/ (a full disk): fetch() names the disk
+            raise
+        raise RunnerError(f"{archive}: extracting failed ({err}); {_CORRUPT}") from None
+    except (tarfile.TarError, EOFError, zlib.error) as err:
+        raise RunnerError(f"{archive}: extracting failed ({err}); {_CORRUPT}") from None
     except UnicodeDecodeError as err:
         raise RunnerError(f"{archive}: not UTF-8 text ({err}); delete it and fetch again") from None
     missing = [m for m in handlers if m not in found]

@@ -105,7 +105,10 @@ def parse_link(text: str) -> Link:
 
 
 def format_rate(rate_bit_s: int) -> str:
-    """In the largest unit that divides the rate exactly: 1gbit, 2500mbit, 100500bit."""
+    """In the largest unit that divides the rate exactly: 1gbit, 2500mbit, 100500bit; 0bit
+    (every unit divides zero, and "0kbit" refused as "0gbit" read as another rate)."""
+    if rate_bit_s == 0:
+        return "0bit"
     for unit, scale in sorted(UNITS.items(), key=lambda item: -item[1]):
         if rate_bit_s % scale == 0:
             return f"{rate_bit_s // scale}{unit}"

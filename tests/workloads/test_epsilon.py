@@ -1,5 +1,6 @@
 import bz2
 import json
+import stat
 
 import numpy as np
 import pytest
@@ -213,3 +214,8 @@ def test_a_label_byte_that_is_neither_class_is_refused(tmp_path):
     labels.write_bytes(bytes(damaged))
     with pytest.raises(DataError, match=r"train\.y\.i8: row 7 has label 0, expected \+1 or -1"):
         load_epsilon(tmp_path, CPU)
+
+
+def test_the_cache_is_readable_by_other_users_of_a_shared_volume(tmp_path):
+    _prepare(tmp_path, num_train=10)  # built in a mkdtemp directory, which is 0700
+    assert stat.S_IMODE(cache_dir(tmp_path).stat().st_mode) == 0o755

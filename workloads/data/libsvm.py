@@ -123,6 +123,7 @@ def convert(
             splits[split] = {"rows": rows, "source": source.name}
         meta = {"format": FORMAT, "num_features": num_features, "splits": splits}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide the cache from other users of a volume
         if cache_dir.exists():
             shutil.rmtree(cache_dir)
         os.replace(tmp, cache_dir)
