@@ -1,14 +1,16 @@
 """Elastic runs through the runner (`--workers MIN:MAX`), end to end on local gloo workers:
 a worker killed with SIGKILL mid-training leaves a run that goes on with the survivors and
-ends SUCCEEDED with fewer workers, the change a decision event that says when; a kill that
-leaves fewer than MIN fails the run with the workers' own reason; `runner join` brings the
-run back to MAX with a worker that starts from the current state and ends with its peers'
-weights, and is refused in one line at MAX, after the run, and for a run that is not
-elastic. The killed worker is found by its process (its environment names the run and the
-worker), never by a pid in a file."""
+ends SUCCEEDED with fewer workers, the change a decision event that says when; so does one
+whose second worker is killed while the group re-forms; a kill that leaves fewer than MIN
+fails the run with the workers' own reason; `runner join` brings the run back to MAX with a
+worker that starts from the current state and ends with its peers' weights, and is refused
+in one line at MAX, after the run, and for a run that is not elastic. The killed worker is
+found by its process (its environment names the run and the worker), never by a pid in a
+file."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -17,12 +19,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from torch.distributed import PrefixStore, TCPStore
 
 from contract.events import DECISION, read_events
 from contract.rundir import EVENTS, STATE, SUMMARY, rank_log
 from runner import api
+from runner.backends.base import LocalRequest
 from runner.backends.local import processes
 from runner.backends.local.backend import LocalBackend
+from runner.backends.local.launch import LAUNCH_FILE
 from runner.errors import RunnerError
 from runner.job.spec import Placement, resolve
 
@@ -31,8 +36,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ELASTIC = ["strategy=allreduce", "stop_at_target=false", "heartbeat_s=0.2", "dead_after_s=2"]
 
 
-def _submit(results: Path, low: int | None, high: int, max_epochs: int) -> api.Run:
-    overrides = [*ELASTIC, f"max_epochs={max_epochs}"]
+def _submit(results: Path, low: int | None, high: int, max_epochs: int, *extra: str) -> api.Run:
+    overrides = [*ELASTIC, f"max_epochs={max_epochs}", *extra]
     spec = resolve("cnn-digits", overrides, Placement(procs_per_node=high, min_workers=low))
     return api.submit(spec, LocalBackend(results), results)
 
@@ -94,6 +99,56 @@ def test_killing_a_worker_leaves_the_run_succeeded_with_fewer_workers(tmp_path):
     assert (change["knob"], change["old"], change["new"]) == ("workers", 3, 2)
     assert change["reason"] == "w2 left"
     assert change["step"] > 0 and change["time_s"] > 0  # when: after some training
+
+
+def _store(run: api.Run) -> PrefixStore:
+    """A client of the store the run's supervisor hosts for its workers (launch.json's port),
+    under the workers' prefix (workloads/adaptive/elastic/launch.py)."""
+    request = LocalRequest.from_dict(json.loads((run.run_dir / LAUNCH_FILE).read_text()))
+    assert request.store_port is not None
+    client = TCPStore("127.0.0.1", request.store_port, is_master=False,
+                      timeout=datetime.timedelta(seconds=30))  # fmt: skip
+    return PrefixStore("elastic/", client)
+
+
+def test_a_worker_killed_while_the_group_re_forms_leaves_the_last_one_going_on(tmp_path):
+    # w1 dies after it checked in to re-form without w2, before the new group forms: w0
+    # must not wait for it in init_process_group (the collective timeout, 300 s) and fail.
+    # w1 must die within dead_after_s of its check-in (before w0 counts w2 gone): 4 s to do it.
+    run = _submit(tmp_path, 1, 3, 30, "dead_after_s=4", "dist_timeout_s=60")  # a hang: 1 min
+    _kill_after_epoch(run, "w2", epoch=1)
+    store = _store(run)
+    _until(lambda: store.check(["gen/0/in/w1"]), "w1 to check in without w2")
+    os.kill(_worker(run, "w1").pid, signal.SIGKILL)
+    status = api.wait(tmp_path, run)
+    assert status.state.value == "SUCCEEDED", status
+    assert "finished with 1 of 3 workers" in status.reason
+    [change] = _decisions(run)  # both departures since the last group that formed
+    assert (change["old"], change["new"], change["reason"]) == (3, 1, "w1, w2 left")
+    summary = json.loads((run.run_dir / SUMMARY).read_text())
+    assert summary["world_size"] == 1 and summary["adaptive"]["final"]["workers"] == 1
+    assert summary["final"]["epoch"] == 30  # evaluated to the end, by the last one
+
+
+def test_a_joiner_killed_while_it_waits_to_be_admitted_leaves_the_run_going_on(tmp_path):
+    # Admitted at the next decision point (step 1200: time for w3 to start and register), by
+    # then dead: the members must not wait for it until the collective timeout, and the
+    # record holds the admission and the departure that undid it.
+    run = _submit(tmp_path, 1, 3, 120, "monitor_interval_steps=1200", "dist_timeout_s=60")
+    _kill_after_epoch(run, "w2", epoch=1)
+    _until(lambda: _decisions(run), "the survivors to re-form")
+    api.join(tmp_path, run)
+    store = _store(run)
+    _until(lambda: store.add("joins", 0) == 4, "w3 to ask to join")
+    os.kill(_worker(run, "w3").pid, signal.SIGKILL)
+    status = api.wait(tmp_path, run)
+    assert status.state.value == "SUCCEEDED", status
+    assert "finished with 2 of 4 workers" in status.reason
+    changes = [(d["old"], d["new"], d["reason"], d["step"]) for d in _decisions(run)]
+    assert changes[1:] == [(2, 3, "1 worker(s) waiting to join", 1200), (3, 2, "w3 left", 1200)]
+    summary = json.loads((run.run_dir / SUMMARY).read_text())
+    assert summary["adaptive"]["decisions_by_knob"] == {"workers": 3}
+    assert summary["world_size"] == 2 and summary["final"]["epoch"] == 120
 
 
 def test_a_kill_that_leaves_fewer_than_min_workers_fails_the_run_with_the_reason(tmp_path):

@@ -86,8 +86,12 @@ class AdaptiveConfig(Component):
         return self.monitor or bool(self.policy)
 
     def batch_bounds(self, start_global_batch: int) -> tuple[int, int]:
-        """(min, max) global batch for a run that starts at `start_global_batch`."""
-        low = self.min_global_batch or start_global_batch
+        """(min, max) global batch for a run that starts at `start_global_batch`. The default
+        min never exceeds a max set below the start: the run then starts at that max, as it
+        starts at a min set above the start (AdaptiveBatchConfig.start)."""
+        low = self.min_global_batch or min(
+            start_global_batch, self.max_global_batch or start_global_batch
+        )
         high = self.max_global_batch or max(low, DEFAULT_MAX_BATCH_FACTOR * start_global_batch)
         return low, high
 

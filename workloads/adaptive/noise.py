@@ -127,8 +127,11 @@ class NoiseScale:
     @property
     def b_noise(self) -> float | None:
         """tr(Sigma)/|G|^2 in samples; None until both EMAs exist and |G|^2 is positive (while
-        the smoothed |G|^2 is not, the noise dominates so much that no batch is too big)."""
+        the smoothed |G|^2 is not, the noise dominates so much that no batch is too big), and
+        None when the ratio overflows (huge gradients over a tiny smoothed |G|^2): no policy
+        can size a batch from an infinite noise scale."""
         g, s = self.grad_sq.value, self.trace_sigma.value
         if g is None or s is None or g <= 0.0:
             return None
-        return max(0.0, s) / g
+        ratio = max(0.0, s) / g
+        return ratio if math.isfinite(ratio) else None

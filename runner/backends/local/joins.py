@@ -21,7 +21,7 @@ from pathlib import Path
 
 from contract import files
 from contract.files import DamagedFile
-from runner.errors import RunnerError
+from runner.errors import RunnerError, StorageError
 
 REQUESTS = "requests"
 ANSWER_SUFFIX = ".answer"
@@ -32,13 +32,13 @@ _REQUEST = re.compile(r"^join-[0-9a-f]{16}$")
 def ask(run_dir: Path, timeout_s: float) -> str:
     """Ask the run's supervisor for one more worker; its answer when it started one.
     RunnerError (one line) when it refused, or did not answer within `timeout_s`."""
-    folder = run_dir / REQUESTS
-    folder.mkdir(exist_ok=True)
-    if folder.is_symlink() or not folder.is_dir():
-        raise RunnerError(f"{folder} is not a directory; remove it and ask again")
+    folder = _folder(run_dir)
     token = f"join-{secrets.token_hex(8)}"
     request = folder / token
-    os.close(os.open(request, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    try:
+        os.close(os.open(request, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except OSError as err:
+        raise _refused(err, request) from None
     answer_path = folder / (token + ANSWER_SUFFIX)
     deadline = time.monotonic() + timeout_s
     try:
@@ -60,6 +60,27 @@ def ask(run_dir: Path, timeout_s: float) -> str:
     if not started:
         raise RunnerError(message)
     return message
+
+
+def _folder(run_dir: Path) -> Path:
+    """The run's requests folder, made if missing; one line when something else (a file, a
+    link, a dangling one included) holds its name or the disk refuses it."""
+    folder = run_dir / REQUESTS
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        pass  # made by an earlier request, or something that is not a folder: checked below
+    except OSError as err:
+        raise _refused(err, folder) from None
+    if folder.is_symlink() or not folder.is_dir():
+        raise RunnerError(f"{folder} is not a directory; remove it and ask again")
+    return folder
+
+
+def _refused(err: OSError, path: Path) -> StorageError:
+    # Not runner.results.rundir.storage_error: the supervisor imports this module, and that
+    # one would bring the job spec's imports into it.
+    return StorageError(f"cannot write {path}: {err.strerror or err}; check the run directory")
 
 
 def pending(run_dir: Path) -> list[str]:

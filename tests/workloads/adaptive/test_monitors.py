@@ -13,8 +13,10 @@ import torch
 from torch import nn
 
 from tests.distributed import run_ranks
+from workloads.adaptive.batch import AdaptiveBatchConfig, AdaptiveBatchPolicy
 from workloads.adaptive.monitors import Monitor, MonitorConfig, summarize
 from workloads.adaptive.noise import NoiseScale, simple_estimates, worker_variance
+from workloads.adaptive.policy import View
 from workloads.adaptive.probes import GradientProbe
 from workloads.strategies import ddp, gradients
 from workloads.strategies.base import Collectives, flat_all_reduce_mean
@@ -151,6 +153,18 @@ def test_a_rank_without_a_reading_leaves_the_noise_scale_unmeasured():
     snapshot, noise = summarize(rows, 0, NoiseScale.start(0.9))
     assert snapshot.estimates is None and snapshot.b_noise is None
     assert noise.grad_sq.value is None
+
+
+def test_gradients_that_overflow_the_noise_scale_leave_it_unmeasured_and_the_batch_alone():
+    # Finite but huge gradients (norms near 1e150, a model about to diverge) after tiny ones:
+    # the smoothed |G|^2 is 9e-301 and tr(Sigma) 2e299, whose ratio overflows to inf.
+    nan = float("nan")
+    _, noise = summarize([[1e-300, 1e-300, 1, 0.1, 0.1, nan, nan]] * 2, 0, NoiseScale.start(0.9))
+    snapshot, _ = summarize([[2e300, 1e300, 1, 0.1, 0.1, nan, nan]] * 2, 10, noise)
+    assert snapshot.b_noise is None
+    policy = AdaptiveBatchPolicy(AdaptiveBatchConfig(2, 64), 2)
+    view = View(10, 0.1, {"global_batch": 2, "lr_factor": 1.0}, snapshot)
+    assert policy.propose("after_step", view) == ()
 
 
 def test_a_world_of_one_has_no_noise_scale():

@@ -204,6 +204,17 @@ def test_policies_are_refused_where_the_loop_does_not_drive_them():
     BENCHMARKS["logreg-epsilon"].config.replace(policy=("sync",), strategy="adaptive-sync")
 
 
+@pytest.mark.parametrize(("bounds", "start"), [({"max_global_batch": 8}, 8),
+                                               ({"min_global_batch": 128}, 128)])  # fmt: skip
+def test_a_bound_set_across_the_starting_batch_is_where_the_run_starts(bounds, start):
+    # cnn-digits starts at 32 x 2 = 64: a max below it (or a min above it) is where it starts,
+    # and the LR follows by the rule; not a worker that fails on bounds it made itself.
+    config = BASE.replace(policy=("batch",), strategy="allreduce", **bounds)
+    run = adaptive_run.build(config, 2, torch.device("cpu"), print)
+    assert run is not None
+    assert run.controller.values == {"global_batch": start, "lr_factor": start / 64}
+
+
 def test_policy_none_is_no_policy():
     assert BASE.with_overrides({"policy": "none"}).adaptive.policy == ()
     assert adaptive_run.build(BASE, 2, torch.device("cpu"), print) is None

@@ -15,7 +15,10 @@ The life of a worker:
 After each change the caller broadcasts the training state from `change.source_rank`
 (transfer.py) and rebuilds whatever holds the old process group (DDP's reducer). A process
 group is `init_process_group` over PrefixStore("pg/<g>/") of the same store, so generations
-never see each other's keys.
+never see each other's keys. Its members first meet in the store: a member that dies after it
+was counted in (a second kill while the group re-forms) would otherwise hold the others in
+init_process_group for the whole collective timeout; FormingFailed says it went quiet, and
+the caller re-forms again as after a failed collective.
 
 Why not torchrun's elastic agent alone: on a membership change it stops and restarts every
 worker (all of a node's workers when one of them fails; every node's when a node joins), so
@@ -77,8 +80,21 @@ class Change:
         return self.current.source
 
     @property
+    def departed(self) -> tuple[str, ...]:
+        """The members of the previous generation that are not in this one."""
+        if self.previous is None:
+            return ()
+        return tuple(m for m in self.previous.members if m not in self.current.members)
+
+    @property
     def reason(self) -> str:
-        return self.current.reason
+        departed = self.departed
+        return f"{', '.join(departed)} left" if departed else self.current.reason
+
+
+class FormingFailed(RuntimeError):
+    """A member of a new generation went quiet before its process group formed. A
+    RuntimeError, as a failed collective is: the survivors recover from it the same way."""
 
 
 class ElasticGroup:
@@ -141,11 +157,18 @@ class ElasticGroup:
         # Closing our connections first fails the collectives peers are blocked in at once,
         # rather than after the process group's timeout (gloo sees the closed connection).
         _destroy_process_group()
-        self._rdzv.check_in(current.number, step)
-        decided = self._settle(current, wait_for_writer=False)
-        if decided.members == current.members:
-            raise error
-        return self._form(decided)
+        before = current
+        while True:
+            self._rdzv.check_in(current.number, step)
+            decided = self._settle(current, wait_for_writer=False)
+            if decided.members == current.members:
+                raise error
+            try:
+                self._form(decided)
+            except FormingFailed:  # another one left while it formed: re-form without it too
+                current = decided
+                continue
+            return Change(before, decided)  # every departure since `before`, in one change
 
     def _settle(self, current: Generation, wait_for_writer: bool) -> Generation:
         """The generation after `current`: the one recorded, or, once every member has
@@ -213,6 +236,7 @@ class ElasticGroup:
         rank = generation.rank_of(self.member)  # Excluded if it left us out
         self._rdzv.publish_latest(generation.number)
         _destroy_process_group()
+        self._meet(generation)
         dist.init_process_group(
             self._backend,
             store=PrefixStore(f"pg/{generation.number}/", self._store),
@@ -221,6 +245,28 @@ class ElasticGroup:
             timeout=datetime.timedelta(seconds=self.config.pg_timeout_s),
         )
         return Change(previous, generation)
+
+    def _meet(self, generation: Generation) -> None:
+        """Wait until every member has come to form `generation`; FormingFailed as soon as
+        one that has not has been quiet for `dead_after_s` (it died after the generation was
+        decided: init_process_group would wait for it until the collective timeout)."""
+        number, members = generation.number, generation.members
+        self._rdzv.arrive(number)
+        watches: list[LivenessWatch] = []  # made once someone is missing: the rare case
+
+        def everyone() -> bool:
+            if self._rdzv.arrivals(number) >= len(members):
+                return True
+            if not watches:
+                watches.append(LivenessWatch(self._rdzv, members, self.config.dead_after_s))
+            missing = [m for m in members if m not in self._rdzv.arrived(number, members)]
+            gone = watches[0].gone(missing)
+            if gone:
+                raise FormingFailed(f"{', '.join(sorted(gone))} left while generation "
+                                    f"{number} formed")  # fmt: skip
+            return not missing
+
+        wait_for(everyone, self.config.rendezvous_timeout_s, f"the members of generation {number}")
 
 
 def _destroy_process_group() -> None:

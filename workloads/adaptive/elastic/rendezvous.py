@@ -9,6 +9,8 @@ worker reaches it. Keys, all under the run's prefix:
                              compare_set with an empty expected value, so when several
                              workers decide at once, the first record wins and all follow it
     gen/<g>/in/<id>          worker id checked in to leave generation g, at this step
+    gen/<g>/at/<id>          worker id has come to form generation g's process group
+    gen/<g>/at               how many have (an atomic counter)
     hb/<id>                  worker id's heartbeat counter
     latest                   the newest generation formed
     ended                    the run has ended (its writer set it): a joiner still waiting
@@ -92,6 +94,17 @@ class Rendezvous:
                 except ValueError:
                     raise MembershipError(f"damaged check-in of {member}") from None
         return steps
+
+    def arrive(self, number: int) -> None:
+        self.store.set(f"gen/{number}/at/{self.member}", "1")
+        self.store.add(f"gen/{number}/at", 1)
+
+    def arrivals(self, number: int) -> int:
+        """How many have arrived (one read: the usual case is that everyone has)."""
+        return int(self.store.add(f"gen/{number}/at", 0))
+
+    def arrived(self, number: int, members: Sequence[str]) -> set[str]:
+        return {m for m in members if self.store.check([f"gen/{number}/at/{m}"])}
 
     def heartbeat_count(self, member: str) -> int:
         return int(self.store.add(f"hb/{member}", 0))

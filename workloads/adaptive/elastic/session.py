@@ -47,7 +47,13 @@ import torch.distributed as dist
 
 from workloads import strategies
 from workloads.adaptive import training
-from workloads.adaptive.elastic.group import Change, ElasticConfig, ElasticGroup, ElasticPolicy
+from workloads.adaptive.elastic.group import (
+    Change,
+    ElasticConfig,
+    ElasticGroup,
+    ElasticPolicy,
+    FormingFailed,
+)
 from workloads.adaptive.elastic.launch import ElasticLaunch
 from workloads.adaptive.elastic.membership import MembershipError
 from workloads.adaptive.elastic.transfer import broadcast_state
@@ -106,7 +112,11 @@ class ElasticSession:
     def start(self) -> None:
         """Form generation 0 with the first workers to register, or wait to be admitted to
         the running group and receive its state (the process group is up either way)."""
-        change = self.group.start(self.launch.initial_workers)
+        try:
+            change = self.group.start(self.launch.initial_workers)
+        except FormingFailed as err:  # nothing to recover yet: the run has not begun
+            raise MembershipError(f"{err}; a worker lost while the group forms fails the "
+                                  "run (or the join)") from None  # fmt: skip
         self.writer = change.current.members[0]
         if change.current.number > 0:
             self._entry = broadcast_state(None, change.source_rank, self.device)
@@ -137,11 +147,20 @@ class ElasticSession:
         decisions = run.controller.before_step(step, lr)
         for decision in decisions:
             if decision.knob == KNOB:
-                change = self.group.grow(int(decision.new), step)
-                print(f"elastic: {change.reason}: going on with {change.current.world_size} "
-                      f"workers from step {step}", flush=True)  # fmt: skip
-                self._adopt(run, change)
+                try:
+                    self._grow(run, int(decision.new), step)
+                except BaseException:
+                    # Taken and counted already: on record before the departure that undoes
+                    # it (a joiner that died waiting), which the recovery records next.
+                    run.record_decisions(decisions)
+                    raise
         return decisions
+
+    def _grow(self, run: Adaptive, world_size: int, step: int) -> None:
+        change = self.group.grow(world_size, step)
+        print(f"elastic: {change.reason}: going on with {change.current.world_size} "
+              f"workers from step {step}", flush=True)  # fmt: skip
+        self._adopt(run, change)
 
     def report(self) -> None:
         """One line in this worker's log: where it ended and a digest of its weights (every
@@ -166,7 +185,22 @@ class ElasticSession:
             except MembershipError:
                 raise
             except RuntimeError as err:  # gloo raises as soon as a peer's connection closes
-                self.recover(err, where)
+                self._recover_until_formed(err, where)
+
+    def _recover_until_formed(self, error: RuntimeError, where: tuple[int, int]) -> None:
+        """`recover`, again for as long as another worker leaves while the survivors check
+        their point of the run and take the source's state (those collectives fail then):
+        the run goes on while MIN are left, however close together they left."""
+        while True:
+            try:
+                self.recover(error, where)
+                return
+            except MembershipError:
+                raise
+            except RuntimeError as err:
+                if err is error:  # nobody left: the failure was not a departure
+                    raise
+                error = err
 
     def recover(self, error: RuntimeError, where: tuple[int, int]) -> None:
         """Re-form the group without the workers that left, check that the survivors are at
@@ -177,19 +211,21 @@ class ElasticSession:
         traceback.clear_frames(error.__traceback__)  # frames may hold the old group's work
         gc.collect()
         change = self.group.recover(run.steps_done, error)
-        if self.writer in change.current.departed:
+        if self.writer in change.departed:
             self.group.end()
             raise WriterLeft(
                 f"worker {self.writer}, which writes the run's record, left "
                 f"({change.reason}); the run cannot go on without it"
             )
-        _agree_on(where, self.device)
-        print(f"elastic: {change.reason}: going on with {change.current.world_size} workers "
-              f"from step {change.current.step}", flush=True)  # fmt: skip
+        # Recorded at once: if another worker leaves during what follows, the next change
+        # starts from this one.
         decision = run.controller.record(
             "elastic", KNOB, change.current.world_size, change.current.step, change.reason
         )
         run.record_decisions([decision])
+        _agree_on(where, self.device)
+        print(f"elastic: {change.reason}: going on with {change.current.world_size} workers "
+              f"from step {change.current.step}", flush=True)  # fmt: skip
         self._adopt(run, change)
 
     def close(self) -> None:
