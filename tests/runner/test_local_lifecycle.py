@@ -221,6 +221,29 @@ def test_the_failing_ranks_first_error_line_is_found_behind_torchs_rank_prefix()
         "diverged at epoch 3 step 41: loss nan"
     )
     assert supervisor.first_error_line("all fine\n") == ""
+    # An elastic worker's re-raised errors carry a prefix per layer that printed them.
+    nested = "[rank0]: [rank0]: [rank0]: RuntimeError: Connection closed by peer\n"
+    assert supervisor.first_error_line(nested) == "RuntimeError: Connection closed by peer"
+    assert supervisor.first_error_line("[rank1]: [rank1]: stackbench: too few workers\n") == (
+        "too few workers"
+    )
+
+
+def test_an_elastic_worker_still_running_after_worker_0_ended_is_stopped_and_named(tmp_path):
+    """A stopped worker (SIGSTOP, or one waiting on a peer that is gone) held the run RUNNING
+    for ever: the supervisor waits for every process of an elastic run."""
+    spec = resolve("cnn-digits", run_id="cnn-digits-stuck")
+    run_dir = rundir.create(tmp_path, rundir.RunRecord(spec, "local", "local://cnn-digits-stuck"))
+    writer = Process(("sh", "-c", "echo '{}' > summary.json"), cwd=str(run_dir))
+    done, stuck = Process(("true",)), Process(("sleep", "600"))
+    LocalBackend(tmp_path).submit(LocalRequest(str(run_dir), (writer, done, stuck), min_workers=2))
+    status = api.wait(tmp_path, api.open_run(tmp_path, spec.run_id))
+    assert status.state is JobState.SUCCEEDED
+    assert status.reason == (
+        f"finished with 2 of 3 workers (worker 2 was still running {supervisor.GRACE_S:g} s "
+        "after worker 0 ended, and was stopped)"
+    )
+    assert processes.members(spec.run_id, run_dir) == []
 
 
 def test_a_supervisor_that_never_started_leaves_a_failed_run_not_a_pending_one(tmp_path):

@@ -32,6 +32,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,11 +64,13 @@ LEASH_SNAPPED = (
 )
 LAUNCHER_LOG = "launcher.log"
 # An exception line as Python prints it, possibly behind torch's `[rank0]:` prefix.
+# Prefixes may repeat ("[rank0]: [rank0]: ..."): an elastic worker's re-raised errors carry one
+# per layer that printed them.
 _ERROR_LINE = re.compile(
-    r"^(?:\[rank\d+\]:)?\s*(?:[A-Za-z_][\w]*\.)*"
+    r"^(?:\[rank\d+\]:\s*)*\s*(?:[A-Za-z_][\w]*\.)*"
     r"([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Diverged)\b:?.*)$"
 )
-_STACKBENCH_LINE = re.compile(r"^(?:\[rank\d+\]:)?\s*stackbench: (.+)$")
+_STACKBENCH_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)*\s*stackbench: (.+)$")
 
 
 def supervise(run_dir: Path, leash_fd: int | None = None) -> JobStatus:
@@ -111,9 +114,18 @@ def _run(
     # the survivors can go on (workloads/adaptive/elastic/session.py), so one's end is not
     # the run's. A fixed one ends at its first failure: the others cannot go on without it.
     elastic = request.min_workers is not None
+    writer_ended: float | None = None  # when worker 0, which ends an elastic run, exited
+    stuck: list[int] = []  # the workers still running GRACE_S after it, then stopped
     while not stop and not exits.all_exited():
         if not elastic and exits.first_failure() is not None:
             break
+        if elastic and exits.codes()[0] is not None:
+            # The others end within moments of worker 0; one that does not is stuck (stopped,
+            # or waiting on a peer that is gone) and would hold the run RUNNING for ever.
+            writer_ended = writer_ended or time.monotonic()
+            if time.monotonic() - writer_ended > GRACE_S:
+                stuck = [i for i, code in enumerate(exits.codes()) if code is None]
+                break
         if listener.snapped():
             stop.append(LEASH_SNAPPED)
             break
@@ -125,7 +137,7 @@ def _run(
         proc.wait()
     codes = [p.returncode for p in exits.processes]
     if request.min_workers is not None and not stop:
-        return elastic_outcome(run_dir, request.min_workers, codes)
+        return elastic_outcome(run_dir, request.min_workers, codes, stuck)
     cancelled = stop[0] if stop else None
     return outcome(run_dir, request, codes, cancelled, first_failed=exits.first_failure())
 
@@ -176,16 +188,26 @@ def _launcher_log(run_dir: Path, index: int, request: LocalRequest) -> Path:
 
 
 def elastic_outcome(
-    run_dir: Path, min_workers: int, returncodes: Sequence[int | None]
+    run_dir: Path,
+    min_workers: int,
+    returncodes: Sequence[int | None],
+    stuck: Sequence[int] = (),
 ) -> JobStatus:
     """An elastic run (worker i is process i and writes rank-i.log) SUCCEEDED when its
     writer (w0) finished it, wrote the summary and at least `min_workers` exited 0; the
-    workers that left are named. Otherwise the reason is a worker's own line (too few
+    workers that left are named, and those `stuck` (still running GRACE_S after worker 0
+    ended, then stopped) said to be. Otherwise the reason is a worker's own line (too few
     workers left, the writer gone) before any worker's exit code."""
-    finished = [i for i, code in enumerate(returncodes) if code == 0]
-    left = [i for i, code in enumerate(returncodes) if code != 0]
-    exits = "; ".join(f"worker {i} exited with code {returncodes[i]}"
-                      f"{signal_note(returncodes[i])}" for i in left)  # fmt: skip
+    # A stopped worker's code says nothing: processes.end reaps through psutil, and Popen
+    # then reads a child reaped before it as exit code 0.
+    left = [i for i, code in enumerate(returncodes) if code != 0 or i in stuck]
+    finished = [i for i in range(len(returncodes)) if i not in left]
+    exits = "; ".join(
+        f"worker {i} was still running {GRACE_S:g} s after worker 0 ended, and was stopped"
+        if i in stuck
+        else f"worker {i} exited with code {returncodes[i]}{signal_note(returncodes[i])}"
+        for i in left
+    )
     if returncodes[0] == 0 and (run_dir / SUMMARY).is_file() and len(finished) >= min_workers:
         note = f"finished with {len(finished)} of {len(returncodes)} workers ({exits})"
         return JobStatus(JobState.SUCCEEDED, note if left else "",
