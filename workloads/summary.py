@@ -71,7 +71,10 @@ def summarize(
     run_time_s: float,
     init_time_s: float,
     adaptive: AdaptiveSummary | None = None,
+    start_world_size: int | None = None,
 ) -> TrainSummary:
+    """The run's summary. `world_size` is the world at its end, `start_world_size` (default:
+    the same) at its start, which the global batch is given for."""
     loop = {p: tally.phases.get(p, 0.0) for p in LOOP_PHASES}
     train_s = sum(loop.values())  # the loop's wall time once close_loop has run
     # Steady state exists from the second step on; before it there is no rate to report (a
@@ -104,7 +107,7 @@ def summarize(
         train_samples=tally.samples,
         # Units an update holds over all workers (batch_unit), reached by accumulation when
         # global_batch is set (the translation tasks).
-        global_batch_size=config.data.global_batch_size(world_size),
+        global_batch_size=config.data.global_batch_size(start_world_size or world_size),
         batch_unit=config.data.batch_unit,
         run_time_s=run_time_s,
         init_time_s=init_time_s,

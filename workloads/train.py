@@ -206,8 +206,12 @@ def run(
         run_id=args.run_id,
         benchmark=args.benchmark or config.model.name,
         division="open" if args.open_division else "closed",
-        strategy=strategies.effective_name(config, world_size),
+        # What the run started with: an elastic run that ends with one worker ran allreduce,
+        # not `local`, and its global batch moved with its workers (the summary's adaptive
+        # part says where it ended).
+        strategy=strategies.effective_name(config, start_world),
         world_size=world_size,
+        start_world_size=start_world,
         device=device.type,
         precision=task.precision,
         run_time_s=run_time_s,

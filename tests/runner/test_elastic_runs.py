@@ -128,6 +128,10 @@ def test_a_worker_killed_while_the_group_re_forms_leaves_the_last_one_going_on(t
     summary = json.loads((run.run_dir / SUMMARY).read_text())
     assert summary["world_size"] == 1 and summary["adaptive"]["final"]["workers"] == 1
     assert summary["final"]["epoch"] == 30  # evaluated to the end, by the last one
+    # What it started with, not what one worker alone would be (`local`, one batch).
+    config = run.record.spec.config
+    assert summary["strategy"] == "allreduce"
+    assert summary["global_batch_size"] == config.data.global_batch_size(3)  # type: ignore[union-attr]
 
 
 def test_a_joiner_killed_while_it_waits_to_be_admitted_leaves_the_run_going_on(tmp_path):
