@@ -29,6 +29,13 @@ def _publish(monkeypatch, name: str, files: dict[str, bytes], algorithm="md5", *
     monkeypatch.setitem(datasets.DATASETS, name, DataSource(name, remotes, "test", **extra))
 
 
+def _serve_epsilon(served, monkeypatch, train, test, algorithm="md5", **extra) -> None:
+    """Serve and publish epsilon's two files, holding `train` and `test` ((x, y) each)."""
+    files = {"epsilon_normalized.bz2": train, "epsilon_normalized.t.bz2": test}
+    data = {name: write_libsvm(served / name, *xy).read_bytes() for name, xy in files.items()}
+    _publish(monkeypatch, "epsilon", data, algorithm=algorithm, **extra)
+
+
 def _fetch(name, root, url, *extra):
     args = ["data", "fetch", name, "--dir", str(root), "--mirror", url, *extra]
     return CliRunner().invoke(main, args)
@@ -89,17 +96,8 @@ def test_fetch_epsilon_downloads_both_splits_and_converts_them(server, tmp_path,
     served, url = server
     x, y = epsilon_points(6, 2000, seed=0)
     tx, ty = epsilon_points(3, 2000, seed=1)
-    files = {
-        "epsilon_normalized.bz2": write_libsvm(served / "epsilon_normalized.bz2", x, y),
-        "epsilon_normalized.t.bz2": write_libsvm(served / "epsilon_normalized.t.bz2", tx, ty),
-    }
-    _publish(
-        monkeypatch,
-        "epsilon",
-        {k: v.read_bytes() for k, v in files.items()},
-        algorithm="sha256",
-        expected_rows={"train": 6, "test": 3},
-    )
+    _serve_epsilon(served, monkeypatch, (x, y), (tx, ty), algorithm="sha256",
+                   expected_rows={"train": 6, "test": 3})  # fmt: skip
     root = tmp_path / "data"
     result = _fetch("epsilon", root, url)
     assert result.exit_code == 0, result.output
@@ -114,17 +112,8 @@ def test_fetch_epsilon_refuses_a_file_with_fewer_samples_than_published(
 ):
     served, url = server
     x, y = epsilon_points(4, 2000, seed=0)
-    files = {
-        "epsilon_normalized.bz2": write_libsvm(served / "epsilon_normalized.bz2", x, y),
-        "epsilon_normalized.t.bz2": write_libsvm(served / "epsilon_normalized.t.bz2", x, y),
-    }
-    _publish(
-        monkeypatch,
-        "epsilon",
-        {k: v.read_bytes() for k, v in files.items()},
-        algorithm="sha256",
-        expected_rows={"train": 5, "test": 4},
-    )
+    _serve_epsilon(served, monkeypatch, (x, y), (x, y), algorithm="sha256",
+                   expected_rows={"train": 5, "test": 4})  # fmt: skip
     result = _fetch("epsilon", tmp_path / "data", url)
     assert result.exit_code == 1 and "4 samples, expected 5" in result.output
     assert not epsilon_cache_dir(tmp_path / "data").exists()

@@ -19,27 +19,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from runner.cli import main
-from runner.datasets import fetch as datasets
-from runner.datasets.fetch import DataSource, RemoteFile
-from tests.datagen import cifar_archive, epsilon_points, write_libsvm
+from tests.datagen import cifar_archive, epsilon_points
+from tests.runner.test_data_fetch import _fetch, _publish, _serve_epsilon
 from workloads.data import epsilon_cache_dir
 
 ARCHIVE = "cifar-10-python.tar.gz"
-
-
-def _publish(monkeypatch, name: str, files: dict[str, bytes], **extra) -> None:
-    remotes = tuple(
-        RemoteFile(f"https://example.invalid/{f}", "md5", hashlib.md5(data).hexdigest())
-        for f, data in files.items()
-    )
-    monkeypatch.setitem(datasets.DATASETS, name, DataSource(name, remotes, "test", **extra))
-
-
-def _fetch(name: str, root: Path, url: str):
-    return CliRunner().invoke(main, ["data", "fetch", name, "--dir", str(root), "--mirror", url])
 
 
 @contextlib.contextmanager
@@ -131,16 +116,8 @@ def test_a_disk_that_fills_while_converting_is_named_in_one_line(server, small_d
     # The downloads fit in 1 MiB; the converted float32 rows (640 KB more) do not.
     served, url = server
     x, y = epsilon_points(80, 2000, seed=0)
-    files = {
-        "epsilon_normalized.bz2": write_libsvm(served / "epsilon_normalized.bz2", x, y),
-        "epsilon_normalized.t.bz2": write_libsvm(served / "epsilon_normalized.t.bz2", x[:2], y[:2]),
-    }
-    _publish(
-        monkeypatch,
-        "epsilon",
-        {k: v.read_bytes() for k, v in files.items()},
-        expected_rows={"train": 80, "test": 2},
-    )
+    _serve_epsilon(served, monkeypatch, (x, y), (x[:2], y[:2]),
+                   expected_rows={"train": 80, "test": 2})  # fmt: skip
     result = _fetch("epsilon", small_disk, url)
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -243,16 +220,7 @@ def test_a_conversion_killed_with_sigkill_leaves_nothing_the_next_fetch_keeps(
 
     served, url = server
     x, y = epsilon_points(4, 2000, seed=0)
-    files = {
-        "epsilon_normalized.bz2": write_libsvm(served / "epsilon_normalized.bz2", x, y),
-        "epsilon_normalized.t.bz2": write_libsvm(served / "epsilon_normalized.t.bz2", x, y),
-    }
-    _publish(
-        monkeypatch,
-        "epsilon",
-        {k: v.read_bytes() for k, v in files.items()},
-        expected_rows={"train": 4, "test": 4},
-    )
+    _serve_epsilon(served, monkeypatch, (x, y), (x, y), expected_rows={"train": 4, "test": 4})
     result = _fetch("epsilon", root, url)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in cache.parent.iterdir()) == ["cache"]
