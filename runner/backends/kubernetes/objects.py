@@ -44,13 +44,14 @@ def _count(value: Any) -> str | None:
 
 def _time(value: Any) -> str | None:
     """An RFC 3339 time, as the API server writes them (`2030-01-01T00:00:00Z`)."""
-    if isinstance(value, str):
-        try:
-            datetime.fromisoformat(value.replace("Z", "+00:00"))
-            return None
-        except ValueError:
-            pass
-    return "is not an RFC 3339 time"
+    problem = "is not an RFC 3339 time"
+    if not isinstance(value, str):
+        return problem
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return problem
+    return None
 
 
 def _strings(value: Any) -> str | None:
