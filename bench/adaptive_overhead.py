@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue as queue_lib
-import socket
 import statistics
 import sys
 import time
@@ -37,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.spawned import run_ranks
 
 KUNGFU_OVERHEAD = {"shortest interval": 0.063, "longer interval": 0.010}
 OFF = "off"
@@ -107,7 +106,7 @@ def _model_and_data(name: str, rank: int, world_size: int) -> tuple[Any, dict[st
     batch = CNN_DIGITS.config.data.batch_size
     torch.manual_seed(0)
     if name == "resnet20":
-        from workloads.models.resnet import CifarResNet
+        from workloads.models.resnet.model import CifarResNet
 
         model = CifarResNet(20, "m1", 10)
         gen = torch.Generator().manual_seed(rank)
@@ -117,7 +116,7 @@ def _model_and_data(name: str, rank: int, world_size: int) -> tuple[Any, dict[st
         )
         return model, {"x": x, "y": y, "batches": batches(torch.arange(len(x)), batch)}
     from workloads.data.digits import load_digits
-    from workloads.models.cnn import DigitsCNN
+    from workloads.models.cnn.model import DigitsCNN
 
     splits = load_digits(torch.device("cpu"))
     shard = epoch_shard(splits.num_train, world_size, rank, 0, CNN_DIGITS.config.run.seed)
@@ -144,8 +143,7 @@ def rank_rounds(rank: int, world_size: int, args: dict[str, Any]) -> dict[str, A
     return runs
 
 
-def _entry(rank: int, world_size: int, port: int, args: dict[str, Any], out: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _rank(rank: int, world_size: int, args: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     import gc
 
@@ -156,31 +154,13 @@ def _entry(rank: int, world_size: int, port: int, args: dict[str, Any], out: Any
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
-    out.put((rank, result))
+    return result
 
 
 def measure(args: dict[str, Any], world_size: int = 2) -> dict[str, Any]:
     """Rank 0's runs per configuration and round (the ranks run in lockstep)."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [
-        ctx.Process(target=_entry, args=(r, world_size, port, args, out)) for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(out.get(timeout=args["timeout_s"]) for _ in procs)
-    except queue_lib.Empty:
-        raise SystemExit(f"no result in {args['timeout_s']} s") from None
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    return results[0]
+    rank0: dict[str, Any] = run_ranks(_rank, world_size, args, args["timeout_s"], args["model"])[0]
+    return rank0
 
 
 def summarize(runs: dict[str, Any], intervals: list[int]) -> dict[str, Any]:

@@ -146,15 +146,16 @@ def table(task: str, rows: dict[str, list[dict[str, Any]]], aggs: dict[str, Aggr
         shown = _num(agg.mean_s) if agg.valid else f"invalid ({agg.reason})"
         epochs = ",".join(str(r["epochs"]) for r in rows[policy])
         changes = ",".join(str(r["batch_changes"]) for r in rows[policy])
-        batches = ",".join(str(r["final_global_batch"]) for r in rows[policy])
-        lines.append(f"  {arm:<9}{times} | {shown:>7} | {epochs} | {changes} | {batches}")
+        finals = ",".join(str(r["final_global_batch"]) for r in rows[policy])
+        lines.append(f"  {arm:<9}{times} | {shown:>7} | {epochs} | {changes} | {finals}")
     fixed, adaptive = aggs[FIXED].mean_s, aggs[ADAPTIVE].mean_s
     if fixed and adaptive:
         lines.append(f"  adaptive / fixed: {adaptive / fixed:.2f} ({aggs[FIXED].rule})")
-    epochs = {p: epochs_aggregate(rows[p]).mean_s for p in ARMS}
-    if epochs[FIXED] and epochs[ADAPTIVE]:
-        lines.append(f"  epochs to target, same rule: fixed {epochs[FIXED]:.2f}, adaptive "
-                     f"{epochs[ADAPTIVE]:.2f}, ratio {epochs[ADAPTIVE] / epochs[FIXED]:.2f} "
+    to_target = {p: epochs_aggregate(rows[p]).mean_s for p in ARMS}
+    fixed_epochs, adaptive_epochs = to_target[FIXED], to_target[ADAPTIVE]
+    if fixed_epochs and adaptive_epochs:
+        lines.append(f"  epochs to target, same rule: fixed {fixed_epochs:.2f}, adaptive "
+                     f"{adaptive_epochs:.2f}, ratio {adaptive_epochs / fixed_epochs:.2f} "
                      "(the algorithm's part, without the machine's speed)")  # fmt: skip
     return "\n".join(lines)
 

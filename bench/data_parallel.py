@@ -5,8 +5,7 @@ communication strategy at 2 and 4 processes (gloo on CPU), with speedups over on
 as a table; then the published ordering (DDP fastest, gather/scatter slowest, every strategy
 faster than one process) is checked and every difference is explained from what was measured.
 
-The model is VGG-11-BN when workloads.models.vgg.model exists (the study's model); otherwise
-the largest model this checkout has, and the output says so. Data are synthetic CIFAR-shaped
+The model is VGG-11-BN, the study's (bench/iterations.py). Data are synthetic CIFAR-shaped
 tensors made once per rank: data loading is not what is compared. Global batch 256 split
 over the workers, SGD lr 0.1, momentum 0.9, weight decay 1e-4, fixed seed, as the study.
 This is a speed benchmark, not a test: it asserts nothing.
@@ -20,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue as queue_lib
-import socket
 import statistics
 import sys
 import time
@@ -29,119 +26,38 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
-import torch.nn.functional as F
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.explain import explain_ordering
+from bench.iterations import iterations, vgg11
+from bench.spawned import run_ranks
 
 STUDY_STRATEGIES = ("gather-scatter", "allreduce-per-param", "allreduce", "ddp")
+MODEL = "VGG-11-BN (the study's model)"
 PUBLISHED_S = {"single": 1.855, "gather-scatter": 1.304, "allreduce-per-param": 0.932, "ddp": 0.664}
 
 
-def build_model() -> tuple[nn.Module, tuple[int, ...], str]:
-    """(model, one sample's shape, what it is)."""
-    try:
-        from workloads.models.vgg.model import VGG  # type: ignore[import-not-found]
-
-        return VGG(num_classes=10), (3, 32, 32), "VGG-11-BN (the study's model)"
-    except ImportError:
-        from workloads.models.cnn.model import DigitsCNN
-
-        note = (
-            "DigitsCNN, 0.14 M parameters, 8x8 inputs: VGG-11-BN (workloads/models/vgg/model.py) "
-            "is not in this checkout yet; this is the largest model it has. Rerun after the "
-            "models branch is merged for the study's model (9.2 M parameters)."
-        )
-        return DigitsCNN(10), (1, 8, 8), note
-
-
-def rank_times(rank: int, world_size: int, strategy: str, args: dict[str, Any]) -> dict:
-    """Per-iteration step times and communication times of one rank."""
-    import torch.distributed as dist
-
-    from runner.job.benchmarks import CNN_DIGITS
-    from workloads import strategies
-    from workloads.timing import CpuClock, StepTimer
-
-    torch.manual_seed(0)  # the same initial model everywhere
-    model, shape, _ = build_model()
-    batch = args["global_batch"] // world_size
-    generator = torch.Generator().manual_seed(1000 + rank)
-    x = torch.randn(batch, *shape, generator=generator)
-    y = torch.randint(0, 10, (batch,), generator=generator)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    clock = CpuClock()
-    timer = StepTimer(clock)
-    if strategy == "single":
-        strat = None
-    else:
-        config = CNN_DIGITS.config.replace(strategy=strategy, **args["options"].get(strategy, {}))
-        strat = strategies.build(config, model, clock)
-    module = model if strat is None else strat.module
-    steps, comms = [], []
-    for _ in range(args["iters"]):
-        timer.start()
-        loss = F.cross_entropy(module(x), y)
-        timer.lap("forward")
-        if strat is None:
-            loss.backward()
-            timer.lap("backward")
-        else:
-            strat.backward(loss, timer)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        timer.lap("optimizer")
-        if strat is not None:
-            strat.after_step(timer)
-        phases = timer.finish()
-        steps.append(sum(phases.values()))
-        comms.append(phases["communication"])
-    del strat, module
-    if dist.is_initialized():
-        import gc
-
-        gc.collect()  # no DDP reducer may outlive the group (see workloads/dist.py)
-        dist.barrier()
-    return {"steps_s": steps, "comm_s": comms}
-
-
-def _entry(rank: int, world_size: int, port: int, strategy: str, args: dict, out: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _rank(rank: int, world_size: int, job: dict[str, Any]) -> dict[str, Any]:
+    strategy, args = job["strategy"], job["args"]
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     import torch.distributed as dist
 
     if strategy != "single":
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    result = rank_times(rank, world_size, strategy, args)
+    settings = {**args, "width_divisor": 1}
+    result = iterations(strategy, rank, world_size, settings)
     if dist.is_initialized():
         dist.destroy_process_group()
-    out.put((rank, result))
+    return result
 
 
 def measure(strategy: str, world_size: int, args: dict[str, Any]) -> dict[str, float]:
     """Mean over iterations 2..iters of the slowest rank, and its communication share."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [
-        ctx.Process(target=_entry, args=(r, world_size, port, strategy, args, out))
-        for r in range(world_size)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        results = [out.get(timeout=args["timeout_s"])[1] for _ in procs]
-    except queue_lib.Empty:
-        raise SystemExit(f"{strategy} x{world_size}: no result in {args['timeout_s']} s") from None
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-    means = [statistics.fmean(r["steps_s"][1:]) for r in results]  # iterations 2..N
+    job = {"strategy": strategy, "args": args}
+    what = f"{strategy} x{world_size}"
+    results = list(run_ranks(_rank, world_size, job, args["timeout_s"], what).values())
+    means = [statistics.fmean(r["step_s"][1:]) for r in results]  # iterations 2..N
     slowest = max(range(len(results)), key=lambda i: means[i])
     comm = statistics.fmean(results[slowest]["comm_s"][1:])
     return {"time_s": means[slowest], "comm_share": comm / means[slowest]}
@@ -163,13 +79,14 @@ def main() -> None:
     }  # fmt: skip
     if ns.iters < 2:
         parser.error("--iters must be at least 2 (iteration 1 is warm-up, not averaged)")
-    model, _, about = build_model()
-    params_m = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"model: {about}")
+    params_m = sum(p.numel() for p in vgg11().parameters()) / 1e6
+    print(f"model: {MODEL}")
     print(f"{params_m:.2f} M parameters; global batch {ns.global_batch}; mean of iterations "
           f"2-{ns.iters}; gloo on {os.cpu_count()} CPU cores of this machine")  # fmt: skip
     t0 = time.perf_counter()
-    rows = [{"strategy": "single", "workers": 1, **measure("single", 1, args)}]
+    rows: list[dict[str, Any]] = [
+        {"strategy": "single", "workers": 1, **measure("single", 1, args)}
+    ]
     for k in ns.workers:
         for name in ns.strategies:
             rows.append({"strategy": name, "workers": k, **measure(name, k, args)})
@@ -182,7 +99,7 @@ def main() -> None:
     for line in explain_ordering(rows, params_m, os.cpu_count() or 1):
         print(line)
     if ns.json is not None:
-        ns.json.write_text(json.dumps({"model": about, "rows": rows}, indent=2) + "\n")
+        ns.json.write_text(json.dumps({"model": MODEL, "rows": rows}, indent=2) + "\n")
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -56,7 +56,12 @@ def follow_one_job(way: str, pending_s: float, running_s: float) -> tuple[dict[s
     events = backend.events(handle)
     if way == "watch":
         done = threading.Event()
-        watcher = threading.Thread(target=lambda: (list(backend.watch(handle)), done.set()))
+
+        def watch_to_end() -> None:
+            list(backend.watch(handle))
+            done.set()
+
+        watcher = threading.Thread(target=watch_to_end)
         watcher.start()
         while not done.is_set():
             next(events, None)
@@ -75,7 +80,7 @@ def follow_one_job(way: str, pending_s: float, running_s: float) -> tuple[dict[s
     return collections.Counter(kind(r) for r in made), elapsed_s
 
 
-def kind(request) -> str:  # type: ignore[no-untyped-def]
+def kind(request) -> str:
     what = request.url.path.rsplit("/", 1)[-1]
     what = "job" if "trainjobs" in request.url.path else what
     if request.params.get("watch") == "true":
@@ -83,7 +88,7 @@ def kind(request) -> str:  # type: ignore[no-untyped-def]
     return f"{request.method.value} {what}"
 
 
-def play_job(cluster, name: str, pending_s: float, running_s: float) -> None:  # type: ignore[no-untyped-def]
+def play_job(cluster, name: str, pending_s: float, running_s: float) -> None:
     """The controllers and the kubelet: pods pending, then running and logging, then done."""
     from contract.events import PREFIX
     from tests.runner.k8s_helpers import pod

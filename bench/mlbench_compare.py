@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue as queue_lib
-import socket
 import statistics
 import sys
 import tempfile
@@ -44,11 +42,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from one_process import run_quietly
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.one_process import run_quietly, steady
+from bench.spawned import run_ranks
 from tests.datagen import write_cifar10
 
 INSTALL = "pip install --no-deps --target /tmp/mlbench mlbench-core==3.0.0.dev23"
@@ -165,20 +163,19 @@ def stackbench_samples_per_s(config: Any, rank: int, world: int, device: str) ->
 
     env = DistEnv(rank, rank, world)
     summary = run_quietly(config, "--open-division", "--device", device, env=env)
-    return None if summary is None else summary.throughput_samples_per_s
+    return None if summary is None else steady(summary.throughput_samples_per_s)
 
 
 # ---- processes -----------------------------------------------------------------------------
 
 
-def _rank(rank: int, world: int, port: int, job: dict[str, Any], out: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
-    os.environ.update(LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+def _rank(rank: int, world: int, job: dict[str, Any]) -> float | None:
     torch.set_num_threads(max(1, CORES // world))
     device = torch.device(job["device"])
     if device.type == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
         device = torch.device("cuda", torch.cuda.current_device())
+    value: float | None
     if job["side"] == "mlbench":
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         args = (job["workload"], job["batch"], job["steps"], world, device)
@@ -189,28 +186,11 @@ def _rank(rank: int, world: int, port: int, job: dict[str, Any], out: Any) -> No
             job["workload"], job["batch"], world, job["data_dir"], job["precision"]
         )
         value = stackbench_samples_per_s(config, rank, world, job["device"])
-    if rank == 0:
-        out.put(value)
+    return value  # rank 0's; the others' None
 
 
 def measure(job: dict[str, Any], world: int, timeout_s: float = 900.0) -> float:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=_rank, args=(r, world, port, job, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        return float(out.get(timeout=timeout_s))
-    except queue_lib.Empty:
-        raise SystemExit(f"{job} x{world}: no result in {timeout_s} s") from None
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
+    return float(run_ranks(_rank, world, job, timeout_s, f"{job} x{world}")[0])
 
 
 def compare(job: dict[str, Any], world: int, rounds: int, key: str) -> dict[str, Any]:

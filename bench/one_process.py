@@ -37,3 +37,11 @@ def run_quietly(
             summary = run(config, env, args)
     assert (summary is not None) == (env.rank == 0)  # rank 0 returns it
     return summary
+
+
+def steady(throughput: float | None) -> float:
+    """A summary's throughput, or exit saying why there is none: a run records none without
+    a steady step (workloads/summary.py), so the bench's run was too short to time."""
+    if throughput is None:
+        raise SystemExit("the run recorded no throughput: it had no steady step; give it more")
+    return throughput

@@ -36,10 +36,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from one_process import run_quietly, single_rank_environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.datagen writes the files
 
+from bench.one_process import run_quietly, single_rank_environment, steady
 from runner.job.benchmarks import CNN_DIGITS, RESNET20_CIFAR10
 from tests.datagen import write_cifar10
 from workloads import compiling, data, models
@@ -66,7 +66,7 @@ def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
     Open division: the ResNet data are not CIFAR-10's canonical split."""
     summary = run_quietly(config, "--device", device, "--open-division")
     assert summary is not None
-    return summary.throughput_samples_per_s
+    return steady(summary.throughput_samples_per_s)
 
 
 def bare_samples_per_s(config: TrainConfig, device: str) -> float:
@@ -259,10 +259,11 @@ def main() -> None:
         write_cifar10(Path(data_dir), RESNET_IMAGES_PER_FILE, RESNET_IMAGES_PER_FILE)
         configs = workload_configs(Path(data_dir), epochs)
         for name in args.workloads.split(","):
-            report[name] = compare(configs[name], args.rounds, args.device)
-            report[name]["interleaved_steps"] = interleaved_step_ratio(
+            compared = compare(configs[name], args.rounds, args.device)
+            compared["interleaved_steps"] = interleaved_step_ratio(
                 configs[name], args.interleaved_steps, args.device
             )
+            report[name] = compared
     report |= {
         "ratio_target": 0.98,
         "rounds": args.rounds,

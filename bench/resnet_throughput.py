@@ -81,7 +81,8 @@ class Trainee:
             inv_std=torch.full((1, 3, 1, 1), 1 / 64, device=device),
             memory_format=fmt,
         )
-        model = CifarResNet(20, "m1").to(device, memory_format=fmt).train()
+        # torch's type stubs leave out Module.to's memory_format, which it takes.
+        model = CifarResNet(20, "m1").to(device, memory_format=fmt).train()  # type: ignore[call-overload]
         self.optimizer = make_optimizer(model.parameters(), variant.optimizer_impl)
         self.forward = torch.compile(model) if variant.compiled else model
         self.generator = torch.Generator(device).manual_seed(0)
@@ -117,7 +118,8 @@ def measure(
 ) -> dict[str, dict[str, Any]]:
     """Steps of all variants interleaved round-robin, so that load from other processes on a
     shared machine slows every variant alike instead of whichever ran at the time."""
-    trainees, results = {}, {}
+    trainees: dict[str, Trainee] = {}
+    results: dict[str, dict[str, object]] = {}
     for v in variants:
         try:
             trainee = Trainee(v, batch_size, device)

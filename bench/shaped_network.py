@@ -151,7 +151,7 @@ def main() -> None:
     for link in args.links:
         parse_link(link)  # a bad rate fails before anything runs
     require()
-    from bench.shaped_rank import vgg11
+    from bench.iterations import vgg11
 
     params_m = sum(p.numel() for p in vgg11(args.width_divisor).parameters()) / 1e6
     print(f"VGG-11-BN, channels / {args.width_divisor}: {params_m:.2f} M parameters "

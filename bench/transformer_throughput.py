@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,14 +25,18 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from one_process import run_quietly, single_rank_environment
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.one_process import run_quietly, single_rank_environment, steady
 from runner.job.benchmarks import TRANSFORMER_WMT17
 from workloads import models
 from workloads.config import TrainConfig
 from workloads.data import translation_cache_dir
 from workloads.data.token_batching import length_batches
 from workloads.data.translation import load_parallel, prepare_parallel, tokenizer
+from workloads.optim import AdamConfig
+from workloads.tasks.config import TranslationConfig
 
 SIZES = {
     "small": {"d_model": 256, "ffn_dim": 1024, "num_heads": 4, "num_layers": 3},
@@ -74,21 +79,23 @@ def bench_config(data_dir: Path, size: str, tokens: int) -> TrainConfig:
 def stackbench_tokens_per_s(config: TrainConfig, device: str) -> float:
     summary = run_quietly(config, "--device", device)
     assert summary is not None
-    return summary.throughput_tokens_per_s
+    return steady(summary.throughput_tokens_per_s)
 
 
 def bare_tokens_per_s(config: TrainConfig, device: str) -> float:
     """The same model, batches, optimizer and loss, in the plainest loop."""
     dev = torch.device(device)
+    task = config.task
+    assert isinstance(task, TranslationConfig), "the Transformer is trained by translation"
     cache = translation_cache_dir(Path(config.data.data_dir or ""), config.data.name)
     tok = tokenizer(cache)
     train = load_parallel(cache, "train")
     torch.manual_seed(config.run.seed)
     model = models.build(config, tok.vocab_size).to(dev)
-    beta1, beta2 = config.optimizer.adam_betas
-    opt = torch.optim.Adam(
-        model.parameters(), lr=1e-4, betas=(beta1, beta2), eps=config.optimizer.adam_eps
-    )
+    adam = config.optimizer
+    assert isinstance(adam, AdamConfig), "the Transformer trains with Adam"
+    beta1, beta2 = adam.adam_betas
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(beta1, beta2), eps=adam.adam_eps)
     batches = length_batches(
         train.src_lengths, train.tgt_lengths, config.data.batch_size, "tokens",
         seed=config.run.seed, epoch=0,
@@ -108,7 +115,7 @@ def bare_tokens_per_s(config: TrainConfig, device: str) -> float:
             logits = model(src_t, len_t, tgt_in)
         loss = F.cross_entropy(
             logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=tok.pad_id,
-            label_smoothing=config.label_smoothing, reduction="sum",
+            label_smoothing=task.label_smoothing, reduction="sum",
         )  # fmt: skip
         (loss / int((tgt_out != tok.pad_id).sum())).backward()
         opt.step()
