@@ -6,7 +6,9 @@ included; addons.py installs the device plugin, which that AMI lacks), is tainte
 nvidia.com/gpu and labelled nvidia.com/gpu.present=true, and may run on spot capacity. An
 IAM OIDC provider is created for IRSA (results.py binds the job service account). The API
 endpoint answers only apiAllowedCidrs from outside (nodes reach it privately), and deletion
-protection follows the deletionProtection setting. The VPC CNI chains the bandwidth plugin,
+protection follows the deletionProtection setting. Every node group's launch template requires
+IMDSv2 with a hop limit of 1, so pods cannot reach the node role's credentials through the
+instance metadata service (jobs use IRSA). The VPC CNI chains the bandwidth plugin,
 so pods' kubernetes.io/{ingress,egress}-bandwidth annotations are enforced. It uses the
 account's default VPC: a dedicated VPC is not built here. The training group is fixed at
 maxNodes (no cluster autoscaler; infra/pools.py).
@@ -31,6 +33,19 @@ NODE_POLICIES = (
 )
 GPU_AMI = "AL2023_x86_64_NVIDIA"
 CPU_AMI = "AL2023_x86_64_STANDARD"
+NODE_DISK_GB = 200
+# The root volume of the AL2023 EKS AMIs (CPU and NVIDIA alike).
+ROOT_DEVICE = "/dev/xvda"
+# IMDSv2 only, and its token answers travel one hop: the node itself (kubelet, and
+# host-network pods such as aws-node) reaches the metadata service, a pod behind its own
+# network namespace (one hop further) does not, so no job can take the node role's
+# credentials. AL2023's default hop limit is 2, and pulumi-eks' enableIMDSv2 also sets 2,
+# which lets every pod in.
+NODE_METADATA_OPTIONS = {
+    "http_endpoint": "enabled",
+    "http_tokens": "required",
+    "http_put_response_hop_limit": 1,
+}
 
 
 class EksCluster(ClusterComponent):
@@ -116,6 +131,7 @@ class EksCluster(ClusterComponent):
     def _node_group(
         self, name, node_role, *, instance_type, ami_type, size: PoolSize, spot, labels, taints
     ) -> eks.ManagedNodeGroup:
+        template = self._launch_template(name)
         return eks.ManagedNodeGroup(
             name,
             cluster=self.cluster_resource,
@@ -128,8 +144,24 @@ class EksCluster(ClusterComponent):
                 "max_size": size.max_nodes,
                 "desired_size": size.initial_nodes,
             },
-            disk_size=200,
+            # The disk size lives in the launch template: EKS refuses both.
+            launch_template={"id": template.id, "version": template.latest_version.apply(str)},
             labels=labels,
             taints=taints,
             opts=pulumi.ResourceOptions(parent=self, providers={"aws": self.cloud_provider}),
+        )
+
+    def _launch_template(self, name: str) -> aws.ec2.LaunchTemplate:
+        # No image or user data: EKS still picks the AMI (ami_type) and bootstraps the node;
+        # the template adds only the metadata rule and the root disk.
+        return aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            metadata_options=NODE_METADATA_OPTIONS,
+            block_device_mappings=[
+                {
+                    "device_name": ROOT_DEVICE,
+                    "ebs": {"volume_size": NODE_DISK_GB, "volume_type": "gp3"},
+                }
+            ],
+            opts=self._opts,
         )

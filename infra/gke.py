@@ -3,6 +3,8 @@
 The default pool is removed; the system pool runs operators and DNS; the training pool
 carries the guest accelerators with driver installation, autoscales from minNodes (0 by
 default, infra/pools.py), optionally on spot VMs, and is tainted so only GPU jobs land on it.
+Nodes run as a service account of their own that writes logs and metrics and reads only the
+stack's own image repository (infra/image.py grants that on the repository, not the project).
 Workload Identity is on (results.py binds the job service account) and so is the Cloud
 Storage FUSE CSI driver, through which job pods write the results bucket. Deletion
 protection follows the deletionProtection setting (on by default: turn it off, `pulumi up`,
@@ -21,11 +23,12 @@ from infra.cluster import ClusterComponent, exec_kubeconfig
 from infra.config import StackConfig, gke_account_id
 from infra.pools import training_pool
 
+# Project-wide roles of the nodes' account: logs and metrics only. Image pulls are granted on
+# the stack's own repository (infra/image.py), never on every repository of the project.
 NODE_SA_ROLES = (
     "roles/logging.logWriter",
     "roles/monitoring.metricWriter",
     "roles/monitoring.viewer",
-    "roles/artifactregistry.reader",
 )
 GKE_AUTH_PLUGIN = {
     "apiVersion": "client.authentication.k8s.io/v1beta1",
@@ -38,7 +41,9 @@ GKE_AUTH_PLUGIN = {
 class GkeCluster(ClusterComponent):
     cluster_resource: gcp.container.Cluster
     cloud_provider: gcp.Provider
-    """A GKE cluster; fills the ClusterComponent contract plus project and workload pool."""
+    node_service_account: gcp.serviceaccount.Account
+    """A GKE cluster; fills the ClusterComponent contract plus project, workload pool and the
+    nodes' service account (the identity that pulls the training image)."""
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
         super().__init__("stackbench:index:GkeCluster", name, cfg, opts)
@@ -61,7 +66,7 @@ class GkeCluster(ClusterComponent):
         self.workload_pool = pulumi.Output.concat(self.project, ".svc.id.goog")
         network, subnet = self._network(name)
         self.cluster_resource = self._cluster(name, network, subnet)
-        node_sa = self._node_service_account(name)
+        self.node_service_account = node_sa = self._node_service_account(name)
         self.system_pool = self._system_pool(name, node_sa)
         self.training_pool = self._training_pool(name, node_sa)
         cluster = self.cluster_resource
@@ -189,3 +194,11 @@ class GkeCluster(ClusterComponent):
             management={"auto_repair": True, "auto_upgrade": True},
             opts=self._opts,
         )
+
+
+def gke_cluster(cluster: ClusterComponent) -> GkeCluster:
+    """`cluster` as the GKE cluster it is where a stack's provider is gke (its nodes' account
+    is GKE's alone); another kind is a bug in the caller."""
+    if not isinstance(cluster, GkeCluster):
+        raise TypeError(f"expected a GkeCluster, got a {type(cluster).__name__}")
+    return cluster

@@ -1,7 +1,8 @@
 """TrainingImage: the registry for the stack and the training image built from images/.
 
-The registry is Artifact Registry on gke, ECR (force delete, so destroy removes pushed
-images) on eks, and kind's local registry container on kind. The image is built by BuildKit
+The registry is Artifact Registry on gke (the nodes' account may read this repository and no
+other), ECR (force delete, so destroy removes pushed images) on eks, and kind's local
+registry container on kind. The image is built by BuildKit
 (pulumi-docker-build) with the CUDA or CPU variant chosen by the stack's GPUs, pushed, and
 exported as `repo@sha256:...`: a digest, never a tag, so every job of the stack runs the same
 bytes. Building needs Docker on the machine running `pulumi up`; previews do not build.
@@ -17,9 +18,11 @@ import pulumi_gcp as gcp
 from contract.stack import IMAGE_HOME, IMAGE_UID
 from infra.cluster import ClusterComponent
 from infra.config import PROJECT_ROOT, StackConfig
+from infra.gke import gke_cluster
 from infra.kind import kind_cluster
 
 IMAGE_NAME = "stackbench-train"
+NODE_PULL_ROLE = "roles/artifactregistry.reader"
 DOCKERFILE = PROJECT_ROOT / "images" / "Dockerfile"
 
 
@@ -30,7 +33,7 @@ class TrainingImage(pulumi.ComponentResource):
         super().__init__("stackbench:index:TrainingImage", name, None, opts)
         self._opts = pulumi.ResourceOptions(parent=self, provider=cluster.cloud_provider)
         if cfg.provider == "gke":
-            repository, registries = self._artifact_registry(name, cfg)
+            repository, registries = self._artifact_registry(name, cfg, cluster)
         elif cfg.provider == "eks":
             repository, registries = self._ecr(name, cfg)
         else:
@@ -53,13 +56,26 @@ class TrainingImage(pulumi.ComponentResource):
         self.ref = pulumi.Output.concat(self.repository, "@", self.image.digest)
         self.register_outputs({"repository": self.repository, "ref": self.ref})
 
-    def _artifact_registry(self, name: str, cfg: StackConfig):
+    def _artifact_registry(self, name: str, cfg: StackConfig, cluster: ClusterComponent):
         repo = gcp.artifactregistry.Repository(
             f"{name}-repo",
             repository_id=f"stackbench-{cfg.stack}",
             location=cfg.region,
             format="DOCKER",
             description=f"stackbench training images for stack {cfg.stack}",
+            opts=self._opts,
+        )
+        # The nodes pull the training image with their own account; reading this repository
+        # is all it needs, so a node (or a pod that reaches its credentials) cannot read the
+        # other repositories of the project, as a project-wide reader role would allow.
+        nodes = gke_cluster(cluster).node_service_account
+        gcp.artifactregistry.RepositoryIamMember(
+            f"{name}-repo-nodes-reader",
+            project=repo.project,
+            location=repo.location,
+            repository=repo.name,
+            role=NODE_PULL_ROLE,
+            member=nodes.email.apply(lambda email: f"serviceAccount:{email}"),
             opts=self._opts,
         )
         host = f"{cfg.region}-docker.pkg.dev"

@@ -77,6 +77,7 @@ class Registered:
     parent: str
     deleted_with: str
     dependencies: list[str]
+    delete_before_replace: bool
 
 
 @dataclass
@@ -142,6 +143,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent=request.parent,
                     deleted_with=request.deletedWith,
                     dependencies=list(request.dependencies),
+                    delete_before_replace=request.deleteBeforeReplace,
                 )
             )
         return response

@@ -54,6 +54,8 @@ def _outputs(args: MockResourceArgs) -> dict:
             return {"name": f"{name}-7f3a", "url": f"gs://{name}-7f3a"}
         case "aws:s3/bucket:Bucket":
             return {"bucket": f"{name}-7f3a", "arn": f"arn:aws:s3:::{name}-7f3a"}
+        case "aws:ec2/launchTemplate:LaunchTemplate":
+            return {"latestVersion": 1}
         case "aws:iam/role:Role":
             return {"arn": f"arn:aws:iam::{ACCOUNT}:role/{name}", "name": name}
         case "gcp:serviceaccount/account:Account":

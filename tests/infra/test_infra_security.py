@@ -81,14 +81,80 @@ def test_the_jobs_cloud_identity_reads_and_writes_objects_and_administers_nothin
         assert actions <= {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
 
 
-def test_gke_nodes_hold_no_project_wide_role_beyond_logs_metrics_and_image_pulls(ev):
+def test_gke_nodes_hold_no_project_wide_role_beyond_logs_and_metrics(ev):
+    """A project-wide registry reader would let a node (or a pod that reaches its token) read
+    every repository of the project, not only the stack's own."""
     roles = {m.inputs["role"] for m in ev.of_type("gcp:projects/iAMMember:IAMMember")}
     assert roles <= {
         "roles/logging.logWriter",
         "roles/monitoring.metricWriter",
         "roles/monitoring.viewer",
-        "roles/artifactregistry.reader",
     }
+
+
+def test_gke_nodes_read_the_stacks_own_image_repository_only(ev):
+    grants = ev.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")
+    if ev.value("provider") != "gke":
+        assert grants == []
+        return
+    repo = ev.one("gcp:artifactregistry/repository:Repository")
+    [grant] = grants
+    assert grant.inputs["role"] == "roles/artifactregistry.reader"
+    assert grant.inputs["repository"] == repo.inputs["repositoryId"]
+    assert grant.inputs["location"] == repo.inputs["location"]
+    # The identity granted is the one every node pool runs as, and the image is in that repo.
+    accounts = {
+        pool.inputs["nodeConfig"]["serviceAccount"]
+        for pool in ev.of_type("gcp:container/nodePool:NodePool")
+    }
+    assert [f"serviceAccount:{a}" for a in accounts] == [grant.inputs["member"]]
+    assert f"/{repo.inputs['repositoryId']}/" in ev.value("image")
+    assert ev.of_type("gcp:artifactregistry/repositoryIamBinding:RepositoryIamBinding") == []
+    assert ev.of_type("gcp:artifactregistry/repositoryIamPolicy:RepositoryIamPolicy") == []
+
+
+def test_gke_pods_get_the_gke_metadata_server_never_the_nodes_credentials(ev):
+    """docs/security.md: on GKE a pod asking the metadata server gets its Workload Identity
+    account's tokens (the job's: results bucket only), never the node account's."""
+    for pool in ev.of_type("gcp:container/nodePool:NodePool"):
+        assert pool.inputs["nodeConfig"]["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+
+
+# ---- what a pod on an EKS node can reach -----------------------------------------------------
+
+
+EKS_CPU = {
+    "stackbench:gpusPerNode": 0,
+    "stackbench:gpuType": "",
+    "stackbench:nodeMachineType": "m5.xlarge",
+}
+
+
+@pytest.mark.parametrize("overrides", [{}, EKS_CPU], ids=["gpu", "cpu"])
+def test_eks_pods_cannot_reach_the_nodes_instance_metadata(overrides):
+    """IMDSv2 with a hop limit of 1 on every node group, CPU and GPU: the node (and
+    host-network pods) reach the metadata service, a pod one hop further cannot, so no job can
+    take the node role's credentials. Jobs reach their bucket through IRSA instead."""
+    ev = evaluate("eks-gpu-8", overrides)
+    groups = ev.of_type("eks:index:ManagedNodeGroup")
+    amis = {g.inputs["amiType"] for g in groups}
+    assert len(groups) == 2 and ("AL2023_x86_64_NVIDIA" in amis) == (overrides == {})
+    templates = {f"{t.name}-id": t for t in ev.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    for group in groups:
+        template = templates[group.inputs["launchTemplate"]["id"]]
+        assert template.inputs["metadataOptions"] == {
+            "httpEndpoint": "enabled",
+            "httpTokens": "required",
+            "httpPutResponseHopLimit": 1,
+        }
+        # EKS still picks the AMI and bootstraps the node: the template sets neither.
+        assert "imageId" not in template.inputs and "userData" not in template.inputs
+        # The disk moved into the template (EKS refuses a group's diskSize beside one).
+        assert "diskSize" not in group.inputs
+        [disk] = template.inputs["blockDeviceMappings"]
+        assert disk["deviceName"] == "/dev/xvda" and disk["ebs"]["volumeSize"] == 200
+        # pulumi-eks' own IMDSv2 switch sets a hop limit of 2, which lets pods in.
+        assert "enableIMDSv2" not in group.inputs
 
 
 # ---- deletion protection ---------------------------------------------------------------------
