@@ -71,6 +71,10 @@ def create_script(cfg: StackConfig) -> str:
             kind_bandwidth.build_command(cfg.kubernetes_version),
             f'printf "%s" "$KIND_CONFIG" | kind create cluster --name {name} --image {image}'
             " --config - --wait 180s >&2",
+            # A create that fails is not in the stack's state, so `pulumi destroy` would never
+            # delete this cluster, and the next `up` would find its name taken: a failing step
+            # from here on takes the cluster down with it (kind cleans up its own failures).
+            f"trap 'kind delete cluster --name {name} >&2' EXIT",
             f"for node in $(kind get nodes --name {name}); do",
             f'  docker exec "$node" mkdir -p {hosts_dir}',
             f"  printf '[host.\"http://%s:5000\"]\\n' {registry}"
@@ -83,8 +87,19 @@ def create_script(cfg: StackConfig) -> str:
             # then write it; the runner reads it as it is (files are 0644).
             f"docker exec {name}-control-plane chown {IMAGE_UID}:{IMAGE_UID} {RESULTS_MOUNT_PATH}",
             f"kind get kubeconfig --name {name}",
+            "trap - EXIT",
         ]
     )
+
+
+def cluster_triggers(cfg: StackConfig, script: str) -> list[str]:
+    """Everything the cluster is made from; a change to any of them replaces the cluster."""
+    return [
+        script,
+        json.dumps(kind_config(cfg), sort_keys=True),
+        kind_bandwidth.conflist_template(),
+        kind_bandwidth.NODE_DOCKERFILE.read_text(),
+    ]
 
 
 class KindCluster(ClusterComponent):
@@ -104,22 +119,27 @@ class KindCluster(ClusterComponent):
             delete=f"docker rm -f {registry}",
             opts=child,
         )
+        script = create_script(cfg)
         self.cluster_resource = command.local.Command(
             f"{name}-cluster",
-            create=create_script(cfg),
+            create=script,
             delete=f"kind delete cluster --name {shlex.quote(cluster_name(cfg))}",
             environment={
                 "KIND_CONFIG": json.dumps(kind_config(cfg), indent=2),
                 "BANDWIDTH_CONFLIST": kind_bandwidth.conflist_template(),
             },
-            # A changed config means a new cluster: kind cannot edit one in place.
-            triggers=[
-                json.dumps(kind_config(cfg), sort_keys=True),
-                kind_bandwidth.conflist_template(),
-                kind_bandwidth.NODE_DOCKERFILE.read_text(),
-            ],
+            # A change to anything the cluster is made from means a new cluster: kind cannot
+            # edit one in place. Without a trigger a changed script (the node image of another
+            # kubernetesVersion) would be an update, which pulumi-command runs as the create
+            # script again, and `kind create cluster` fails on the name it already has.
+            triggers=cluster_triggers(cfg, script),
+            # The new cluster has the old one's name: the old must go first (Pulumi's default,
+            # create-then-delete, would fail on the taken name).
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[self.registry], additional_secret_outputs=["stdout"]
+                parent=self,
+                depends_on=[self.registry],
+                additional_secret_outputs=["stdout"],
+                delete_before_replace=True,
             ),
         )
         self.cloud_provider = None

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from infra_harness import REPO
+from infra_harness import REPO, Registered, evaluate
 
 from contract.stack import IMAGE_UID, RESULTS_MOUNT_PATH
 from infra import kind_bandwidth, stackfiles
@@ -85,6 +85,7 @@ def test_create_prints_only_the_kubeconfig_and_does_the_steps_in_order(fake_tool
     assert "ARG CNI_PLUGINS_COMMIT=" in (fake_tools / "Dockerfile.built").read_text()
     chown = f"docker exec {NODES[0]} chown {IMAGE_UID}:{IMAGE_UID} {RESULTS_MOUNT_PATH}"
     assert chown in log
+    assert not any(line.startswith("kind delete") for line in log)  # the cluster stays up
 
 
 def test_every_node_gets_the_bandwidth_chain_for_its_own_pod_cidr(fake_tools: Path):
@@ -100,9 +101,50 @@ def test_every_node_gets_the_bandwidth_chain_for_its_own_pod_cidr(fake_tools: Pa
     assert cidrs == {"10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24"}
 
 
-def test_a_node_without_a_pod_cidr_fails_the_create(fake_tools: Path):
+def test_a_node_without_a_pod_cidr_fails_the_create_and_deletes_the_cluster(fake_tools: Path):
+    """A failed create is not in the stack's state, so destroy would never delete what it made
+    and the next `up` would find the cluster's name taken: the script deletes it itself."""
     docker = fake_tools / "bin" / "docker"
     docker.write_text(docker.read_text().replace("echo -n 10.244.1.0/24", "true"))
     done = run_create(fake_tools / "store")
     assert done.returncode != 0
     assert "node stackbench-kind-worker has no pod CIDR yet" in done.stderr
+    assert done.stdout == ""  # no kubeconfig of a cluster that is gone
+    log = (fake_tools / "log").read_text().splitlines()
+    assert log[-1] == "kind delete cluster --name stackbench-kind"
+
+
+def test_a_failed_last_step_still_deletes_the_cluster(fake_tools: Path):
+    kind = fake_tools / "bin" / "kind"
+    kind.write_text(kind.read_text().replace('echo \'{"kind": "Config"}\' ;;', "exit 1 ;;"))
+    done = run_create(fake_tools / "store")
+    assert done.returncode != 0
+    log = (fake_tools / "log").read_text().splitlines()
+    assert log[-2:] == [
+        "kind get kubeconfig --name stackbench-kind",
+        "kind delete cluster --name stackbench-kind",
+    ]
+
+
+# ---- changing a kind stack ---------------------------------------------------------------
+
+
+def cluster_command(overrides: dict[str, str] | None = None) -> Registered:
+    return evaluate("kind", overrides).one("command:local:Command", "-cluster")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize(
+    "overrides",
+    [{"stackbench:kubernetesVersion": "1.32.2"}, {"stackbench:maxNodes": "3"}],
+    ids=["kubernetesVersion", "maxNodes"],
+)
+def test_a_changed_stack_replaces_the_cluster_deleting_the_old_one_first(overrides):
+    """pulumi-command runs a changed create script as an update, i.e. `kind create cluster`
+    again under the name the cluster already has, which kind refuses; only a trigger makes the
+    change a replacement, and Pulumi's default replacement (create, then delete the old) would
+    meet the same name. So every input of the script is a trigger and the old goes first."""
+    before, after = cluster_command(), cluster_command(overrides)
+    assert after.inputs["triggers"] != before.inputs["triggers"]
+    assert after.inputs["create"] in after.inputs["triggers"]
+    assert before.delete_before_replace and after.delete_before_replace
