@@ -22,6 +22,7 @@ no torch (the runner loads it on its start-up path).
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -140,9 +141,28 @@ class TrainConfig(Composite):
     def target_metric(self) -> str:
         return self.task.metric
 
+    def start_global_batch(self, world_size: int) -> int:
+        """Units (data.batch_unit) the run's first update holds over all workers, reached by
+        accumulation when global_batch is set (the translation tasks): the configured batch,
+        or the one a batch policy's bounds made of it (a max_global_batch below it caps it
+        from the first step on). What the summary and the MLPerf log state."""
+        configured = self.data.global_batch_size(world_size)
+        return self.adaptive.start_global_batch(configured, world_size)
+
     def lr_plan(self, world_size: int) -> LrPlan:
-        """The base LR, the scaling rule and the peak LR on `world_size` workers."""
-        return lr_plan(self.schedule, world_size)
+        """The base LR, the scaling rule and the peak LR on `world_size` workers; a batch
+        policy whose bounds move the first global batch scales the peak as its rule says."""
+        plan = lr_plan(self.schedule, world_size)
+        configured = self.data.global_batch_size(world_size)
+        factor = self.adaptive.start_lr_factor(configured, world_size)
+        if factor == 1.0:
+            return plan
+        start = self.start_global_batch(world_size)
+        return dataclasses.replace(
+            plan,
+            rule=f"{plan.rule}, x {factor:g}: the batch policy starts at {start} of {configured}",
+            peak_lr=plan.peak_lr * factor,
+        )
 
     def validate(self) -> None:
         model, data = self.model, self.data

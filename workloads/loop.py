@@ -32,7 +32,7 @@ BUDGET_CHECK_EVERY_STEPS = 20  # a tiny broadcast, only when a time budget is se
 @dataclass
 class EpochStats:
     steps: int = 0
-    samples: int = 0  # this rank's
+    samples: int = 0  # this rank's (the adaptive loop's: see training.epoch_samples_share)
     tokens: int = 0  # this rank's target tokens (sequence tasks; 0 for the others)
     loss_sum: float = 0.0
     phases: dict[str, float] = field(default_factory=zero_phases)

@@ -28,7 +28,7 @@ def hyperparameters(config: TrainConfig, world_size: int) -> dict[str, Any]:
     """The MLPerf hyperparameter keys of a run of `config` on `world_size` workers."""
     optimizer = config.optimizer
     params: dict[str, Any] = {
-        events.GLOBAL_BATCH_SIZE: global_batch_size(config, world_size),
+        events.GLOBAL_BATCH_SIZE: config.start_global_batch(world_size),
         events.GRADIENT_ACCUMULATION_STEPS: gradient_accumulation_steps(config, world_size),
         events.OPT_NAME: optimizer.name,
         # What the schedule peaks at: the base lr scaled to the workers (config.lr_plan).
@@ -61,11 +61,6 @@ def metadata(config: TrainConfig) -> dict[str, dict[str, Any]]:
         meta[events.MAX_SEQUENCE_LENGTH] = {"method": MAX_SEQUENCE_METHOD}
         meta[events.LENGTH_PENALTY] = {"form": config.task.length_penalty_form}
     return meta
-
-
-def global_batch_size(config: TrainConfig, world_size: int) -> int:
-    """Units (config.data.batch_unit) per optimizer update over all workers."""
-    return config.data.global_batch_size(world_size)
 
 
 def gradient_accumulation_steps(config: TrainConfig, world_size: int) -> int:

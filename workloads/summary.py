@@ -27,7 +27,7 @@ class RunTally:
     """What the run accumulates as it goes (rank-local until `reduce`d)."""
 
     steps: int = 0
-    samples: int = 0  # global
+    samples: int = 0  # global: train_samples (see summarize)
     tokens: int = 0  # global target tokens (sequence tasks)
     epochs: int = 0
     phases: dict[str, float] = field(default_factory=zero_phases)  # + `other` once closed
@@ -104,10 +104,12 @@ def summarize(
         best=_evaluation(best) if best else None,
         epochs=tally.epochs,
         steps=tally.steps,
+        # Samples that completed optimizer steps trained on, over all workers and the whole
+        # run. Under elasticity: every worker's, a worker that left included, each sample of
+        # a step counted once whoever completed it; a step in flight when a worker left, taken
+        # again on the new group, counts once (adaptive/training.epoch_samples_share).
         train_samples=tally.samples,
-        # Units an update holds over all workers (batch_unit), reached by accumulation when
-        # global_batch is set (the translation tasks).
-        global_batch_size=config.data.global_batch_size(start_world_size or world_size),
+        global_batch_size=config.start_global_batch(start_world_size or world_size),
         batch_unit=config.data.batch_unit,
         run_time_s=run_time_s,
         init_time_s=init_time_s,

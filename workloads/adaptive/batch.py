@@ -31,28 +31,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from workloads.adaptive.config import LrRule, bounded_start, fit_to_world, lr_factor
 from workloads.adaptive.policy import Hook, Knob, Proposal, View
 
-LrRule = Literal["linear", "sqrt", "none"]
-
-
-def lr_factor(rule: LrRule, global_batch: int, base_global_batch: int) -> float:
-    """The LR multiplier at global batch B for an LR tuned at B0 (see the module docstring)."""
-    ratio = global_batch / base_global_batch
-    if rule == "linear":
-        return ratio
-    if rule == "sqrt":
-        return math.sqrt(ratio)
-    if rule == "none":
-        return 1.0
-    raise ValueError(f"unknown LR rule {rule!r}")
-
-
-def fit_to_world(global_batch: int, world_size: int) -> int:
-    """The largest multiple of the world size not above B, and at least one sample a worker."""
-    return max(world_size, global_batch - global_batch % world_size)
+__all__ = ["LrRule", "fit_to_world", "lr_factor"]  # defined in config.py (torch-free)
 
 
 def grown_batch(
@@ -89,8 +72,7 @@ class AdaptiveBatchConfig:
 
     def start(self, global_batch: int, world_size: int) -> int:
         """The run's first global batch: the configured one within the bounds, fitted to W."""
-        bounded = min(self.max_global_batch, max(self.min_global_batch, global_batch))
-        return fit_to_world(bounded, world_size)
+        return bounded_start(global_batch, self.min_global_batch, self.max_global_batch, world_size)
 
 
 class AdaptiveBatchPolicy:

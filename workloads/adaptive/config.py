@@ -18,6 +18,7 @@ them: which task, data and strategy a policy works with).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -95,6 +96,47 @@ class AdaptiveConfig(Component):
         high = self.max_global_batch or max(low, DEFAULT_MAX_BATCH_FACTOR * start_global_batch)
         return low, high
 
+    def start_global_batch(self, global_batch: int, world_size: int) -> int:
+        """The global batch the run's first step trains at, for a run configured with
+        `global_batch` on `world_size` workers: that one, or under policy=batch the one its
+        bounds allow (a max set below it caps the start), fitted to the workers. What the
+        run's record states as its global batch (workloads/summary.py), never the unbounded
+        configured one."""
+        if "batch" not in self.policy:
+            return global_batch
+        low, high = self.batch_bounds(global_batch)
+        return bounded_start(global_batch, low, high, world_size)
+
+    def start_lr_factor(self, global_batch: int, world_size: int) -> float:
+        """The LR multiplier of the run's first step: 1, or under policy=batch its rule's
+        factor for a start the bounds moved off the configured `global_batch`."""
+        if "batch" not in self.policy:
+            return 1.0
+        start = self.start_global_batch(global_batch, world_size)
+        return lr_factor(self.batch_lr_rule, start, global_batch)
+
     def knobs(self) -> tuple[str, ...]:
         """The knobs the policies own, in order (what a run's summary reports)."""
         return tuple(k for p in self.policy for k in POLICY_KNOBS[p])
+
+
+def fit_to_world(global_batch: int, world_size: int) -> int:
+    """The largest multiple of the world size not above B, and at least one sample a worker."""
+    return max(world_size, global_batch - global_batch % world_size)
+
+
+def lr_factor(rule: LrRule, global_batch: int, base_global_batch: int) -> float:
+    """The LR multiplier at global batch B for an LR tuned at B0 (adaptive/batch.py)."""
+    ratio = global_batch / base_global_batch
+    if rule == "linear":
+        return ratio
+    if rule == "sqrt":
+        return math.sqrt(ratio)
+    if rule == "none":
+        return 1.0
+    raise ValueError(f"unknown LR rule {rule!r}")
+
+
+def bounded_start(global_batch: int, low: int, high: int, world_size: int) -> int:
+    """The first global batch of a batch policy bounded by [low, high], fitted to W."""
+    return fit_to_world(min(high, max(low, global_batch)), world_size)

@@ -27,7 +27,12 @@ import torch
 
 from contract.events import DECISION, MONITORS
 from contract.summary import AdaptiveSummary
-from workloads.adaptive.batch import AdaptiveBatchConfig, AdaptiveBatchPolicy, lr_factor
+from workloads.adaptive.batch import (
+    AdaptiveBatchConfig,
+    AdaptiveBatchPolicy,
+    fit_to_world,
+    lr_factor,
+)
 from workloads.adaptive.monitors import Monitor, MonitorConfig, Snapshot
 from workloads.adaptive.policy import (
     Agreement,
@@ -66,6 +71,7 @@ class Adaptive:
     # What it drives, once the task has built it (training.attach); an elastic change
     # replaces it with one on the new group.
     trainer: Trainer = field(init=False)
+    world_size: int = 1  # the trainer's (attach sets it), kept after the task drops its trainer
     elastic: ElasticSession | None = None
     _pending: list[tuple[str, Any]] = field(default_factory=list)
 
@@ -112,10 +118,19 @@ class Adaptive:
             monitor_interval_steps=self.config.adaptive.monitor_interval_steps,
             decisions=len(decisions),
             decisions_by_knob=_count_by_knob(decisions),
-            final=dict(self.controller.values),
+            final=self.final_knobs(),
             # JSON has no NaN: an estimate not yet made (or not finite) is None.
             b_noise=b_noise if b_noise is not None and math.isfinite(b_noise) else None,
         )
+
+    def final_knobs(self) -> dict[str, KnobValue]:
+        """The knobs at the run's end, the global batch as its last steps trained at it: the
+        knob is what the policy wants, and each step draws it fitted to the world (an
+        elastic world that shrank from 3 to 2 workers trains a knob of 15 at 14)."""
+        final = dict(self.controller.values)
+        if "global_batch" in final:
+            final["global_batch"] = fit_to_world(int(final["global_batch"]), self.world_size)
+        return final
 
 
 def build(
@@ -140,7 +155,7 @@ def build(
                 low, high, adaptive.batch_growth, adaptive.batch_lr_rule,
                 adaptive.batch_cooldown_steps, ema_memory(adaptive.noise_ema_decay),
             )  # fmt: skip
-            start = batch.start(base, world_size)
+            start = adaptive.start_global_batch(base, world_size)  # as the summary says
             policies.append(AdaptiveBatchPolicy(batch, base))
             initial |= {"global_batch": start, "lr_factor": lr_factor(batch.lr_rule, start, base)}
         elif name == "sync":

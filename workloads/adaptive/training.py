@@ -54,7 +54,7 @@ SYNC_KNOBS = ("sync_mode", "averaging_period")
 def attach(run: Adaptive, tr: Trainer) -> None:
     """Give the run the trainer it drives (an elastic change replaces it), and connect the
     monitor to the model it watches (|theta|^2, for the sync policy)."""
-    run.trainer = tr
+    run.trainer, run.world_size = tr, tr.world_size
     if run.monitor is not None and "sync" in tr.config.adaptive.policy:
         run.monitor.params = trainable(tr.strategy.inner)
 
@@ -108,10 +108,23 @@ def _shared_epoch(
     def num_steps(done: int) -> int:
         return done + run.cursor.steps_left(num, global_batch(), run.trainer.world_size)
 
-    return timed_steps(
+    stats = timed_steps(
         tr.timer, epoch, num_steps, lambda i: _guarded_step(run, epoch, once), out_of_time, on_step,
         run_after(run),
     )  # fmt: skip
+    stats.samples = epoch_samples_share(run)
+    return stats
+
+
+def epoch_samples_share(run: Adaptive) -> int:
+    """This rank's part of the epoch's sample count, which train.py sums over the ranks: all
+    of it on rank 0, none elsewhere. Counted rank by rank, an elastic epoch loses the steps
+    of a worker that left (its count leaves with it) and the step a survivor skipped when it
+    adopted a state a step ahead. The cursor, handed over from the most advanced state at
+    every change, holds exactly the positions of the epoch's order that completed steps
+    trained on, whoever computed them; rank 0 is the run's writer, there from the start of
+    every epoch to the run's end (its departure ends the run: session.WriterLeft)."""
+    return run.cursor.consumed if run.trainer.rank == 0 else 0
 
 
 def _shard_epoch(
