@@ -6,10 +6,13 @@ command runs, so `runner --help` never pays for it.
 
 from __future__ import annotations
 
+import errno
+import socket
+
 import click
 
 from runner.cli.common import Settings, console, handle_errors, pass_settings, require
-from runner.errors import RunnerError
+from runner.errors import RunnerError, SpecError
 
 
 @click.command()
@@ -19,15 +22,21 @@ from runner.errors import RunnerError
     "--host", default="127.0.0.1", show_default=True,
     help="Address to bind. Anything but loopback shows your results to the network.",
 )  # fmt: skip
+@click.option(
+    "--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
+    help="A host name it is served under besides its address (a DNS name, a proxy's); "
+         "requests addressed to any other are refused. Repeatable.",
+)  # fmt: skip
 @pass_settings
 @handle_errors
-def dashboard(settings: Settings, port: int, host: str) -> None:
+def dashboard(settings: Settings, port: int, host: str, allowed_hosts: tuple[str, ...]) -> None:
     """Serve a live, read-only web dashboard of the runs and studies in the results directory.
 
     \b
     Examples:
       runner dashboard
       runner dashboard --port 9000
+      runner dashboard --host 0.0.0.0 --allow-host bench.example.org
       runner --results-dir /mnt/results dashboard
     Runs table, run pages with live curves and logs, comparisons, studies. Ctrl-C stops it.
     """
@@ -35,7 +44,8 @@ def dashboard(settings: Settings, port: int, host: str) -> None:
     from runner.dashboard.server import DashboardConfig, serve
 
     results_dir = settings.results_dir
-    config = DashboardConfig(results_dir=results_dir, host=host, port=port)
+    config = DashboardConfig(results_dir=results_dir, host=host, port=port,
+                             allowed_hosts=_host_names(allowed_hosts))  # fmt: skip
 
     def ready(url: str) -> None:
         note = "" if results_dir.is_dir() else " (no runs yet: it shows them as they appear)"
@@ -44,10 +54,38 @@ def dashboard(settings: Settings, port: int, host: str) -> None:
     try:
         serve(config, ready)
     except OSError as err:
-        raise RunnerError(f"cannot serve on {host}:{port} ({err.strerror or err}); "
-                          "choose another port with --port N") from None  # fmt: skip
+        raise _bind_error(err, host, port) from None
     except KeyboardInterrupt:
         console.print("dashboard stopped")
+
+
+def _bind_error(err: OSError, host: str, port: int) -> Exception:
+    """Why the address could not be bound: --host names no address of this machine (bad
+    input), or the port is taken or not ours."""
+    reason = err.strerror or str(err)
+    if isinstance(err, socket.gaierror) or err.errno == errno.EADDRNOTAVAIL:
+        return SpecError("--host", f"cannot serve on {host!r} ({reason}); give an address of "
+                         "this machine: 127.0.0.1 (the default), or 0.0.0.0 for all")  # fmt: skip
+    return RunnerError(f"cannot serve on {host}:{port} ({reason}); "
+                       "choose another port with --port N")  # fmt: skip
+
+
+def _host_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """--allow-host values as the server compares them; bad input is refused here, so a
+    typo never silently admits nothing (or everything)."""
+    from runner.dashboard.hosts import canonical
+
+    out = []
+    for name in names:
+        host = canonical(name)
+        if host is None:
+            raise SpecError(
+                "--allow-host",
+                f"{name!r} is not a host name or an IP address (a name only, without scheme, "
+                "port or path: bench.example.org)",
+            )
+        out.append(host)
+    return tuple(out)
 
 
 COMMANDS = (dashboard,)

@@ -7,8 +7,9 @@ events rather than websockets: updates only flow to the browser, EventSource rec
 itself, and each stream's first messages are a snapshot (runner.dashboard.live), so a
 reconnect needs no cursor.
 
-Read-only: GET routes only. Binds 127.0.0.1 unless told otherwise, and then refuses requests
-whose Host is not that address (so a web page elsewhere cannot reach it by DNS rebinding).
+Read-only: GET routes only. Binds 127.0.0.1 unless told otherwise, and whatever it binds,
+refuses requests whose Host is not one it answers to (runner.dashboard.hosts), so a web page
+elsewhere cannot read it through DNS rebinding.
 Every response says `X-Content-Type-Options: nosniff`; the app's own responses carry a strict
 Content-Security-Policy (scripts from this origin and the one inline import map, by hash);
 run files are served as plain text, JSON or a download, sandboxed, never as HTML. File access
@@ -35,10 +36,9 @@ from typing import Any
 from aiohttp import web
 
 from contract.files import DamagedFile
-from runner.dashboard import data, files, live, views
+from runner.dashboard import data, files, hosts, live, views
 
 STATIC = Path(__file__).parent / "static"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 HEARTBEAT_S = 15.0  # a comment line now and then, so proxies and browsers keep the stream
 MAX_RUNS_PER_REQUEST = 16  # a comparison or stream of more is refused
 TEXT_SUFFIXES = (".log", ".txt", ".jsonl", ".md", ".csv", ".yaml", ".yml")
@@ -52,6 +52,7 @@ class DashboardConfig:
     host: str = "127.0.0.1"
     port: int = 8765  # 0: any free port (tests)
     poll_s: float = 0.5  # how often a stream looks at the files
+    allowed_hosts: tuple[str, ...] = ()  # names it is served under besides its address
 
 
 CONFIG_KEY = web.AppKey("config", DashboardConfig)
@@ -103,13 +104,14 @@ def make_app(config: DashboardConfig) -> web.Application:
 
 
 def _host_guard(config: DashboardConfig) -> Any:
-    loopback = config.host in LOOPBACK
+    policy = hosts.policy(config.host, config.allowed_hosts)
 
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
-        host = (request.url.host or "").strip("[]")
-        if loopback and host not in LOOPBACK:
-            return _error(403, f"this dashboard answers requests to 127.0.0.1, not {host!r}")
+        # The raw header: aiohttp's request.host falls back to the socket's own address.
+        header = request.headers.get("Host")
+        if not policy.allows(header):
+            return _error(403, policy.refusal(header))
         return await handler(request)
 
     return guard

@@ -3,6 +3,7 @@ CLI's start-up path."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -78,3 +79,36 @@ def test_it_serves_the_results_directory_until_interrupted(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_name_given_with_allow_host_is_served_and_a_rebound_name_refused(tmp_path):
+    make_run(tmp_path, "cnn-a", 2, 12.5)
+    cli = [sys.executable, "-c", "from runner.cli import main; main()"]
+    proc = subprocess.Popen(
+        [*cli, "--results-dir", str(tmp_path), "dashboard", "--host", "0.0.0.0", "--port", "0",
+         "--allow-host", "Bench.Example.org"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        port = int(line.split(" at ")[1].split(";")[0].strip().rstrip("/").rsplit(":", 1)[1])
+        for host, expected in [("bench.example.org", 200), ("attacker.example", 403)]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/api/runs", headers={"Host": f"{host}:{port}"})
+            assert conn.getresponse().status == expected, (host, line)
+            conn.close()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_allowed_host_or_an_address_not_of_this_machine_is_bad_input(tmp_path):
+    for args, what in [
+        (["--allow-host", "http://bench.example.org/"], "--allow-host"),
+        (["--allow-host", "bench.example.org:9000"], "--allow-host"),
+        (["--host", "203.0.113.7", "--port", "0"], "--host"),  # TEST-NET-3: not ours
+    ]:
+        result = CliRunner().invoke(main, ["--results-dir", str(tmp_path), "dashboard", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert f"Invalid value for {what}" in result.output and "Traceback" not in result.output

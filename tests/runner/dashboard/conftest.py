@@ -23,8 +23,10 @@ from runner.dashboard.server import DashboardConfig, start
 
 
 @contextmanager
-def running_dashboard(root: Path, poll_s: float = 0.05) -> Iterator[str]:
-    """Serve `root` on a free port of 127.0.0.1; yields the base URL, stops on exit."""
+def running_dashboard(
+    root: Path, poll_s: float = 0.05, host: str = "127.0.0.1", allowed_hosts: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """Serve `root` on a free port of `host`; yields the base URL, stops on exit."""
     loop = asyncio.new_event_loop()
     started: dict[str, Any] = {}
     ready = threading.Event()
@@ -33,7 +35,7 @@ def running_dashboard(root: Path, poll_s: float = 0.05) -> Iterator[str]:
         asyncio.set_event_loop(loop)
         try:
             started["runner"], started["url"] = loop.run_until_complete(
-                start(DashboardConfig(root, port=0, poll_s=poll_s))
+                start(DashboardConfig(root, host, 0, poll_s, allowed_hosts))
             )
         except BaseException as err:  # surfaced to the test below
             started["error"] = err

@@ -3,16 +3,21 @@ the real formats (tests/runner/rundirs.py), damaged and hostile ones included.""
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
 import os
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from runner.job.spec import MAX_WORLD_SIZE
 from runner.results import rundir, study
-from tests.runner.dashboard.conftest import get, get_json, raw_get
+from tests.runner.dashboard.conftest import get, get_json, raw_get, running_dashboard
 from tests.runner.rundirs import make_run
+from tests.runner.test_teardown import unix_socket_at
 
 
 def test_runs_lists_every_run_with_state_and_headline(results, dashboard):
@@ -214,6 +219,94 @@ def test_requests_for_another_host_name_are_refused(dashboard):
     status, _, body = get(dashboard + "api/runs", headers={"Host": "attacker.example:80"})
 
     assert status == 403 and b"127.0.0.1" in body
+
+
+def get_as(address: str, port: int, path: str, host: str | None) -> tuple[int, bytes]:
+    """A GET sent to address:port whose Host header says `host` (None: no Host at all), as a
+    browser on a rebound name sends it."""
+    conn = http.client.HTTPConnection(address, port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def lan_address() -> str | None:
+    """An IPv4 address of this machine that is not loopback, if it has one."""
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for a in addresses:
+            if a.family == socket.AF_INET and not ipaddress.ip_address(a.address).is_loopback:
+                return a.address
+    return None
+
+
+REBOUND = ["attacker.example", "attacker.example:8765", "127.0.0.1.attacker.example", "[::1",
+           "localhost:x", "a b", ""]  # fmt: skip
+
+
+def test_a_dashboard_bound_to_every_address_answers_only_this_machines_names(results):
+    make_run(results, "cnn-a", 2, 12.5)
+    with running_dashboard(results, host="0.0.0.0") as url:
+        port = urlsplit(url).port
+        assert port is not None
+        for path in ["/", "/api/runs", "/static/style.css", "/api/stream?table=1"]:
+            for host in REBOUND:
+                status, body = get_as("127.0.0.1", port, path, host)
+                assert status == 403, (path, host, status)
+                assert b"--allow-host" in body and b"\n" not in body, body  # one line
+            assert get_as("127.0.0.1", port, path, None)[0] == 400  # aiohttp wants a Host
+        ours = ["127.0.0.1", "localhost", "[::1]", "0.0.0.0", socket.gethostname(),
+                *([lan] if (lan := lan_address()) else [])]  # fmt: skip
+        for host in ours:
+            for shown in (host, f"{host}:{port}"):
+                status, body = get_as("127.0.0.1", port, "/api/runs", shown)
+                assert status == 200, (shown, body)
+                assert [r["run_id"] for r in json.loads(body)] == ["cnn-a"]
+
+
+def test_a_dashboard_bound_to_a_lan_address_answers_only_that_address(results):
+    lan = lan_address()
+    if lan is None:
+        pytest.skip("this machine has no IPv4 address but loopback")
+    with running_dashboard(results, host=lan) as url:
+        port = urlsplit(url).port
+        assert port is not None
+        assert get_as(lan, port, "/api/runs", f"{lan}:{port}")[0] == 200
+        for host in [*REBOUND, "localhost", "127.0.0.1"]:
+            status, body = get_as(lan, port, "/api/runs", host)
+            assert status == 403 and lan.encode() in body, (host, status)
+
+
+def test_a_name_allowed_with_allow_host_is_answered_and_no_other(results):
+    with running_dashboard(results, allowed_hosts=("bench.example.org",)) as url:
+        port = urlsplit(url).port
+        assert port is not None
+        for host in ["bench.example.org", "BENCH.example.org.:443", "localhost"]:
+            assert get_as("127.0.0.1", port, "/api/runs", host)[0] == 200, host
+        for host in ["example.org", "bench.example.org.attacker.example", "x.bench.example.org"]:
+            assert get_as("127.0.0.1", port, "/api/runs", host)[0] == 403, host
+
+
+def test_a_run_whose_state_cannot_be_opened_is_damaged_and_the_table_still_served(
+    results, dashboard
+):
+    make_run(results, "good", 2, 12.5)
+    bad = make_run(results, "bad", 2, 12.5)
+    with unix_socket_at(bad / "state.json"):
+        rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")}
+        assert rows["good"]["state"] == "SUCCEEDED"
+        assert rows["bad"]["state"] == "DAMAGED"
+        assert rows["bad"]["damaged"] == [
+            {"file": "state.json", "problem": "cannot be read (No such device or address)"}
+        ]
+        assert get_json(dashboard + "api/runs/bad")["state"] == "DAMAGED"
 
 
 def test_only_reads_are_served(dashboard):
