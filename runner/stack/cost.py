@@ -27,11 +27,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from infra.config import ConfigError, StackConfig
+from infra.config import StackConfig
 from infra.pools import PoolSize, system_pool, training_pool
-from infra.stackfiles import StackFileError
-from infra.stackfiles import load as load_stack_config
-from runner.errors import RunnerError
+from runner.stack import settings
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -133,13 +131,9 @@ def shape_of(cfg: StackConfig) -> StackShape:
 
 
 def load_shape(stack: str, project_dir: Path) -> StackShape:
-    """The shape of a stack in this project; RunnerError naming the fix if it has none."""
-    try:
-        return shape_of(load_stack_config(project_dir, stack))
-    except StackFileError as err:
-        raise RunnerError(str(err)) from None
-    except ConfigError as err:
-        raise RunnerError(f"stack {stack!r} has an invalid setting: {err}") from None
+    """The shape of a stack in this project; settings.StackSettingsError (a RunnerError)
+    naming the fix if it has none."""
+    return shape_of(settings.load(project_dir, stack))
 
 
 # ---- prices ------------------------------------------------------------------------------

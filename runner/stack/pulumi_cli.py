@@ -6,15 +6,21 @@ pulumi to destroy. Every failure is a RunnerError that names the command and the
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from runner.errors import RunnerError
 
 TIMEOUT_S = 120.0
+_PR_SET_PDEATHSIG = 1
 INSTALL = "install it (https://www.pulumi.com/docs/install/)"
 
 
@@ -35,6 +41,26 @@ def project_dir() -> Path | None:
     return None
 
 
+def interrupted_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel send pulumi SIGINT (its own "cancel": it finishes the
+    operations under way and records its state) when this process dies, a SIGKILL included,
+    so no pulumi outlives the command that started it. None off Linux.
+
+    prctl is looked up here, before the fork: the child only calls it (no loader lock taken
+    between fork and exec), and exits if its parent died before the signal was armed."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
 def run_json(args: list[str], stack: str, why: str, next_step: str) -> Any:
     """`pulumi ARGS --stack STACK`, its stdout parsed as JSON.
 
@@ -43,9 +69,8 @@ def run_json(args: list[str], stack: str, why: str, next_step: str) -> Any:
     argv = [executable(why), *args, "--stack", stack]
     shown = f"`pulumi {' '.join(args)} --stack {stack}`"
     try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=project_dir()
-        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              cwd=project_dir(), preexec_fn=interrupted_with_parent())  # fmt: skip
     except subprocess.TimeoutExpired:
         raise RunnerError(
             f"{shown} did not answer in {TIMEOUT_S:.0f} s; check `pulumi whoami` and the state "

@@ -6,8 +6,9 @@ Order, and why:
    state is not final; or it SUCCEEDED and its run directory lacks summary.json; or it FAILED
    and rank 0's log was never archived (the only trace of why). A CANCELLED run has nothing
    left to fetch. `force` skips the guard. Refuse too while the stack's settings keep deletion
-   protection on (the cloud would refuse to delete the cluster halfway through); `force` does
-   not skip that: turning it off is a deliberate `pulumi config set` and `pulumi up`.
+   protection on (the cloud would refuse to delete the cluster halfway through), or are
+   invalid or unreadable (then whether they do is unknown); `force` skips neither: turning
+   protection off is a deliberate `pulumi config set` and `pulumi up`.
 2. cancel the runs still pending or running, through their backend, so no job keeps creating
    pods while the node pools go away (and so their state.json says CANCELLED).
 3. `pulumi destroy --stack S --yes`, its output streamed line by line.
@@ -22,6 +23,7 @@ Never prints: steps and destroy output go to a callback.
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,12 +31,10 @@ from pathlib import Path
 
 from contract.files import DamagedFile
 from contract.rundir import rank_log, read_state
-from infra import stackfiles
-from infra.config import ConfigError
 from runner import api
-from runner.errors import RunnerError
+from runner.errors import Interrupted, RunnerError
 from runner.results import rundir
-from runner.stack import pulumi_cli
+from runner.stack import pulumi_cli, settings
 
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 NOT_LEFTOVER_TYPES = ("pulumi:pulumi:Stack",)
@@ -80,7 +80,7 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
     for run_dir in rundir.list_dirs(results_root):
         try:
             record = rundir.read_record(run_dir)
-        except DamagedFile:
+        except (DamagedFile, OSError):  # OSError: a socket, another user's file
             continue  # `runner runs` lists it as DAMAGED; nothing says it is this stack's
         if record.backend == "kubernetes" and (record.cluster or {}).get("stack") == stack:
             runs.append(api.Run(run_dir, record))
@@ -93,6 +93,9 @@ def unfetched_reason(run: api.Run) -> str | None:
         state = read_state(run.run_dir)
     except DamagedFile as err:  # one damaged run must not keep the others' stack standing
         return f"{err.path.name} {err.problem}; it may still be running or hold results"
+    except OSError as err:  # unreadable (a socket, another user's file): as damaged
+        why = err.strerror or str(err)
+        return f"{rundir.STATE} cannot be read ({why}); it may still be running or hold results"
     if state is None or not state.state.finished:
         last = state.state.value if state else "unknown"
         return f"last recorded state {last}; it may still be running or hold results"
@@ -131,15 +134,14 @@ def teardown(
 
 
 def deletion_protected(stack: str) -> bool:
-    """Whether the stack's settings keep deletion protection on a cloud cluster. A stack whose
-    settings cannot be read here is left to `pulumi destroy`, which says what is wrong."""
+    """Whether the stack's settings keep deletion protection on a cloud cluster. A stack with
+    no settings file here is left to `pulumi destroy`, which says whether it exists; one whose
+    file is unreadable or invalid is a settings.StackSettingsError: whether it is protected
+    is unknown, so nothing is destroyed until it is fixed."""
     project = pulumi_cli.project_dir()
-    if project is None:
+    if project is None or not settings.has_file(project, stack):
         return False
-    try:
-        cfg = stackfiles.load(project, stack)
-    except (stackfiles.StackFileError, ConfigError):
-        return False
+    cfg = settings.load(project, stack)
     return cfg.provider != "kind" and cfg.deletion_protection
 
 
@@ -150,7 +152,7 @@ def cancel_remaining(
     raised: destroy removes the jobs with the cluster anyway."""
     cancelled, errors = [], []
     for run in stack_runs(results_root, stack):
-        with contextlib.suppress(DamagedFile):  # damaged: maybe unfinished, so cancel it
+        with contextlib.suppress(DamagedFile, OSError):  # damaged: maybe unfinished, so cancel
             state = read_state(run.run_dir)
             if state is not None and state.state.finished:
                 continue
@@ -169,6 +171,11 @@ def _pulumi(stack: str) -> str:
 
 
 def destroy(stack: str, on_line: Callable[[str], None]) -> None:
+    """`pulumi destroy`, its output streamed to `on_line`. It never outlives this process: a
+    Ctrl-C, SIGTERM or SIGHUP here (KeyboardInterrupt, Interrupted) is passed on to it as
+    one SIGINT, its own cancel, and its output is shown until it has stopped (killed outright,
+    it would leave operations pending in the stack's state); the interrupt is then raised
+    again. If this process is killed, the kernel sends pulumi that SIGINT."""
     argv = [_pulumi(stack), "destroy", "--stack", stack, "--yes"]
     with subprocess.Popen(
         argv,
@@ -176,10 +183,16 @@ def destroy(stack: str, on_line: Callable[[str], None]) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         cwd=pulumi_cli.project_dir(),
+        # Its own session: a Ctrl-C in the terminal reaches this process alone, which passes
+        # exactly one SIGINT on (a second one would make pulumi stop without cancelling).
+        start_new_session=True,
+        preexec_fn=pulumi_cli.interrupted_with_parent(),
     ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            on_line(line.rstrip("\n"))
+        try:
+            _stream(proc, on_line)
+        except (KeyboardInterrupt, Interrupted):
+            _cancel(proc, on_line)
+            raise
     if proc.returncode != 0:
         raise RunnerError(
             f"`pulumi destroy --stack {stack} --yes` failed (exit {proc.returncode}); read its "
@@ -187,18 +200,65 @@ def destroy(stack: str, on_line: Callable[[str], None]) -> None:
         )
 
 
+def _stream(proc: subprocess.Popen[str], on_line: Callable[[str], None]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        on_line(line.rstrip("\n"))
+    proc.wait()
+
+
+def _cancel(proc: subprocess.Popen[str], on_line: Callable[[str], None]) -> None:
+    """Cancel pulumi and show what it says until it exits; asked again meanwhile, pulumi is
+    told again (its second SIGINT: stop now), as a second Ctrl-C in its own terminal would."""
+    on_line("interrupted: cancelling `pulumi destroy` (it finishes what is under way)")
+    while proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            _stream(proc, on_line)
+        except (KeyboardInterrupt, Interrupted):
+            continue
+
+
 def leftovers(stack: str) -> list[str]:
-    """URNs the stack's state still lists after destroy (providers and the stack aside)."""
+    """URNs the stack's state still lists after destroy (providers and the stack aside). The
+    state is pulumi's output, read as untrusted: an entry that is not a resource with a URN
+    is still listed (never taken for "nothing left"), and a state without a resource list is a
+    RunnerError, since what the stack holds is then unknown."""
+    next_step = f"check with `pulumi stack --stack {stack} --show-urns`"
     state = pulumi_cli.run_json(
         ["stack", "export"],
         stack,
         why=f"what stack {stack!r} still holds cannot be checked; {pulumi_cli.INSTALL}",
-        next_step=f"check with `pulumi stack --stack {stack} --show-urns`",
+        next_step=next_step,
     )
-    resources = (state.get("deployment") or {}).get("resources") or []
-    return [
-        r["urn"]
-        for r in resources
-        if r.get("type") not in NOT_LEFTOVER_TYPES
-        and not str(r.get("type", "")).startswith(NOT_LEFTOVER_PREFIXES)
-    ]
+    resources = _resources(state)
+    if resources is None:
+        raise RunnerError(
+            f"`pulumi stack export --stack {stack}` printed no list of resources, so what the "
+            f"stack still holds is unknown; {next_step}"
+        )
+    return [_urn(r) for r in resources if not _is_bookkeeping(r)]
+
+
+def _resources(state: object) -> list[object] | None:
+    """deployment.resources of an exported state ([] when it has none: nothing deployed)."""
+    deployment = state.get("deployment") if isinstance(state, dict) else None
+    if not isinstance(deployment, dict):
+        return None
+    resources = deployment.get("resources")
+    if resources is None:
+        return []
+    return resources if isinstance(resources, list) else None
+
+
+def _is_bookkeeping(resource: object) -> bool:
+    """The stack itself and its providers, which destroy leaves in no cloud."""
+    kind = resource.get("type") if isinstance(resource, dict) else None
+    return isinstance(kind, str) and (
+        kind in NOT_LEFTOVER_TYPES or kind.startswith(NOT_LEFTOVER_PREFIXES)
+    )
+
+
+def _urn(resource: object) -> str:
+    urn = resource.get("urn") if isinstance(resource, dict) else None
+    return urn if isinstance(urn, str) and urn else f"(an entry without a URN: {resource!r:.200})"

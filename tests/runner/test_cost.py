@@ -17,6 +17,7 @@ from runner.results import report as reports
 from runner.results.runs import load_run
 from runner.stack import cost
 from tests.runner.rundirs import make_run
+from tests.runner.test_teardown import unix_socket_at
 
 PROJECT = Path(__file__).resolve().parents[2]
 TABLE = {
@@ -214,3 +215,74 @@ def test_a_run_with_a_damaged_state_is_named_and_the_others_still_priced(tmp_pat
     assert "bad: left out, state.json is not valid JSON" in out.output
     assert "8.00 node-h of 1 recorded run(s) above it" in out.output
     assert "$12.86, not counting 1 damaged run(s)" in out.output
+
+
+INVALID = (
+    b"config:\n  stackbench:provider: eks\n  stackbench:region: us-east-1\n"
+    b"  stackbench:nodeMachineType: g4dn.xlarge\n  stackbench:gpuType: nvidia-t4\n"
+    b"  stackbench:gpusPerNode: '1'\n  stackbench:maxNodes: '8'\n  stackbench:minNodes: '9'\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("stack_file", "says"),
+    [
+        (INVALID, "invalid setting: stackbench:minNodes (9) exceeds maxNodes (8)"),
+        (b"config: [1, 2\n", "Pulumi.bad.yaml is not valid YAML, line 2"),
+        (b"config:\n  stackbench:provider: \xff\n", "cannot read the settings of stack 'bad'"),
+        (b"- a list\n", "Pulumi.bad.yaml is not a YAML mapping"),
+        (None, "no stack 'bad'"),
+    ],
+)
+def test_a_stack_whose_settings_are_wrong_or_missing_is_bad_input(
+    tmp_path, monkeypatch, stack_file, says
+):
+    project = tmp_path / "project"
+    (project / "stacks").mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text((PROJECT / "Pulumi.yaml").read_text())
+    if stack_file is not None:
+        (project / "stacks" / "Pulumi.bad.yaml").write_bytes(stack_file)
+    monkeypatch.chdir(project)
+    out = invoke_cost(tmp_path / "results", "--stack", "bad", "--hours", "30")
+    assert out.exit_code == 2, out.output
+    assert "Invalid value for --stack" in out.output and says in " ".join(out.output.split())
+
+
+@pytest.mark.parametrize("hours", ["nan", "inf", "-inf", "1e308", "-1", "thirty"])
+def test_hours_that_are_not_a_lifetime_are_bad_input_never_a_dollar_nan(tmp_path, hours):
+    out = invoke_cost(tmp_path, "--stack", "gke-gpu-8", "--hours", hours)
+    assert out.exit_code == 2, out.output
+    assert "Invalid value for '--hours'" in out.output and "$" not in out.output
+
+
+def test_a_run_on_a_stack_whose_file_is_not_yaml_costs_unknown_and_breaks_no_report(tmp_path):
+    project = tmp_path / "project"
+    (project / "stacks").mkdir(parents=True)
+    (project / "Pulumi.yaml").write_text((PROJECT / "Pulumi.yaml").read_text())
+    (project / "stacks" / "Pulumi.bad.yaml").write_text("config: [1, 2\n")
+    make_run(tmp_path, "r", 2, 10.0, stack="bad", num_nodes=2)
+    (c,) = reports.cluster_costs([load_run(tmp_path / "r")], project).values()
+    assert c.usd is None and "Pulumi.bad.yaml is not valid YAML" in c.reason
+
+
+def test_run_ids_are_printed_as_they_are_never_as_markup(tmp_path):
+    # A run id is a directory's name: `[bold]` or `:x:` in it is text, not styling or emoji.
+    for run_id in ("a[bold]b", "c:x:d"):
+        make_run(tmp_path, run_id, 2, 10.0, stack="gke-gpu-8", num_nodes=2)
+    out = invoke_cost(tmp_path, "--stack", "gke-gpu-8")
+    assert out.exit_code == 0, out.output
+    assert "  a[bold]b: $" in out.output and "  c:x:d: $" in out.output
+
+
+@pytest.mark.parametrize("record", ["state.json", "job.json"])
+def test_a_run_whose_record_cannot_be_opened_is_left_out_and_the_others_priced(tmp_path, record):
+    make_run(tmp_path, "good", 4, 10.0, stack="gke-gpu-8", num_nodes=4,
+             created_at="2026-01-01T00:00:00+00:00",
+             finished_at="2026-01-01T02:00:00+00:00")  # fmt: skip
+    bad = make_run(tmp_path, "bad", 4, 10.0, stack="gke-gpu-8", num_nodes=4)
+    with unix_socket_at(bad / record):
+        out = invoke_cost(tmp_path, "--stack", "gke-gpu-8", "--hours", "30")
+    assert out.exit_code == 0, out.output
+    assert "8.00 node-h of 1 recorded run(s) above it" in out.output
+    if record == "state.json":  # job.json unreadable: nothing says the run is this stack's
+        assert "bad: left out, state.json cannot be read (No such device" in out.output

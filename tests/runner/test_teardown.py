@@ -4,8 +4,15 @@ a kmock API server standing in for the cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,6 +66,21 @@ esac
     return log
 
 
+@contextlib.contextmanager
+def unix_socket_at(path: Path) -> Iterator[None]:
+    """A listening UNIX socket in place of a file (open() fails on it with ENXIO, as on a file
+    of another user with EACCES); bound from its directory, as a path may be too long."""
+    path.unlink(missing_ok=True)
+    here = Path.cwd()
+    with socket.socket(socket.AF_UNIX) as sock:
+        os.chdir(path.parent)
+        try:
+            sock.bind(path.name)
+        finally:
+            os.chdir(here)
+        yield
+
+
 def invoke(results, *args):
     return CliRunner(env={"COLUMNS": "200"}).invoke(
         main, ["--results-dir", str(results), *args], catch_exceptions=False
@@ -86,6 +108,19 @@ def test_teardown_refuses_while_runs_on_the_stack_are_unfetched_and_lists_them(
         assert f"  {name}:" not in result.output
     assert "--force" in result.output
     assert calls(pulumi_log) == []  # nothing was touched
+
+
+def test_a_run_whose_state_cannot_be_opened_is_unfetched_and_the_guard_still_answers(
+    tmp_path, pulumi_log
+):
+    results = tmp_path / "results"
+    make_run(results, "fetched", 2, 5.0, stack=STACK)
+    unreadable = make_run(results, "unreadable", 2, 5.0, stack=STACK)
+    with unix_socket_at(unreadable / "state.json"):
+        result = invoke(results, "teardown", "--stack", STACK, "--yes")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "unreadable: state.json cannot be read (No such device or address)" in result.output
+    assert "  fetched:" not in result.output and calls(pulumi_log) == []
 
 
 def test_teardown_of_a_fully_fetched_stack_destroys_and_checks_leftovers_in_order(
@@ -168,6 +203,39 @@ def test_leftover_resources_after_destroy_are_listed_and_fail_the_command(tmp_pa
     assert "Bucket::results" in result.output and "providers:gcp" not in result.output
 
 
+def test_leftovers_are_shown_as_pulumi_wrote_them_never_as_markup(tmp_path, pulumi_log):
+    urns = ["urn:pulumi:gke-gpu-8::stackbench::gcp:container/cluster:Cluster::c[/red]x",
+            "urn:pulumi:gke-gpu-8::x::[bold]disk[link=https://attacker.example]"]  # fmt: skip
+    state = {"deployment": {"resources": [{"type": "t", "urn": urn} for urn in urns]}}
+    (tmp_path / "export.json").write_text(json.dumps(state))
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "2 resource(s) still in stack gke-gpu-8's state" in result.output
+    assert all(f"  {urn}\n" in result.output for urn in urns), result.output
+
+
+@pytest.mark.parametrize(
+    "state",
+    [[1], {"deployment": "x"}, {"deployment": {"resources": {"urn": "u"}}}, "no state"],
+)
+def test_a_state_without_a_resource_list_is_never_taken_for_a_clean_teardown(
+    tmp_path, pulumi_log, state
+):
+    (tmp_path / "export.json").write_text(json.dumps(state))
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "printed no list of resources" in result.output and "destroyed" not in result.output
+
+
+def test_resource_entries_without_a_urn_are_still_listed_as_leftovers(tmp_path, pulumi_log):
+    resources = [{"type": "gcp:compute/disk:Disk"}, 7, {"type": "pulumi:pulumi:Stack", "urn": "s"}]
+    (tmp_path / "export.json").write_text(json.dumps({"deployment": {"resources": resources}}))
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "2 resource(s) still in stack" in result.output
+    assert "(an entry without a URN: {'type': 'gcp:compute/disk:Disk'})" in result.output
+
+
 def test_a_failed_destroy_stops_before_the_leftover_check_and_says_what_next(tmp_path, pulumi_log):
     (tmp_path / "destroy_rc").write_text("255")
     result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
@@ -192,9 +260,108 @@ def test_teardown_refuses_a_deletion_protected_stack_before_touching_anything(
     assert read_state(results / "running").state.value == "RUNNING"
 
 
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        ("  stackbench:minNodes: '9'\n", "invalid setting: stackbench:minNodes (9) exceeds"),
+        ("  stackbench:deletionProtection: 'yes'\n", "invalid setting: stackbench:deletion"),
+        ("  stackbench:region: [us-central1\n", "is not valid YAML, line"),
+    ],
+)
+def test_a_protected_stack_whose_settings_are_wrong_is_bad_input_and_never_destroyed(
+    tmp_path, pulumi_log, monkeypatch, damage, says
+):
+    # Whether it is protected cannot be read: destroying would fail halfway, or worse.
+    project = project_copy(tmp_path / "protected", protected=True)
+    settings = project / "stacks" / f"Pulumi.{STACK}.yaml"
+    settings.write_text(settings.read_text() + damage)
+    monkeypatch.chdir(project)
+    for force in ([], ["--force"]):
+        result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes", *force)
+        assert result.exit_code == 2, result.output
+        assert "Invalid value for --stack" in result.output and says in result.output
+        assert "Traceback" not in result.output
+    assert calls(pulumi_log) == []  # nothing was destroyed
+
+
+def test_without_pyyaml_teardown_says_what_to_install_before_touching_anything(tmp_path):
+    # sys.modules[name] = None makes `import name` fail as a missing package does.
+    code = "import sys; sys.modules['yaml'] = None; from runner.cli import main; main()"
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--results-dir", str(tmp_path), "teardown", "--stack",
+         STACK, "--yes"],
+        capture_output=True, text=True, timeout=30, cwd=REPO,
+        env={**os.environ, "COLUMNS": "300", "PATH": "/nonexistent"},
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert "runner teardown needs yaml" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_the_stack_files_keep_cloud_clusters_deletion_protected_by_default(monkeypatch):
     from runner.stack.teardown import deletion_protected
 
     monkeypatch.chdir(REPO)
     assert deletion_protected("gke-gpu-8") and deletion_protected("eks-gpu-8")
     assert not deletion_protected("kind")
+
+
+SLOW_DESTROY = """#!{python}
+import json, os, signal, sys, time
+if sys.argv[1] == "stack":  # stack export: nothing left
+    print(json.dumps({{"deployment": {{}}}}))
+    sys.exit(0)
+with open({pid_file!r}, "w") as f:
+    f.write(str(os.getpid()))
+def cancel(signum, frame):  # as pulumi does on SIGINT: finish what is under way, then stop
+    print("pulumi: cancelling", flush=True)
+    time.sleep(0.5)
+    print("pulumi: cancelled", flush=True)
+    sys.exit(255)
+signal.signal(signal.SIGINT, cancel)
+print("Destroying (gke-gpu-8):", flush=True)
+time.sleep(60)
+"""
+
+
+def gone(pid: int, deadline_s: float = 20.0) -> bool:
+    for _ in range(int(deadline_s / 0.05)):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL])
+def test_a_stopped_teardown_cancels_pulumi_destroy_and_never_leaves_it_running(
+    tmp_path, pulumi_log, signum
+):
+    pid_file = tmp_path / "destroy.pid"
+    fake = tmp_path / "bin" / "pulumi"
+    fake.write_text(SLOW_DESTROY.format(python=sys.executable, pid_file=str(pid_file)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from runner.cli import main; main()", "--results-dir",
+         str(tmp_path / "results"), "teardown", "--stack", STACK, "--yes"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "COLUMNS": "300"},
+        # As from a terminal: a test run in the background ignores SIGINT, and that is inherited.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("Destroying")  # pulumi destroy is under way
+        pid = int(pid_file.read_text())
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=30)
+        assert gone(pid), "pulumi destroy outlived the teardown that started it"
+    finally:
+        proc.kill()
+        proc.wait()
+        if pid_file.exists() and not gone(int(pid_file.read_text()), 0.1):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    if signum == signal.SIGKILL:
+        return  # the kernel passed pulumi the SIGINT; nobody is left to show what it said
+    assert proc.returncode == 128 + signum, out
+    assert "pulumi: cancelled" in out and "Traceback" not in out
+    assert "teardown interrupted: pulumi has stopped" in out
