@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
+    from workloads.loop import EpochStats
     from workloads.sgd import Optimizer
 
 # The exit code of a process whose run diverged (documented with `runner submit`'s).
@@ -31,7 +32,10 @@ DIVERGED_EXIT = 3
 
 class Diverged(Exception):
     """The run diverged; the message says where and what ("... at epoch 3, step 41: loss
-    nan")."""
+    nan"). `partial` is what the epoch it cut short had trained, this rank's (the epoch loop
+    attaches it; none for a divergence in evaluation)."""
+
+    partial: EpochStats | None = None
 
 
 def check(loss: torch.Tensor, optimizer: Optimizer, epoch: int, step: int) -> None:

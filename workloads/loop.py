@@ -147,7 +147,13 @@ def timed_steps(
     losses = []  # summed once at the end: one op an epoch instead of one a step
     i = 0
     while i < num_steps(i):
-        result = step(i)
+        try:
+            result = step(i)
+        except divergence.Diverged as err:
+            # No epoch end will count this epoch (train.py): the steps it completed go with
+            # the error. The diverged step is not one of them: its time is the loop's other.
+            err.partial = stats
+            raise
         if result is None:
             continue
         losses.append(result.loss)

@@ -9,12 +9,15 @@ every step phase and shows that remainder as its own share, `other`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.summary import AdaptiveSummary, Evaluation, TrainLoss, TrainSummary
 from workloads.config import TrainConfig
 from workloads.tasks import best_of
 from workloads.timing import LOOP_PHASES, OTHER_PHASE, PHASES, add_phases, shares, zero_phases
+
+if TYPE_CHECKING:
+    from workloads.loop import EpochStats
 
 STEP_TIMES_KEPT = 100  # the run's first steps, timed one by one (rank 0's)
 # The CS744 study's figure: the mean step time over steps 2 to 40 (1-based), which leaves
@@ -51,6 +54,19 @@ class RunTally:
         self.samples += samples
         self.tokens += tokens
         self.epochs += 1
+
+    def add_diverged_epoch(self, partial: EpochStats, world_size: int) -> None:
+        """The epoch a divergence cut short, from this rank alone: no collective runs after a
+        divergence (a peer may be gone). Its steps and phases as every rank's; its samples
+        and tokens this rank's times the world (each rank's shard of a step is the same size,
+        workloads/data/sampling.py; length-batched ranks' are about the same). Not an epoch."""
+        add_phases(self.phases, partial.phases)
+        self.add_step_times(partial.step_times_s)
+        if partial.first_step_s is not None:
+            self.first_step_s = partial.first_step_s
+        self.steps += partial.steps
+        self.samples += partial.samples * world_size
+        self.tokens += partial.tokens * world_size
 
     def close_loop(self, train_wall_s: float) -> None:
         """Book the loop's wall time not covered by step phases as `other`."""

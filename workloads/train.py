@@ -188,6 +188,9 @@ def run(
         _train(task, config, device, tally, log, start, deadline, guard, first_epoch)
     except Diverged as err:
         tally.diverged = str(err)
+        if err.partial is not None:  # the run's time went into these steps: count them
+            world = session.world_size if session is not None else env.world_size
+            tally.add_diverged_epoch(err.partial, world)
     except BaseException as err:
         log.end(events.RUN_STOP, status="aborted", error=f"{type(err).__name__}: {err}")
         raise

@@ -104,3 +104,9 @@ def test_a_diverging_run_is_failed_with_the_reason_and_its_summary_agrees(tmp_pa
     assert summary.diverged and summary.diverged in status.reason  # the state and the summary agree
     (stop,) = [e for e in read_events(run.run_dir / "events.jsonl") if e["key"] == RUN_STOP]
     assert stop["metadata"]["status"] == "aborted"
+    # The steps before the diverged one are counted, though no epoch ended (it said 0 steps,
+    # 0 samples, and booked the whole loop as `other`).
+    step = int(summary.diverged.rsplit("step ", 1)[1].split(":")[0])
+    assert step > 1 and summary.steps == step - 1 and summary.epochs == 0
+    assert summary.train_samples == summary.steps * summary.global_batch_size
+    assert summary.phase_shares["other"] < 0.5
