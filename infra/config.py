@@ -427,6 +427,14 @@ def _results_dir(v: dict[str, Any], stack: str, project_root: str) -> str:
     path = v["resultsDir"] or f"{project_root}/results/.kind-store/{stack}"
     if not PurePosixPath(path).is_absolute() or any(c in path for c in "\n\"':,"):
         raise ConfigError("resultsDir", f"must be an absolute path, got {path!r}", "/srv/results")
+    parts = PurePosixPath(path).parts
+    # The create hands the folder to the job pods' user: never /, a top-level folder, or a
+    # path that climbs out of where it says (infra/kind.py checks what is already there).
+    if len(parts) < 3 or ".." in parts:
+        raise ConfigError(
+            "resultsDir", f"must be a folder of its own below a top-level one, got {path!r}",
+            "/srv/results",
+        )  # fmt: skip
     return path
 
 

@@ -67,6 +67,7 @@ def create_script(cfg: StackConfig) -> str:
     return "\n".join(
         [
             "set -euo pipefail",
+            *store_guard(cfg),
             f"mkdir -p {shlex.quote(cfg.results_dir)}",
             kind_bandwidth.build_command(cfg.kubernetes_version),
             f'printf "%s" "$KIND_CONFIG" | kind create cluster --name {name} --image {image}'
@@ -90,6 +91,23 @@ def create_script(cfg: StackConfig) -> str:
             "trap - EXIT",
         ]
     )
+
+
+def store_guard(cfg: StackConfig) -> list[str]:
+    """Refuse, before anything is made, a resultsDir that already holds files and is not a
+    store (its owner is not the image's user): the create hands the folder to that user, so
+    a typo such as a home folder would take it from its owner."""
+    store = shlex.quote(cfg.results_dir)
+    fix = f"pulumi config set stackbench:resultsDir /srv/stackbench-results --stack {cfg.stack}"
+    return [
+        f'if [ -d {store} ] && [ -n "$(ls -A {store})" ] '
+        f'&& [ "$(stat -c %u {store})" != {IMAGE_UID} ]; then',
+        f"  echo 'resultsDir {cfg.results_dir} already holds files that are not a results store"
+        f" (not owned by uid {IMAGE_UID}); the cluster would take the folder over. Choose a new"
+        f" or empty one: {fix}' >&2",
+        "  exit 1",
+        "fi",
+    ]
 
 
 def cluster_triggers(cfg: StackConfig, script: str) -> list[str]:

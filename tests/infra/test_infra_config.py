@@ -257,6 +257,9 @@ def invalid(draw):
             st.sampled_from(
                 [
                     ("resultsDir", "relative/dir"),
+                    ("resultsDir", "/"),  # the create hands the folder to the pods' user
+                    ("resultsDir", "/home"),
+                    ("resultsDir", "/srv/results/../../etc"),
                     ("gpusPerNode", "1"),
                     ("kubernetesVersion", "1.33"),
                     ("maxNodes", "17"),

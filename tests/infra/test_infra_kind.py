@@ -126,6 +126,34 @@ def test_a_failed_last_step_still_deletes_the_cluster(fake_tools: Path):
     ]
 
 
+def test_a_results_dir_holding_someone_elses_files_is_refused_before_anything_is_made(
+    fake_tools: Path,
+):
+    """The create hands the folder to the image's user: a resultsDir that already holds files
+    (a home folder, by a typo) must not be taken from its owner."""
+    store = fake_tools / "home"
+    store.mkdir()
+    (store / "notes.txt").write_text("mine")
+    done = run_create(store)
+    assert done.returncode != 0
+    assert f"resultsDir {store} already holds files that are not a results store" in done.stderr
+    assert "pulumi config set stackbench:resultsDir" in done.stderr
+    assert not (fake_tools / "log").exists()  # no image built, no cluster made
+    assert store.stat().st_uid == os.getuid()
+
+
+@pytest.mark.parametrize("contents", ["empty", "a previous store"])
+def test_an_empty_results_dir_or_a_previous_store_is_used(fake_tools: Path, contents: str):
+    store = fake_tools / "store"
+    store.mkdir()
+    if contents == "a previous store":
+        if os.geteuid() != 0:
+            pytest.skip("handing the folder to the image's uid, as a cluster did, needs root")
+        (store / "run-1").mkdir()
+        os.chown(store, IMAGE_UID, IMAGE_UID)  # what the last cluster's chown made of it
+    assert run_create(store).returncode == 0
+
+
 # ---- changing a kind stack ---------------------------------------------------------------
 
 
