@@ -4,9 +4,6 @@ files in the canonical formats: the whole path from files to a lower loss."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ import pytest
 from contract.events import read_events
 from runner.job.benchmarks import BENCHMARKS
 from tests.datagen import write_cifar10, write_epsilon
+from tests.workloads.entry import run_entry, succeeded
 from workloads.config import TrainConfig
 
 pytestmark = pytest.mark.slow
@@ -28,16 +26,9 @@ def torchrun(
     timeout_s: float = 120.0,
 ) -> dict:
     """A run on generated data: open division where its sizes are not the canonical ones."""
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={workers}", "-m", "workloads.train", "--config", config.to_json(),
-        "--run-id", "test", "--output-dir", str(out),
-        *(["--benchmark", benchmark] if benchmark else []),
-        *(["--open-division"] if open_division else []),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    args = [*(["--benchmark", benchmark] if benchmark else []),
+            *(["--open-division"] if open_division else [])]  # fmt: skip
+    succeeded(run_entry(config, out, *args, workers=workers, timeout_s=timeout_s))
     return json.loads((out / "summary.json").read_text())
 
 
@@ -111,12 +102,7 @@ def test_a_closed_division_run_refuses_a_cifar_directory_of_the_wrong_size(tmp_p
     division only, and the closed division says why before anything starts."""
     config = BENCHMARKS["resnet20-cifar10"].config.replace(data_dir=str(tmp_path))
     write_cifar10(tmp_path, per_train_batch=64, num_test=64)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
-        "--output-dir", str(tmp_path / "out"),
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    done = run_entry(config, tmp_path / "out", omp_threads=None)
     assert done.returncode != 0
     assert "canonical data set only" in done.stdout + done.stderr
     assert "fewer than CIFAR-10's 10,000 images" in done.stdout + done.stderr
@@ -138,13 +124,7 @@ def test_a_test_split_holding_nan_ends_the_run_diverged_at_its_evaluation(tmp_pa
         data_dir=str(root), max_epochs=2, lr=5.0, stop_at_target=False
     )
     out = tmp_path / "out"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
-        "--output-dir", str(out), "--open-division",
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    done = run_entry(config, out, "--open-division", workers=2)
     assert done.returncode != 0
     reason = "diverged at epoch 1, in evaluation: loss nan"
     assert f"stackbench: {reason}" in done.stdout

@@ -4,14 +4,12 @@ manifest records them (a real run of the entry point, in a process of its own)."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from runner.job.benchmarks import BENCHMARKS
+from tests.workloads.entry import run_entry, succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -19,14 +17,7 @@ pytestmark = pytest.mark.slow
 def threads_of_a_run(tmp_path: Path, launcher_threads: int, **changes: object) -> int:
     config = BENCHMARKS["cnn-digits"].config.replace(max_epochs=1, stop_at_target=False, **changes)
     out = tmp_path / "out"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
-        "--output-dir", str(out),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": str(launcher_threads)}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    succeeded(run_entry(config, out, omp_threads=launcher_threads))
     return json.loads((out / "manifest.json").read_text())["torch_threads"]
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from runner.backends.local import processes
 from runner.backends.local.backend import LocalBackend
 from runner.job.benchmarks import BENCHMARKS
 from runner.job.spec import Placement, resolve
+from tests.workloads.entry import run_entry, succeeded
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 EVERY_STEP = ["monitor=true", "monitor_interval_steps=1"]  # one monitors event a step
@@ -109,14 +108,7 @@ def test_a_batch_policy_capped_below_the_configured_batch_states_the_batch_it_tr
          "stop_at_target": "false", "monitor_interval_steps": "1"}
     )  # fmt: skip
     out = tmp_path / "out"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
-        "--output-dir", str(out), "--open-division",
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    succeeded(run_entry(config, out, "--open-division"))
     events = read_events(out / EVENTS)
     steps = _steps(events)
     assert {step["global_batch"] for step in steps} == {8}  # what it trained at
