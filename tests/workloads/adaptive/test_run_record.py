@@ -15,16 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from contract.events import DECISION, GLOBAL_BATCH_SIZE, MONITORS, OPT_BASE_LR, read_events
 from contract.rundir import EVENTS, SUMMARY
 from runner import api
-from runner.backends.local import processes
 from runner.backends.local.backend import LocalBackend
 from runner.job.benchmarks import BENCHMARKS
 from runner.job.spec import Placement, resolve
+from tests.runner.members import worker_process
 from tests.workloads.entry import run_entry, succeeded
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -34,18 +33,6 @@ DIGITS_TRAIN = 1438  # digits' training split (workloads/data/digits.py)
 
 def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e["value"] for e in events if e["key"] == MONITORS]
-
-
-def _worker(run: api.Run, member: str) -> psutil.Process:
-    """The live process of worker `member` of the run, as its own environment says."""
-    for proc in processes.members(run.run_dir.name, run.run_dir):
-        try:
-            env = proc.environ()
-        except psutil.Error:
-            continue
-        if env.get("STACKBENCH_MEMBER") == member and "workloads.train" in proc.cmdline():
-            return proc
-    raise AssertionError(f"no live process of worker {member}")
 
 
 def _steps_into_epoch(run: api.Run, epoch: int) -> int:
@@ -70,7 +57,7 @@ def elastic_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     while _steps_into_epoch(run, 2) < 5:
         assert time.monotonic() < deadline, "the run did not reach its second epoch"
         time.sleep(0.01)
-    os.kill(_worker(run, "w2").pid, signal.SIGKILL)
+    os.kill(worker_process(run, "w2").pid, signal.SIGKILL)
     status = api.wait(results, run)
     assert status.state.value == "SUCCEEDED", status
     events = read_events(run.run_dir / EVENTS)
