@@ -1,6 +1,7 @@
 """The runner's error family. Bad input is a SpecError (the CLI turns it into a usage error,
-exit 2); an operational failure is a RunnerError whose message names the next command. A
-damaged file is contract.files.DamagedFile, which the CLI reports like a RunnerError."""
+exit 2) or a RunInputError (a run id, rank or run that does not fit the command: its one
+line, exit 2); an operational failure is a RunnerError whose message names the next
+command. A damaged file is contract.files.DamagedFile, which the CLI reports like a RunnerError."""
 
 from __future__ import annotations
 
@@ -17,8 +18,14 @@ class SpecError(ValueError):
         self.param = param
 
 
-class RunNotFound(RunnerError):
-    """No run directory matches the given id."""
+class RunInputError(RunnerError):
+    """The run the user named cannot be what the command takes: no run has that id, it names
+    several, a rank it does not have, a join to a run that is not elastic. Bad input (exit 2),
+    reported in its one line like a RunnerError, since the fix is in the line, not the usage."""
+
+
+class RunNotFound(RunInputError):
+    """No run directory matches the given id (or the prefix matches several)."""
 
 
 class BackendUnavailable(RunnerError):

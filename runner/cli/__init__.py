@@ -14,15 +14,47 @@ so `runner --help` loads none of torch, pulumi, kubernetes or matplotlib.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import click
-
-from runner.cli import dashboard, data, runs, stack, study, submit
-from runner.cli.common import Settings, configure_logging, console, handle_errors
+import signal
+from collections.abc import Callable
+from typing import Any
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _quiet_exit(signum: int, frame: object) -> None:
+    raise SystemExit(130)
+
+
+def _quiet_while_importing() -> Callable[..., Any] | int | None:
+    """Ctrl-C while the commands' modules import (a fifth of a second or more) exits 130
+    without the traceback of wherever the import was. Returns the handler to put back once
+    they are in, so that Ctrl-C raises KeyboardInterrupt in a command again; None where SIGINT
+    is left alone: ignored (a background job), not Python's, or not the main thread's to set."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.SIG_IGN or previous is None:
+            return None
+        signal.signal(signal.SIGINT, _quiet_exit)
+        return previous
+    except ValueError:  # imported from another thread
+        return None
+
+
+_PREVIOUS_SIGINT = _quiet_while_importing()
+
+from pathlib import Path  # noqa: E402 - after the handler: these imports take the time
+
+import click  # noqa: E402
+
+from runner.cli import dashboard, data, runs, stack, study, submit  # noqa: E402
+from runner.cli.common import (  # noqa: E402
+    RunnerGroup,
+    Settings,
+    configure_logging,
+    console,
+    handle_errors,
+)
+
+
+@click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--results-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
     envvar="STACKBENCH_RESULTS", show_default=True, help="Where run directories live.",
@@ -80,3 +112,6 @@ def benchmarks(benchmark: str | None) -> None:
 for _module in (submit, runs, data, study, stack, dashboard):
     for _command in _module.COMMANDS:
         main.add_command(_command)
+
+if _PREVIOUS_SIGINT is not None:
+    signal.signal(signal.SIGINT, _PREVIOUS_SIGINT)

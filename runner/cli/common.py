@@ -13,6 +13,8 @@ import contextlib
 import functools
 import importlib.util
 import logging
+import math
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -25,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from contract.files import DamagedFile
-from runner.errors import Interrupted, RunnerError, SpecError
+from runner.errors import Interrupted, RunInputError, RunnerError, SpecError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,10 +40,27 @@ class Settings:
     debug: bool = False
 
 
+class _StdoutConsole(Console):
+    """stdout, where a reader that stops reading (`runner submit ... | head -1`) is no failure:
+    rich would exit 1 at the next print, from wherever it is, even from within the callbacks
+    of a followed run. Here output stops and the command goes on to its own end and exit code
+    (a followed run's is its outcome's); the run's record is what matters."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        # What is left in sys.stdout's buffer goes nowhere at exit, rather than a second
+        # BrokenPipeError ("Exception ignored ...") as Python flushes it.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
 pass_settings = click.make_pass_decorator(Settings)
-console = Console()
+console = _StdoutConsole()
 errors = Console(stderr=True)
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 INSTALL = "pip install -c constraints.txt -e '.[{extra}]'"
 # The optional extra that provides each module a command may need (pyproject.toml).
 EXTRAS = {
@@ -55,7 +74,8 @@ EXTRAS = {
 
 
 def handle_errors(fn: F) -> F:
-    """SpecError -> usage error (exit 2); RunnerError or a damaged file -> one line, exit 1.
+    """SpecError -> usage error (exit 2); RunInputError (a run id, rank or run that does not
+    fit) -> one line, exit 2; RunnerError or a damaged file -> one line, exit 1.
     `runner --debug` shows the traceback too."""
 
     @functools.wraps(fn)
@@ -67,7 +87,7 @@ def handle_errors(fn: F) -> F:
         except (RunnerError, DamagedFile) as err:
             if _debug_enabled():
                 raise
-            fail(str(err))
+            fail(str(err), EXIT_USAGE if isinstance(err, RunInputError) else EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
 
@@ -109,6 +129,34 @@ def signals_interrupt() -> Iterator[None]:
 
 def exit_code(err: BaseException) -> int:
     return 128 + err.signum if isinstance(err, Interrupted) else 130
+
+
+class RunnerGroup(click.Group):
+    """click's group, but a signal that stops a command exits 128 + N (130 for Ctrl-C) with
+    no traceback and no more than click's blank line, wherever it lands: click's own
+    handling says `Aborted!` and exits 1, which a script cannot tell from a failure."""
+
+    def main(
+        self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+        standalone_mode: bool = True, **extra: Any,
+    ) -> Any:  # fmt: skip
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except (KeyboardInterrupt, Interrupted) as err:
+            sys.exit(exit_code(err))
+        except click.Abort as err:  # raised from the KeyboardInterrupt, or a prompt's EOF
+            if isinstance(err.__cause__ or err.__context__, KeyboardInterrupt):
+                sys.exit(exit_code(KeyboardInterrupt()))
+            click.echo("Aborted!", err=True)
+            sys.exit(EXIT_FAILED)
+        except click.ClickException as err:
+            err.show()
+            sys.exit(err.exit_code)
+        # Without standalone mode click returns an Exit's code (--help: 0), else what the
+        # command returned (None: done).
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 def configure_logging(verbose: int) -> None:
@@ -154,6 +202,24 @@ class WorkersType(click.ParamType):
 
 
 WORKERS = WorkersType()
+MAX_PENDING_S = 30 * 24 * 3600.0  # a month: beyond it, a typo
+
+
+class Seconds(click.ParamType):
+    """A timeout in seconds: finite, 1 to MAX_PENDING_S (FloatRange lets nan and inf through,
+    and an infinite timeout would be recorded in job.json as JSON no parser has to accept)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(seconds) and 1 <= seconds <= MAX_PENDING_S):
+            self.fail(f"{value!r} is not a number of seconds from 1 to {MAX_PENDING_S:,.0f}",
+                      param, ctx)  # fmt: skip
+        return seconds
 
 
 def where_options(fn: F) -> F:
@@ -167,7 +233,7 @@ def where_options(fn: F) -> F:
         click.option("--job-api", type=click.Choice(["trainjob", "pytorchjob"]),
                      help="Kubeflow API (default: the stack's, else trainjob)."),
         click.option("--image", help="Training image (digest or version tag)."),
-        click.option("--pending-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
+        click.option("--pending-timeout", type=Seconds(), metavar="SECONDS",
                      help="Cancel a cluster job still pending after this long, saying why."),
     )  # fmt: skip
     for option in reversed(options):
@@ -203,4 +269,14 @@ def yes_option(fn: F) -> F:
 
 
 def run_argument(fn: F) -> F:
-    return click.argument("run_id", metavar="RUN")(fn)
+    return click.argument("run_id", metavar="RUN", callback=_not_empty)(fn)
+
+
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An empty RUN is a prefix of every run id, so it would name the only run there is:
+    `runner cancel "$RUN" --yes` with RUN unset must not cancel it."""
+    if not value.strip():
+        raise click.BadParameter(
+            "is empty; give a run id or a unique prefix of one (`runner runs` lists them)"
+        )
+    return value

@@ -21,7 +21,7 @@ from runner.cli.common import (
     run_argument,
     yes_option,
 )
-from runner.errors import RunnerError, SpecError
+from runner.errors import RunInputError, RunnerError, SpecError
 
 
 @click.command()
@@ -33,6 +33,12 @@ def runs(settings: Settings, as_json: bool) -> None:
 
     A run directory that cannot be read is listed as DAMAGED with the file and the problem.
     Cluster runs show their last recorded state; `runner status RUN` asks the cluster.
+
+    \b
+    --json: a list, newest first, every entry with the same keys: run_id, benchmark, backend,
+    handle, world_size, division, status (state.json's fields), run_dir, summary,
+    summary_damage, damage. A damaged run's status.state is DAMAGED, its status.reason and
+    damage say which file and what is wrong, and what could not be read is null.
     """
     infos = api.list_runs(settings.results_dir)
     if as_json:
@@ -75,6 +81,7 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
       runner logs RUN --raw | grep :::MLLOG
     """
     run = api.open_run(settings.results_dir, run_id)
+    _check_rank(run, rank)
     start_ms: int | None = None
     for line in api.logs(settings.results_dir, run, rank, follow):
         event = None if raw else parse_line(line)
@@ -84,6 +91,17 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
         if event["key"] == RUN_START:
             start_ms = event["time_ms"]
         click.echo(views.event_text(event, start_ms))
+
+
+def _check_rank(run: api.Run, rank: int) -> None:
+    """A rank the run never had is bad input (exit 2), said before any backend is asked. An
+    elastic run's joiners are ranks MAX, MAX+1, ...: whether one joined is the backend's to
+    say."""
+    placement = run.record.spec.placement
+    if not placement.elastic and rank >= placement.world_size:
+        raise RunInputError(
+            f"rank {rank} does not exist; this run has ranks 0-{placement.world_size - 1}"
+        )
 
 
 @click.command()
@@ -136,6 +154,11 @@ def join(settings: Settings, run_id: str) -> None:
       runner join RUN
     """
     run = api.open_run(settings.results_dir, run_id)
+    if not run.record.spec.placement.elastic:  # the user's choice of run: bad input (exit 2)
+        raise RunInputError(
+            f"{run.run_id} is not elastic; only a run submitted with --workers MIN:MAX takes "
+            "a joining worker"
+        )
     console.print(f"{run.run_id}: {api.join(settings.results_dir, run)}")
 
 

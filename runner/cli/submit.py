@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
+from contract.files import DamagedFile
 from runner import api
 from runner.cli import views
 from runner.cli.common import (
@@ -23,7 +25,7 @@ from runner.cli.common import (
     signals_interrupt,
     where_options,
 )
-from runner.errors import Interrupted
+from runner.errors import Interrupted, RunnerError
 from runner.job.target import ClusterOptions
 
 
@@ -88,7 +90,10 @@ def submit(
         run = api.submit(spec, backend, results, detach=detach)
     finally:
         backend.close()
-    console.print(f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}")
+    console.print(  # one line, whatever the width: scripts take the id and path from it
+        f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}",
+        soft_wrap=True,
+    )
     if views.lr_text(spec):
         console.print(views.lr_text(spec), markup=False)
     if detach:
@@ -107,10 +112,29 @@ def follow(results: Path, run: api.Run) -> None:
                 results, run, api.Callbacks(on_event=view.on_event, on_status=view.on_status)
             )
     except (KeyboardInterrupt, Interrupted) as err:
-        state = api.status(results, run)
-        errors.print(f"{views.state_text(state)}; what was recorded is in {run.run_dir}")
+        recorded = escape(str(run.run_dir))
+        errors.print(f"{_after_interrupt(results, run)}; what was recorded is in {recorded}",
+                     soft_wrap=True)  # fmt: skip
         sys.exit(exit_code(err))
     finish(run, outcome)
+
+
+def _after_interrupt(results: Path, run: api.Run) -> str:
+    """The run's state once it is cancelled, as the last line says it. A second Ctrl-C can stop
+    the first cancel half-way, the run still RUNNING for a moment (its supervisor told) or for
+    good (not yet told): cancel again, which is quick and does nothing to a finished run, so
+    that the line states the final state; a third Ctrl-C leaves it to `runner status`."""
+    try:
+        with signals_interrupt():
+            state = api.status(results, run)
+            if not state.state.finished:
+                state = api.cancel(results, run)
+    except (KeyboardInterrupt, Interrupted, RunnerError, DamagedFile) as err:
+        why = (
+            "interrupted" if isinstance(err, KeyboardInterrupt | Interrupted) else escape(str(err))
+        )
+        return f"cancelling: {why} (`runner status {escape(run.run_id)}` says how it ended)"
+    return views.state_text(state)
 
 
 def finish(run: api.Run, outcome: api.Outcome) -> None:

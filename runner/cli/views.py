@@ -126,9 +126,29 @@ def state_text(status: JobStatus) -> str:
     return f"{text} ({escape(status.reason)})" if status.reason else text
 
 
+DAMAGED = "DAMAGED"  # the state `runner runs` shows for a run directory it cannot read
+
+
 def run_json(info: RunInfo) -> dict[str, Any]:
+    """One entry of `runner runs --json`. Every entry has the same keys, a damaged run's
+    too: its id is its directory's name, its status.state DAMAGED with the file and the
+    problem as the reason (and as `damage`), and what could not be read is null."""
     if info.run is None or info.status is None:
-        return {"run_dir": str(info.run_dir), "state": "DAMAGED", "damage": info.damage}
+        reason = info.damage or "cannot be read"
+        return {
+            "run_id": info.run_dir.name,
+            "benchmark": None,
+            "backend": None,
+            "handle": None,
+            "world_size": None,
+            "division": None,
+            # The contract's keys (schema_version, reason, ...), with a state of the listing's.
+            "status": JobStatus(JobState.FAILED, reason).to_dict() | {"state": DAMAGED},
+            "run_dir": str(info.run_dir),
+            "summary": None,
+            "summary_damage": None,
+            "damage": reason,
+        }
     return {
         "run_id": info.run.run_id,
         "benchmark": info.run.record.spec.benchmark,
@@ -140,6 +160,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         "run_dir": str(info.run.run_dir),
         "summary": info.summary.to_dict() if info.summary else None,
         "summary_damage": info.summary_damage,
+        "damage": None,
     }
 
 

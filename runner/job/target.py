@@ -60,6 +60,12 @@ class Target:
                 )
             return Placement(1, workers, self.device, link, min_workers)
         if min_workers is not None:
+            # --per-node is 1 unless given: more would be silently dropped here, as JobSpec's
+            # own check never sees it (an elastic placement is built with one per node).
+            if self.per_node > 1:
+                raise SpecError(
+                    "--per-node", "an elastic run has one worker per node (pod): drop --per-node"
+                )
             return Placement(workers, 1, self.device, link, min_workers)
         if workers % self.per_node:
             raise SpecError(

@@ -116,7 +116,15 @@ def unfetched(results_root: Path, stack: str) -> list[tuple[str, str]]:
 
 
 def refuse(results_root: Path, stack: str, force: bool) -> None:
-    """The guards alone (step 1), so a caller can refuse before asking for confirmation."""
+    """The guards alone (step 1) and what destroying needs (pulumi, this project), so a caller
+    can refuse before asking for confirmation, and nothing is cancelled for a destroy that
+    cannot start."""
+    _pulumi(stack)
+    if pulumi_cli.project_dir() is None:  # `pulumi destroy` would find no project to run
+        raise RunnerError(
+            f"stack {stack!r} cannot be destroyed from here: no Pulumi.yaml here or above; "
+            "run this inside the stackbench checkout"
+        )
     missing = unfetched(results_root, stack)
     if missing and not force:
         raise TeardownRefused(stack, missing)

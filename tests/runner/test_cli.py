@@ -190,13 +190,13 @@ def test_status_logs_and_fetch_work_on_a_finished_run(finished_run):
 def test_logs_of_a_rank_that_does_not_exist_names_the_valid_ranks(finished_run):
     results, run = finished_run
     result = invoke("logs", run.run_id, "--rank", "5", results=results)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the user's input, said in one line
     assert "ranks 0-1" in result.output
 
 
 def test_unknown_run_says_how_to_list_runs(tmp_path):
     result = invoke("status", "no-such-run", results=tmp_path)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "runner runs" in result.output
 
 
@@ -208,7 +208,7 @@ def test_cancel_of_a_finished_run_changes_nothing(finished_run):
 def test_join_refuses_a_run_that_is_not_elastic_in_one_line(finished_run):
     results, run = finished_run
     result = invoke("join", run.run_id, results=results)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0
     assert "is not elastic; only a run submitted with --workers MIN:MAX" in result.output
 

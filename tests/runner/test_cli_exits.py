@@ -1,0 +1,277 @@
+"""The runner's exit codes against real processes and real faults: a Ctrl-C at any moment (while
+its modules import, following logs, twice while following a run) exits 130 with at most one
+line and never a traceback; a run the user names that does not fit the command is bad input
+(exit 2); a reader that closes stdout early does not turn a run that succeeded into exit 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from contract.events import read_events
+from contract.rundir import EVENTS, JobState, read_state
+from runner import api
+from runner.cli import main
+from runner.results import rundir
+from tests.runner.rundirs import make_run
+
+pytestmark = pytest.mark.timeout(180)
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = Path(sys.executable).parent / "runner"  # the console script, as a user starts it
+LONG_RUN = ("--set", "stop_at_target=false", "--set", "max_epochs=400")
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+users: [{name: u, user: {token: t}}]
+"""
+
+
+def invoke(results: Path, *args: str):  # type: ignore[no-untyped-def]
+    return CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["--results-dir", str(results), *args], catch_exceptions=False
+    )
+
+
+def _start(results: Path, *args: str, stdout: int = subprocess.PIPE) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(RUNNER), "--results-dir", str(results), *args], cwd=REPO,
+        stdout=stdout, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _interrupted_cleanly(proc: subprocess.Popen[str], err: str) -> None:
+    """130, or killed by SIGINT before Python had a handler (the shell says 130 too); no
+    traceback, no click `Aborted!`, at most one line."""
+    assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
+    assert "Traceback" not in err and "Aborted!" not in err, err
+    assert len([line for line in err.splitlines() if line.strip()]) <= 1, err
+
+
+def _training(results: Path, timeout_s: float = 90.0) -> api.Run:
+    """The only run under `results`, once rank 0 trains."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        dirs = rundir.list_dirs(results)
+        if dirs and "epoch_start" in [e["key"] for e in read_events(dirs[0] / EVENTS)]:
+            return api.open_run(results, dirs[0].name)
+        time.sleep(0.1)
+    raise AssertionError("no run started training")
+
+
+def _ends(results: Path, run: api.Run, timeout_s: float = 60.0) -> None:
+    """The run reaches a final state (its supervisor cancels it once its command is gone)."""
+    deadline = time.monotonic() + timeout_s
+    while not api.status(results, run).state.finished:
+        assert time.monotonic() < deadline, f"{run.run_id} outlived the command that followed it"
+        time.sleep(0.2)
+
+
+# ---- Ctrl-C --------------------------------------------------------------------------------
+
+
+def test_ctrl_c_while_the_commands_import_exits_130_without_a_traceback(tmp_path):
+    """The SIGINT lands inside the imports of `runner.cli` (as a Ctrl-C in the first fifth of
+    a second does): an import hook sends it as runner.api starts to import."""
+    code = (
+        "import os, signal, sys\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'runner.api':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "from runner.cli import main\n"
+        "print('imported', flush=True)\n"
+        "main(['--results-dir', sys.argv[1], 'runs'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert "imported" not in proc.stdout
+    _interrupted_cleanly(proc, proc.stderr)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15, 0.3])
+def test_ctrl_c_at_any_moment_of_a_submit_exits_130_in_at_most_one_line(tmp_path, delay_s):
+    proc = _start(tmp_path, "submit", "cnn-digits", "--workers", "1", *LONG_RUN)
+    time.sleep(delay_s)  # not a measurement: a few moments of its start
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    _interrupted_cleanly(proc, err)
+    for run_dir in rundir.list_dirs(tmp_path):  # a run it started ends with it
+        _ends(tmp_path, api.open_run(tmp_path, run_dir.name))
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_following_logs_exits_130(tmp_path):
+    started = _start(tmp_path, "submit", "cnn-digits", "--workers", "1", *LONG_RUN, "--detach")
+    assert started.wait(timeout=120) == 0
+    run = _training(tmp_path)
+    try:
+        follower = _start(tmp_path, "logs", run.run_id, "--follow")
+        assert follower.stdout is not None and follower.stdout.readline()  # it is following
+        follower.send_signal(signal.SIGINT)
+        _, err = follower.communicate(timeout=60)
+        _interrupted_cleanly(follower, err)
+    finally:
+        api.cancel(tmp_path, run)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_never_leaves_a_last_line_that_says_running(tmp_path):
+    """The second one lands while the first cancels: the line must say how the run ended."""
+    proc = _start(tmp_path, "submit", "cnn-digits", "--workers", "2", *LONG_RUN)
+    run = _training(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert "RUNNING" not in last and "Traceback" not in err, err
+    final = read_state(run.run_dir)
+    assert final is not None and final.state is JobState.CANCELLED
+    assert last.startswith("CANCELLED") and str(run.run_dir) in last, err
+
+
+# ---- a closed stdout -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_reading_does_not_fail_a_run_that_succeeded(tmp_path):
+    """`runner submit ... | head -1`: the run goes on to its end, and the exit code is its."""
+    proc = _start(tmp_path, "submit", "cnn-digits", "--workers", "1")
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("run cnn-digits-")
+    proc.stdout.close()  # as head does once it has its line
+    _, err = proc.communicate(timeout=120)
+    (run_dir,) = rundir.list_dirs(tmp_path)
+    final = read_state(run_dir)
+    assert final is not None and final.state is JobState.SUCCEEDED, err
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+# ---- a run that does not fit the command is bad input ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "no-such-run"),
+        ("status", "cnn-digits"),  # a prefix of two runs
+        ("logs", "cnn-digits-a", "--rank", "5"),
+        ("join", "cnn-digits-a"),
+        ("cancel", "no-such-run", "--yes"),
+        ("report", "no-such-run"),
+    ],
+)
+def test_a_run_that_does_not_fit_the_command_is_bad_input_in_one_line(tmp_path, args):
+    make_run(tmp_path, "cnn-digits-a", 2, 10.0)
+    make_run(tmp_path, "cnn-digits-b", 2, 10.0)
+    result = invoke(tmp_path, *args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.strip().count("\n") == 0
+
+
+def test_a_damaged_run_has_the_same_keys_in_runs_json_as_any_other(tmp_path):
+    make_run(tmp_path, "cnn-digits-good", 2, 10.0)
+    bad = make_run(tmp_path, "cnn-digits-bad", 2, 12.0)
+    (bad / "state.json").write_bytes(b'{"state": "SUCC')
+    listed = {e["run_id"]: e for e in json.loads(invoke(tmp_path, "runs", "--json").output)}
+    good, damaged = listed["cnn-digits-good"], listed["cnn-digits-bad"]
+    assert damaged.keys() == good.keys()
+    assert damaged["status"].keys() == good["status"].keys()
+    assert damaged["status"]["state"] == "DAMAGED" and good["status"]["state"] == "SUCCEEDED"
+    assert "state.json" in damaged["status"]["reason"] and "state.json" in damaged["damage"]
+    assert good["damage"] is None
+
+
+# ---- options -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "0.5"])
+def test_a_pending_timeout_that_is_not_a_finite_number_of_seconds_is_refused(tmp_path, value):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    result = invoke(tmp_path, "submit", "cnn-digits", "--kubeconfig", str(kubeconfig),
+                    "--image", "r/s:1.0", "--pending-timeout", value, "--dry-run")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "--pending-timeout" in result.output
+
+
+def test_per_node_is_refused_for_an_elastic_cluster_run_not_dropped(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"  # a dry run connects to nothing
+    kubeconfig.write_text(KUBECONFIG)
+    result = invoke(tmp_path, "submit", "cnn-digits", "--workers", "2:4", "--set",
+                    "strategy=allreduce", "--per-node", "2", "--kubeconfig", str(kubeconfig),
+                    "--image", "r/s:1.0", "--job-api", "pytorchjob", "--dry-run")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "--per-node" in result.output and "one worker per node" in result.output
+
+
+def test_sigint_ignored_by_the_shell_stays_ignored_after_the_import(tmp_path):
+    """A background job's SIGINT is ignored: importing the CLI must not start answering it."""
+    code = (
+        "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "import runner.cli\n"
+        "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env=os.environ)  # fmt: skip
+    assert out.stdout.strip() == "True", out.stderr
+
+
+# ---- teardown checks what it needs before it asks or touches anything ----------------------
+
+
+def _without_pulumi() -> dict[str, str]:
+    return {**os.environ, "PATH": "/usr/bin:/bin", "COLUMNS": "300"}
+
+
+def test_teardown_without_pulumi_says_so_before_asking(tmp_path):
+    main_fd, tty = os.openpty()  # a terminal, so that it would ask
+    try:
+        proc = subprocess.Popen(
+            [str(RUNNER), "--results-dir", str(tmp_path), "teardown", "--stack", "kind"],
+            cwd=REPO, stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=_without_pulumi(),
+        )  # fmt: skip
+        os.write(main_fd, b"y\n")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(main_fd)
+        os.close(tty)
+    assert proc.returncode == 1, out
+    assert "pulumi is not installed" in out and "Destroy stack" not in out, out
+
+
+def test_a_forced_teardown_without_pulumi_cancels_nothing(tmp_path):
+    make_run(tmp_path, "on-kind", 2, None, stack="kind", state="RUNNING", write_summary=False)
+    proc = subprocess.run(
+        [str(RUNNER), "--results-dir", str(tmp_path), "teardown", "--stack", "kind", "--force",
+         "--yes"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, env=_without_pulumi(),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "pulumi is not installed" in proc.stderr and "cancel" not in proc.stdout + proc.stderr
+    state = read_state(tmp_path / "on-kind")
+    assert state is not None and state.state is JobState.RUNNING
+
+
+@pytest.mark.parametrize("command", ["status", "cancel", "logs", "fetch", "join"])
+def test_an_empty_run_id_names_no_run_even_where_there_is_only_one(tmp_path, command):
+    """An empty id is a prefix of every id: `runner cancel "$RUN" --yes` with RUN unset."""
+    make_run(tmp_path, "cnn-digits-only", 2, 10.0)
+    result = invoke(tmp_path, command, "", *(["--yes"] if command == "cancel" else []))
+    assert result.exit_code == 2, result.output
+    assert "is empty" in result.output and "cnn-digits-only" not in result.output
