@@ -39,11 +39,17 @@ class DamagedFile(ValueError):
 def write_text(path: Path, text: str) -> None:
     """Atomically replace `path` with `text` (UTF-8, mode 0644). OSError (ENOSPC, EROFS,
     EACCES) propagates, with no temporary file left behind."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomically replace `path` with `data` (mode 0644): a link planted at `path` is
+    replaced, never written through. OSError propagates, no temporary file left behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
         os.replace(tmp, path)
@@ -59,27 +65,41 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_bytes(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes:
     """The bytes of a regular file, never through a symbolic link. FileNotFoundError when it
-    does not exist; DamagedFile when it is something else or larger than `max_bytes`."""
+    does not exist; DamagedFile when it is something else, larger than `max_bytes`, or cannot
+    be opened or read (a socket, another user's file, a failing disk): whatever a run
+    directory holds, a reader gets a record or a reason, never an OSError of its own."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO never blocks
+    except FileNotFoundError:
+        raise
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise DamagedFile(path, "is a symbolic link, which is never followed") from None
-        raise
-    # Checked on the descriptor before it becomes a file object: os.fdopen refuses a directory
-    # with IsADirectoryError and leaves the descriptor open.
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
+        raise DamagedFile(path, f"cannot be read ({err.strerror or err})") from None
+    try:
+        return _read_open(path, fd, max_bytes)
+    except OSError as err:  # EIO from a failing disk, a file that became a directory
+        raise DamagedFile(path, f"cannot be read ({err.strerror or err})") from None
+
+
+def _read_open(path: Path, fd: int, max_bytes: int) -> bytes:
+    """What `fd` holds, checked on the descriptor (a regular file, within the cap); the
+    descriptor is closed whatever happens."""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DamagedFile(path, "is not a regular file")
+        if info.st_size > max_bytes:
+            raise DamagedFile(path, f"is {info.st_size} bytes, over the {max_bytes}-byte cap")
+        chunks, size = [], 0
+        while size <= max_bytes and (chunk := os.read(fd, max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
         os.close(fd)
-        raise DamagedFile(path, "is not a regular file")
-    if info.st_size > max_bytes:
-        os.close(fd)
-        raise DamagedFile(path, f"is {info.st_size} bytes, over the {max_bytes}-byte cap")
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:  # grew while being read
+    if size > max_bytes:  # grew while being read
         raise DamagedFile(path, f"is over the {max_bytes}-byte cap")
-    return data
+    return b"".join(chunks)
 
 
 def read_json(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Any:

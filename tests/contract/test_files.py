@@ -58,3 +58,20 @@ def test_an_event_line_nested_too_deeply_or_with_a_huge_time_is_no_event(tmp_pat
 )
 def test_finite_number_says_no_rather_than_raising(value, number):
     assert finite_number(value) == number
+
+
+def test_a_record_that_cannot_be_opened_is_damaged_and_a_missing_one_is_missing(tmp_path):
+    import socket
+
+    # A UNIX socket cannot be open()ed at all (ENXIO): that escaped every reader as OSError.
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "job.json"))
+        before = open_descriptors()
+        with pytest.raises(DamagedFile, match=r"cannot be read \(No such device or address\)"):
+            read_json(tmp_path / "job.json")
+        assert open_descriptors() == before
+    with pytest.raises(FileNotFoundError):  # callers tell "none yet" from "damaged"
+        read_json(tmp_path / "state.json")
+    (tmp_path / "file").write_text("{}")
+    with pytest.raises(DamagedFile, match=r"cannot be read \(Not a directory\)"):
+        read_json(tmp_path / "file" / "state.json")  # a file where the run directory was

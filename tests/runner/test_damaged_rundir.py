@@ -175,3 +175,37 @@ def test_a_number_too_large_for_a_float_is_damage_not_a_crash(tmp_path):
     reported = invoke(tmp_path, "report", "cnn-digits-good", "--out", str(out))
     assert reported.exit_code == 0, reported.output
     assert (out / "curves.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["job.json", "state.json", "summary.json"])
+def test_a_record_that_is_a_socket_is_damage_not_a_crash(tmp_path, name):
+    import socket
+
+    _, bad = _two_runs(tmp_path)
+    (bad / name).unlink()
+    with socket.socket(socket.AF_UNIX) as sock:  # open() of a socket fails with ENXIO
+        sock.bind(str(bad / name))
+        result = invoke(tmp_path, "runs")
+        assert result.exit_code == 0, result.output
+        assert f"{name}: cannot be read (No such device or address)" in result.output
+        assert "target in 10.0 s" in result.output  # the good run
+        status = invoke(tmp_path, "status", "cnn-digits-bad")
+        assert "Traceback" not in status.output
+        assert name in status.output if name != "summary.json" else "SUCCEEDED" in status.output
+
+
+@pytest.mark.parametrize("follow", [(), ("--follow",)])
+def test_a_fifo_in_place_of_a_rank_log_is_damage_not_a_command_that_hangs(tmp_path, follow):
+    import os
+    import subprocess
+    import sys
+
+    _, bad = _two_runs(tmp_path)
+    os.mkfifo(bad / "logs" / "rank-0.log")  # open() for reading waited for a writer, for ever
+    done = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "--results-dir", str(tmp_path), "logs",
+         "cnn-digits-bad", "--rank", "0", *follow],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "rank-0.log: is not a regular file" in done.stderr and "Traceback" not in done.stderr

@@ -243,7 +243,47 @@ def test_an_elastic_worker_still_running_after_worker_0_ended_is_stopped_and_nam
         f"finished with 2 of 3 workers (worker 2 was still running {supervisor.GRACE_S:g} s "
         "after worker 0 ended, and was stopped)"
     )
-    assert processes.members(spec.run_id, run_dir) == []
+    # Nothing outlives the run (the supervisor itself exits just after recording it).
+    _, alive = psutil.wait_procs(processes.members(spec.run_id, run_dir), timeout=30)
+    assert alive == []
+
+
+def test_a_joiner_the_run_ended_before_admitting_is_counted_out_of_max_and_says_so(tmp_path):
+    """--workers 2:3, worker 2 leaves, `runner join` starts worker 3, and the run ends before
+    admitting it: 2 of 3 workers finished (MAX is 3, not the 4 processes started), and the
+    joiner's own line says why it did not."""
+    elastic = Placement(1, 3, "cpu", min_workers=2)
+    spec = resolve("cnn-digits", ["strategy=allreduce"], elastic, run_id="cnn-digits-late-joiner")
+    run_dir = rundir.create(tmp_path, rundir.RunRecord(spec, "local", "local://" + spec.run_id))
+    script = (  # the joiner is a copy of worker 0's command, under its own member name
+        'case "$STACKBENCH_MEMBER" in '
+        "w0) while [ ! -e end ]; do sleep 0.05; done; echo '{}' > summary.json ;; "
+        "w1) while [ ! -e end ]; do sleep 0.05; done ;; "
+        "w2) exit 1 ;; "
+        '*) while [ ! -e end ]; do sleep 0.05; done; echo "stackbench: the run ended before '
+        'worker $STACKBENCH_MEMBER was admitted" > logs/rank-3.log; exit 1 ;; esac'
+    )
+    workers = tuple(
+        Process(("sh", "-c", script), {"STACKBENCH_MEMBER": f"w{i}"}, str(run_dir))
+        for i in range(3)
+    )
+    LocalBackend(tmp_path).submit(LocalRequest(str(run_dir), workers, min_workers=2))
+    run = api.open_run(tmp_path, spec.run_id)
+    deadline = time.monotonic() + 30
+    while True:  # worker 2 gone: the run has room for one joiner
+        try:
+            assert api.join(tmp_path, run).startswith("worker w3 started")
+            break
+        except RunnerError as err:
+            assert time.monotonic() < deadline, f"the run never took a joiner: {err}"
+            time.sleep(0.1)
+    (run_dir / "end").touch()
+    status = api.wait(tmp_path, run)
+    assert status.state is JobState.SUCCEEDED
+    assert status.reason == (
+        "finished with 2 of 3 workers (worker 2 exited with code 1; worker 3, which joined, "
+        "exited with code 1: the run ended before worker w3 was admitted)"
+    )
 
 
 def test_a_supervisor_that_never_started_leaves_a_failed_run_not_a_pending_one(tmp_path):

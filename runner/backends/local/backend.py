@@ -14,10 +14,12 @@ from __future__ import annotations
 import codecs
 import os
 import shlex
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ import psutil
 from contract import files
 from contract.events import parse_line
 from contract.files import DamagedFile
-from contract.rundir import EVENTS, LOGS, JobState, JobStatus, rank_log, read_state
+from contract.rundir import EVENTS, LOGS, STATE, JobState, JobStatus, rank_log, read_state
 from runner import flock
 from runner.backends.base import LOCAL_SCHEME, LocalRequest, Process, Request
 from runner.backends.local import elastic, joins, launch, leash, network, preflight, processes
@@ -256,9 +258,19 @@ class LocalBackend:
             )
         else:
             reason = "the runner was stopped before the run started"
-        status = JobStatus(JobState.FAILED, reason, _now())
+        return _record_inferred(run_dir, JobStatus(JobState.FAILED, reason, _now()))
+
+
+def _record_inferred(run_dir: Path, status: JobStatus) -> JobStatus:
+    """Record an outcome the runner inferred, or, where the disk refuses (a read-only copy of
+    someone's results, a disk remounted read-only, a full one), still report it, saying it is
+    not on record: reading a run must never fail for want of writing it."""
+    try:
         rundir.write_state(run_dir, status)
-        return status
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        return replace(status, reason=f"{status.reason}; not recorded in {STATE}: {why}")
+    return status
 
 
 def rank_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
@@ -299,8 +311,8 @@ class EventTail:
 
     def read_new(self) -> list[dict[str, Any]]:
         try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+            fd = _open_regular(self._path)
+        except (OSError, DamagedFile):  # not there yet, or not a log: no events to pass on
             return []
         with os.fdopen(fd, "rb") as f:
             f.seek(self._offset)
@@ -319,7 +331,7 @@ def follow_lines(path: Path, finished: Any, follow: bool) -> Iterator[str]:
     while True:
         done = finished() if follow else True  # read the flag before draining: no lost tail
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = _open_regular(path)
             with os.fdopen(fd, "rb") as f:
                 f.seek(offset)
                 chunk = f.read()
@@ -334,6 +346,17 @@ def follow_lines(path: Path, finished: Any, follow: bool) -> Iterator[str]:
                 yield partial
             return
         time.sleep(POLL_S)
+
+
+def _open_regular(path: Path) -> int:
+    """A descriptor of the regular file at `path`, never through a link. A FIFO (opened
+    without waiting for a writer) or a device in place of a log is DamagedFile: reading one
+    would block a command for ever, or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DamagedFile(path, "is not a regular file")
+    return fd
 
 
 def _local(request: Request) -> LocalRequest:

@@ -137,7 +137,7 @@ def _run(
         proc.wait()
     codes = [p.returncode for p in exits.processes]
     if request.min_workers is not None and not stop:
-        return elastic_outcome(run_dir, request.min_workers, codes, stuck)
+        return elastic_outcome(run_dir, request.min_workers, len(request.processes), codes, stuck)
     cancelled = stop[0] if stop else None
     return outcome(run_dir, request, codes, cancelled, first_failed=exits.first_failure())
 
@@ -190,26 +190,27 @@ def _launcher_log(run_dir: Path, index: int, request: LocalRequest) -> Path:
 def elastic_outcome(
     run_dir: Path,
     min_workers: int,
+    max_workers: int,
     returncodes: Sequence[int | None],
     stuck: Sequence[int] = (),
 ) -> JobStatus:
-    """An elastic run (worker i is process i and writes rank-i.log) SUCCEEDED when its
-    writer (w0) finished it, wrote the summary and at least `min_workers` exited 0; the
-    workers that left are named, and those `stuck` (still running GRACE_S after worker 0
-    ended, then stopped) said to be. Otherwise the reason is a worker's own line (too few
-    workers left, the writer gone) before any worker's exit code."""
+    """An elastic run (worker i is process i and writes rank-i.log; workers `max_workers`
+    on joined with `runner join`) SUCCEEDED when its writer (w0) finished it, wrote the
+    summary and at least `min_workers` exited 0: "finished with N of MAX workers", the
+    workers that left named, those `stuck` (still running GRACE_S after worker 0 ended, then
+    stopped) said to be, and a joiner's own line given (it may never have been admitted).
+    Otherwise the reason is a worker's own line (too few workers left, the writer gone)
+    before any worker's exit code."""
     # A stopped worker's code says nothing: processes.end reaps through psutil, and Popen
     # then reads a child reaped before it as exit code 0.
     left = [i for i, code in enumerate(returncodes) if code != 0 or i in stuck]
     finished = [i for i in range(len(returncodes)) if i not in left]
-    exits = "; ".join(
-        f"worker {i} was still running {GRACE_S:g} s after worker 0 ended, and was stopped"
-        if i in stuck
-        else f"worker {i} exited with code {returncodes[i]}{signal_note(returncodes[i])}"
-        for i in left
-    )
+    exits = "; ".join(_departure(run_dir, i, returncodes[i], i in stuck, max_workers) for i in left)
     if returncodes[0] == 0 and (run_dir / SUMMARY).is_file() and len(finished) >= min_workers:
-        note = f"finished with {len(finished)} of {len(returncodes)} workers ({exits})"
+        # Out of MAX, what the run could have had at once (workers alive at the end were
+        # alive together, so never more): joiners replace workers that left, they do not
+        # add to what the run could hold.
+        note = f"finished with {len(finished)} of {max_workers} workers ({exits})"
         return JobStatus(JobState.SUCCEEDED, note if left else "",
                          since=_now())  # fmt: skip
     said = [(i, first_error_line(_read(rank_log(run_dir, i)))) for i in left]
@@ -223,6 +224,19 @@ def elastic_outcome(
         reason = exits
     disk = storage_problem(run_dir)
     return _failed(reason, disk, failed_rank=worker, exit_code=code)
+
+
+def _departure(run_dir: Path, i: int, code: int | None, stuck: bool, max_workers: int) -> str:
+    """How worker i left, in a clause. A joiner (i >= MAX) says why in its own words: one the
+    run ended before admitting is not a worker the run lost."""
+    joined = i >= max_workers
+    who = f"worker {i}, which joined," if joined else f"worker {i}"
+    if stuck:
+        how = f"{who} was still running {GRACE_S:g} s after worker 0 ended, and was stopped"
+    else:
+        how = f"{who} exited with code {code}{signal_note(code)}"
+    line = first_error_line(_read(rank_log(run_dir, i))) if joined else ""
+    return f"{how}: {line}" if line else how
 
 
 def outcome(
