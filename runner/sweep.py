@@ -12,7 +12,9 @@ goes to the callbacks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -21,9 +23,11 @@ from typing import Any
 
 from contract.rundir import JobStatus
 from runner import api
+from runner.backends.local import leash
 from runner.errors import Interrupted, SpecError
-from runner.job.spec import resolve
+from runner.job.spec import JobSpec, resolve
 from runner.job.target import Target
+from runner.results import rundir
 from runner.results import study as studies
 
 log = logging.getLogger(__name__)
@@ -45,15 +49,33 @@ def new_study(
     base_seed: int = 0,
     links: Sequence[str | None] = (None,),
 ) -> studies.Study:
-    """The study record of a grid, validated: every cell resolves before anything runs."""
+    """The study record of a grid, validated: every cell resolves, and passes every check its
+    runs' submit would make here (data, packages, device, link), before anything is written:
+    a sweep that cannot run fails at once with the fix, not after an empty study."""
     grid, fixed = studies.parse_grid(set_items)
     planned = studies.plan(workers, grid, runs_per_cell, base_seed, links)
-    for run in planned:
-        resolve(benchmark, _overrides(fixed, run), target.placement(run.workers, run.link))
+    specs = {
+        run.cell: resolve(
+            benchmark, _overrides(fixed, run), target.placement(run.workers, run.link)
+        )
+        for run in planned
+    }  # one per cell: a cell's runs differ only in their seed
+    _check_cells(list(specs.values()), target)
     return studies.Study(
         studies.new_study_id(benchmark), benchmark, tuple(workers), grid, fixed,
         runs_per_cell, target.where, planned, links=tuple(links),
     )  # fmt: skip
+
+
+def _check_cells(specs: Sequence[JobSpec], target: Target) -> None:
+    """Each cell's request made as submit makes it (the backend's dryrun: its preflight
+    checks, nothing created or started), so what a run would refuse is refused now."""
+    backend = target.make_backend()
+    try:
+        for spec in specs:
+            backend.dryrun(spec, Path(spec.run_id))
+    finally:
+        backend.close()
 
 
 class _Recorder:
@@ -75,8 +97,25 @@ class _Recorder:
 def run_study(
     results_root: Path, study: studies.Study, target: Target, callbacks: Callbacks | None = None
 ) -> studies.Study:
-    """Run every planned run that has no run id yet; returns the final record."""
-    cb = callbacks or Callbacks()
+    """Run every planned run that has no run id yet; returns the final record. A disk that
+    refuses the study record (full, read-only, not ours) is a StorageError naming it; a study
+    that never got on record leaves no directory behind."""
+    study_dir = studies.studies_root(results_root) / study.study_id
+    made = [p for p in (study_dir.parent, study_dir) if not p.exists()]
+    try:
+        return _run_study(results_root, study, target, callbacks or Callbacks())
+    except OSError as err:
+        if study_dir in made and not (study_dir / studies.STUDY_FILE).exists():
+            shutil.rmtree(study_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # studies/, if this sweep made it and it is empty
+                if study_dir.parent in made:
+                    study_dir.parent.rmdir()
+        raise rundir.storage_error(err, study_dir) from None
+
+
+def _run_study(
+    results_root: Path, study: studies.Study, target: Target, cb: Callbacks
+) -> studies.Study:
     with studies.sweeping(results_root, study.study_id):  # before "running" is on disk
         recorder = _Recorder(results_root, study)
         try:
@@ -84,7 +123,11 @@ def run_study(
                 if planned.run_id is None:
                     _run_one(recorder, position, target, cb)
         except BaseException:
-            recorder.update(state="partial", finished_at=_now())
+            # Best effort: the error that stopped the sweep (a full disk, Ctrl-C) is the one
+            # to report, not the same disk refusing this update too. A study left "running"
+            # reads as partial anyway once the sweep lock is gone (studies.load).
+            with contextlib.suppress(OSError):
+                recorder.update(state="partial", finished_at=_now())
             raise
         recorder.update(state="complete", finished_at=_now())
     return recorder.study
@@ -100,7 +143,11 @@ def _run_one(recorder: _Recorder, position: int, target: Target, cb: Callbacks) 
         run = api.submit(spec, backend, recorder.results_root)
     finally:
         backend.close()
-    recorder.update(position, run_id=run.run_id)
+    try:
+        recorder.update(position, run_id=run.run_id)
+    except BaseException:  # a run the study cannot name must not go on unfollowed
+        _abandon(recorder.results_root, run)
+        raise
     cb.on_run_start(position, planned, run)
     try:
         outcome = api.follow_to_end(recorder.results_root, run, api.Callbacks(on_event=cb.on_event))
@@ -112,6 +159,17 @@ def _run_one(recorder: _Recorder, position: int, target: Target, cb: Callbacks) 
         log.warning("%s is incomplete: %s", run.run_id, "; ".join(outcome.missing))
     recorder.update(position, state=outcome.status.state.value)
     cb.on_run_end(position, planned, outcome)
+
+
+def _abandon(results_root: Path, run: api.Run) -> None:
+    """Cancel a run this sweep will not follow. Its leash is kept where the cancel fails, so
+    the run still ends when this process does."""
+    try:
+        api.cancel(results_root, run)
+    except Exception as err:  # the error that got here is the one to report
+        log.warning("could not cancel %s: %s", run.run_id, err)
+        return
+    leash.release(run.run_dir)
 
 
 def _final_state(results_root: Path, run: api.Run) -> str:

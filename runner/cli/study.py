@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from contract import events
+from contract import events, files
 from contract.events import EVAL_ACCURACY
 from runner import api
 from runner.cli import views
@@ -27,7 +27,7 @@ from runner.cli.common import (
     where_options,
 )
 from runner.cli.progress import bar, metric_label
-from runner.errors import Interrupted
+from runner.errors import Interrupted, RunnerError, SpecError
 from runner.job.target import ClusterOptions
 
 
@@ -164,16 +164,54 @@ def report(
     built = reports.build(runs, title, allow_mixed=allow_mixed, costs=costs)
     for table in reports.tables(built):
         console.print(views.plain_table(table))
+    given_out = out_dir is not None
     if out_dir is None:
         study_file = studies.find(results_dir, ids[0]) if len(ids) == 1 else None
         slug = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
         out_dir = study_file.parent / "report" if study_file else results_dir / "reports" / slug
+        _refuse_links(results_dir, out_dir)
+    try:
+        paths, export = _write_report(built, out_dir, fmt)
+    except OSError as err:
+        raise _unwritable(err, out_dir, given_out) from None
+    console.print("figures: " + ", ".join(str(p) for p in paths if p.suffix == ".png"))
+    console.print(f"report: {export}")
+
+
+def _write_report(built: Any, out_dir: Path, fmt: str) -> tuple[list[Path], Path]:
+    """The figures and the export in `out_dir`; OSError when the disk refuses."""
+    from runner.results import report as reports
+
     paths = reports.write_figures(built, out_dir)
     export = out_dir / f"report.{fmt}"
     text = (reports.to_markdown if fmt == "md" else reports.to_html)(built, paths, out_dir)
-    export.write_text(text, encoding="utf-8")
-    console.print("figures: " + ", ".join(str(p) for p in paths if p.suffix == ".png"))
-    console.print(f"report: {export}")
+    files.write_text(export, text)  # whole, and replacing a planted link, never through it
+    return paths, export
+
+
+def _refuse_links(results_dir: Path, out_dir: Path) -> None:
+    """The default report folder is inside the results directory, which may be shared or a
+    copy: a folder on the way there that is a link (reports/ -> ~/) would take the figures
+    out of it. Never followed; --out is the way to write elsewhere."""
+    path = results_dir
+    for part in out_dir.relative_to(results_dir).parts:
+        path = path / part
+        if path.is_symlink():
+            raise RunnerError(
+                f"{path} is a symbolic link, which is never followed; remove it, or write "
+                "the report elsewhere with --out DIR"
+            )
+
+
+def _unwritable(err: OSError, out_dir: Path, given_out: bool) -> Exception:
+    """One line for a report that cannot be written (a read-only or full disk, a folder not
+    ours): bad input when the place was the user's --out, else a failure that says to give
+    one."""
+    where = err.filename or out_dir
+    problem = f"cannot write the report to {where}: {err.strerror or err}"
+    if given_out:
+        return SpecError("--out", f"{problem}; choose another folder")
+    return RunnerError(f"{problem}; write it elsewhere with --out DIR")
 
 
 COMMANDS = (sweep, report)

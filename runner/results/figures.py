@@ -8,10 +8,12 @@ here: reading runs or computing statistics (runner.results.runs, runner.results.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from contract import files
 from contract.events import EVAL_ACCURACY, OTHER_PHASE, STEP_PHASES, TRAIN_LOSS
 from runner.results.aggregate import Aggregate
 
@@ -39,13 +41,19 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, base: Path) -> list[Path]:
-    base.parent.mkdir(parents=True, exist_ok=True)
+    """Each format rendered in memory, then written whole (contract.files): a file planted
+    where a figure goes (a link to ~/.bashrc in a shared results directory) is replaced,
+    never written through, and a full disk leaves no half figure."""
     paths = []
-    for fmt in FORMATS:
-        path = base.with_suffix(f".{fmt}")
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-        paths.append(path)
-    _pyplot().close(fig)
+    try:
+        for fmt in FORMATS:
+            path = base.with_suffix(f".{fmt}")
+            rendered = io.BytesIO()
+            fig.savefig(rendered, format=fmt, dpi=150, bbox_inches="tight")
+            files.write_bytes(path, rendered.getvalue())
+            paths.append(path)
+    finally:
+        _pyplot().close(fig)
     return paths
 
 

@@ -265,8 +265,7 @@ def cells_table(report: Report) -> Table:
             c.series, str(c.workers), f"{c.tta.num_converged}/{c.tta.num_runs}", tta, span,
             speedup, f"{compute:.2f} + {comm:.2f}", f"{comm / total:.0%}" if total else "-",
         ))  # fmt: skip
-    rules = sorted({c.tta.rule for c in report.cells})
-    notes = [f"aggregation: {r}" for r in rules] + notes
+    notes = aggregation_notes(report) + notes
     notes.append(
         "± is the sample standard deviation of the runs averaged; range (s) and the figure's "
         "error bars are their fastest to slowest"
@@ -274,6 +273,17 @@ def cells_table(report: Report) -> Table:
     notes.append("speedup: time to accuracy at the fewest workers / at this many (efficiency)")
     notes += outlier_notes(report)
     return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
+
+
+def aggregation_notes(report: Report) -> list[str]:
+    """The rule each cell's mean follows, each line naming its cells: cells with different
+    numbers of runs follow different rules, and an unlabelled line would not say whose."""
+    cells_by_rule: dict[str, list[str]] = {}
+    for c in report.cells:
+        cells_by_rule.setdefault(c.tta.rule, []).append(f"{c.series} at {c.workers} workers")
+    if len(cells_by_rule) == 1:
+        return [f"aggregation (every cell): {rule}" for rule in cells_by_rule]
+    return [f"aggregation ({'; '.join(cells)}): {rule}" for rule, cells in cells_by_rule.items()]
 
 
 def outlier_notes(report: Report) -> list[str]:

@@ -235,3 +235,53 @@ def test_a_damaged_study_record_is_refused_in_one_line(tmp_path, changes):
     result = report_study(results, ["inside"], changes)
     assert result.exit_code == 1
     assert "study.json: is not a study record: field" in result.output
+
+
+def test_each_aggregation_line_names_the_cells_it_applies_to(tmp_path):
+    # Cells of 3 and 2 runs follow different rules: a bare "aggregation: mean of all 3 runs"
+    # beside "... 2 runs" did not say which cell each was.
+    names = [make_run(tmp_path, f"w1-{i}", 1, 10.0 + i, overrides=(f"seed={i}",)).name
+             for i in range(3)]  # fmt: skip
+    names += [make_run(tmp_path, f"w2-{i}", 2, 5.0 + i, overrides=(f"seed={i}",)).name
+              for i in range(2)]  # fmt: skip
+    notes = [n for n in reports.cells_table(reports.build(load(tmp_path, *names), "t")).notes
+             if n.startswith("aggregation")]  # fmt: skip
+    assert notes == [
+        "aggregation (strategy=ddp at 1 workers): mean of all 3 runs (fewer than 5: nothing "
+        "dropped)",
+        "aggregation (strategy=ddp at 2 workers): mean of all 2 runs (fewer than 5: nothing "
+        "dropped)",
+    ]
+    same = reports.cells_table(reports.build(scaling_runs(tmp_path / "same"), "t")).notes
+    assert [n for n in same if n.startswith("aggregation")] == [
+        "aggregation (every cell): MLPerf: mean of 3 of 5 runs (fastest and slowest dropped)"
+    ]
+
+
+def test_a_report_never_writes_through_a_link_planted_in_the_results_directory(tmp_path):
+    # A shared or copied results directory may hold links where the report goes: the files
+    # they point at (a shell's rc file) must be left alone, not overwritten with a figure.
+    results = tmp_path / "results"
+    make_run(results, "run-a", 2, 10.0)
+    out = results / "reports" / "run-a"
+    out.mkdir(parents=True)
+    victims = {name: tmp_path / f"victim-{name}" for name in ("report.md", "speedup.png")}
+    for name, victim in victims.items():
+        victim.write_text("precious\n")
+        (out / name).symlink_to(victim)
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(main, ["--results-dir", str(results), "report", "run-a"])
+    assert result.exit_code == 0, result.output
+    assert all(v.read_text() == "precious\n" for v in victims.values())
+    assert not (out / "report.md").is_symlink() and (out / "speedup.png").stat().st_size > 0
+    # The report folder itself a link out of the results directory: refused, nothing written.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for path in out.iterdir():
+        path.unlink()
+    out.rmdir()
+    out.symlink_to(elsewhere)
+    result = runner.invoke(main, ["--results-dir", str(results), "report", "run-a"])
+    assert result.exit_code == 1
+    assert "is a symbolic link, which is never followed" in result.output
+    assert "--out DIR" in result.output and list(elsewhere.iterdir()) == []
