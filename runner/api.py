@@ -24,7 +24,7 @@ from contract.rundir import EVENTS, JOB, JobState, JobStatus, read_state
 from contract.summary import Summary
 from runner.backends.base import LOCAL_SCHEME, Backend
 from runner.backends.local import leash
-from runner.errors import Interrupted, RunnerError, RunNotFound
+from runner.errors import Interrupted, RunInputError, RunnerError, RunNotFound
 from runner.job.spec import JobSpec
 from runner.results import rundir
 
@@ -147,10 +147,15 @@ def follow_to_end(results_root: Path, run: Run, callbacks: Callbacks | None = No
     try:
         status = follow(results_root, run, cb.on_event, cb.on_status)
     except (KeyboardInterrupt, Interrupted):
+        # Released only once cancelled: a cancel cut short (a second Ctrl-C) keeps the leash,
+        # so the run still ends when this process does, never left running unwatched.
         cancel(results_root, run)
-        raise
-    finally:  # followed to its end, or failing to follow it with an error that says so
         leash.release(run.run_dir)
+        raise
+    except BaseException:  # failing to follow it, with an error that says so: it goes on
+        leash.release(run.run_dir)
+        raise
+    leash.release(run.run_dir)  # followed to its end
     try:
         missing = fetch(results_root, run)
     except RunnerError as err:
@@ -279,7 +284,7 @@ def join(results_root: Path, run: Run) -> str:
     """One more worker in a running elastic run (`runner join`); what started, in a line."""
     placement = run.record.spec.placement
     if placement.min_workers is None:
-        raise RunnerError(
+        raise RunInputError(
             f"{run.run_id} is not elastic; only a run submitted with --workers MIN:MAX takes "
             "a joining worker"
         )

@@ -268,6 +268,15 @@ def yes_option(fn: F) -> F:
     return click.option("--yes", "-y", is_flag=True, help="Do it without asking.")(fn)
 
 
+def no_blank_ids(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """RUN|STUDY... as _not_empty checks RUN: a blank id is a prefix of every id."""
+    for value in values:
+        _not_empty(ctx, param, value)
+    return values
+
+
 def run_argument(fn: F) -> F:
     return click.argument("run_id", metavar="RUN", callback=_not_empty)(fn)
 

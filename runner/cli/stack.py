@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import click
@@ -94,11 +93,8 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
     for recorded in teardowns.stack_runs(settings.results_dir, stack):
         try:
             runs.append(load_run(recorded.run_dir))
-        except DamagedFile as err:  # one damaged run must not hide the others' costs
+        except DamagedFile as err:  # one damaged run (or unreadable: a socket) must not hide
             damaged.append(f"{recorded.run_id}: left out, {err.path.name} {err.problem}")
-        except OSError as err:  # a record that cannot be opened: a socket, another user's
-            name = Path(err.filename).name if err.filename else "a record"
-            damaged.append(f"{recorded.run_id}: left out, {name} cannot be read ({err.strerror})")
     run_costs = reports.cluster_costs(runs, project)
     console.print(plain_table(costs_table(shape, prices)))
     for run in runs:  # a run id is a directory's name: any text

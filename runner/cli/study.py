@@ -20,6 +20,7 @@ from runner.cli.common import (
     errors,
     exit_code,
     handle_errors,
+    no_blank_ids,
     pass_settings,
     per_node_option,
     require,
@@ -128,7 +129,7 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
 
 
 @click.command()
-@click.argument("ids", nargs=-1, required=True, metavar="RUN|STUDY...")
+@click.argument("ids", nargs=-1, required=True, metavar="RUN|STUDY...", callback=no_blank_ids)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where figures and the export go (default: the study's report/ folder, "
                    "else results/reports/<name>/).")  # fmt: skip

@@ -208,7 +208,7 @@ def run_row(root: Path, run_id: str) -> dict[str, Any]:
         status = _state(root, path, record)
     except DamagedFile as err:
         status, damage = None, [*damage, problem(STATE, err.problem)]
-    except OSError as err:  # a socket, a device, another user's file: read_state lets it out
+    except OSError as err:  # the state the backend infers could not be written, say
         status, damage = None, [*damage, problem(STATE, f"cannot be read ({err.strerror or err})")]
     if job_damage:
         return _damaged_row(run_id, job_damage, *damage)

@@ -80,7 +80,7 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
     for run_dir in rundir.list_dirs(results_root):
         try:
             record = rundir.read_record(run_dir)
-        except (DamagedFile, OSError):  # OSError: a socket, another user's file
+        except DamagedFile:  # unreadable ones too (a socket, another user's file)
             continue  # `runner runs` lists it as DAMAGED; nothing says it is this stack's
         if record.backend == "kubernetes" and (record.cluster or {}).get("stack") == stack:
             runs.append(api.Run(run_dir, record))
@@ -93,9 +93,6 @@ def unfetched_reason(run: api.Run) -> str | None:
         state = read_state(run.run_dir)
     except DamagedFile as err:  # one damaged run must not keep the others' stack standing
         return f"{err.path.name} {err.problem}; it may still be running or hold results"
-    except OSError as err:  # unreadable (a socket, another user's file): as damaged
-        why = err.strerror or str(err)
-        return f"{rundir.STATE} cannot be read ({why}); it may still be running or hold results"
     if state is None or not state.state.finished:
         last = state.state.value if state else "unknown"
         return f"last recorded state {last}; it may still be running or hold results"
@@ -160,7 +157,7 @@ def cancel_remaining(
     raised: destroy removes the jobs with the cluster anyway."""
     cancelled, errors = [], []
     for run in stack_runs(results_root, stack):
-        with contextlib.suppress(DamagedFile, OSError):  # damaged: maybe unfinished, so cancel
+        with contextlib.suppress(DamagedFile):  # damaged: maybe unfinished, so cancel it
             state = read_state(run.run_dir)
             if state is not None and state.state.finished:
                 continue

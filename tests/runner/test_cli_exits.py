@@ -268,7 +268,7 @@ def test_a_forced_teardown_without_pulumi_cancels_nothing(tmp_path):
     assert state is not None and state.state is JobState.RUNNING
 
 
-@pytest.mark.parametrize("command", ["status", "cancel", "logs", "fetch", "join"])
+@pytest.mark.parametrize("command", ["status", "cancel", "logs", "fetch", "join", "report"])
 def test_an_empty_run_id_names_no_run_even_where_there_is_only_one(tmp_path, command):
     """An empty id is a prefix of every id: `runner cancel "$RUN" --yes` with RUN unset."""
     make_run(tmp_path, "cnn-digits-only", 2, 10.0)

@@ -33,7 +33,7 @@ from contract.rundir import EVENTS, LOGS, STATE, JobState, JobStatus, rank_log, 
 from runner import flock
 from runner.backends.base import LOCAL_SCHEME, LocalRequest, Process, Request
 from runner.backends.local import elastic, joins, launch, leash, network, preflight, processes
-from runner.errors import RunnerError, RunNotFound, SpecError
+from runner.errors import RunInputError, RunnerError, RunNotFound, SpecError
 from runner.job.spec import JobSpec
 from runner.results import rundir
 
@@ -163,7 +163,9 @@ class LocalBackend:
         # An elastic run's joiners are workers MAX, MAX+1, ... with their own logs.
         joined = placement.min_workers is not None and rank_log(run_dir, rank).is_file()
         if not (0 <= rank < world_size or (rank >= 0 and joined)):
-            raise RunnerError(f"rank {rank} does not exist; this run has ranks 0-{world_size - 1}")
+            raise RunInputError(
+                f"rank {rank} does not exist; this run has ranks 0-{world_size - 1}"
+            )
         path = rank_log(run_dir, rank)
         yield from follow_lines(path, lambda: self.status(handle).state.finished, follow)
 
