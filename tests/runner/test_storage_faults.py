@@ -6,14 +6,9 @@ the tests skip and say so.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,43 +17,7 @@ from contract.rundir import EVENTS, JobState, read_state
 from runner import api
 from runner.results import rundir
 from tests.conftest import submit_local
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); these faults need root")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(directory: Path) -> None:
-    """Write until the file system says it is full."""
-    with open(directory / "filler", "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError as err:
-            assert err.errno == errno.ENOSPC
-
-
-def runner(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runner.cli", "--results-dir", str(results), *args],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-
-
-def leftovers(root: Path) -> list[str]:
-    return [str(p.relative_to(root)) for p in root.rglob("*") if p.name != "filler"]
+from tests.disks import fill, leftovers, runner, tmpfs
 
 
 def test_a_full_disk_at_submit_is_one_line_and_leaves_nothing(tmp_path):
