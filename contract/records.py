@@ -68,6 +68,17 @@ class Fields:
     def optional_number(self, key: str) -> float | None:
         return None if self.data.get(key) is None else self.number(key)
 
+    def amount(self, key: str) -> float:
+        """A finite number of at least 0: a time, a rate, a share. A negative one (a damaged
+        or hostile file) would pass for the fastest run and pull every mean."""
+        number = finite_number(self.data.get(key))
+        if number is None or number < 0:
+            raise self.bad(key, "a finite number of at least 0")
+        return number
+
+    def optional_amount(self, key: str) -> float | None:
+        return None if self.data.get(key) is None else self.amount(key)
+
     def scalar(self, key: str) -> float | str:
         """A finite number or a text."""
         return self.text(key) if isinstance(self.data.get(key), str) else self.number(key)
@@ -89,6 +100,10 @@ class Fields:
     def number_map(self, key: str) -> dict[str, float]:
         inner = self.object(key)
         return {k: inner.number(k) for k in inner.data}
+
+    def amount_map(self, key: str) -> dict[str, float]:
+        inner = self.object(key)
+        return {k: inner.amount(k) for k in inner.data}
 
     def object(self, key: str) -> Fields:
         return Fields(self.data.get(key), self.path, f"{self.prefix}{key}.")

@@ -63,16 +63,28 @@ def mlperf_aggregate(times_s: Sequence[float | None]) -> Aggregate:
         rule = f"MLPerf: mean of {len(kept)} of {n} runs (fastest and slowest dropped)"
         failed = n - converged
         if failed > 1:
+            # No result: nothing is averaged, and the misses (inf) are no times to show a
+            # spread of; what is kept are the times of the runs that did converge.
             reason = f"{failed} of {n} runs missed the target; MLPerf allows at most one"
-            return Aggregate(n, converged, None, tuple(kept), dropped, rule, reason)
-        return Aggregate(n, converged, statistics.fmean(kept), tuple(kept), dropped, rule)
+            finite = tuple(t for t in ordered if math.isfinite(t))
+            return Aggregate(n, converged, None, finite, (), rule, reason)
+        return Aggregate(n, converged, _mean(kept), tuple(kept), dropped, rule)
     rule = f"mean of all {n} runs (fewer than {MLPERF_MIN_RUNS}: nothing dropped)"
     if converged < n:
         reason = f"{n - converged} of {n} runs missed the target, and with fewer than "
         reason += f"{MLPERF_MIN_RUNS} runs none may be dropped"
         finite = tuple(t for t in times if math.isfinite(t))
         return Aggregate(n, converged, None, finite, (), rule, reason)
-    return Aggregate(n, converged, statistics.fmean(times), tuple(times), (), rule)
+    return Aggregate(n, converged, _mean(times), tuple(times), (), rule)
+
+
+def _mean(times: Sequence[float]) -> float:
+    """The mean of finite times, even when their sum is past the float range (a damaged
+    summary's 1e308 s must make a huge mean, not an OverflowError)."""
+    try:
+        return statistics.fmean(times)
+    except OverflowError:
+        return math.fsum(t / len(times) for t in times)
 
 
 # A run whose time to target is this many times its cell's median, or less than the median
@@ -98,6 +110,8 @@ class Speedup:
     workers: int
     speedup: float | None  # baseline time / this time
     efficiency: float | None  # speedup / (workers / baseline workers)
+    # The baseline's workers: the fewest with a valid time, not always the fewest run.
+    base_workers: int | None = None
 
 
 def speedups(time_by_workers: Mapping[int, float | None]) -> list[Speedup]:
@@ -112,7 +126,8 @@ def speedups(time_by_workers: Mapping[int, float | None]) -> list[Speedup]:
         t = valid.get(workers)
         speedup = base_s / t if t is not None else None
         scale = workers / base_workers
-        out.append(Speedup(workers, speedup, speedup / scale if speedup is not None else None))
+        efficiency = speedup / scale if speedup is not None else None
+        out.append(Speedup(workers, speedup, efficiency, base_workers))
     return out
 
 

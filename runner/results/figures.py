@@ -58,9 +58,13 @@ def _save(fig: Any, base: Path) -> list[Path]:
 
 
 def speedup_figure(
-    series: Mapping[str, Sequence[tuple[int, float | None]]], title: str, base: Path
+    series: Mapping[str, Sequence[tuple[int, float | None]]],
+    baselines: Mapping[str, int | None],
+    title: str,
+    base: Path,
 ) -> list[Path]:
-    """Speedup of time to accuracy against workers, with the ideal (linear) line."""
+    """Speedup of time to accuracy against workers, with the ideal (linear) line from each
+    series' baseline (the fewest workers with a valid time, where its speedup is 1)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     all_workers = sorted({w for points in series.values() for w, _ in points})
@@ -69,12 +73,16 @@ def speedup_figure(
         if valid:
             ax.plot(*zip(*valid, strict=True), marker="o", label=label)
         for w, s in points:
-            if s is None:
-                ax.annotate("no valid time", (w, 0), textcoords="offset points", xytext=(0, 5),
-                            ha="center", fontsize=7, color="red")  # fmt: skip
+            if s is None:  # at the axes' foot: y=0 in data is below the axes, never drawn
+                ax.annotate("no valid time", (w, 0), xycoords=ax.get_xaxis_transform(),
+                            textcoords="offset points", xytext=(0, 5), ha="center",
+                            fontsize=7, color="red")  # fmt: skip
+    bases = sorted({b for b in baselines.values() if b is not None})
+    for base_w in bases:
+        ideal = [w for w in all_workers if w >= base_w]
+        label = "ideal" if len(bases) == 1 else f"ideal from {base_w} workers"
+        ax.plot(ideal, [w / base_w for w in ideal], "k--", lw=1, label=label)
     if all_workers:
-        base_w = all_workers[0]
-        ax.plot(all_workers, [w / base_w for w in all_workers], "k--", lw=1, label="ideal")
         ax.set_xticks(all_workers)
     ax.set_xlabel("workers")
     ax.set_ylabel("speedup of time to accuracy")

@@ -10,11 +10,13 @@ CLI shows them with rich and the exports write them as Markdown or HTML. Never p
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from contract.files import DamagedFile
+from contract.rundir import JobState
 from runner.errors import RunnerError
 from runner.job.benchmarks import RUN_CONTROLS
 from runner.results import figures, rundir
@@ -40,6 +42,8 @@ from runner.stack.cost import Cost
 
 # Runs that cannot count: stopped by a person, or not over yet (failed runs count as misses).
 EXCLUDED_STATES = ("CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
+FINAL_STATES = tuple(s.value for s in JobState if s.finished)
+NOT_OVER = (JobState.PENDING.value, JobState.RUNNING.value)
 
 
 class MixedConfigurations(RunnerError):
@@ -63,6 +67,7 @@ class Cell:
     phase_ms: Mapping[str, float]
     speedup: float | None = None
     efficiency: float | None = None
+    baseline_workers: int | None = None  # the series' cell every speedup is against
     # Run id -> its time to target over the cell's median, for runs far from it.
     outliers: Mapping[str, float] = field(default_factory=dict)
 
@@ -117,26 +122,37 @@ def build(
 
 
 def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
-    """Label runs by the --set values (and benchmark and link) that vary among them, run
-    controls aside; when nothing varies, by strategy."""
-    keys: dict[str, set[str]] = {}
-    for run in runs:
-        for key in set(run.overrides) - RUN_CONTROLS:
-            keys.setdefault(key, set())
-    for run in runs:
-        for key in keys:
-            keys[key].add(str(run.overrides.get(key, run.config.get(key))))
-    varying = sorted(k for k, values in keys.items() if len(values) > 1)
+    """Label runs by the --set values (and benchmark, device and link) that vary among them,
+    run controls aside; when nothing varies, by strategy. Runs are told apart by the value
+    they used, not the text they were given: `lr=.05` and the default 0.05 are one series,
+    shown as the first --set text given for it."""
+    keys = {key for run in runs for key in set(run.overrides) - RUN_CONTROLS}
+    shown: dict[str, dict[str, str]] = {}  # key -> the value used -> its text in labels
+    for key in keys:
+        texts = shown.setdefault(key, {})
+        for run in sorted(runs, key=lambda r: key not in r.overrides):  # --set texts first
+            texts.setdefault(_used(run, key), str(run.overrides.get(key, run.config.get(key))))
+    varying = sorted(k for k, texts in shown.items() if len(texts) > 1)
     several_benchmarks = len({r.benchmark for r in runs}) > 1
+    several_devices = len({r.device for r in runs}) > 1  # a CPU and a GPU time never averaged
     several_links = len({r.link for r in runs}) > 1
 
     def label(run: RunResult) -> str:
         parts = [run.benchmark] if several_benchmarks else []
+        parts += [f"device={run.device}"] if several_devices else []
         parts += [f"link={run.link or 'machine'}"] if several_links else []
-        parts += [f"{k}={run.overrides.get(k, run.config.get(k))}" for k in varying]
+        parts += [f"{k}={shown[k][_used(run, k)]}" for k in varying]
         return ", ".join(parts) or f"strategy={run.strategy}"
 
     return label
+
+
+def _used(run: RunResult, key: str) -> str:
+    """The value a run used for a --set key, as comparable text (the --set text itself for a
+    key outside its config)."""
+    if key not in run.config:
+        return f"given {run.overrides.get(key)}"
+    return json.dumps(run.config[key], sort_keys=True, default=str)
 
 
 def _cell(series: str, workers: int, runs: list[RunResult]) -> Cell:
@@ -156,7 +172,8 @@ def _with_speedups(cells: list[Cell]) -> list[Cell]:
         by_workers = {s.workers: s for s in speedups({c.workers: c.tta.mean_s for c in members})}
         for c in members:
             s = by_workers[c.workers]
-            out.append(replace(c, speedup=s.speedup, efficiency=s.efficiency))
+            out.append(replace(c, speedup=s.speedup, efficiency=s.efficiency,
+                               baseline_workers=s.base_workers))  # fmt: skip
     return out
 
 
@@ -225,6 +242,9 @@ def cluster_costs(runs: Sequence[RunResult], project_dir: Path | None) -> dict[s
         if isinstance(shape, str):
             out[run.run_id] = Cost(None, 0.0, shape)
             continue
+        if run.state in NOT_OVER:  # no end, no summary: its cost so far is unknown, not $0
+            out[run.run_id] = Cost(None, 0.0, f"{run.state}: known once it ends")
+            continue
         out[run.run_id] = costs.run_cost(
             costs.stack_prices(table, shape), shape, run.num_nodes, run_duration_s(run)
         )
@@ -235,7 +255,7 @@ def run_duration_s(run: RunResult) -> float:
     """How long the run held its nodes (see runner.stack.cost.run_duration_s)."""
     s = run.train_summary
     fallback = s.init_time_s + s.run_time_s if s else 0.0
-    finished = run.state_since if run.state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+    finished = run.state_since if run.state in FINAL_STATES else None
     return costs.run_duration_s(run.created_at, finished, fallback)
 
 
@@ -255,11 +275,12 @@ def cells_table(report: Report) -> Table:
         compute = sum(v for k, v in c.phase_ms.items() if k != "communication")
         total = comm + compute
         tta = _num(c.tta.mean_s, ".2f", "not converged")
-        if c.tta.std_s is not None:
+        if c.tta.valid and c.tta.std_s is not None:
             tta += f" ± {c.tta.std_s:.2f}"
         if not c.tta.valid:
             notes.append(f"{c.series}, {c.workers} workers: {c.tta.reason}")
-        span = f"{c.tta.min_s:.2f}-{c.tta.max_s:.2f}" if c.tta.kept_s else "-"
+        # Spread of the runs averaged: a cell without a result averaged none.
+        span = f"{c.tta.min_s:.2f}-{c.tta.max_s:.2f}" if c.tta.valid else "-"
         speedup = "-" if c.speedup is None else f"{c.speedup:.2f}x ({c.efficiency:.0%})"
         rows.append((
             c.series, str(c.workers), f"{c.tta.num_converged}/{c.tta.num_runs}", tta, span,
@@ -270,8 +291,11 @@ def cells_table(report: Report) -> Table:
         "± is the sample standard deviation of the runs averaged; range (s) and the figure's "
         "error bars are their fastest to slowest"
     )
-    notes.append("speedup: time to accuracy at the fewest workers / at this many (efficiency)")
-    notes += outlier_notes(report)
+    notes.append(
+        "speedup: time to accuracy at the fewest workers with a result / at this many "
+        "(efficiency: speedup / the workers' ratio)"
+    )
+    notes += baseline_notes(report) + outlier_notes(report)
     return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
 
 
@@ -286,6 +310,22 @@ def aggregation_notes(report: Report) -> list[str]:
     return [f"aggregation ({'; '.join(cells)}): {rule}" for rule, cells in cells_by_rule.items()]
 
 
+def baseline_notes(report: Report) -> list[str]:
+    """A series whose fewest workers have no valid time has its speedups against a larger
+    cell: said, or "1.00x" at 2 workers would read as no gain over one."""
+    notes = []
+    for series in report.series:
+        cells = [c for c in report.cells if c.series == series]
+        fewest = min(c.workers for c in cells)
+        base = next((c.baseline_workers for c in cells if c.baseline_workers), None)
+        if base is not None and base != fewest:
+            notes.append(
+                f"{series}: speedups are against {base} workers, the fewest with a valid time "
+                f"({fewest} workers have none)"
+            )
+    return notes
+
+
 def outlier_notes(report: Report) -> list[str]:
     """Runs far from their cell's median, and speedups they may have bent."""
     notes = []
@@ -296,11 +336,11 @@ def outlier_notes(report: Report) -> list[str]:
                 f"{ratio:.2f}x its cell's median; the cell's mean and every speedup against "
                 "it lean on it"
             )
-    base = {c.series: min(x.workers for x in report.cells if x.series == c.series)
-            for c in report.cells}  # fmt: skip
     for c in report.cells:
-        scale = c.workers / base[c.series]
-        if c.speedup is not None and scale > 1 and c.speedup > scale * OUTLIER_RATIO:
+        if c.speedup is None or c.baseline_workers is None:
+            continue
+        scale = c.workers / c.baseline_workers  # against the cell the speedup is of
+        if scale > 1 and c.speedup > scale * OUTLIER_RATIO:
             notes.append(
                 f"SUSPECT speedup {c.speedup:.2f}x for {scale:g}x the workers ({c.series}): "
                 "far beyond linear; look for an outlier or too few runs in either cell"
@@ -319,6 +359,8 @@ def runs_table(report: Report) -> Table:
         tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
         if s and s.diverged:
             tta = "DIVERGED"
+        elif r.state in EXCLUDED_STATES:  # not over, or stopped by a person: in no statistic
+            tta = f"{r.state}: left out"
         elif s and s.target_reached and not r.converged:  # its summary's time does not count
             tta = f"{r.state}: counted as a miss"
         if any(r.run_id in c.outliers for c in report.cells):
@@ -375,6 +417,8 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
         by_series[c.series].append(c)
     paths = figures.speedup_figure(
         {s: [(c.workers, c.speedup) for c in cs] for s, cs in by_series.items()},
+        {s: next((c.baseline_workers for c in cs if c.baseline_workers), None)
+         for s, cs in by_series.items()},
         f"{report.title}: speedup of time to accuracy", out_dir / "speedup",
     )  # fmt: skip
     paths += figures.time_to_accuracy_figure(

@@ -52,6 +52,10 @@ def test_an_evaluations_extra_details_are_kept():
         ("target_reached", 1, "field 'target_reached' is not true or false"),
         ("phases_s", {"forward": "fast"}, "field 'phases_s.forward' is not a finite number"),
         ("final", {"epoch": 3}, "field 'final.value' is not a finite number"),
+        # A negative time would pass for the fastest run of its cell and pull every mean.
+        ("time_to_target_s", -1e6, "field 'time_to_target_s' is not a finite number of at least 0"),
+        ("phases_s", {"forward": -1.0}, "field 'phases_s.forward' is not a finite number of at"),
+        ("throughput_samples_per_s", -5, "'throughput_samples_per_s' is not a finite number of"),
         ("kind", "gossip", "unknown kind 'gossip'"),
         ("schema_version", 9, "upgrade stackbench"),
     ],

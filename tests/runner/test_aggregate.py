@@ -67,3 +67,24 @@ def test_outliers_are_runs_far_from_their_cells_median_and_misses_are_not():
     assert aggregate.outliers({"a": 10.0, "b": 11.0, "c": 14.0}) == {}
     assert aggregate.outliers({"a": 10.0, "b": 40.0}) == {}  # two runs: no median to trust
     assert aggregate.outliers({"a": 10.0, "b": 11.0, "c": None, "d": 12.0}) == {}
+
+
+def test_a_cell_with_two_misses_among_five_keeps_only_finite_times_to_show():
+    # The misses are inf: the standard deviation of a kept tuple holding them raised an
+    # AttributeError deep in statistics, which took `runner report` down with a traceback.
+    for times in ([2.0, None, 4.0, None, 5.0], [2.0, None, None, None, 5.0], [None] * 6):
+        agg = mlperf_aggregate(times)
+        assert not agg.valid
+        assert all(math.isfinite(t) for t in agg.kept_s)
+        assert agg.std_s is None or math.isfinite(agg.std_s)
+
+
+def test_times_whose_sum_is_past_the_float_range_still_average():
+    # A damaged summary's 1e308 s: a huge mean, not an OverflowError from fsum.
+    assert mlperf_aggregate([1e308, 1e308, 1e308]).mean_s == pytest.approx(1e308)
+    assert mlperf_aggregate([1.0, 1e308, 1e308, 1e308, 1e308, 2e308 / 2]).mean_s == 1e308
+
+
+def test_speedups_name_the_baseline_they_are_against():
+    out = {s.workers: s for s in speedups({1: None, 2: 8.0, 4: 4.0})}
+    assert {s.base_workers for s in out.values()} == {2}

@@ -3,6 +3,7 @@ figures written and non-empty, exports, and `runner report` on a study."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -285,3 +286,113 @@ def test_a_report_never_writes_through_a_link_planted_in_the_results_directory(t
     assert result.exit_code == 1
     assert "is a symbolic link, which is never followed" in result.output
     assert "--out DIR" in result.output and list(elsewhere.iterdir()) == []
+
+
+def report_runs(results, *ids):  # type: ignore[no-untyped-def]
+    """`runner report` on run ids, as a user types it."""
+    return CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["--results-dir", str(results), "report", *ids, "--out", str(results / "o")],
+        catch_exceptions=False,
+    )  # fmt: skip
+
+
+def test_a_cell_of_five_runs_with_two_misses_reports_no_result_and_no_spread(tmp_path):
+    # Two misses among five make the cell invalid; the misses' inf times once reached the
+    # standard deviation, and `runner report` died with a traceback.
+    for i, t in enumerate([10.0, None, 12.0, None, 13.0]):
+        make_run(tmp_path, f"r{i}", 1, t, overrides=(f"seed={i}",))
+    result = report_runs(tmp_path, *(f"r{i}" for i in range(5)))
+    assert result.exit_code == 0, result.output
+    built = reports.build(load(tmp_path, *(f"r{i}" for i in range(5))), "t")
+    [row] = reports.cells_table(built).rows
+    assert row[2:5] == ("3/5", "not converged", "-")  # no mean, so no ± and no range of it
+    assert "2 of 5 runs missed the target" in result.output
+
+
+def test_a_huge_time_to_target_is_reported_not_a_traceback(tmp_path):
+    for i in range(3):
+        run_dir = make_run(tmp_path, f"h{i}", 1, 10.0, overrides=(f"seed={i}",))
+        summary = files.read_json_object(run_dir / "summary.json")
+        files.write_json(run_dir / "summary.json", summary | {"time_to_target_s": 1e308})
+    result = report_runs(tmp_path, "h0", "h1", "h2")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_negative_time_to_target_is_a_damaged_summary_left_out_and_named(tmp_path):
+    # It would be the fastest run of its cell and drag the mean below zero.
+    for i, t in enumerate([10.0, 11.0, 12.0]):
+        run_dir = make_run(tmp_path, f"n{i}", 1, t, overrides=(f"seed={i}",))
+    summary = files.read_json_object(run_dir / "summary.json")
+    files.write_json(run_dir / "summary.json", summary | {"time_to_target_s": -1e6})
+    result = report_runs(tmp_path, "n0", "n1", "n2")
+    assert result.exit_code == 0, result.output
+    assert "left out, damaged: n2: summary.json field 'time_to_target_s'" in result.output
+    assert "10.50 ± 0.71" in result.output and "-333326" not in result.output
+
+
+def test_a_cancelled_or_running_run_is_never_said_to_count_as_a_miss(tmp_path):
+    # Their summaries say the target was reached, but neither is in any statistic.
+    make_run(tmp_path, "a", 1, 10.0)
+    make_run(tmp_path, "b", 1, 1.0, state="CANCELLED")
+    make_run(tmp_path, "c", 1, 1.0, state="RUNNING", finished_at=None)
+    built = reports.build(load(tmp_path, "a", "b", "c"), "t")
+    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    assert rows["b"][5] == "CANCELLED: left out" and rows["c"][5] == "RUNNING: left out"
+    assert built.cells[0].tta.num_runs == 1
+
+
+def test_speedups_against_a_larger_baseline_say_so_and_are_judged_against_it(tmp_path):
+    # 1 worker never converged: speedups are against 2 workers, so 5.12x at 4 is 5.12x for
+    # twice the workers, far beyond linear (against 1 worker it looked like 4x the workers).
+    names = []
+    for i in range(3):
+        names.append(make_run(tmp_path, f"w1-{i}", 1, None, overrides=(f"seed={i}",)).name)
+        names.append(make_run(tmp_path, f"w2-{i}", 2, 20.0 + i, overrides=(f"seed={i}",)).name)
+        names.append(make_run(tmp_path, f"w4-{i}", 4, 4.0 + i / 10, overrides=(f"seed={i}",)).name)
+    built = reports.build(load(tmp_path, *names), "t")
+    assert [c.baseline_workers for c in built.cells] == [2, 2, 2]
+    notes = " ".join(reports.cells_table(built).notes)
+    assert "strategy=ddp: speedups are against 2 workers" in notes
+    assert "SUSPECT speedup 5.12x for 2x the workers" in notes
+    # The figure's point without a speedup says so inside the axes (y=0 was below them).
+    reports.write_figures(built, tmp_path / "out")
+    assert "no valid time" in (tmp_path / "out" / "speedup.svg").read_text()
+
+
+def test_runs_on_different_devices_are_never_averaged_in_one_cell(tmp_path):
+    make_run(tmp_path, "cpu", 1, 100.0)
+    gpu = make_run(tmp_path, "gpu", 1, 1.0)
+    record = files.read_json_object(gpu / "job.json")
+    record["placement"]["device"] = "cuda"
+    files.write_json(gpu / "job.json", record)
+    built = reports.build(load(tmp_path, "cpu", "gpu"), "t")
+    assert sorted((c.series, c.tta.mean_s) for c in built.cells) == [
+        ("device=cpu", 100.0),
+        ("device=cuda", 1.0),
+    ]
+
+
+def test_the_same_value_written_two_ways_is_one_series(tmp_path):
+    # `lr=.05`, `lr=0.050` and the default 0.05 are one configuration: one series, not three
+    # with a speedup each against a different baseline.
+    make_run(tmp_path, "a0", 1, 10.0, overrides=("lr=.05", "seed=0"))
+    make_run(tmp_path, "a1", 1, 11.0, overrides=("seed=1",))
+    make_run(tmp_path, "b0", 2, 6.0, overrides=("lr=0.050", "seed=0"))
+    make_run(tmp_path, "b1", 2, 5.0, overrides=("seed=1",))
+    built = reports.build(load(tmp_path, "a0", "a1", "b0", "b1"), "t")
+    assert [(c.series, c.workers, c.tta.num_runs) for c in built.cells] == [
+        ("strategy=ddp", 1, 2),
+        ("strategy=ddp", 2, 2),
+    ]
+    assert built.cells[1].speedup == pytest.approx(10.5 / 5.5)
+
+
+def test_a_cluster_run_not_over_yet_has_no_cost_rather_than_nothing(tmp_path):
+    # It holds its nodes and has no end time and no summary: $0.0000 would be a lie.
+    project = Path(__file__).resolve().parents[2]
+    make_run(tmp_path, "running", 1, None, stack="gke-gpu-8", state="RUNNING",
+             finished_at="2026-01-01T00:00:05+00:00", write_summary=False)  # fmt: skip
+    run = load_run(tmp_path / "running")
+    (c,) = reports.cluster_costs([run], project).values()
+    assert c.usd is None
+    assert reports.cost_text(c, run) == "unknown price (RUNNING: known once it ends)"
