@@ -171,6 +171,8 @@ def _job(path: Path, run_id: str) -> tuple[rundir.RunRecord | None, dict[str, st
         return None, damage or problem(JOB, "is missing: this is not a complete run directory")
     try:
         record = rundir.RunRecord.from_dict(data)
+    except DamagedFile as err:
+        return None, problem(JOB, err.problem)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         return None, problem(JOB, f"does not hold a job this runner reads ({err!r})")
     if record.spec.run_id != run_id:
@@ -230,8 +232,18 @@ def run_row(root: Path, run_id: str) -> dict[str, Any]:
         "lower_is_better": metric in LOWER_IS_BETTER, "max_epochs": config.get("max_epochs"),
     }  # fmt: skip
     row.update(_headline(summary) if summary else _latest(path))
+    row.update(_valid_result(row))
     row["notes"] = _notes(row, path, summary)
     return row
+
+
+def _valid_result(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A time to target only for a run that succeeded (runner.results.runs.RunResult's rule):
+    a run that failed after rank 0 wrote its summary (another rank crashed, the supervisor was
+    killed) is a miss whatever its summary says; one not finished has no result yet."""
+    if row["state"] == "SUCCEEDED" or row["reached"] is None:
+        return {}
+    return {"reached": False if row["state"] in FINISHED else None, "time_to_target_s": None}
 
 
 def _dig(data: Any, *keys: str) -> Any:
@@ -387,9 +399,9 @@ def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], l
 def _unsafe_for_load_run(path: Path) -> list[dict[str, str]]:
     """load_run's own reads are not defensive: every record read the defensive way first, and
     events.jsonl a plain file under the cap (load_run reads it whole)."""
-    damage = [p for name in RECORDS if (p := _record(path, name)[1])]
-    if not os.path.lexists(path / JOB):
-        damage.append(problem(JOB, "is missing"))
+    damage = [p for name in RECORDS if name != JOB and (p := _record(path, name)[1])]
+    if job_damage := _job(path, path.name)[1]:  # the table's own check: DAMAGED there too
+        damage.append(job_damage)
     try:
         with os.fdopen(files.open_beneath(path, (EVENTS,)), "rb") as f:
             size = os.fstat(f.fileno()).st_size

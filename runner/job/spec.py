@@ -49,6 +49,14 @@ class Placement:
     min_workers: int | None = None
 
     def __post_init__(self) -> None:
+        # Also read back from job.json, which may be damaged: counts are whole numbers (1.5
+        # nodes sized a list of rank logs; `true` passed for 1).
+        for name in ("num_nodes", "procs_per_node", "min_workers"):
+            value = getattr(self, name)
+            if name == "min_workers" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"placement.{name} is not a whole number: {value!r}")
         if self.num_nodes < 1:
             raise SpecError("--nodes", f"must be at least 1, got {self.num_nodes}")
         if self.procs_per_node < 1:
@@ -126,14 +134,23 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        """The spec job.json holds; TypeError, KeyError or ValueError where it is damaged
+        (every text field a text: a number for created_at broke sorting every run)."""
+        overrides = tuple((k, v) for k, v in data.get("overrides", ()))
+        open_keys = tuple(data.get("open_keys", ()))
+        texts = [data["run_id"], data["division"], data["created_at"], *open_keys]
+        texts += [text for pair in overrides for text in pair]
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("a text field (run_id, division, created_at, overrides, open_keys) "
+                            "is not text")  # fmt: skip
         return cls(
             run_id=data["run_id"],
             benchmark=data["benchmark"],
             config=type(get_benchmark(data["benchmark"]).config).from_dict(data["config"]),
             placement=Placement(**data["placement"]),
-            overrides=tuple((k, v) for k, v in data.get("overrides", ())),
+            overrides=overrides,
             division=data["division"],
-            open_keys=tuple(data.get("open_keys", ())),
+            open_keys=open_keys,
             created_at=data["created_at"],
         )
 

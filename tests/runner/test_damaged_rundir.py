@@ -209,3 +209,24 @@ def test_a_fifo_in_place_of_a_rank_log_is_damage_not_a_command_that_hangs(tmp_pa
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "rank-0.log: is not a regular file" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("created_at", 5),  # sorting the runs compared it with the others' text: a TypeError
+        ("division", ["open"]),
+        ("placement.num_nodes", 1.5),  # it sized the run page's list of rank logs
+        ("placement.procs_per_node", True),
+    ],
+)
+def test_a_job_record_of_the_wrong_types_is_damage_not_a_crash(tmp_path, field, value):
+    _, bad = _two_runs(tmp_path)
+    job = json.loads((bad / "job.json").read_text())
+    outer, _, inner = field.rpartition(".")
+    (job[outer] if outer else job)[inner] = value
+    (bad / "job.json").write_text(json.dumps(job))
+    result = invoke(tmp_path, "runs")
+    assert result.exit_code == 0, result.output
+    assert "DAMAGED" in result.output and "does not describe a job" in result.output
+    assert "target in 10.0 s" in result.output  # the good run

@@ -148,3 +148,46 @@ def test_an_adaptive_runs_page_draws_its_global_batch_and_noise_scale(tmp_path, 
             assert console_errors(browser) == []
     finally:
         api.cancel(results, run)
+
+
+def tooltip_text(driver, chart: str) -> list[str]:
+    """The pieces of text the tooltip of chart `chart` draws now: a richText tooltip is a text
+    element at the top of the chart's scene (legends and axes sit in groups below it), drawn
+    as one span per piece of its markup."""
+    return driver.execute_script(
+        "const el = document.querySelector(`[data-chart='${arguments[0]}']`);"
+        "const roots = window.echarts.getInstanceByDom(el).getZr().storage.getRoots();"
+        "return roots.filter((e) => e.type === 'text' && e.childrenRef)"
+        "  .flatMap((e) => e.childrenRef()).map((span) => String(span.style.text || ''));",
+        chart,
+    )  # fmt: skip
+
+
+def test_a_study_labelled_with_chart_markup_shows_it_as_text(tmp_path, browser):
+    # A study's series are named by --set values, which job.json may hold as anything: a
+    # richText tooltip read `{marker0|}` in one as markup (a coloured dot, the text gone).
+    from runner.results import study
+    from tests.runner.rundirs import make_run
+
+    results = tmp_path / "results"
+    results.mkdir()
+    planned = []
+    notes = ("plain", "{b}{marker0|}forged")  # the `}` ends the tooltip's own style early
+    for workers in (1, 2):
+        for i, note in enumerate(notes):
+            run_id = f"run-{workers}-{i}"
+            run_dir = make_run(results, run_id, workers, 10.0 / workers)
+            job = json.loads((run_dir / "job.json").read_text())
+            (run_dir / "job.json").write_text(json.dumps(job | {"overrides": [["note", note]]}))
+            planned.append(study.PlannedRun(workers, (("note", note),), 0, 0, run_id, "SUCCEEDED"))
+    record = study.Study("study-x", "cnn-digits", (1, 2), {"note": notes}, (), 1, "local",
+                         tuple(planned), state="complete")  # fmt: skip
+    study.save(results, record)
+    with dashboard_process(results) as url:
+        browser.get(f"{url}#/study/study-x")
+        wait_for(lambda: chart_points(browser, "speedup") > 0, 60, "the speedup chart")
+        hover(browser, "speedup")  # the tooltip names every series at the nearest count
+        drawn = wait_for(lambda: "".join(tooltip_text(browser, "speedup")), 10, "the tooltip")
+        # Shown, not drawn as a marker (a zero-width space after the brace keeps it text).
+        assert "{marker0|" in drawn.replace("\u200b", "") and "forged" in drawn, drawn
+        assert console_errors(browser) == []

@@ -43,6 +43,14 @@ function compact(value) {
 // refuses inline styles, and no text from a run directory is ever parsed as markup.
 const TOOLTIP = { renderMode: "richText", valueFormatter: compact };
 
+// A name from a run directory, as text: a richText tooltip reads `{style|text}` in it as
+// markup (zrender's /\{([a-zA-Z0-9_]+)\|([^}]*)\}/), so a --set value of `{marker0|}` drew a
+// marker and swallowed its braces. A zero-width space after the brace breaks the pattern and
+// shows the same characters.
+export function plain(name) {
+  return String(name).replace(/\{(?=[A-Za-z0-9_]+\|)/g, "{\u200b");
+}
+
 function base(title, yName, xName) {
   return {
     animation: false,
@@ -62,7 +70,7 @@ function base(title, yName, xName) {
 export function linesOption({ title, yName, lines, target = null, log = false, steps = [] }) {
   const series = lines.map((line, i) => ({
     id: line.name,
-    name: line.name,
+    name: plain(line.name),
     type: "line",
     ...(steps === "all" || steps.includes(line.name) ? { step: "end" } : {}),
     data: line.data,
@@ -104,7 +112,7 @@ export function cellPhasesOption(cells, title) {
   return {
     ...option,
     title: { ...option.title, text: title },
-    xAxis: { ...option.xAxis, name: "", data: cells.map((c) => c.label), axisLabel: { interval: 0 } },
+    xAxis: { ...option.xAxis, name: "", data: cells.map((c) => plain(c.label)), axisLabel: { interval: 0 } },
     yAxis: { ...option.yAxis, name: "ms per step" },
     series: option.series.map((s) => ({ ...s, data: cells.map((c) => c.phase_ms[s.id] ?? 0) })),
   };
@@ -115,7 +123,7 @@ export function speedupOption(bySeries) {
   const workers = [...new Set(Object.values(bySeries).flat().map((c) => c.workers))].sort((a, b) => a - b);
   const option = base("Speedup of time to accuracy", "speedup", "workers");
   const series = Object.entries(bySeries).map(([name, cells]) => ({
-    id: name, name, type: "line", symbolSize: 8,
+    id: name, name: plain(name), type: "line", symbolSize: 8,
     data: cells.filter((c) => c.speedup !== null).map((c) => [c.workers, c.speedup]),
   }));
   if (workers.length) {
@@ -135,7 +143,7 @@ export function timeToAccuracyOption(bySeries) {
   const series = [];
   for (const [name, cells] of Object.entries(bySeries)) {
     series.push({
-      id: `${name} mean`, name, type: "line", symbolSize: 9,
+      id: `${name} mean`, name: plain(name), type: "line", symbolSize: 9,
       data: cells.filter((c) => c.mean_s !== null).map((c) => [c.workers, c.mean_s]),
     });
     const points = cells.flatMap((c) => c.runs
@@ -146,11 +154,11 @@ export function timeToAccuracyOption(bySeries) {
         itemStyle: r.flag ? { color: "#d62728" } : r.dropped ? { color: "#fff", borderColor: "#555", borderWidth: 1.5 } : {},
         symbolSize: r.flag ? 11 : 7,
       })));
-    series.push({ id: `${name} runs`, name, type: "scatter", data: points, z: 3 });
+    series.push({ id: `${name} runs`, name: plain(name), type: "scatter", data: points, z: 3 });
   }
   return {
     ...option,
-    tooltip: { ...TOOLTIP, trigger: "item", formatter: (p) => `${p.data.run || p.seriesName}: ${compact(p.value[1])} s` },
+    tooltip: { ...TOOLTIP, trigger: "item", formatter: (p) => `${plain(p.data.run || p.seriesName)}: ${compact(p.value[1])} s` },
     xAxis: { ...option.xAxis, min: "dataMin", minInterval: 1 },
     series,
   };
