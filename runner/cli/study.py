@@ -121,7 +121,7 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
 
             summary = rundir.read_summary(outcome.run.run_dir)
             progress.console.print(f"  {outcome.run.run_id}: {views.state_text(outcome.status)}  "
-                                   f"{views.headline(summary)}")  # fmt: skip
+                                   f"{views.headline(summary, outcome.status)}")  # fmt: skip
             progress.advance(task)
 
         callbacks = sweeps.Callbacks(on_start, on_event, on_end)

@@ -81,8 +81,10 @@ def _division(bench: AnyBenchmark, key: str) -> str:
     return "open"
 
 
-def headline(summary: Summary | None) -> str:
-    """One line of result: the final metric and time to target (or that it was missed)."""
+def headline(summary: Summary | None, status: JobStatus | None = None) -> str:
+    """One line of result: the final metric and time to target (or that it was missed). A
+    run that ended without succeeding has no time to target whatever its summary says (rank
+    0 wrote it, then another rank failed): a miss, as the report counts it."""
     if summary is None:
         return "-"
     if isinstance(summary, MicroSummary):
@@ -95,6 +97,9 @@ def headline(summary: Summary | None) -> str:
     metric = f"{summary.target_metric} {value:.4f}"
     if summary.diverged:
         return f"{metric}, {summary.diverged}"
+    ended = status.state if status is not None and status.state.finished else None
+    if ended is not None and ended.value != "SUCCEEDED":
+        return f"{metric}, no time to target: the run {ended.value}"
     if summary.target_reached and summary.time_to_target_s is not None:
         return f"{metric}, target in {summary.time_to_target_s:.1f} s"
     return f"{metric}, target {summary.target_value:g} not reached"
@@ -114,7 +119,7 @@ def runs_table(infos: list[RunInfo]) -> Table:
         table.add_row(
             spec.run_id, spec.benchmark, info.run.record.backend, str(spec.placement.world_size),
             state_text(info.status),
-            escape(info.summary_damage or headline(info.summary)),
+            escape(info.summary_damage or headline(info.summary, info.status)),
         )  # fmt: skip
     return table
 

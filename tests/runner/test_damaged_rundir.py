@@ -230,3 +230,13 @@ def test_a_job_record_of_the_wrong_types_is_damage_not_a_crash(tmp_path, field, 
     assert result.exit_code == 0, result.output
     assert "DAMAGED" in result.output and "does not describe a job" in result.output
     assert "target in 10.0 s" in result.output  # the good run
+
+
+def test_a_failed_run_whose_summary_reached_the_target_lists_no_time_to_target(tmp_path):
+    # Rank 0 wrote "reached" before another rank failed: a miss, as the report counts it.
+    _, bad = _two_runs(tmp_path)
+    files.write_json(bad / "state.json", JobStatus(JobState.FAILED, "rank 1 exited").to_dict())
+    result = invoke(tmp_path, "runs")
+    assert result.exit_code == 0, result.output
+    assert "target in 12.0 s" not in result.output and "no time to target" in result.output
+    assert "target in 10.0 s" in result.output  # the good run
