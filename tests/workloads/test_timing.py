@@ -1,11 +1,14 @@
 """Communication timing is attributed honestly (docs/design.md, "Timing"): a network made
 slower by an injected delay raises the communication phase by about that delay and leaves
 forward, backward and optimizer as they were, for every strategy, including the overlapped
-DDP-hook ones whose exposed communication is measured from the last bucket's stamp."""
+DDP-hook ones whose exposed communication is measured from the last bucket's stamp; and a
+rank's wait for a slower peer is communication too, wherever the strategy's collective is."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import time
 
 import pytest
 
@@ -138,3 +141,45 @@ def test_a_moved_interval_leaves_the_lap_it_ran_in_and_the_phases_still_add_up()
     assert phases["backward"] == 2.5
     assert phases["communication"] == 1.5
     assert sum(phases.values()) == 5.0
+
+
+SLOW_LOADING_S = 0.3
+
+
+def _slow_loading(x, generator):
+    time.sleep(SLOW_LOADING_S)  # a slow data loader: this rank reaches forward late
+    return x
+
+
+def _phases_beside_a_slow_peer(rank: int, world_size: int) -> dict[str, dict[str, float]]:
+    out = {}
+    for name in STRATEGIES:
+        tr = trainer(
+            rank, world_size, config_for(name, **OPTIONS.get(name, {})), one_matrix_net(), 3
+        )
+        if rank == 1:
+            tr = dataclasses.replace(
+                tr, splits=dataclasses.replace(tr.splits, augment=_slow_loading)
+            )
+        steps = [step(tr, i) for i in range(3)]
+        del tr
+        gc.collect()  # no DDP reducer may outlive its use (see tests/distributed.py)
+        # The first two steps are warm-up: DDP agrees on rebuilt buckets in the second forward.
+        out[name] = steps[2]
+    return out
+
+
+@pytest.fixture(scope="module")
+def slow_peer_timings():
+    return run_ranks(_phases_beside_a_slow_peer, world_size=2, timeout_s=240)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_waiting_for_a_slow_peer_is_communication(slow_peer_timings, name):
+    """Rank 0 computes as fast as ever; its wait for rank 1 is in a collective, whichever
+    strategy issues it: DDP's broadcast of BatchNorm buffers before forward included."""
+    phases = slow_peer_timings[0][name]
+    assert phases["communication"] >= 0.8 * SLOW_LOADING_S, phases
+    for phase in ("data", "forward", "backward", "optimizer"):
+        assert phases[phase] < 0.25 * SLOW_LOADING_S, f"{phase} holds the wait: {phases}"
+    assert slow_peer_timings[1][name]["data"] >= SLOW_LOADING_S  # the slow rank's own

@@ -134,6 +134,19 @@ def broadcast_state(model: nn.Module, collectives: Collectives) -> None:
 
 
 @torch.no_grad()
+def broadcast_coalesced(tensors: Iterable[torch.Tensor], collectives: Collectives) -> None:
+    """Rank 0's `tensors` everywhere, one broadcast per dtype (as DDP coalesces them)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    for group in by_dtype.values():
+        flat = _flatten_dense_tensors(group)
+        collectives.broadcast(flat)
+        for tensor, synced in zip(group, _unflatten_dense_tensors(flat, group), strict=True):
+            tensor.copy_(synced)
+
+
+@torch.no_grad()
 def broadcast_buffers(model: nn.Module, collectives: Collectives) -> None:
     """Rank 0's BatchNorm statistics everywhere, the ones DDP broadcasts at each forward."""
     for buffer in model.buffers():

@@ -17,9 +17,11 @@ backward thread; what of it is not hidden by backward is exposed communication a
 - `fp16-compress` / `bf16-compress`: torch's compression wrappers around that all-reduce.
 - `powersgd`: torch's PowerSGD hook (Vogels et al. 2019) with error feedback and warm start,
   plain all-reduce for the first `powersgd_start_iter` steps.
-BatchNorm: DDP broadcasts rank 0's buffers at every forward (broadcast_buffers=True; this small
-broadcast is counted in the forward phase), and `sync_buffers` broadcasts them once more
-before evaluation, because each rank's last forward updated its own copy.
+BatchNorm: DDP broadcasts rank 0's buffers before every forward (broadcast_buffers=True), and
+`sync_buffers` broadcasts them once more before evaluation, because each rank's last forward
+updated its own copy. That broadcast is communication too: it waits for the slowest rank to
+reach its forward and pays the network's latency, so it is issued here (DDP's buffer hook,
+when DDP would broadcast), stamped, and moved out of the forward lap like a hook's work.
 """
 
 from __future__ import annotations
@@ -33,8 +35,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parallel.distributed import _BufferCommHookLocation
 
-from workloads.strategies.base import Collectives, broadcast_buffers, model_device
+from workloads.strategies.base import (
+    Collectives,
+    broadcast_buffers,
+    broadcast_coalesced,
+    model_device,
+)
 from workloads.timing import Clock, StepTimer
 
 if TYPE_CHECKING:
@@ -61,7 +69,13 @@ class DdpStrategy:
         self._collectives = collectives
         self._comm_hook = comm_hook
         self._hook_spans: list[tuple[Any, Any]] = []  # (entry, exit) stamps, this step's
+        self._buffer_spans: list[tuple[Any, Any]] = []  # the buffer broadcasts' since backward
         self.module.register_comm_hook(state=hook_state, hook=self._hook)
+        # DDP still decides when buffers are broadcast (before a forward that follows a
+        # synchronized one); this hook only does it where it can be timed.
+        self.module._register_buffer_comm_hook(
+            None, self._broadcast_buffers, _BufferCommHookLocation.PRE_FORWARD
+        )
 
     # No annotations: DDP checks a hook's annotations at runtime and would see strings here.
     def _hook(self, state, bucket):
@@ -72,7 +86,18 @@ class DdpStrategy:
         self._hook_spans.append((entry, self._clock.stamp()))
         return future
 
+    def _broadcast_buffers(self, state: object, named_buffers: dict[str, torch.Tensor]) -> None:
+        # DDP's broadcast of rank 0's buffers (its default one, coalesced per dtype).
+        entry = self._clock.stamp()
+        broadcast_coalesced(named_buffers.values(), self._collectives)
+        self._buffer_spans.append((entry, self._clock.stamp()))
+
     def backward(self, loss: torch.Tensor, timer: StepTimer) -> None:
+        # This step's forward broadcast the buffers (a stale span from a forward without
+        # backward starts before this step and is ignored by the timer).
+        for entry, exit_ in self._buffer_spans:
+            timer.move("communication", entry, exit_)
+        self._buffer_spans = []
         self._hook_spans = []
         loss.backward()
         if not self._hook_spans:  # nothing to reduce (no gradients): all of it is compute
