@@ -142,6 +142,27 @@ def _model_averaging(rank: int, world_size: int, period: int) -> dict[str, objec
     return out
 
 
+def _averaging_after_a_rebuild(rank: int, world_size: int, resumed: bool) -> list[torch.Tensor]:
+    """One step of a model-averaging strategy built anew at the run's step 2, its warm-up of
+    2 synchronous steps done (as after an elastic change), resumed there or not."""
+    config = config_for("model-averaging", averaging_warmup_steps=2, averaging_period=1000,
+                        momentum=0.0, lr=0.1)  # fmt: skip
+    tr = trainer(rank, world_size, config, small_bn_net(), 2)
+    if resumed:
+        tr.strategy.resume(2)
+    step(tr, 0)
+    return [p.detach().clone() for p in tr.strategy.inner.parameters()]  # BN stats are local
+
+
+@pytest.mark.parametrize("resumed", [True, False])
+def test_model_averaging_rebuilt_mid_run_goes_on_from_the_runs_step(resumed):
+    ranks = run_ranks(_averaging_after_a_rebuild, world_size=2, resumed=resumed)
+    same = all(torch.equal(a, b) for a, b in zip(ranks[0], ranks[1], strict=True))
+    # Past warm-up a step is local (the ranks' batches differ, so their weights do); a
+    # strategy that started its warm-up again would all-reduce it (the same weights).
+    assert same is not resumed
+
+
 def _local_backward(loss: torch.Tensor, timer: object) -> None:
     loss.backward()  # no communication: what each worker would do alone
 

@@ -61,6 +61,11 @@ class ModelAveragingStrategy(LocalGradients):
         self._steps_done = 0
         broadcast_state(model, collectives)
 
+    def resume(self, steps_done: int) -> None:
+        """Go on from the run's step `steps_done`: an elastic change builds the strategy anew,
+        and its warm-up and averaging period count from the run's start, not the change."""
+        self._steps_done = steps_done
+
     def synchronize(self, timer: StepTimer) -> None:
         if self.syncing and self._steps_done < self._warmup_steps:
             flat_all_reduce_mean(gradients(self._params), self._collectives)

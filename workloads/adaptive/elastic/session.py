@@ -62,6 +62,7 @@ from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor
 from workloads.adaptive.sync import AdaptiveSyncStrategy
 from workloads.config import TrainConfig
+from workloads.strategies.averaging import ModelAveragingStrategy
 from workloads.strategies.base import Strategy
 
 T = TypeVar("T")
@@ -274,8 +275,11 @@ def _load(run: Adaptive, got: Mapping[str, Any]) -> None:
 
 
 def _restore_sync(run: Adaptive, strategy: Strategy, got: Mapping[str, Any]) -> None:
+    """Where the rebuilt strategy's schedule stands: the run's, not a fresh one's."""
     if isinstance(strategy, AdaptiveSyncStrategy):
         strategy.restore(training.sync_state(run), int(got["local_steps"]))
+    elif isinstance(strategy, ModelAveragingStrategy):
+        strategy.resume(run.steps_done)  # else its warm-up would start again
 
 
 def _agree_on(where: tuple[int, int], device: torch.device) -> None:
