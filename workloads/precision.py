@@ -5,8 +5,9 @@ under bf16 autocast and the loss is taken in fp32, as the translation references
 GPUs; bf16 needs no loss scaling (fp16 would). "auto" means bf16 for the translation models on
 CUDA and fp32 everywhere else: the image and linear references, and AWD-LSTM's, train in fp32,
 and a benchmark compares like with like. A CPU with bf16 dot products (AVX-512 BF16, AMX) runs
-ResNet-20 about 1.6x faster in bf16 (bench/mlbench_compare.py --precision bf16), a CPU
-without them slower: that is a choice for the user, not a default. The resolved choice is
+ResNet-20 about 1.3-1.7x as fast in bf16 as in fp32 (1.85-1.98x MLBench's fp32 reference,
+bench/mlbench_compare.py --precision bf16), a CPU without them slower: that is a choice for
+the user, not a default. The resolved choice is
 recorded in the run summary, so two runs that differ in it are never compared unknowingly.
 """
 
