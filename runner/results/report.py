@@ -200,6 +200,10 @@ def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], st
             except DamagedFile as err:
                 damaged.append(f"{run_dir.name}: {err.path.name} {err.problem}")
                 continue
+            if run.run_id != run_dir.name:  # a copy: the run it names is counted once, there
+                damaged.append(f"{run_dir.name}: job.json names run {run.run_id!r}, not its "
+                               "directory (a copy)")  # fmt: skip
+                continue
             runs.setdefault(run.run_id, run)
     title = (
         names[0]

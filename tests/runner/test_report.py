@@ -3,6 +3,7 @@ figures written and non-empty, exports, and `runner report` on a study."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -396,3 +397,11 @@ def test_a_cluster_run_not_over_yet_has_no_cost_rather_than_nothing(tmp_path):
     (c,) = reports.cluster_costs([run], project).values()
     assert c.usd is None
     assert reports.cost_text(c, run) == "unknown price (RUNNING: known once it ends)"
+
+
+def test_a_copied_run_directory_is_named_as_left_out_not_dropped_in_silence(tmp_path):
+    make_run(tmp_path, "a", 1, 10.0)
+    shutil.copytree(tmp_path / "a", tmp_path / "copy-of-a")
+    result = report_runs(tmp_path, "a", "copy-of-a")
+    assert result.exit_code == 0, result.output
+    assert "copy-of-a: job.json names run 'a', not its directory" in " ".join(result.output.split())
