@@ -14,9 +14,7 @@ so `runner --help` loads none of torch, pulumi, kubernetes or matplotlib.
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Callable
-from typing import Any
+import signal  # first: every import before the handler is a moment Ctrl-C prints a traceback
 
 
 def _quiet_exit(signum: int, frame: object) -> None:
@@ -40,7 +38,9 @@ def _quiet_while_importing() -> Callable[..., Any] | int | None:
 
 _PREVIOUS_SIGINT = _quiet_while_importing()
 
-from pathlib import Path  # noqa: E402 - after the handler: these imports take the time
+from collections.abc import Callable  # noqa: E402 - after the handler: imports take the time
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import click  # noqa: E402
 
