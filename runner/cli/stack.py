@@ -77,6 +77,7 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
     """
     require("yaml", "runner cost")
     from runner.cli.views import plain_table
+    from runner.results import export
     from runner.results import report as reports
     from runner.results.runs import load_run
     from runner.stack import cost as costs
@@ -98,7 +99,7 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
     run_costs = reports.cluster_costs(runs, project)
     console.print(plain_table(costs_table(shape, prices)))
     for run in runs:  # a run id is a directory's name: any text
-        verbatim(console, f"  {run.run_id}: {reports.cost_text(run_costs.get(run.run_id), run)}")
+        verbatim(console, f"  {run.run_id}: {export.cost_text(run_costs.get(run.run_id), run)}")
     for line in damaged:
         verbatim(console, f"  {line}")
     if hours is not None:
@@ -114,7 +115,7 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
 
 
 def costs_table(shape: Any, prices: Any) -> Any:
-    from runner.results.report import Table
+    from runner.results.export import Table
 
     def row(what: str, count: str, price: Any) -> tuple[str, ...]:
         usd = f"${price.usd_per_hour:.4f}/h" if price.known else "unknown price"

@@ -153,6 +153,7 @@ def report(
     Needs the `report` extra (matplotlib).
     """
     require("matplotlib", "runner report")
+    from runner.results import export
     from runner.results import report as reports
     from runner.results import study as studies
     from runner.stack.pulumi_cli import project_dir
@@ -163,7 +164,7 @@ def report(
         errors.print(f"[yellow]left out, damaged[/yellow]: {escape(problem)}")
     costs = reports.cluster_costs(runs, project_dir())
     built = reports.build(runs, title, allow_mixed=allow_mixed, costs=costs)
-    for table in reports.tables(built):
+    for table in export.tables(built):
         console.print(views.plain_table(table))
     given_out = out_dir is not None
     if out_dir is None:
@@ -172,22 +173,22 @@ def report(
         out_dir = study_file.parent / "report" if study_file else results_dir / "reports" / slug
         _refuse_links(results_dir, out_dir)
     try:
-        paths, export = _write_report(built, out_dir, fmt)
+        paths, written = _write_report(built, out_dir, fmt)
     except OSError as err:
         raise _unwritable(err, out_dir, given_out) from None
     console.print("figures: " + ", ".join(str(p) for p in paths if p.suffix == ".png"))
-    console.print(f"report: {export}")
+    console.print(f"report: {written}")
 
 
 def _write_report(built: Any, out_dir: Path, fmt: str) -> tuple[list[Path], Path]:
     """The figures and the export in `out_dir`; OSError when the disk refuses."""
-    from runner.results import report as reports
+    from runner.results import export
 
-    paths = reports.write_figures(built, out_dir)
-    export = out_dir / f"report.{fmt}"
-    text = (reports.to_markdown if fmt == "md" else reports.to_html)(built, paths, out_dir)
-    files.write_text(export, text)  # whole, and replacing a planted link, never through it
-    return paths, export
+    paths = export.write_figures(built, out_dir)
+    written = out_dir / f"report.{fmt}"
+    text = (export.to_markdown if fmt == "md" else export.to_html)(built, paths, out_dir)
+    files.write_text(written, text)  # whole, and replacing a planted link, never through it
+    return paths, written
 
 
 def _refuse_links(results_dir: Path, out_dir: Path) -> None:

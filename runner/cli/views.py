@@ -318,7 +318,7 @@ def allreduce_table(summary: MicroSummary) -> Table:
 
 
 def plain_table(table: Any) -> Table:
-    """A runner.results.report Table (title, header, rows, notes) as a rich table."""
+    """A runner.results.export Table (title, header, rows, notes) as a rich table."""
     out = Table(title=table.title, title_justify="left", caption_justify="left")
     for i, name in enumerate(table.header):
         out.add_column(name, no_wrap=i == 0)  # the first column holds ids: never wrap them

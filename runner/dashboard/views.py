@@ -1,6 +1,6 @@
 """The study and comparison pages' payloads, shaped from what runner.results computes.
 
-A study page shows the report's own tables (runner.results.report.tables) and the numbers
+A study page shows the report's own tables (runner.results.export.tables) and the numbers
 behind its figures (speedup, time to accuracy per cell with each run, the step phases, the
 curves), with each run's outlier flag (the report's rule) and whether the MLPerf mean
 dropped it. A comparison lines up two or more runs' configurations key by key, marking the
@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runner.errors import RunnerError
+from runner.results import export
 from runner.results import report as reports
 from runner.results.aggregate import mean_phase_ms_per_step
 from runner.results.runs import RunResult, config_conflicts, environment_differences
@@ -33,7 +34,7 @@ SUMMARY_FIELDS = (
 )
 
 
-def table(t: reports.Table) -> dict[str, Any]:
+def table(t: export.Table) -> dict[str, Any]:
     return {"title": t.title, "header": list(t.header), "rows": [list(r) for r in t.rows],
             "notes": list(t.notes)}  # fmt: skip
 
@@ -64,7 +65,7 @@ def _report(built: reports.Report) -> dict[str, Any]:
     label = reports.series_labeller(built.runs)
     return {
         "title": built.title,
-        "tables": [table(t) for t in reports.tables(built)],
+        "tables": [table(t) for t in export.tables(built)],
         "conflicts": list(built.conflicts),
         "cells": [_cell(c) for c in built.cells],
         "excluded": [r.run_id for r in built.excluded],

@@ -1,7 +1,7 @@
 """N-run statistics: the MLPerf aggregation of time to accuracy, speedups, and step-phase means.
 
 Pure functions over numbers; reading run directories is runner.results.runs' job, showing the
-numbers runner.results.report's. Not here: any notion of files, figures or cost.
+numbers runner.results.report's and export's. Not here: any notion of files, figures or cost.
 
 The MLPerf training rule (mlcommons/training_policies, "Benchmark results"): with at least five
 runs, drop the fastest and the slowest and take the mean of the rest (an "olympic" mean). A run

@@ -1,15 +1,15 @@
-"""A report over runs: per-cell statistics, tables as plain rows, figures, Markdown and HTML.
+"""A report over runs: which runs (collect), their cells and per-cell statistics (build), and
+what cluster runs cost.
 
 `build` groups runs into cells (series x workers; a series is what the runs' --set values vary
 apart from run controls, such as the strategy), aggregates time to accuracy by the MLPerf rule
 (runner.results.aggregate), computes speedups per series, and refuses runs whose closed-division
-configurations differ unless `allow_mixed`. Tables are (title, header, rows) of strings, so the
-CLI shows them with rich and the exports write them as Markdown or HTML. Never prints.
+configurations differ unless `allow_mixed`. How a built report reads (tables, notes, figures,
+Markdown, HTML) is runner.results.export. Never prints.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,10 +19,9 @@ from contract.files import DamagedFile
 from contract.rundir import JobState
 from runner.errors import RunnerError
 from runner.job.benchmarks import RUN_CONTROLS
-from runner.results import figures, rundir
+from runner.results import rundir
 from runner.results import study as studies
 from runner.results.aggregate import (
-    OUTLIER_RATIO,
     Aggregate,
     mean_phase_ms_per_step,
     mlperf_aggregate,
@@ -30,11 +29,9 @@ from runner.results.aggregate import (
     speedups,
 )
 from runner.results.runs import (
-    ADAPTIVE_CURVES,
     RunResult,
     config_conflicts,
     environment_differences,
-    environment_values,
     load_run,
 )
 from runner.stack import cost as costs
@@ -48,14 +45,6 @@ NOT_OVER = (JobState.PENDING.value, JobState.RUNNING.value)
 
 class MixedConfigurations(RunnerError):
     """Runs with different closed-division configurations were asked to stand side by side."""
-
-
-@dataclass(frozen=True)
-class Table:
-    title: str
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -261,222 +250,3 @@ def run_duration_s(run: RunResult) -> float:
     fallback = s.init_time_s + s.run_time_s if s else 0.0
     finished = run.state_since if run.state in FINAL_STATES else None
     return costs.run_duration_s(run.created_at, finished, fallback)
-
-
-# ---- tables ------------------------------------------------------------------------------
-
-
-def _num(value: float | None, fmt: str, missing: str = "-") -> str:
-    return missing if value is None else format(value, fmt)
-
-
-def cells_table(report: Report) -> Table:
-    header = ("series", "workers", "converged", "time to accuracy (s)", "range (s)",
-              "speedup", "compute + comm (ms/step)", "comm")  # fmt: skip
-    rows, notes = [], []
-    for c in report.cells:
-        comm = c.phase_ms.get("communication", 0.0)
-        compute = sum(v for k, v in c.phase_ms.items() if k != "communication")
-        total = comm + compute
-        tta = _num(c.tta.mean_s, ".2f", "not converged")
-        if c.tta.valid and c.tta.std_s is not None:
-            tta += f" ± {c.tta.std_s:.2f}"
-        if not c.tta.valid:
-            notes.append(f"{c.series}, {c.workers} workers: {c.tta.reason}")
-        # Spread of the runs averaged: a cell without a result averaged none.
-        span = f"{c.tta.min_s:.2f}-{c.tta.max_s:.2f}" if c.tta.valid else "-"
-        speedup = "-" if c.speedup is None else f"{c.speedup:.2f}x ({c.efficiency:.0%})"
-        rows.append((
-            c.series, str(c.workers), f"{c.tta.num_converged}/{c.tta.num_runs}", tta, span,
-            speedup, f"{compute:.2f} + {comm:.2f}", f"{comm / total:.0%}" if total else "-",
-        ))  # fmt: skip
-    notes = aggregation_notes(report) + notes
-    notes.append(
-        "± is the sample standard deviation of the runs averaged; range (s) and the figure's "
-        "error bars are their fastest to slowest"
-    )
-    notes.append(
-        "speedup: time to accuracy at the fewest workers with a result / at this many "
-        "(efficiency: speedup / the workers' ratio)"
-    )
-    notes += baseline_notes(report) + outlier_notes(report)
-    return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
-
-
-def aggregation_notes(report: Report) -> list[str]:
-    """The rule each cell's mean follows, each line naming its cells: cells with different
-    numbers of runs follow different rules, and an unlabelled line would not say whose."""
-    cells_by_rule: dict[str, list[str]] = {}
-    for c in report.cells:
-        cells_by_rule.setdefault(c.tta.rule, []).append(f"{c.series} at {c.workers} workers")
-    if len(cells_by_rule) == 1:
-        return [f"aggregation (every cell): {rule}" for rule in cells_by_rule]
-    return [f"aggregation ({'; '.join(cells)}): {rule}" for rule, cells in cells_by_rule.items()]
-
-
-def baseline_notes(report: Report) -> list[str]:
-    """A series whose fewest workers have no valid time has its speedups against a larger
-    cell: said, or "1.00x" at 2 workers would read as no gain over one."""
-    notes = []
-    for series in report.series:
-        cells = [c for c in report.cells if c.series == series]
-        fewest = min(c.workers for c in cells)
-        base = next((c.baseline_workers for c in cells if c.baseline_workers), None)
-        if base is not None and base != fewest:
-            notes.append(
-                f"{series}: speedups are against {base} workers, the fewest with a valid time "
-                f"({fewest} workers have none)"
-            )
-    return notes
-
-
-def outlier_notes(report: Report) -> list[str]:
-    """Runs far from their cell's median, and speedups they may have bent."""
-    notes = []
-    for c in report.cells:
-        for run_id, ratio in c.outliers.items():
-            notes.append(
-                f"OUTLIER {run_id} ({c.series}, {c.workers} workers): time to accuracy "
-                f"{ratio:.2f}x its cell's median; the cell's mean and every speedup against "
-                "it lean on it"
-            )
-    for c in report.cells:
-        if c.speedup is None or c.baseline_workers is None:
-            continue
-        scale = c.workers / c.baseline_workers  # against the cell the speedup is of
-        if scale > 1 and c.speedup > scale * OUTLIER_RATIO:
-            notes.append(
-                f"SUSPECT speedup {c.speedup:.2f}x for {scale:g}x the workers ({c.series}): "
-                "far beyond linear; look for an outlier or too few runs in either cell"
-            )
-    return notes
-
-
-def runs_table(report: Report) -> Table:
-    label = series_labeller(report.runs)
-    header = ("run", "series", "workers", "seed", "state", "time to accuracy (s)", "final",
-              "comm", "cost")  # fmt: skip
-    rows = []
-    for r in report.runs:
-        s = r.train_summary
-        final = s.final.value if s and s.final else None
-        tta = _num(r.time_to_target_s, ".2f") if r.converged else "NOT CONVERGED"
-        if s and s.diverged:
-            tta = "DIVERGED"
-        elif r.state in EXCLUDED_STATES:  # not over, or stopped by a person: in no statistic
-            tta = f"{r.state}: left out"
-        elif s and s.target_reached and not r.converged:  # its summary's time does not count
-            tta = f"{r.state}: counted as a miss"
-        if any(r.run_id in c.outliers for c in report.cells):
-            tta += " OUTLIER"
-        share = s.communication_share if s else None
-        rows.append((
-            r.run_id, label(r), str(r.world_size), str(r.seed), r.state,
-            tta if s else "no summary", _num(final, ".4f"), _num(share, ".0%"),
-            cost_text(report.costs.get(r.run_id), r),
-        ))  # fmt: skip
-    notes = [f"{r.run_id} is {r.state}: left out of the statistics" for r in report.excluded]
-    return Table("Runs", header, tuple(rows), tuple(notes))
-
-
-def cost_text(cost: Cost | None, run: RunResult) -> str:
-    if cost is None:
-        return "local" if run.backend == "local" else "unknown price"
-    if cost.usd is None:
-        return f"unknown price ({cost.reason})"
-    return f"${cost.usd:.4f} ({cost.node_hours:.3f} node-h)"
-
-
-def environment_table(report: Report) -> Table:
-    """The manifests: what was the same for every run, and what was not."""
-    rows = []
-    first = environment_values(next((r.manifest for r in report.runs if r.manifest), None))
-    for key, value in first.items():
-        values = report.env_diffs.get(key) or [str(value)]
-        rows.append((key, ", ".join(values), "DIFFERS" if key in report.env_diffs else "same"))
-    divisions = sorted({r.division for r in report.runs})
-    rows.append(("division", ", ".join(divisions), "DIFFERS" if len(divisions) > 1 else "same"))
-    seeds = sorted({str(r.seed) for r in report.runs})
-    rows.append(("seeds", ", ".join(seeds), "per run"))
-    notes = [f"configurations differ (--allow-mixed): {c}" for c in report.conflicts]
-    missing = [r.run_id for r in report.runs if not r.manifest]
-    if missing:
-        notes.append(f"no manifest.json: {', '.join(missing)} (fetch them: `runner fetch RUN`)")
-    return Table("Reproducibility", ("what", "value", "across runs"), tuple(rows), tuple(notes))
-
-
-def tables(report: Report) -> list[Table]:
-    return [cells_table(report), runs_table(report), environment_table(report)]
-
-
-# ---- figures and exports -----------------------------------------------------------------
-
-
-def write_figures(report: Report, out_dir: Path) -> list[Path]:
-    """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG;
-    adaptive (batch size, B_noise, workers and LR beside loss and quality) when a run has
-    monitor or decision events."""
-    by_series: dict[str, list[Cell]] = {s: [] for s in report.series}
-    for c in report.cells:
-        by_series[c.series].append(c)
-    paths = figures.speedup_figure(
-        {s: [(c.workers, c.speedup) for c in cs] for s, cs in by_series.items()},
-        {s: next((c.baseline_workers for c in cs if c.baseline_workers), None)
-         for s, cs in by_series.items()},
-        f"{report.title}: speedup of time to accuracy", out_dir / "speedup",
-    )  # fmt: skip
-    paths += figures.time_to_accuracy_figure(
-        {s: [(c.workers, c.tta) for c in cs] for s, cs in by_series.items()},
-        f"{report.title}: time to accuracy", out_dir / "time_to_accuracy",
-    )  # fmt: skip
-    paths += figures.phases_figure(
-        {s: [(c.workers, c.phase_ms) for c in cs if c.phase_ms] for s, cs in by_series.items()},
-        f"{report.title}: compute and communication per step", out_dir / "compute_communication",
-    )  # fmt: skip
-    label = series_labeller(report.runs)
-    curves = [(f"{label(r)}, {r.world_size} workers", r.curves) for r in report.runs if r.curves]
-    paths += figures.curves_figure(
-        curves, report.target, f"{report.title}: loss and accuracy", out_dir / "curves"
-    )
-    adaptive = [(name, c) for name, c in curves if any(k in c for k in ADAPTIVE_CURVES)]
-    if adaptive:  # the runs that adapted, and the others beside them for comparison
-        paths += figures.adaptive_figure(
-            curves, report.target, f"{report.title}: batch size, B_noise and workers",
-            out_dir / "adaptive",
-        )  # fmt: skip
-    return paths
-
-
-def to_markdown(report: Report, figure_paths: Sequence[Path], out_dir: Path) -> str:
-    lines = [f"# {report.title}", ""]
-    for table in tables(report):
-        lines += [f"## {table.title}", "", "| " + " | ".join(table.header) + " |"]
-        lines.append("|" + " --- |" * len(table.header))
-        lines += [
-            "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in table.rows
-        ]
-        lines += [""] + [f"- {note}" for note in table.notes] + [""]
-    lines += ["## Figures", ""]
-    for path in figure_paths:
-        if path.suffix == ".png":
-            lines += [f"![{path.stem}]({path.relative_to(out_dir)})", ""]
-    return "\n".join(lines)
-
-
-def to_html(report: Report, figure_paths: Sequence[Path], out_dir: Path) -> str:
-    e = html.escape
-    parts = [f"<!doctype html><meta charset='utf-8'><title>{e(report.title)}</title>",
-             "<style>body{font-family:sans-serif;max-width:80em;margin:auto}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
-             "</style>", f"<h1>{e(report.title)}</h1>"]  # fmt: skip
-    for table in tables(report):
-        parts.append(f"<h2>{e(table.title)}</h2><table><tr>")
-        parts += [f"<th>{e(h)}</th>" for h in table.header] + ["</tr>"]
-        for row in table.rows:
-            parts.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
-        parts.append("</table><ul>" + "".join(f"<li>{e(n)}</li>" for n in table.notes) + "</ul>")
-    parts.append("<h2>Figures</h2>")
-    for path in figure_paths:
-        if path.suffix == ".svg":
-            parts.append(f"<p><img src='{e(str(path.relative_to(out_dir)))}' alt='{e(path.stem)}'>")
-    return "\n".join(parts) + "\n"

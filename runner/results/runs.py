@@ -4,8 +4,8 @@ What a report needs from one run (job.json, state.json, summary.json, manifest.j
 loss/accuracy curves in events.jsonl, with an adaptive run's batch, noise scale and workers),
 and which runs may stand side by side: two runs are comparable when their closed-division
 configurations agree (the config minus the tunables and run controls; the strategy too when
-both use an exact one). Not here: statistics
-(runner.results.aggregate), output (runner.results.report), anything that talks to a backend.
+both use an exact one). Not here: statistics (runner.results.aggregate), cells and output
+(runner.results.report, runner.results.export), anything that talks to a backend.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import json
 from rich.console import Console
 
 from runner.cli.progress import TrainingProgress
+from runner.results import export
 from runner.results import report as reports
 from runner.results.runs import curves, load_run
 from tests.runner.rundirs import make_run
@@ -71,11 +72,11 @@ def test_the_report_draws_the_adaptive_figure_only_when_a_run_adapted(tmp_path):
     fixed = make_run(tmp_path / "r", "fixed", 2, 12.0)
     adaptive = _adaptive_run(tmp_path / "r")
     built = reports.build([load_run(fixed), load_run(adaptive)], "t", allow_mixed=True)
-    names = {p.name for p in reports.write_figures(built, tmp_path / "out")}
+    names = {p.name for p in export.write_figures(built, tmp_path / "out")}
     assert {"adaptive.png", "adaptive.svg"} <= names
     assert (tmp_path / "out" / "adaptive.png").stat().st_size > 10_000
     alone = reports.build([load_run(fixed)], "t")
-    assert "adaptive.png" not in {p.name for p in reports.write_figures(alone, tmp_path / "o2")}
+    assert "adaptive.png" not in {p.name for p in export.write_figures(alone, tmp_path / "o2")}
 
 
 def test_an_adaptive_run_is_open_division_and_stands_apart_from_a_fixed_one(tmp_path):

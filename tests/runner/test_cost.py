@@ -13,6 +13,7 @@ from infra.pools import PoolSize
 from infra.stackfiles import stack_names
 from runner.cli import main
 from runner.errors import RunnerError
+from runner.results import export
 from runner.results import report as reports
 from runner.results.runs import load_run
 from runner.stack import cost
@@ -158,7 +159,7 @@ def test_report_prices_a_stack_run_from_creation_to_its_final_state(tmp_path):
     prices = cost.stack_prices(cost.load_price_table(), s)
     expected = 2 * prices.training_node.usd_per_hour + prices.system_node.usd_per_hour + 0.10
     assert c.usd == pytest.approx(expected)
-    assert reports.cost_text(c, run).startswith("$")
+    assert export.cost_text(c, run).startswith("$")
 
 
 def invoke_cost(results: Path, *args: str):

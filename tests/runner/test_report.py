@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from contract import files
 from runner.cli import main
+from runner.results import export
 from runner.results import report as reports
 from runner.results import study as studies
 from runner.results.runs import load_run
@@ -43,10 +44,10 @@ def test_cells_aggregate_by_the_mlperf_rule_and_compute_speedup(tmp_path):
 
 def test_runs_that_missed_the_target_are_flagged_in_the_runs_table(tmp_path):
     built = reports.build(scaling_runs(tmp_path), "t")
-    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    rows = {row[0]: row for row in export.runs_table(built).rows}
     assert "NOT CONVERGED" in rows["w2-2"]
     assert "NOT CONVERGED" not in rows["w2-1"]
-    cells = reports.cells_table(built)
+    cells = export.cells_table(built)
     assert cells.rows[1][2] == "4/5"
 
 
@@ -59,15 +60,15 @@ def test_a_run_far_from_its_cells_median_is_flagged_and_so_is_the_speedup_it_ben
     one, two = built.cells
     assert set(one.outliers) == {"w1-2"} and one.outliers["w1-2"] == pytest.approx(6.0)
     assert not two.outliers
-    notes = " ".join(reports.cells_table(built).notes)
+    notes = " ".join(export.cells_table(built).notes)
     assert "OUTLIER w1-2" in notes
     assert "SUSPECT speedup 5.27x for 2x the workers" in notes  # 29 s / 5.5 s
-    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    rows = {row[0]: row for row in export.runs_table(built).rows}
     assert "OUTLIER" in rows["w1-2"][5] and "OUTLIER" not in rows["w1-1"][5]
 
 
 def test_the_tables_say_which_spread_they_show(tmp_path):
-    notes = " ".join(reports.cells_table(reports.build(scaling_runs(tmp_path), "t")).notes)
+    notes = " ".join(export.cells_table(reports.build(scaling_runs(tmp_path), "t")).notes)
     assert "± is the sample standard deviation" in notes
     assert "error bars are their fastest to slowest" in notes
 
@@ -77,7 +78,7 @@ def test_cancelled_runs_are_left_out_of_the_statistics_and_said_so(tmp_path):
     make_run(tmp_path, "b", 1, 1.0, state="CANCELLED")
     built = reports.build(load(tmp_path, "a", "b"), "t")
     assert built.cells[0].tta.mean_s == pytest.approx(10.0)
-    assert any("b is CANCELLED" in n for n in reports.runs_table(built).notes)
+    assert any("b is CANCELLED" in n for n in export.runs_table(built).notes)
 
 
 def test_a_failed_run_counts_as_a_miss_whatever_its_summary_says(tmp_path):
@@ -90,7 +91,7 @@ def test_a_failed_run_counts_as_a_miss_whatever_its_summary_says(tmp_path):
     [cell] = built.cells
     assert cell.tta.num_converged == 4
     assert cell.tta.mean_s == pytest.approx(12.0)  # 11, 12, 13: 10 and the miss dropped
-    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    rows = {row[0]: row for row in export.runs_table(built).rows}
     assert rows["crashed"][5] == "FAILED: counted as a miss"
 
 
@@ -118,14 +119,14 @@ def test_tunables_run_controls_and_exact_strategies_may_stand_side_by_side(tmp_p
 def test_environment_differences_are_shown(tmp_path):
     make_run(tmp_path, "a", 1, 10.0)
     make_run(tmp_path, "b", 1, 9.0, manifest=env_manifest("b", 1, code_version="def456"))
-    table = reports.environment_table(reports.build(load(tmp_path, "a", "b"), "t"))
+    table = export.environment_table(reports.build(load(tmp_path, "a", "b"), "t"))
     row = next(r for r in table.rows if r[0] == "code_version")
     assert row[1] == "abc123, def456" and row[2] == "DIFFERS"
 
 
 def test_figures_are_written_as_non_empty_png_and_svg(tmp_path):
     built = reports.build(scaling_runs(tmp_path / "results"), "t")
-    paths = reports.write_figures(built, tmp_path / "out")
+    paths = export.write_figures(built, tmp_path / "out")
     names = {p.name for p in paths}
     for stem in ("speedup", "time_to_accuracy", "compute_communication", "curves"):
         assert {f"{stem}.png", f"{stem}.svg"} <= names
@@ -138,11 +139,11 @@ def test_figures_are_written_as_non_empty_png_and_svg(tmp_path):
 def test_markdown_and_html_exports_hold_every_table_and_figure(tmp_path):
     built = reports.build(scaling_runs(tmp_path / "results"), "t")
     out = tmp_path / "out"
-    paths = reports.write_figures(built, out)
-    md = reports.to_markdown(built, paths, out)
+    paths = export.write_figures(built, out)
+    md = export.to_markdown(built, paths, out)
     assert "## Time to accuracy per cell" in md and "## Reproducibility" in md
     assert "![speedup](speedup.png)" in md
-    page = reports.to_html(built, paths, out)
+    page = export.to_html(built, paths, out)
     assert "<img src='compute_communication.svg'" in page and "NOT CONVERGED" in page
 
 
@@ -246,7 +247,7 @@ def test_each_aggregation_line_names_the_cells_it_applies_to(tmp_path):
              for i in range(3)]  # fmt: skip
     names += [make_run(tmp_path, f"w2-{i}", 2, 5.0 + i, overrides=(f"seed={i}",)).name
               for i in range(2)]  # fmt: skip
-    notes = [n for n in reports.cells_table(reports.build(load(tmp_path, *names), "t")).notes
+    notes = [n for n in export.cells_table(reports.build(load(tmp_path, *names), "t")).notes
              if n.startswith("aggregation")]  # fmt: skip
     assert notes == [
         "aggregation (strategy=ddp at 1 workers): mean of all 3 runs (fewer than 5: nothing "
@@ -254,7 +255,7 @@ def test_each_aggregation_line_names_the_cells_it_applies_to(tmp_path):
         "aggregation (strategy=ddp at 2 workers): mean of all 2 runs (fewer than 5: nothing "
         "dropped)",
     ]
-    same = reports.cells_table(reports.build(scaling_runs(tmp_path / "same"), "t")).notes
+    same = export.cells_table(reports.build(scaling_runs(tmp_path / "same"), "t")).notes
     assert [n for n in same if n.startswith("aggregation")] == [
         "aggregation (every cell): MLPerf: mean of 3 of 5 runs (fastest and slowest dropped)"
     ]
@@ -305,7 +306,7 @@ def test_a_cell_of_five_runs_with_two_misses_reports_no_result_and_no_spread(tmp
     result = report_runs(tmp_path, *(f"r{i}" for i in range(5)))
     assert result.exit_code == 0, result.output
     built = reports.build(load(tmp_path, *(f"r{i}" for i in range(5))), "t")
-    [row] = reports.cells_table(built).rows
+    [row] = export.cells_table(built).rows
     assert row[2:5] == ("3/5", "not converged", "-")  # no mean, so no ± and no range of it
     assert "2 of 5 runs missed the target" in result.output
 
@@ -337,7 +338,7 @@ def test_a_cancelled_or_running_run_is_never_said_to_count_as_a_miss(tmp_path):
     make_run(tmp_path, "b", 1, 1.0, state="CANCELLED")
     make_run(tmp_path, "c", 1, 1.0, state="RUNNING", finished_at=None)
     built = reports.build(load(tmp_path, "a", "b", "c"), "t")
-    rows = {row[0]: row for row in reports.runs_table(built).rows}
+    rows = {row[0]: row for row in export.runs_table(built).rows}
     assert rows["b"][5] == "CANCELLED: left out" and rows["c"][5] == "RUNNING: left out"
     assert built.cells[0].tta.num_runs == 1
 
@@ -352,11 +353,11 @@ def test_speedups_against_a_larger_baseline_say_so_and_are_judged_against_it(tmp
         names.append(make_run(tmp_path, f"w4-{i}", 4, 4.0 + i / 10, overrides=(f"seed={i}",)).name)
     built = reports.build(load(tmp_path, *names), "t")
     assert [c.baseline_workers for c in built.cells] == [2, 2, 2]
-    notes = " ".join(reports.cells_table(built).notes)
+    notes = " ".join(export.cells_table(built).notes)
     assert "strategy=ddp: speedups are against 2 workers" in notes
     assert "SUSPECT speedup 5.12x for 2x the workers" in notes
     # The figure's point without a speedup says so inside the axes (y=0 was below them).
-    reports.write_figures(built, tmp_path / "out")
+    export.write_figures(built, tmp_path / "out")
     assert "no valid time" in (tmp_path / "out" / "speedup.svg").read_text()
 
 
@@ -396,7 +397,7 @@ def test_a_cluster_run_not_over_yet_has_no_cost_rather_than_nothing(tmp_path):
     run = load_run(tmp_path / "running")
     (c,) = reports.cluster_costs([run], project).values()
     assert c.usd is None
-    assert reports.cost_text(c, run) == "unknown price (RUNNING: known once it ends)"
+    assert export.cost_text(c, run) == "unknown price (RUNNING: known once it ends)"
 
 
 def test_a_copied_run_directory_is_named_as_left_out_not_dropped_in_silence(tmp_path):
