@@ -88,7 +88,7 @@ def speedup_figure(
     ax.set_ylabel("speedup of time to accuracy")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     return _save(fig, base)
 
 
@@ -125,7 +125,7 @@ def time_to_accuracy_figure(
     ax.annotate("bars: mean of the runs kept; whiskers: fastest to slowest of them",
                 xy=(0, -0.16), xycoords="axes fraction", fontsize=7, color="0.35")  # fmt: skip
     if labelled:
-        ax.legend(fontsize=8)
+        _legend(ax, fontsize=8)
     return _save(fig, base)
 
 
@@ -155,7 +155,7 @@ def phases_figure(
     ax.set_xlabel("workers")
     ax.set_ylabel("time per step (ms)")
     ax.set_title(title)
-    ax.legend(fontsize=8, reverse=True)
+    _legend(ax, fontsize=8, reverse=True)
     assert set(STACK_ORDER) == {*STEP_PHASES, OTHER_PHASE}  # a new phase needs a colour
     return _save(fig, base)
 
@@ -185,7 +185,7 @@ def curves_figure(
     acc_ax.set(xlabel="time since run_start (s)", ylabel="quality metric (eval_accuracy)")
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend(ax, fontsize=7)
     fig.suptitle(title)
     return _save(fig, base)
 
@@ -233,7 +233,14 @@ def adaptive_figure(
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[1]:
         ax.set_xlabel("time since run_start (s)")
-    axes.flat[0].legend(fontsize=7)
-    axes.flat[1].legend(fontsize=7)
+    _legend(axes.flat[0], fontsize=7)
+    _legend(axes.flat[1], fontsize=7)
     fig.suptitle(title)
     return _save(fig, base)
+
+
+def _legend(ax: Any, **options: Any) -> None:
+    """A legend where something is labelled: a figure of runs without a valid time has no
+    line to name, and matplotlib would warn on the terminal."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**options)

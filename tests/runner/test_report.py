@@ -4,6 +4,7 @@ figures written and non-empty, exports, and `runner report` on a study."""
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -406,3 +407,13 @@ def test_a_copied_run_directory_is_named_as_left_out_not_dropped_in_silence(tmp_
     result = report_runs(tmp_path, "a", "copy-of-a")
     assert result.exit_code == 0, result.output
     assert "copy-of-a: job.json names run 'a', not its directory" in " ".join(result.output.split())
+
+
+def test_figures_of_runs_without_a_valid_time_warn_nothing_on_the_terminal(tmp_path):
+    # No line to name: matplotlib's legend warned "No artists with labels found".
+    for i in range(2):
+        make_run(tmp_path, f"miss{i}", 1 + i, None, overrides=(f"seed={i}",))
+    built = reports.build(load(tmp_path, "miss0", "miss1"), "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert export.write_figures(built, tmp_path / "out")
