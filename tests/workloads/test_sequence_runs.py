@@ -128,3 +128,84 @@ def test_tiny_awd_lstm_on_2_workers_lowers_validation_perplexity(tmp_path):
     assert summary["target_reached"]  # a tiny grammar is far below 70
     result = check_log(out / "events.jsonl", "lstm-wikitext2")
     assert result.ok, result.messages
+
+
+def _lm_evaluations_around_an_averaging(
+    rank: int, world_size: int, data_dir: str, asgd: bool
+) -> list[float]:
+    """On each rank: the perplexity of an evaluation right after local steps, then of one
+    after the models were averaged by hand (what evaluation must score either way); with
+    `asgd`, of the weights NT-ASGD averaged over the second epoch's steps."""
+    import torch
+    import torch.distributed as dist
+
+    from workloads import mllog, tasks
+    from workloads.timing import clock_for
+
+    config = BENCHMARKS["lstm-wikitext2"].config.replace(
+        data_dir=data_dir,
+        strategy="model-averaging",
+        averaging_period=100_000,  # no averaging while training: the ranks' models drift apart
+        asgd_nonmono=1 if asgd else 0,
+        batch_size=8,
+        bptt=20,
+        lr=10.0,
+        embed_dim=16,
+        hidden_dim=16,
+        num_layers=1,
+    )
+    device = torch.device("cpu")
+    torch.manual_seed(0)  # as workloads.train does: the same initial model on every rank
+    log = mllog.RankLog(rank, None)
+    task = tasks.build(tasks.Context(config, rank, world_size, device, clock_for(device), log))
+    task.train_epoch(1)
+    if asgd:  # a validation loss above an earlier one of 0: this evaluation switches to ASGD
+        task.val_losses = [0.0, 0.0]
+        task.evaluate(1)
+        assert task.averaging
+        task.train_epoch(2)
+    first = task.evaluate(1).value
+    task.strategy.sync_buffers()  # model-averaging's: the models' mean
+    for state in task.optimizer.state.values():  # and ASGD's averages', where it averages
+        if "ax" in state:
+            dist.all_reduce(state["ax"])
+            state["ax"] /= world_size
+    return [first, task.evaluate(1).value]
+
+
+@pytest.mark.parametrize("asgd", [False, True], ids=["sgd", "nt-asgd"])
+def test_awd_lstm_under_model_averaging_evaluates_the_averaged_model(tmp_path, asgd):
+    from tests.distributed import run_ranks
+
+    _wikitext(tmp_path / "data")
+    results = run_ranks(
+        _lm_evaluations_around_an_averaging, data_dir=str(tmp_path / "data"), asgd=asgd
+    )
+    # Every rank scores its share of the validation stream with the one averaged model: the
+    # ranks' own models (different after local steps) would score a mixture of models.
+    (first, averaged), _ = results
+    assert results[0] == results[1]
+    assert first == pytest.approx(averaged, rel=1e-9)
+
+
+def test_awd_lstm_refuses_a_validation_split_too_short_to_score_before_training(tmp_path):
+    from tests.workloads.entry import run_entry
+
+    directory = tmp_path / "data" / WIKITEXT2_SUBDIR
+    directory.mkdir(parents=True)
+    write_lines(directory / "wiki.train.tokens", markov_lines(600, 0))
+    write_lines(directory / "wiki.test.tokens", markov_lines(30, 2))
+    # 16 tokens: one row of 10 streams, whose tokens have no next token to predict.
+    write_lines(directory / "wiki.valid.tokens", markov_lines(2, 1))
+    config = BENCHMARKS["lstm-wikitext2"].config.replace(
+        data_dir=str(tmp_path / "data"), max_epochs=1, batch_size=8, bptt=20,
+        embed_dim=16, hidden_dim=16, num_layers=1,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    done = run_entry(config, out, "--open-division")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "1 validation tokens per stream (of 10), so nothing to score" in output
+    # Refused while building the task, not scored as a diverged run after an epoch.
+    assert "diverged" not in output
+    assert not any(e["key"] == "run_start" for e in read_events(out / "events.jsonl"))

@@ -86,6 +86,14 @@ class LanguageModelTask(Trains):
                 f"each of {ctx.world_size} ranks has {len(train)} tokens per stream, fewer than "
                 f"one bptt={bptt} window; lower bptt or batch_size, or use more data"
             )
+        # Checked before training: a stream of one row predicts nothing, and an evaluation of
+        # no tokens would read as a diverged run (perplexity nan) after a whole epoch.
+        if len(valid) < 2:
+            raise ValueError(
+                f"each of {ctx.world_size} ranks has {len(valid)} validation tokens per stream "
+                f"(of {EVAL_BATCH_SIZE}), so nothing to score; use more validation data or "
+                "fewer workers"
+            )
         return cls(
             config,
             ctx.rank,
@@ -154,6 +162,9 @@ class LanguageModelTask(Trains):
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> Evaluation:
+        # Every rank scores its share with the same model: model averaging's ranks step on
+        # their own between averagings, and would otherwise each score a different model.
+        self._strategy().sync_buffers()
         model = self._model()
         model.eval()
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # nll, tokens
@@ -201,6 +212,8 @@ class LanguageModelTask(Trains):
             if "ax" in state:
                 saved.append((p, p.detach().clone()))
                 p.data.copy_(state["ax"])
+        # Each rank's averages are of its own iterates: under model averaging, those differ.
+        self._strategy().sync_buffers()
         try:
             yield
         finally:
