@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from runner.datasets import wmt
 from runner.errors import RunnerError
@@ -205,6 +205,16 @@ def prepared_path(name: str, root: Path) -> Path:
 
 
 def is_prepared(name: str, root: Path) -> bool:
+    """Whether `name` is ready under `root`. A root that cannot be looked into (no
+    permission, a name too long) is not: fetching there then names what is wrong in one line
+    (fetch()), where pathlib's is_file() would raise its OSError as a traceback."""
+    try:
+        return _is_prepared(name, root)
+    except OSError:
+        return False
+
+
+def _is_prepared(name: str, root: Path) -> bool:
     path = prepared_path(name, root)
     if name == "cifar10":
         return all((path / f).is_file() for f in CIFAR10_FILES)
@@ -341,7 +351,7 @@ def _stream(url: str, part: Path, algorithm: str, progress: Progress | None) -> 
     with _network_errors(url):
         request = urllib.request.Request(url, headers={"User-Agent": "stackbench-runner"})
         response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)
-    with response, open(part, "wb") as out:
+    with response, _create(part) as out:
         total = _content_length(response.headers.get("Content-Length"))
         done = 0
         while True:
@@ -355,6 +365,16 @@ def _stream(url: str, part: Path, algorithm: str, progress: Progress | None) -> 
             if progress is not None:
                 progress(part.name.removesuffix(".part"), done, total, "bytes")
     return hasher.hexdigest()
+
+
+def _create(part: Path) -> BinaryIO:
+    """`part` as a new, empty file of this process's. What stands at its name (a killed
+    fetch's `.part`, or a link planted in a shared data directory) is removed first and the
+    file created exclusively, never opened through a link: "wb" would follow a link and
+    overwrite whatever file it leads to with the download."""
+    part.unlink(missing_ok=True)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    return os.fdopen(fd, "wb")
 
 
 @contextlib.contextmanager

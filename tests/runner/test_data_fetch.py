@@ -4,17 +4,22 @@ fixture, tests/runner/conftest.py)."""
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 
 import numpy as np
+import pytest
+import torch
 from click.testing import CliRunner
 
 from runner.cli import main
 from runner.datasets import fetch as datasets
 from runner.datasets.fetch import DataSource, RemoteFile
 from tests.datagen import cifar_archive, epsilon_points, write_libsvm
-from workloads.data import epsilon_cache_dir
+from workloads.data import DataError, epsilon_cache_dir
+from workloads.data.cifar10 import load_cifar10
+from workloads.data.epsilon import load_epsilon
 from workloads.data.libsvm import open_split
 
 
@@ -117,6 +122,43 @@ def test_fetch_epsilon_refuses_a_file_with_fewer_samples_than_published(
     result = _fetch("epsilon", tmp_path / "data", url)
     assert result.exit_code == 1 and "4 samples, expected 5" in result.output
     assert not epsilon_cache_dir(tmp_path / "data").exists()
+
+
+def _run_the_named_fix(err: pytest.ExceptionInfo[DataError], url: str) -> None:
+    """Run the `runner data fetch ...` command a loader's error names (from the server)."""
+    named = re.search(r"`runner (data fetch [^`]*)`", str(err.value))
+    assert named is not None, err.value
+    result = CliRunner().invoke(main, [*named.group(1).split(), "--mirror", url])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_command_a_damaged_cifar_batch_names_repairs_it(server, tmp_path, monkeypatch):
+    # The six files are there, so a fetch without --force finds cifar10 prepared and does
+    # nothing: the loader's error must name the command that does put the batch right.
+    served, url = server
+    archive = cifar_archive()
+    (served / "cifar-10-python.tar.gz").write_bytes(archive)
+    _publish(monkeypatch, "cifar10", {"cifar-10-python.tar.gz": archive})
+    root = tmp_path / "data"
+    assert _fetch("cifar10", root, url).exit_code == 0
+    (root / "cifar-10-batches-py" / "data_batch_2").write_bytes(b"damaged")
+    with pytest.raises(DataError, match="data_batch_2: corrupt") as err:
+        load_cifar10(root, torch.device("cpu"))
+    _run_the_named_fix(err, url)
+    assert load_cifar10(root, torch.device("cpu")).num_train == 5 * 4
+
+
+def test_the_command_a_damaged_epsilon_cache_names_repairs_it(server, tmp_path, monkeypatch):
+    served, url = server
+    x, y = epsilon_points(6, 2000, seed=0)
+    _serve_epsilon(served, monkeypatch, (x, y), (x, y), expected_rows={"train": 6, "test": 6})
+    root = tmp_path / "data"
+    assert _fetch("epsilon", root, url).exit_code == 0
+    (epsilon_cache_dir(root) / "train.y.i8").write_bytes(bytes([5] * 6))  # labels not +-1
+    with pytest.raises(DataError, match=r"train\.y\.i8: row 1 has label 5") as err:
+        load_epsilon(root, torch.device("cpu"))
+    _run_the_named_fix(err, url)
+    assert load_epsilon(root, torch.device("cpu")).num_train == 6
 
 
 def test_an_unknown_data_set_is_a_usage_error():

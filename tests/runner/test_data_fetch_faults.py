@@ -96,6 +96,35 @@ def test_a_directory_under_a_file_is_one_line_naming_it(tmp_path, monkeypatch):
     assert "Not a directory" in result.output and "give another --dir" in result.output
 
 
+@pytest.mark.parametrize("name", ["cifar10", "epsilon", "wikitext2"])
+def test_a_dir_that_cannot_be_looked_into_is_one_line_naming_it(tmp_path, name):
+    # ENAMETOOLONG from pathlib's is_file() (EACCES, to a user who is not root, alike) was a
+    # traceback before anything was downloaded.
+    result = _fetch(name, tmp_path / ("d" * 300), "http://127.0.0.1:9")
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert f"preparing {name} in" in result.output and "File name too long" in result.output
+
+
+def test_a_link_planted_at_the_part_file_is_never_written_through(server, tmp_path, monkeypatch):
+    # A shared data directory where someone put a link at the name the download is written
+    # to: the download must replace the link, not overwrite the file it leads to.
+    served, url = server
+    archive = cifar_archive()
+    (served / ARCHIVE).write_bytes(archive)
+    _publish(monkeypatch, "cifar10", {ARCHIVE: archive})
+    root = tmp_path / "data"
+    (root / "downloads").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (root / "downloads" / f"{ARCHIVE}.part").symlink_to(victim)
+    result = _fetch("cifar10", root, url)
+    assert result.exit_code == 0, result.output
+    assert victim.read_text() == "precious\n"
+    assert (root / "downloads" / ARCHIVE).read_bytes() == archive
+    assert sorted(p.name for p in (root / "downloads").iterdir()) == [ARCHIVE]
+
+
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real full disk (needs root, as mount does)."""

@@ -16,6 +16,7 @@ from workloads.data.canonical import (
     CIFAR10_IMAGES_PER_FILE,
     EPSILON_ROWS,
     WIKITEXT2_TOKENS,
+    missing,
     problem,
 )
 
@@ -110,6 +111,56 @@ def test_wikitext2_token_counts_decide(tmp_path):
     valid.write_text(valid.read_text() + "one more\n")
     said = problem(tmp_path, "wikitext2")
     assert said is not None and "217,649 tokens, WikiText-2's has 217,646" in said
+
+
+def _wmt_meta(root: Path, text: str) -> None:
+    path = root / "wmt17" / "cache" / "meta.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+
+
+def test_a_wmt_cache_with_the_loaders_meta_passes(tmp_path):
+    counts = {"sentences": 3, "src_tokens": 12, "tgt_tokens": 14}
+    splits = {"train": counts, "test": counts}
+    _wmt_meta(tmp_path, json.dumps({"format": "stackbench-parallel-v1", "splits": splits}))
+    assert problem(tmp_path, "wmt17") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("garbage", "meta.json: unreadable (JSONDecodeError"),
+        ('{"format": "stackbench-parallel-v0", "splits": {"train": {}, "test": {}}}', "v0'"),
+        ('{"format": "stackbench-parallel-v1", "splits": {"train": {}}}', "splits ['train']"),
+        ('{"format": "stackbench-parallel-v1", "splits": ["train", "test"]}', "unreadable"),
+    ],
+)
+def test_a_wmt_cache_whose_meta_the_loader_refuses_is_refused_before_the_run(tmp_path, text, said):
+    # The loader refuses these once the run's processes have started; the check, before.
+    _wmt_meta(tmp_path, text)
+    found = problem(tmp_path, "wmt17")
+    assert found is not None and said in found, found
+    assert f"runner data fetch wmt17 --dir {tmp_path} --force" in found
+
+
+def test_an_epsilon_cache_of_another_format_is_refused(tmp_path):
+    _epsilon_cache(tmp_path, EPSILON_ROWS)
+    meta_path = epsilon_cache_dir(tmp_path) / "meta.json"
+    meta_path.write_text(meta_path.read_text().replace("dense-v1", "dense-v2"))
+    said = problem(tmp_path, "epsilon")
+    assert said is not None and "format 'stackbench-libsvm-dense-v2'" in said
+
+
+@pytest.mark.parametrize("dataset", ["cifar10", "epsilon", "wikitext2", "wmt16"])
+def test_a_data_dir_that_cannot_be_looked_into_is_said_not_raised(tmp_path, dataset):
+    # A name longer than the file system takes (ENAMETOOLONG; no permission reads the same
+    # way to a user who is not root): pathlib's is_file() raises it, which was a traceback
+    # before `runner submit` started anything.
+    root = tmp_path / ("d" * 300)
+    for check in (problem, missing):
+        said = check(root, dataset)
+        assert said is not None and "cannot be read (File name too long)" in said, said
+        assert f"runner data fetch {dataset} --dir" in said
 
 
 def test_digits_is_always_there_and_an_unknown_data_set_is_named(tmp_path):

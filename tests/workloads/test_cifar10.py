@@ -114,6 +114,21 @@ def test_a_pickle_naming_an_unknown_codec_is_corrupt(tmp_path):
         read_batch(path)
 
 
+# An array declared 2**50 bytes long (1 PiB, beyond any address space), through the allowed
+# _reconstruct: numpy allocates it before any data is read, so no memory holds it.
+HUGE_ARRAY = (
+    b"\x80\x02cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n"
+    b"\x8a\x07\x00\x00\x00\x00\x00\x00\x04\x85C\x01b\x87R."
+)
+
+
+def test_a_pickle_declaring_an_array_no_memory_holds_is_corrupt(tmp_path):
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(HUGE_ARRAY)
+    with pytest.raises(DataError, match=r"data_batch_1: corrupt .*Unable to allocate"):
+        read_batch(path)
+
+
 def test_a_batch_that_is_a_directory_is_named_unreadable(tmp_path):
     directory = write_cifar10(tmp_path)
     (directory / "data_batch_4").unlink()

@@ -1,5 +1,6 @@
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,23 @@ def test_a_damaged_cache_is_a_data_error(cache, tmp_path):
     assert not is_prepared(copy)
     with pytest.raises(DataError, match="format 'old'"):
         load_parallel(copy, "train")
+
+
+def test_a_damaged_cache_names_the_fetch_that_rebuilds_it_there(cache, tmp_path):
+    # meta.json is intact, so the fetch takes the data set for prepared: only --force, into
+    # the run's data directory, rebuilds it (not the default directory's).
+    copy = tmp_path / "root" / "wmt16" / "cache"
+    copy.mkdir(parents=True)
+    for path in cache.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    (copy / "train.tgt.offsets.npy").write_bytes(b"damaged")
+    assert is_prepared(copy)
+    fix = f"run `runner data fetch wmt16 --dir {tmp_path / 'root'} --force`"
+    with pytest.raises(DataError, match=re.escape(fix)):
+        load_parallel(copy, "train", dataset="wmt16")
+    (copy / "test.ref.txt").write_text("one line\n")
+    with pytest.raises(DataError, match=re.escape(fix)):
+        load_references(copy, "test", dataset="wmt16")
 
 
 @pytest.mark.parametrize(

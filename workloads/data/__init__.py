@@ -32,6 +32,10 @@ CIFAR10_SUBDIR = "cifar-10-batches-py"  # the published archive's own top-level 
 CIFAR10_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
 EPSILON_SUBDIR = "epsilon"
 EPSILON_NUM_FEATURES = 2000
+# The `format` of the converted caches' meta.json, written by their builders (libsvm.py,
+# translation.py) and checked by their readers and by canonical.py's quick check.
+EPSILON_CACHE_FORMAT = "stackbench-libsvm-dense-v1"
+TRANSLATION_CACHE_FORMAT = "stackbench-parallel-v1"
 WIKITEXT2_SUBDIR = "wikitext-2"  # the published archive's own top-level directory
 WIKITEXT2_FILES = ("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens")
 # The WMT en-de data sets: raw text in <subdir>/raw, the tokenized cache in <subdir>/cache.

@@ -15,7 +15,8 @@ validate as they read it.
 - epsilon: the converted cache's row counts (400,000 and 100,000) and file sizes;
 - wikitext2: the tokens of each file, counted as the reader counts them (words plus one
   `<eos>` a line): 2,088,628, 217,646 and 245,569;
-- wmt16, wmt17: the tokenized cache is there (no canonical sizes are checked);
+- wmt16, wmt17: the tokenized cache's meta.json, of its format with a train and a test
+  split (no canonical sizes are checked);
 - digits: always there (it ships with scikit-learn).
 """
 
@@ -27,7 +28,9 @@ from pathlib import Path
 from workloads.data import (
     CIFAR10_FILES,
     CIFAR10_SUBDIR,
+    EPSILON_CACHE_FORMAT,
     EPSILON_NUM_FEATURES,
+    TRANSLATION_CACHE_FORMAT,
     WIKITEXT2_FILES,
     WIKITEXT2_SUBDIR,
     WMT_SUBDIRS,
@@ -43,6 +46,13 @@ WIKITEXT2_TOKENS = dict(zip(WIKITEXT2_FILES, (2_088_628, 217_646, 245_569), stri
 
 def problem(root: Path, dataset: str) -> str | None:
     """What keeps `dataset` under `root` from being the canonical data set, or None."""
+    try:
+        return _problem(root, dataset)
+    except OSError as err:  # pathlib's is_file() raises all but "no such file" and the like
+        return _unreadable(err, dataset, root)
+
+
+def _problem(root: Path, dataset: str) -> str | None:
     if dataset == "digits":
         return None
     if dataset == "cifar10":
@@ -52,8 +62,7 @@ def problem(root: Path, dataset: str) -> str | None:
     if dataset == "wikitext2":
         return _wikitext2(root)
     if dataset in WMT_SUBDIRS:
-        cache = translation_cache_dir(root, dataset)
-        return None if (cache / "meta.json").is_file() else _missing(cache, dataset, root)
+        return _wmt(root, dataset)
     return f"no data set {dataset!r}"
 
 
@@ -70,7 +79,10 @@ def missing(root: Path, dataset: str) -> str | None:
         paths = [translation_cache_dir(root, dataset) / "meta.json"]
     else:
         return None
-    absent = next((path for path in paths if not path.is_file()), None)
+    try:
+        absent = next((path for path in paths if not path.is_file()), None)
+    except OSError as err:
+        return _unreadable(err, dataset, root)
     return None if absent is None else _missing(absent, dataset, root)
 
 
@@ -97,10 +109,15 @@ def _epsilon(root: Path) -> str | None:
         return _missing(cache, "epsilon", root)
     try:
         meta = json.loads(meta_path.read_text())
+        form = meta["format"]
         width = meta["num_features"]
         rows = {split: meta["splits"][split]["rows"] for split in EPSILON_ROWS}
     except (OSError, ValueError, KeyError, TypeError) as err:
         return f"{meta_path}: unreadable ({type(err).__name__}: {err}); {_refetch('epsilon', root)}"
+    if form != EPSILON_CACHE_FORMAT:
+        return (
+            f"{meta_path}: format {form!r}, not {EPSILON_CACHE_FORMAT}; {_refetch('epsilon', root)}"
+        )
     if width != EPSILON_NUM_FEATURES or rows != EPSILON_ROWS:
         return (
             f"{cache}: {rows} rows of {width} features, epsilon's are {EPSILON_ROWS} of "
@@ -111,6 +128,26 @@ def _epsilon(root: Path) -> str | None:
             path = cache / f"{split}{suffix}"
             if not path.is_file() or path.stat().st_size != count * row_bytes:
                 return f"{path}: missing or the wrong size; {_refetch('epsilon', root)}"
+    return None
+
+
+def _wmt(root: Path, dataset: str) -> str | None:
+    """The tokenized cache's meta.json is the loader's (its format, a train and a test split):
+    the loader refuses any other, but only once the run's processes have started."""
+    cache = translation_cache_dir(root, dataset)
+    meta_path = cache / "meta.json"
+    if not meta_path.is_file():
+        return _missing(cache, dataset, root)
+    try:
+        meta = json.loads(meta_path.read_text())
+        found = (meta["format"], sorted(meta["splits"].keys() & {"train", "test"}))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        return f"{meta_path}: unreadable ({type(err).__name__}: {err}); {_refetch(dataset, root)}"
+    if found != (TRANSLATION_CACHE_FORMAT, ["test", "train"]):
+        return (
+            f"{meta_path}: format {found[0]!r} with splits {found[1]}, expected "
+            f"{TRANSLATION_CACHE_FORMAT!r} with test and train; {_refetch(dataset, root)}"
+        )
     return None
 
 
@@ -135,6 +172,15 @@ def _wikitext2(root: Path) -> str | None:
 
 def _missing(path: Path, dataset: str, root: Path) -> str:
     return f"{path} is missing; run `runner data fetch {dataset} --dir {root}`"
+
+
+def _unreadable(err: OSError, dataset: str, root: Path) -> str:
+    """A data directory that cannot be looked into (no permission, a name too long)."""
+    where = err.filename or root
+    return (
+        f"{where}: cannot be read ({err.strerror or err}); check the data directory "
+        f"(data_dir) or run `runner data fetch {dataset} --dir DIR` into one that can"
+    )
 
 
 def _refetch(dataset: str, root: Path) -> str:

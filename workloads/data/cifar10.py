@@ -57,18 +57,19 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     except FileNotFoundError:
         raise DataError(f"{path}: missing; {_fetch_hint(path)}") from None
     except OSError as err:  # a directory, no permission, an I/O error
-        raise DataError(f"{path}: unreadable ({err}); {_fetch_hint(path)}") from None
-    # LookupError: _codecs.encode asked for a codec that does not exist.
+        raise DataError(f"{path}: unreadable ({err}); {_fetch_hint(path, force=True)}") from None
+    # LookupError: _codecs.encode asked for a codec that does not exist. MemoryError: an
+    # array whose declared shape no memory holds (numpy allocates it before any data).
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            LookupError) as err:  # fmt: skip
-        message = f"{path}: corrupt or truncated pickle ({err}); {_fetch_hint(path)}"
+            LookupError, MemoryError) as err:  # fmt: skip
+        message = f"{path}: corrupt or truncated pickle ({err}); {_fetch_hint(path, force=True)}"
         raise DataError(message) from None
     return _validated(batch, path)
 
 
 def _validated(batch: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
     def bad(what: str) -> DataError:
-        return DataError(f"{path}: not a CIFAR-10 batch: {what}; {_fetch_hint(path)}")
+        return DataError(f"{path}: not a CIFAR-10 batch: {what}; {_fetch_hint(path, force=True)}")
 
     if not isinstance(batch, dict) or "data" not in batch or "labels" not in batch:
         raise bad("expected a dict with 'data' and 'labels'")
@@ -89,8 +90,12 @@ def _validated(batch: Any, path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data.reshape(-1, *IMAGE_SHAPE), labels.astype(np.int64)
 
 
-def _fetch_hint(path: Path) -> str:
-    return f"run `runner data fetch cifar10 --dir {path.parent.parent}`"
+def _fetch_hint(path: Path, force: bool = False) -> str:
+    """The command that puts the batch at `path` right. A damaged batch needs --force: the
+    fetch takes the six files' presence for a prepared data set and would do nothing."""
+    return (
+        f"run `runner data fetch cifar10 --dir {path.parent.parent}{' --force' if force else ''}`"
+    )
 
 
 def channel_stats(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

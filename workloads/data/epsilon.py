@@ -36,10 +36,13 @@ def load_epsilon(
     try:
         train_x, train_y = open_split(directory, "train")
         test_x, test_y = open_split(directory, "test")
-    except DataError as err:
-        raise DataError(f"{err}; run `runner data fetch epsilon --dir {root}` again") from None
+    except DataError as err:  # meta.json is there, so only --force makes the fetch convert again
+        raise DataError(f"{err}; run `runner data fetch epsilon --dir {root} --force`") from None
     if train_x.shape[1] != NUM_FEATURES:
-        raise DataError(f"{directory}: {train_x.shape[1]} features, epsilon has {NUM_FEATURES}")
+        raise DataError(
+            f"{directory}: {train_x.shape[1]} features, epsilon has {NUM_FEATURES}; "
+            f"run `runner data fetch epsilon --dir {root} --force`"
+        )
     start, stop = static_shard(train_x.shape[0], world_size, rank)
     order = shuffled_shard_order(stop - start, rank, seed)
     return Splits(

@@ -26,9 +26,9 @@ from typing import IO
 
 import numpy as np
 
-from workloads.data import DataError
+from workloads.data import EPSILON_CACHE_FORMAT, DataError
 
-FORMAT = "stackbench-libsvm-dense-v1"
+FORMAT = EPSILON_CACHE_FORMAT
 ROWS_PER_WRITE = 1024
 Progress = Callable[[str, int], None]  # (split, rows converted so far)
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.data import DataError
+from workloads.data import TRANSLATION_CACHE_FORMAT, DataError
 from workloads.data.subword import (
     BOS_ID,
     EOS_ID,
@@ -50,7 +50,7 @@ from workloads.data.subword import (
     train_subword_model,
 )
 
-FORMAT = "stackbench-parallel-v1"
+FORMAT = TRANSLATION_CACHE_FORMAT
 META_FILE = "meta.json"
 SPLIT_COUNTS = ("sentences", "src_tokens", "tgt_tokens")  # what meta.json counts per split
 MODEL_FILE = "subword.model"
@@ -257,11 +257,12 @@ def _swap_into_place(built: Path, cache_dir: Path) -> None:
 def read_meta(cache_dir: Path, dataset: str = DEFAULT_DATASET) -> dict[str, Any]:
     """meta.json of a complete cache; DataError saying how to rebuild it otherwise."""
     path = Path(cache_dir) / META_FILE
-    fix = f"run `runner data fetch {dataset}`"
+    fix = refetch_command(cache_dir, dataset)
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:
-        raise DataError(f"{cache_dir}: no prepared translation data; {fix}") from None
+        fetch = refetch_command(cache_dir, dataset, force=False)
+        raise DataError(f"{cache_dir}: no prepared translation data; {fetch}") from None
     except (OSError, ValueError) as err:  # a directory, unreadable, not UTF-8, not JSON
         raise DataError(f"{path}: corrupt ({err}); {fix}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -271,6 +272,13 @@ def read_meta(cache_dir: Path, dataset: str = DEFAULT_DATASET) -> dict[str, Any]
     if problem is not None:
         raise DataError(f"{path}: {problem}; the cache is damaged, {fix}")
     return meta
+
+
+def refetch_command(cache_dir: Path, dataset: str, force: bool = True) -> str:
+    """The command that rebuilds the cache in `cache_dir` (<data root>/<dataset>/cache): with
+    --force when there is a meta.json, which the fetch takes for a prepared data set."""
+    root = Path(cache_dir).parent.parent
+    return f"run `runner data fetch {dataset} --dir {root}{' --force' if force else ''}`"
 
 
 def _meta_problem(meta: dict[str, Any]) -> str | None:
@@ -365,7 +373,7 @@ def load_parallel(cache_dir: Path, split: str, dataset: str = DEFAULT_DATASET) -
         if bad:
             raise DataError(
                 f"{cache_dir}/{split}.{side}: does not match meta.json; the cache is damaged, "
-                f"run `runner data fetch {dataset}`"
+                f"{refetch_command(cache_dir, dataset)}"
             )
         arrays[side], arrays[f"{side}_offsets"] = flat, offsets
     return ParallelSplit(**arrays)
@@ -375,13 +383,13 @@ def _split_info(meta: dict, cache_dir: Path, split: str, dataset: str) -> dict[s
     if split not in meta["splits"]:
         raise DataError(
             f"{cache_dir}: no split {split!r} (has {', '.join(meta['splits'])}); "
-            f"run `runner data fetch {dataset}`"
+            f"{refetch_command(cache_dir, dataset)}"
         )
     return meta["splits"][split]
 
 
 def _load_array(path: Path, dtype: type, dataset: str) -> np.ndarray:
-    fix = f"the cache is damaged, run `runner data fetch {dataset}`"
+    fix = f"the cache is damaged, {refetch_command(path.parent, dataset)}"
     try:
         array = np.load(path, mmap_mode="r")
     except FileNotFoundError:
@@ -415,7 +423,7 @@ def _raw_lines(cache_dir: Path, split: str, kind: str, dataset: str) -> list[str
         found = "missing" if lines is None else f"{len(lines)} lines"
         raise DataError(
             f"{path}: {found}, expected {info['sentences']} lines; the cache is damaged, "
-            f"run `runner data fetch {dataset}`"
+            f"{refetch_command(cache_dir, dataset)}"
         )
     return lines
 
