@@ -222,6 +222,40 @@ def test_a_damaged_kubeconfig_is_bad_input_naming_the_file(tmp_path: Path, conte
     assert err.value.param == "--kubeconfig" and str(path) in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"\xb9\x00\xffkind: Config\n", "not a kubeconfig (not UTF-8 text)"),
+        (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+        (b"current-context: main\ncontexts:\n- name: [main]\n", "not a list of {name, context}"),
+        (b"current-context: [main]\ncontexts:\n- name: main\n", "no context None"),
+    ],
+    ids=["not-utf8", "deep", "list-name", "list-current"],
+)
+def test_a_kubeconfig_that_is_garbage_is_bad_input_not_a_traceback(tmp_path: Path, data, problem):
+    path = tmp_path / "kc"
+    path.write_bytes(data)
+    with pytest.raises(SpecError, match=re.escape(problem)) as err:
+        connect(kubeconfig=path, image="r/t:1")
+    assert err.value.param == "--kubeconfig" and str(path) in str(err.value)
+
+
+@pytest.mark.timeout(60)  # without the cap, /dev/zero is read until memory runs out
+def test_a_kubeconfig_is_read_from_a_pipe_but_never_without_end():
+    """`--kubeconfig <(pulumi stack output ...)` is a pipe, and works; /dev/zero given by
+    mistake is refused at a cap instead of filling memory."""
+    read, write = os.pipe()
+    os.write(write, b"current-context: a\ncontexts:\n- name: a\n  context: {namespace: ns}\n")
+    os.close(write)
+    try:
+        assert connect(kubeconfig=Path(f"/dev/fd/{read}"), image="r/t:1").namespace == "ns"
+    finally:
+        os.close(read)
+    with pytest.raises(SpecError, match="far larger than a kubeconfig") as err:
+        connect(kubeconfig=Path("/dev/zero"), image="r/t:1")
+    assert err.value.param == "--kubeconfig"
+
+
 def test_stack_and_kubeconfig_are_exclusive(tmp_path: Path):
     with pytest.raises(SpecError, match="not both"):
         connect(stack="kind", kubeconfig=tmp_path / "kc")

@@ -149,6 +149,25 @@ def test_status_explains_a_failure_with_the_exit_code(cluster, tmp_path, job_api
     assert "node 1" in status.reason and "OOMKilled" in status.reason
 
 
+@pytest.mark.parametrize("job_api", APIS)
+def test_a_job_that_reports_success_while_a_node_failed_is_failed(cluster, tmp_path, job_api):
+    """training-operator 1.9 marks a PyTorchJob Succeeded once its Master succeeds, whatever a
+    Worker did (observe._succeeded cites the code): the pods, not the condition, say whether
+    every process exited 0, so the record never reads SUCCEEDED, not even after a fetch."""
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(pod(job_api, RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout()))
+    cluster.add_pod(pod(job_api, RUN_ID, 1, "Failed"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
+    status = backend.status(handle)
+    assert status.state is JobState.FAILED and status.exit_code == 1
+    assert "reports success, but node 1 (pod " in status.reason
+    assert "exited with code 1 (Error)" in status.reason
+    assert [s.state for s in backend.watch(handle)] == [JobState.FAILED]
+    backend.fetch(handle, run_dir)
+    assert read_state(run_dir) == status
+
+
 def test_pending_reason_is_the_schedulers_message(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path, "trainjob")
     handle, _ = submit(backend, tmp_path, make_spec())
@@ -297,6 +316,17 @@ def test_logs_refuse_a_rank_outside_the_job(cluster, tmp_path):
         list(backend.logs(handle, 4, follow=False))
 
 
+@pytest.mark.parametrize("follow", [False, True])
+def test_logs_of_a_finished_run_that_has_none_say_why_followed_or_not(cluster, tmp_path, follow):
+    """A run cancelled before its pods started has no log, and never will: `--follow` says so
+    as plainly as a single read, rather than printing nothing and succeeding."""
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    backend.cancel(handle)
+    with pytest.raises(RunnerError, match=r"no log of rank 0 .* the run is CANCELLED"):
+        list(backend.logs(handle, 0, follow=follow))
+
+
 # ---- fetch ---------------------------------------------------------------------------------
 
 
@@ -318,6 +348,39 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     assert launcher == "launcher: starting workers\n"
     assert read_state(run_dir).state is JobState.SUCCEEDED
     assert cluster.job(job_api, RUN_ID) is None  # TrainJob has no TTL: fetch cleans up
+
+
+DIVERGED = "diverged at epoch 1, step 3: loss nan"
+
+
+@pytest.mark.parametrize(
+    ("rank0", "reason"),
+    [
+        ("training\ndone\n", "every process exited 0, but rank 0 wrote no usable summary.json"),
+        (
+            rank0_stdout().replace('"diverged": null', f'"diverged": "{DIVERGED}"'),
+            DIVERGED,
+        ),
+    ],
+    ids=["no-summary", "diverged"],
+)
+@pytest.mark.parametrize("job_api", APIS)
+def test_a_job_that_succeeded_without_a_good_summary_is_a_failed_run(
+    cluster, tmp_path, job_api, rank0, reason
+):
+    """As a local run, a run succeeded only if rank 0 wrote its summary, and not one that says
+    it diverged: the job's word is recorded only until fetch has read rank 0's whole log."""
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(pod(job_api, RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0))
+    cluster.add_pod(pod(job_api, RUN_ID, 1, "Succeeded"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
+    assert [s.state for s in backend.watch(handle)] == [JobState.SUCCEEDED]
+    backend.fetch(handle, run_dir)
+    recorded = read_state(run_dir)
+    assert recorded is not None
+    assert (recorded.state, recorded.reason, recorded.failed_rank) == (JobState.FAILED, reason, 0)
+    assert backend.status(handle) == recorded
 
 
 def test_fetch_prefers_the_results_store(cluster, tmp_path):

@@ -409,6 +409,8 @@ def test_a_pod_of_the_wrong_shape_is_refused_naming_the_field(cluster, tmp_path,
             "status is not text",
         ),
         ({"metadata": {"creationTimestamp": "yesterday"}}, "creationTimestamp is not an RFC 3339"),
+        # Without an offset it cannot be compared with the clock (the pending timeout).
+        ({"metadata": {"creationTimestamp": "2030-01-01T00:00:00"}}, "has no UTC offset"),
     ],
 )
 def test_a_job_of_the_wrong_shape_is_refused_naming_the_field(cluster, tmp_path, patch, problem):

@@ -154,6 +154,30 @@ def test_a_cancel_during_a_watch_ends_it_as_cancelled(cluster, tmp_path):
     backend.close()
 
 
+def test_a_change_seen_between_a_cancels_record_and_its_delete_keeps_the_run_cancelled(
+    cluster, tmp_path
+):
+    """`runner cancel` in another process records CANCELLED, then deletes the job; a change
+    the follower sees in between (a pod's, before the job's deletion reaches its watch) must
+    not overwrite that record, or the run ends FAILED as a job deleted behind its back."""
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    for node in (0, 1):
+        cluster.add_pod(pod("trainjob", RUN_ID, node, "Running"), log="")
+    watching = Watching(backend, handle)
+    while (status := watching.next()) is not None and status.state is not JobState.RUNNING:
+        pass
+    cancelled = JobStatus(JobState.CANCELLED, "cancelled", iso(600))
+    rundir.write_state(run_dir, cancelled)  # the other process's cancel, before its delete
+    # A new start time: without the record's word, this change is a RUNNING of its own.
+    cluster.add_pod(pod("trainjob", RUN_ID, 1, "Running", startTime=iso(90)), log="")
+    assert watching.next() == cancelled
+    make_backend(cluster, tmp_path / "elsewhere", "trainjob").api.delete_job(RUN_ID)
+    assert watching.rest() == []
+    assert read_state(run_dir) == cancelled
+    backend.close()
+
+
 # ---- faults ----------------------------------------------------------------------------------
 
 

@@ -29,10 +29,14 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from contract.rundir import JobState, JobStatus, rank_log
-from runner.backends.base import KubernetesRequest, Request
+from runner.backends.base import (
+    KubernetesRequest,
+    Request,
+    kubernetes_handle,
+    parse_kubernetes_handle,
+)
 from runner.backends.kubernetes import collect, demux, observe
 from runner.backends.kubernetes.client import KubeApi, NotFound
 from runner.backends.kubernetes.connection import (
@@ -50,7 +54,6 @@ from runner.job.spec import JobSpec
 from runner.results import rundir
 
 log = logging.getLogger(__name__)
-SCHEME = "k8s"
 BACKEND_NAME = "kubernetes"
 EVENTS_DRAIN_S = 30.0  # after the job ends, how long events() waits for rank 0's log tail
 DEFAULT_WATCH = WatchConfig()
@@ -58,15 +61,14 @@ DEFAULT_LIMITS = StoreLimits()
 
 
 def make_handle(namespace: str, name: str) -> str:
-    return f"{SCHEME}://{namespace}/{name}"
+    return kubernetes_handle(namespace, name)
 
 
 def parse_handle(handle: str) -> tuple[str, str]:
-    url = urlparse(handle)
-    name = url.path.strip("/")
-    if url.scheme != SCHEME or not url.netloc or not name or "/" in name:
+    parsed = parse_kubernetes_handle(handle)
+    if parsed is None:
         raise RunnerError(f"{handle!r} is not a Kubernetes handle (k8s://<namespace>/<name>)")
-    return url.netloc, name
+    return parsed
 
 
 class KubernetesBackend:
@@ -208,7 +210,15 @@ class KubernetesBackend:
         return observe.job_status(self.conn.job_api, view.job, view.pods, view.events)
 
     def _settle(self, name: str, job: dict[str, Any] | None, status: JobStatus) -> JobStatus:
-        """Apply the pending timeout to a fresh status, and record it."""
+        """Apply the pending timeout to a fresh status, and record it; but a finished record
+        is final. `runner cancel` elsewhere records CANCELLED before it deletes the job, and
+        what this process sees of the job meanwhile (a pod's change, before the job's
+        deletion reaches its watch) must not replace it: the run would then read as a job
+        deleted behind the runner's back, FAILED."""
+        recorded = self._memory.state(name)
+        if recorded is not None and recorded.state.finished:
+            self._finished.add(name)
+            return recorded
         if job is not None and status.state is JobState.PENDING:
             left_s = self._pending_left_s(status)
             if left_s is not None and left_s <= 0:
@@ -266,7 +276,8 @@ class KubernetesBackend:
             yield from archived  # fetched: the run directory has it all, no cluster needed
             return
         self._name(handle)  # from here on the cluster is asked: it must be the run's
-        if not follow:
+        finished = recorded is not None and recorded.state.finished
+        if not follow or finished:  # a finished run's log no longer grows: read, or say why not
             yield from collect.rank_lines(self.api, name, node, rank, archived, recorded)
             return
         with self._observers.observing(name) as observer:
@@ -315,6 +326,8 @@ class KubernetesBackend:
         status = harvest.run()
         if harvest.job_gone:
             status = self._vanished(name)
+        elif status is not None:
+            status = harvest.verdict(status)  # a job's success is the run's only with a summary
         if status is not None:
             record_in(dest, status)
         missing = harvest.missing()

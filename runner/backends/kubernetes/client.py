@@ -325,13 +325,19 @@ class KubeApi:
 
     def pod_log(self, pod: str, container: str) -> list[str]:
         """The log so far, as lines. A connection dropped mid-read gives what was read."""
+        return self.read_log(pod, container)[0]
+
+    def read_log(self, pod: str, container: str) -> tuple[list[str], bool]:
+        """(the log so far, as lines; whether it was read to its end): a connection dropped
+        mid-read gives what was read, and False."""
         stream = self.open_log(pod, container, follow=False)
         lines: list[str] = []
         try:
             lines.extend(stream.lines(keep_partial=True))
         except Transient as err:
             log.warning("%s; the log is incomplete", err)
-        return lines
+            return lines, False
+        return lines, True
 
     # ---- the one place calls are made ------------------------------------------------
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import files
-from contract.rundir import JobState, JobStatus, rank_log
+from contract.rundir import SUMMARY, JobState, JobStatus, rank_log
 from runner.backends.kubernetes import demux, observe, records
 from runner.backends.kubernetes.client import KubeApi, NotFound, Selector
 from runner.backends.kubernetes.connection import ClusterConnection
@@ -111,6 +111,8 @@ class Harvest:
         self.refused: dict[str, str] = {}  # result file -> why no copy of it could be used
         self.unreachable: RunnerError | None = None
         self.job_gone = False
+        # Rank 0's log read to its end from its ended container: all it will ever say.
+        self.rank0_log_whole = False
 
     def run(self) -> JobStatus | None:
         """Archive the logs and bring the results; the job's status (None if unknown)."""
@@ -143,7 +145,9 @@ class Harvest:
                 continue
             if not observe.container_started(pod):
                 continue
-            lines = self.api.pod_log(_pod_name(pod), container)
+            lines, whole = self.api.read_log(_pod_name(pod), container)
+            if node == 0 and not observe.container_running(pod, container):
+                self.rank0_log_whole = whole
             split = demux.split(lines, demux.NodeRanks(node, per_node, world, elastic))
             for rank, rank_lines in split.per_rank.items():
                 files.write_text(rank_log(self.dest, rank), _text(rank_lines))
@@ -178,6 +182,28 @@ class Harvest:
         for name, why in rebuilt.refused.items():
             log.warning("cannot rebuild %s: %s", name, why)
             self.refused[name] = "; ".join(filter(None, (self.refused.get(name), why)))
+
+    def verdict(self, status: JobStatus) -> JobStatus:
+        """`status`, unless the job SUCCEEDED and its results say that the run did not. As for
+        a local run: a run succeeded only if rank 0 wrote its summary, so one whose whole log
+        (read from its ended container) and results store have none is FAILED; and so is one
+        whose summary says it diverged (the workload then exits non-zero, so a job that
+        reports success hides that exit)."""
+        if status.state is not JobState.SUCCEEDED:
+            return status
+        if not (self.dest / SUMMARY).is_file():
+            if not self.rank0_log_whole or self.unreachable is not None:
+                return status  # not all of it could be read: the record keeps the job's word
+            why = f" ({self.refused[SUMMARY]})" if SUMMARY in self.refused else ""
+            reason = f"every process exited 0, but rank 0 wrote no usable {SUMMARY}{why}"
+            return JobStatus(JobState.FAILED, reason, status.since, failed_rank=0)
+        try:
+            diverged = getattr(rundir.read_summary(self.dest), "diverged", None)
+        except files.DamagedFile:
+            return status
+        if diverged:
+            return JobStatus(JobState.FAILED, diverged, status.since, failed_rank=0)
+        return status
 
     def _check(self, name: str, path: Path) -> str | None:
         return records.check_file(name, path, self.expected, self.limits.max_file_bytes)

@@ -45,6 +45,8 @@ EXTERNAL = "external"  # the provider of a cluster given by --kubeconfig
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
 # What job.json's `cluster` (ClusterConnection.reference) may hold besides pending_timeout_s.
 REFERENCE_TEXTS = ("stack", "kubeconfig", "context", "job_api", "image")
+# A kubeconfig holds a few clusters' certificates: kilobytes. Far more is the wrong file.
+MAX_KUBECONFIG_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -220,10 +222,7 @@ def connect_kubeconfig(
     if image is None:
         raise SpecError("--image", "is required with --kubeconfig (a tag or @sha256 digest)")
     image = check_image(image, "--image")
-    try:
-        text = path.expanduser().read_text(encoding="utf-8")
-    except OSError as err:
-        raise SpecError("--kubeconfig", f"cannot read {path}: {err.strerror}") from None
+    text = _read_kubeconfig(path)
     namespace = _context_namespace(text, context, path)
     return ClusterConnection(
         kubeconfig=text,
@@ -235,6 +234,26 @@ def connect_kubeconfig(
     )
 
 
+def _read_kubeconfig(path: Path) -> str:
+    """The kubeconfig's text. A pipe is fine (`--kubeconfig <(pulumi stack output ...)`),
+    but what is read is capped, so that a device given by mistake (/dev/zero) cannot fill
+    memory, and bytes that are not UTF-8 are bad input, not a traceback."""
+    try:
+        with path.expanduser().open("rb") as f:
+            data = f.read(MAX_KUBECONFIG_BYTES + 1)
+    except OSError as err:
+        raise SpecError("--kubeconfig", f"cannot read {path}: {err.strerror}") from None
+    if len(data) > MAX_KUBECONFIG_BYTES:
+        raise SpecError("--kubeconfig", f"{path} is over {MAX_KUBECONFIG_BYTES >> 20} MiB, "
+                        "far larger than a kubeconfig; is it the right file?")  # fmt: skip
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(
+            "--kubeconfig", f"{path} is not a kubeconfig (not UTF-8 text); check the path"
+        ) from None
+
+
 def _context_namespace(text: str, context: str | None, path: Path) -> str:
     import yaml  # only for --kubeconfig; not on the runner's start-up path
 
@@ -242,9 +261,13 @@ def _context_namespace(text: str, context: str | None, path: Path) -> str:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise SpecError("--kubeconfig", f"{path} is not valid YAML: {err}") from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise SpecError("--kubeconfig", f"{path} is nested too deeply to be a kubeconfig") from None
     if not isinstance(data, dict):
         raise SpecError("--kubeconfig", f"{path} is not a kubeconfig")
     name = context or data.get("current-context")
+    if not isinstance(name, str):  # garbage names no context (and cannot be looked up)
+        name = None
     contexts = _contexts(data.get("contexts"), path)
     if name not in contexts:
         known = ", ".join(str(c) for c in contexts) or "none"
@@ -261,13 +284,15 @@ def _context_namespace(text: str, context: str | None, path: Path) -> str:
     return namespace
 
 
-def _contexts(entries: Any, path: Path) -> dict[Any, Mapping[str, Any]]:
+def _contexts(entries: Any, path: Path) -> dict[str, Mapping[str, Any]]:
     """The kubeconfig's contexts by name; a SpecError naming the file if they are garbage."""
     if entries is None:
         return {}
     damaged = SpecError("--kubeconfig", f"{path} has a `contexts` that is not a list of "
                         "{name, context} objects; check it with `kubectl config view`")  # fmt: skip
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries
+    ):
         raise damaged
     contexts = {e.get("name"): e.get("context") or {} for e in entries}
     if not all(isinstance(c, dict) for c in contexts.values()):

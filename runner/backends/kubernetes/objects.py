@@ -43,15 +43,16 @@ def _count(value: Any) -> str | None:
 
 
 def _time(value: Any) -> str | None:
-    """An RFC 3339 time, as the API server writes them (`2030-01-01T00:00:00Z`)."""
+    """An RFC 3339 time, as the API server writes them (`2030-01-01T00:00:00Z`): with its
+    offset, which RFC 3339 requires (a time without one cannot be compared with the clock's)."""
     problem = "is not an RFC 3339 time"
     if not isinstance(value, str):
         return problem
     try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return problem
-    return None
+    return None if parsed.tzinfo is not None else f"{problem} (it has no UTC offset)"
 
 
 def _strings(value: Any) -> str | None:

@@ -108,7 +108,7 @@ def job_status(
         return elastic_end(job, by_node, shape.num_nodes)
     done = conditions.get(SUCCESS_CONDITIONS[job_api], {})
     if done.get("status") == "True":
-        return JobStatus(JobState.SUCCEEDED, since=done.get("lastTransitionTime"))
+        return _succeeded(job_api, done, by_node, shape.num_nodes)
     failed = conditions.get("Failed", {})
     if failed.get("status") == "True":
         return _failed(job_api, failed, by_node)
@@ -174,15 +174,16 @@ def _left(node: int, pod: Mapping[str, Any] | None) -> str:
     return f"pod {_name(pod)} exited with code {term.get('exitCode', '?')}{why}"
 
 
-def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def _terminated(pod: Mapping[str, Any] | None, job_api: str = "pytorchjob") -> Mapping[str, Any]:
+    """The job container's `terminated` state (empty while it has none)."""
     for status in (pod or {}).get("status", {}).get("containerStatuses") or []:
-        if status.get("name") == CONTAINERS["pytorchjob"]:
+        if status.get("name") == CONTAINERS[job_api]:
             return (status.get("state") or {}).get("terminated") or {}
     return {}
 
 
-def _exit_code(pod: Mapping[str, Any] | None) -> int | None:
-    code = _terminated(pod).get("exitCode")
+def _exit_code(pod: Mapping[str, Any] | None, job_api: str = "pytorchjob") -> int | None:
+    code = _terminated(pod, job_api).get("exitCode")
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
@@ -256,6 +257,39 @@ def container_running(pod: Mapping[str, Any], container: str) -> bool:
         if status.get("name") == container:
             return "running" in (status.get("state") or {})
     return pod.get("status", {}).get("phase") == "Running"
+
+
+def _succeeded(
+    job_api: str,
+    condition: Mapping[str, Any],
+    by_node: Mapping[int, Mapping[str, Any]],
+    num_nodes: int,
+) -> JobStatus:
+    """The job's success condition, unless a node's pod failed. training-operator 1.9 marks a
+    PyTorchJob with a Master Succeeded as soon as the Master's pod succeeds, whatever its
+    Workers did (pytorchjob_controller.go, UpdateJobStatus: the Master's `expected == 0`
+    returns before a Worker's `failed > 0` is looked at, in Go's map order), so a worker whose
+    processes exited non-zero would otherwise make a SUCCEEDED run."""
+    since = condition.get("lastTransitionTime")
+    for node in range(num_nodes):
+        pod = by_node.get(node)
+        if pod is None or not _pod_failed(job_api, pod):
+            continue
+        code, term = _exit_code(pod, job_api), _terminated(pod, job_api)
+        why = f" ({term['reason']})" if term.get("reason") else ""
+        how = f"exited with code {code}{why}" if code else "failed"
+        return JobStatus(
+            JobState.FAILED,
+            reason=f"the job reports success, but node {node} (pod {_name(pod)}) {how}",
+            since=since,
+            exit_code=code or None,
+        )
+    return JobStatus(JobState.SUCCEEDED, since=since)
+
+
+def _pod_failed(job_api: str, pod: Mapping[str, Any]) -> bool:
+    """Whether the pod ended in failure: its phase, or its job container's non-zero exit."""
+    return _phase(pod) == "Failed" or _exit_code(pod, job_api) not in (None, 0)
 
 
 def _failed(
