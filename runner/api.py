@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, JOB, JobState, JobStatus, read_state
 from contract.summary import Summary
-from runner.backends.base import LOCAL_SCHEME, Backend
+from runner.backends.base import LOCAL_SCHEME, Backend, parse_kubernetes_handle
 from runner.backends.local import leash
 from runner.errors import Interrupted, RunInputError, RunnerError, RunNotFound
 from runner.job.spec import JobSpec
@@ -160,7 +160,18 @@ def follow_to_end(results_root: Path, run: Run, callbacks: Callbacks | None = No
         missing = fetch(results_root, run)
     except RunnerError as err:
         missing = [str(err)]
-    return Outcome(run, status, tuple(missing))
+    return Outcome(run, _recorded(run, status), tuple(missing))
+
+
+def _recorded(run: Run, followed: JobStatus) -> JobStatus:
+    """The run's final state as fetching left it recorded: a fetch judges the results too (a
+    cluster job that reports success while its summary says diverged is a FAILED run), and
+    the outcome must say what the record says; the followed status where none is readable."""
+    try:
+        recorded = read_state(run.run_dir)
+    except DamagedFile:
+        return followed
+    return recorded if recorded is not None and recorded.state.finished else followed
 
 
 def follow(
@@ -347,6 +358,10 @@ def _record(run_dir: Path) -> rundir.RunRecord:
         )
     if record.backend == "local" and record.handle != LOCAL_SCHEME + run_dir.name:
         raise DamagedFile(path, f"has the handle {record.handle!r}, not this run's")
+    if record.backend == "kubernetes":  # the job is named after the run: any other is not its
+        parsed = parse_kubernetes_handle(record.handle)
+        if parsed is None or parsed[1] != run_dir.name:
+            raise DamagedFile(path, f"has the handle {record.handle!r}, not this run's")
     return record
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlparse
 
 from contract.rundir import JobStatus
 
@@ -25,6 +26,20 @@ if TYPE_CHECKING:  # the local supervisor reads a request without the job regist
     from runner.job.spec import JobSpec
 
 LOCAL_SCHEME = "local://"  # a local run's handle: this, then its run directory's name
+KUBERNETES_SCHEME = "k8s"  # a cluster run's handle: k8s://<namespace>/<job name, its run id>
+
+
+def kubernetes_handle(namespace: str, name: str) -> str:
+    return f"{KUBERNETES_SCHEME}://{namespace}/{name}"
+
+
+def parse_kubernetes_handle(handle: str) -> tuple[str, str] | None:
+    """(namespace, job name) of a Kubernetes handle; None for anything else."""
+    url = urlparse(handle)
+    name = url.path.strip("/")
+    if url.scheme != KUBERNETES_SCHEME or not url.netloc or not name or "/" in name:
+        return None
+    return url.netloc, name
 
 
 @dataclass(frozen=True)

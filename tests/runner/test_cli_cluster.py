@@ -5,6 +5,7 @@ from the cluster recorded in job.json."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from runner.cli import main
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import IMAGE
+from tests.runner.k8s_helpers import IMAGE, pod
 from tests.runner.test_cluster import OUTPUTS, fake_pulumi  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(60)
@@ -108,5 +109,63 @@ def test_pending_timeout_goes_from_the_cli_to_the_backend_and_cancels_with_the_r
         status = invoke(results, "status", run_dir.name)
         assert "CANCELLED" in status.output and "--pending-timeout 1 s" in status.output
         assert cluster.job("trainjob", run_dir.name) is None
+    finally:
+        cluster.close()
+
+
+def test_a_followed_submit_says_what_the_fetch_recorded_not_the_jobs_word(tmp_path):
+    """The job reports success but rank 0 wrote no summary: fetch records FAILED, and
+    `runner submit` (which followed the job to its success) must end saying so, exit 1."""
+    cluster = FakeCluster(namespace="bench")
+    results = tmp_path / "results"
+
+    def controller() -> None:  # the operator's part: the job's one pod ends, and the job
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            dirs = rundir.list_dirs(results) if results.exists() else []
+            if dirs and cluster.job("trainjob", dirs[0].name) is not None:
+                name = dirs[0].name
+                cluster.add_pod(pod("trainjob", name, 0, "Succeeded"), log="[rank0]:done\n")
+                cluster.set_job_condition("trainjob", name, "Complete")
+                return
+            time.sleep(0.05)
+
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(cluster.kubeconfig())
+        threading.Thread(target=controller, daemon=True).start()
+        result = invoke(results, "submit", "cnn-digits", "--kubeconfig", str(kubeconfig),
+                        "--image", IMAGE, "--workers", "1")  # fmt: skip
+        assert result.exit_code == 1, result.output
+        assert "FAILED (every process exited 0, but rank 0 wrote no usable summary.json)" in (
+            result.output
+        )
+        assert "SUCCEEDED" not in result.output
+    finally:
+        cluster.close()
+
+
+def test_a_record_whose_handle_names_another_runs_job_never_reaches_that_job(tmp_path):
+    """job.json is a file anyone may edit: a handle naming run B's job in run A's record is
+    damage, so `runner cancel A` deletes nothing and B runs on."""
+    cluster = FakeCluster(namespace="bench")
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(cluster.kubeconfig())
+        results = tmp_path / "results"
+        for _ in range(2):
+            submitted = invoke(results, "submit", "cnn-digits", "--kubeconfig", str(kubeconfig),
+                               "--image", IMAGE, "--workers", "1", "--detach")  # fmt: skip
+            assert submitted.exit_code == 0, submitted.output
+        b, a = rundir.list_dirs(results)  # newest first
+        record = json.loads((a / rundir.JOB).read_text())
+        record["handle"] = f"k8s://bench/{b.name}"
+        (a / rundir.JOB).write_text(json.dumps(record))
+        cancelled = invoke(results, "cancel", a.name, "--yes")
+        assert cancelled.exit_code == 1
+        assert f"has the handle 'k8s://bench/{b.name}', not this run's" in cancelled.output
+        assert cluster.job("trainjob", a.name) is not None
+        assert cluster.job("trainjob", b.name) is not None
+        assert "CANCELLED" not in invoke(results, "status", b.name).output
     finally:
         cluster.close()
