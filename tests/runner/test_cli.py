@@ -238,3 +238,39 @@ def test_the_summary_of_an_adaptive_run_says_what_its_policies_did():
     text = " ".join(console.export_text().split())
     assert "(global batch 64 samples at the start)" in text
     assert "batch: 2 decisions (global_batch 2); at the end global_batch 128; B_noise 66" in text
+
+
+def test_logs_write_a_lines_control_characters_out_on_a_terminal_and_pass_them_down_a_pipe(
+    tmp_path,
+):
+    """A log line is whatever a rank (or a cluster's pod) printed: on a terminal its escape
+    sequences (here one that retitles the window) are shown as text, never acted on; a pipe
+    gets the line as it was."""
+    import os
+
+    from tests.runner.rundirs import make_run
+
+    run_dir = make_run(tmp_path, "hostile-log", 1, 10.0)
+    (run_dir / "logs" / "rank-0.log").write_text("before \x1b]0;pwned\x07 after\ttab\n")
+    runner = [sys.executable, "-m", "runner.cli", "--results-dir", str(tmp_path), "logs",
+              "hostile-log"]  # fmt: skip
+    main_fd, tty = os.openpty()
+    try:
+        done = subprocess.run(runner, stdout=tty, stderr=subprocess.PIPE, timeout=60)
+        os.close(tty)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main_fd, 4096)
+            except OSError:  # EIO: the terminal's other end is closed, all was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main_fd)
+    assert done.returncode == 0, done.stderr
+    assert b"\x1b" not in shown and b"\x07" not in shown
+    assert b"before \\x1b]0;pwned\\x07 after\ttab" in shown
+    piped = subprocess.run(runner, capture_output=True, timeout=60)
+    assert piped.stdout == b"before \x1b]0;pwned\x07 after\ttab\n"
