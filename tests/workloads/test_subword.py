@@ -137,3 +137,12 @@ def test_importing_the_text_modules_loads_neither_sentencepiece_nor_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_text_file_that_cannot_be_read_is_a_data_error_naming_it(tmp_path):
+    """A directory where a text file belongs (a damaged cache): one line naming the path,
+    the error a run reports, not an IsADirectoryError traceback."""
+    path = tmp_path / "test.ref.txt"
+    path.mkdir()
+    with pytest.raises(DataError, match=f"{path}: cannot be read"):
+        list(read_lines(path))

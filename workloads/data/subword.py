@@ -69,6 +69,8 @@ def read_lines(path: Path) -> Iterator[str]:
                     raise DataError(f"{path}:{line_number}: not UTF-8 text ({err})") from None
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
+    except OSError as err:  # a directory in its place, no permission, a failing disk
+        raise DataError(f"{path}: cannot be read ({err.strerror or err})") from None
 
 
 def count_lines(path: Path) -> tuple[int, str]:
@@ -83,6 +85,8 @@ def count_lines(path: Path) -> tuple[int, str]:
                 last = block[-1:]
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
+    except OSError as err:  # a directory in its place, no permission, a failing disk
+        raise DataError(f"{path}: cannot be read ({err.strerror or err})") from None
     return lines + (last != b"\n"), digest.hexdigest()
 
 
