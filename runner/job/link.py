@@ -3,10 +3,11 @@ and turned into the token-bucket parameters that shape it.
 
     parse_link("100mbit")  ->  Link(rate_bit_s=100_000_000)   # also 500kbit, 1gbit, 2.5gbit
 
-Units are tc's decimal bit rates (kbit = 1000 bit/s). The byte-rate spellings (`mbps`, `MB/s`)
-are refused rather than guessed: tc reads `mbps` as megabytes per second, most people mean
-megabits. Only a rate: this kernel has no netem, and nothing else here can delay packets
-honestly, so a latency (`100mbit/2ms`) is refused with the reason (README, "Shaped networks").
+Units are tc's decimal bit rates (kbit = 1000 bit/s; `100mbit/s` is read as `100mbit`). The
+byte-rate spellings (`mbps`, `MB/s`) are refused rather than guessed: tc reads `mbps` as
+megabytes per second, most people mean megabits. Only a rate: this kernel has no netem, and
+nothing else here can delay packets honestly, so a latency (`100mbit/2ms`) is refused with
+the reason (README, "Shaped networks").
 
 Not here: building the namespaces and qdiscs (runner/backends/local/network.py), measuring
 the link (probe.py), the pods' bandwidth annotations (runner/backends/kubernetes/render).
@@ -22,8 +23,9 @@ from runner.errors import SpecError
 
 PARAM = "--link"
 UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
-# Below 100 kbit/s a step's collectives take minutes; above 100 Gbit/s the veth pairs, not
-# the shaper, set the rate (one core moves a few Gbit/s through them).
+# Below 100 kbit/s a step's collectives take minutes. Well below 100 Gbit/s the veth pairs,
+# not the shaper, set the rate (one core moves a few Gbit/s through them): the probe
+# measures what a link carries and the record says when that is far below its rate.
 MIN_RATE_BIT_S = 100 * 10**3
 MAX_RATE_BIT_S = 100 * 10**9
 EXAMPLES = "such as 100mbit, 1gbit or 500kbit"
@@ -87,6 +89,8 @@ def parse_link(text: str) -> Link:
     if match is None:
         raise SpecError(PARAM, f"expected a rate {EXAMPLES}, got {text!r}")
     number, unit = match["number"], match["unit"]
+    if unit.removesuffix("/s") in UNITS:  # "100mbit/s" says bits as plainly as "100mbit"
+        unit = unit.removesuffix("/s")
     if unit not in UNITS:
         if unit.endswith(("bps", "/s")):
             raise SpecError(

@@ -43,6 +43,12 @@ START_TIMEOUT_S = 10.0
 # The holder announces itself once its namespaces exist (and /proc is mounted), then becomes
 # `cat` on the lifeline, its output discarded.
 HOLDER_SCRIPT = "echo ready && exec cat >/dev/null"
+# All a holder's environment: enough to find sh and cat. Nothing of the owner's goes with it,
+# so a holder never passes for one of the run's processes, which are found by the run named
+# in their environment and SIGTERMed at the run's end (processes.py): a PID namespace's first
+# process ignores SIGTERM from outside it, so each holder held every shaped run's end for the
+# whole grace period, then was SIGKILLed. close() ends the holders, after the ranks.
+HOLDER_ENV_KEYS = ("PATH",)
 
 
 class NamespaceError(RuntimeError):
@@ -106,8 +112,9 @@ def spawn(lifeline: Lifeline, kind: Kind, timeout_s: float = START_TIMEOUT_S) ->
     if lifeline.cut_already:
         raise NamespaceError("the lifeline is already cut; open a new network")
     argv = ["unshare", *kind.value, "--", "sh", "-c", HOLDER_SCRIPT]
+    env = {key: os.environ[key] for key in HOLDER_ENV_KEYS if key in os.environ}
     process = subprocess.Popen(
-        argv, stdin=lifeline.read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        argv, stdin=lifeline.read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
     try:
         _await_ready(process, timeout_s)

@@ -32,6 +32,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ BRIDGE = "br0"
 SUBNET_PREFIX = "198.18.0."  # RFC 2544's benchmarking range; see the module docstring
 PREFIX_LENGTH = 24
 MAX_WORKERS = 250  # host numbers 1..250 of the /24
+IDLE_POLL_S = 0.02  # how often the probe's end looks at the queues it filled
 CAP_NET_ADMIN = 12  # bit numbers in /proc/self/status CapEff (linux/capability.h)
 CAP_SYS_ADMIN = 21
 TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
@@ -103,6 +105,7 @@ class LinkTraffic:
     sent_bytes: int
     received_bytes: int
     dropped_packets: int  # by either direction's queue when full
+    queued_bytes: int  # in either direction's queue now, not yet sent
 
 
 class ShapedNetwork:
@@ -161,10 +164,13 @@ class ShapedNetwork:
         return namespaces.enter_argv(self._workers[index], argv, cwd)
 
     def probe(self) -> NetworkRecord:
-        """The link as measured now (run it before the workers start: it needs the link idle)."""
+        """The link as measured now (run it before the workers start: it needs the link idle),
+        and idle again when this returns."""
         from runner.backends.local import probe  # sockets and threads: only when measuring
 
-        return probe.record(self)
+        record = probe.record(self)
+        self._await_idle(self._probed_queues())
+        return record
 
     def traffic(self, index: int) -> LinkTraffic:
         """What worker `index`'s link has carried, counted by its qdiscs."""
@@ -174,7 +180,30 @@ class ShapedNetwork:
             sent_bytes=sent["bytes"],
             received_bytes=received["bytes"],
             dropped_packets=sent["drops"] + received["drops"],
+            queued_bytes=sent["backlog"] + received["backlog"],
         )
+
+    def _probed_queues(self) -> list[int]:
+        """The workers whose links the probe crossed."""
+        return [0, 1] if self.num_workers >= 2 else []
+
+    def _await_idle(self, indices: list[int]) -> None:
+        """Until the links of `indices` have nothing queued, or as long as a full queue takes.
+
+        Closing the probe's sockets does not empty the shaper's queue: what TCP had queued
+        there still crosses the link at its rate (at 100kbit about 4.7 s of it, at 1mbit 1 s),
+        and the workers, started next, would meet a link that is not idle."""
+        deadline = time.monotonic() + 2 * self.link.queue_bytes * 8 / self.link.rate_bit_s + 1
+        while self._queued_bytes(indices) and time.monotonic() < deadline:
+            time.sleep(IDLE_POLL_S)
+
+    def _queued_bytes(self, indices: list[int]) -> int:
+        """What the links of `indices` hold queued; 0 when the counters cannot be read (the
+        waiting is a courtesy: a broken link is the workers' to find, and it fails them)."""
+        try:
+            return sum(self.traffic(i).queued_bytes for i in indices)
+        except (NamespaceError, OSError, subprocess.SubprocessError, ValueError, KeyError):
+            return 0
 
     def close(self) -> None:
         """End every holder; the kernel then removes the namespaces and all in them.
@@ -238,7 +267,7 @@ def _tbf_counters(holder: Holder, device: str) -> dict[str, int]:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True)
     for qdisc in json.loads(done.stdout):
         if qdisc.get("kind") == "tbf":
-            return {"bytes": int(qdisc["bytes"]), "drops": int(qdisc["drops"])}
+            return {key: int(qdisc[key]) for key in ("bytes", "drops", "backlog")}
     raise NamespaceError(f"no tbf qdisc on {device}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.backends.local import namespaces, network
+from runner.backends.local import namespaces, network, processes
 from runner.backends.local.network import INTERFACE, ShapedNetwork
 from runner.job.link import parse_link
 from tests.runner.network import namespace_scan as scan
@@ -110,6 +110,31 @@ def test_killing_the_owner_leaves_no_namespace_process_or_link() -> None:
     # them their veths, the bridge and every qdisc (none of which ever was in the host's).
     assert scan.wait_until(lambda: scan.pids_in(inodes) == [] and scan.handles_on(inodes) == [])
     assert scan.host_network_mentions_ours() == []
+
+
+def test_the_end_of_a_run_leaves_the_holders_to_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisor's own environment names the run, as at the end of every run: it ends
+    # the run's processes, found by that environment, then closes the network. A holder that
+    # passed for one of them was SIGTERMed, which a PID namespace's first process ignores
+    # from outside, so the run's end waited out the grace period and SIGKILLed it.
+    run_id = "run-1"
+    for key, value in processes.run_env(run_id, tmp_path).items():
+        monkeypatch.setenv(key, value)
+    net = ShapedNetwork.open(parse_link("10mbit"), num_workers=2)
+    try:
+        rank = subprocess.Popen(net.command(1, ["sleep", "600"], cwd="/"))
+        assert scan.wait_until(lambda: len(psutil.Process(rank.pid).children()) == 1)
+        members = processes.members(run_id, tmp_path)
+        assert rank.pid in {p.pid for p in members}
+        assert {p.pid for p in members}.isdisjoint(h.pid for h in net.holders)
+        processes.end(members, grace_s=5)
+        assert scan.running(members) == []
+    finally:
+        net.close()
+    # Each holder ended as close() ends it, on its lifeline's end, not by a signal.
+    assert [h.process.returncode for h in net.holders] == [0, 0, 0]
 
 
 def test_a_refused_step_fails_in_one_line_and_leaves_no_holder(

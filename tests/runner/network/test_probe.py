@@ -30,12 +30,31 @@ def test_the_probe_measures_close_to_the_shaped_rate(link: str) -> None:
     assert "worker 0 -> worker 1" in (record.method or "")
 
 
+def test_a_link_faster_than_the_machine_carries_is_recorded_as_limited() -> None:
+    # One core moves a few Gbit/s through a veth pair, far below the highest rate allowed.
+    with ShapedNetwork.open(parse_link("100gbit"), num_workers=2) as net:
+        record = net.probe()
+    assert record.link == "100gbit" and record.measured_mbit_s is not None
+    assert record.measured_mbit_s < 0.8 * 100_000
+    assert record.description.endswith(
+        "under 80% of the rate: something other than the shaper (this machine) limited the link"
+    )
+
+
 def test_a_slower_link_measures_slower() -> None:
     measured = []
     for link in ("5mbit", "50mbit"):
         with ShapedNetwork.open(parse_link(link), num_workers=2) as net:
             measured.append(net.probe().measured_mbit_s)
     assert measured[0] * 5 < measured[1]
+
+
+def test_the_links_are_idle_again_when_the_probe_returns() -> None:
+    # What the probe's stream left in the shapers' queues crosses the link after its sockets
+    # are closed (at 1mbit about a second of it): the workers, started next, must not meet it.
+    with ShapedNetwork.open(parse_link("1mbit"), num_workers=3) as net:
+        net.probe()
+        assert [net.traffic(i).queued_bytes for i in range(3)] == [0, 0, 0]
 
 
 def test_one_worker_has_no_link_to_measure() -> None:
