@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.files import DamagedFile
+from contract.network import NetworkRecord
 from contract.records import Fields
 from contract.rundir import MANIFEST, SCHEMA_VERSION, check_version
 
@@ -68,10 +70,19 @@ def parse_manifest(data: Any, path: Path = Path(MANIFEST)) -> Manifest:
         python=f.text("python"),
         packages={k: packages.optional_text(k) for k in packages.data},
         hardware=dict(f.object("hardware").data),
-        network=dict(network.data) if network is not None else None,
+        network=_network(network.data, path) if network is not None else None,
         world_size=f.integer("world_size"),
         dist_backend=f.text("dist_backend"),
         seed=f.integer("seed"),
         torch_threads=f.integer("torch_threads"),
         hostname=f.text("hostname"),
     )
+
+
+def _network(data: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """The network record, checked as contract/network.py reads it: reports and `runner runs`
+    show its link and description as text, so a record of other types is damage."""
+    try:
+        return NetworkRecord.from_dict(data).to_dict()
+    except ValueError as err:
+        raise DamagedFile(path, f"field 'network': {err}") from None

@@ -10,6 +10,7 @@ import pytest
 
 from contract.files import DamagedFile
 from contract.manifest import parse_manifest
+from contract.network import UNSHAPED_LOOPBACK
 from contract.summary import MicroSummary, TrainSummary, parse_summary
 from tests.runner.rundirs import env_manifest, summary
 
@@ -72,11 +73,16 @@ def test_fields_a_newer_writer_adds_are_ignored():
 
 
 def test_a_manifest_reads_back_and_names_a_wrong_field():
-    written = env_manifest("r", 2, network={"description": "loopback, unshaped"})
+    written = env_manifest("r", 2, network=UNSHAPED_LOOPBACK.to_dict())
     record = parse_manifest(written)
     assert record.to_dict() == written and record.total_threads == 2
     with pytest.raises(DamagedFile, match=r"field 'packages\.torch' is not text"):
         parse_manifest(written | {"packages": {"torch": 2}})
+    # The network record is read as its contract says (its link is shown as text).
+    with pytest.raises(DamagedFile, match=r"field 'network': field 'link' has the wrong type"):
+        parse_manifest(written | {"network": {"description": "x", "link": ["1gbit"]}})
+    with pytest.raises(DamagedFile, match=r"field 'network': field 'description' is not text"):
+        parse_manifest(written | {"network": {"link": "1gbit"}})
 
 
 ADAPTIVE = {
