@@ -149,6 +149,11 @@ class Started:
     def env(self) -> dict[str, str]:
         return {ENV: self.record.to_env()}
 
+    def broken(self) -> str | None:
+        """Why the run's network stopped carrying anything (None: it carries, or there is none
+        to break: loopback)."""
+        return None if self.network is None else self.network.broken()
+
 
 @contextlib.contextmanager
 def launch(request: LocalRequest) -> Iterator[Started]:

@@ -205,6 +205,20 @@ class ShapedNetwork:
         except (NamespaceError, OSError, subprocess.SubprocessError, ValueError, KeyError):
             return 0
 
+    def broken(self) -> str | None:
+        """Why the network no longer carries anything, or None: a holder that has exited
+        (killed by someone) took its namespaces and their links with it. The workers would
+        then wait on peers they cannot reach until the collectives' timeout, and fail with a
+        line that does not name the cause."""
+        for i, holder in enumerate(self.holders):
+            if not holder.alive():
+                whose = "the bridge's" if i == 0 else f"worker {i - 1}'s"
+                return (
+                    f"the shaped network broke: {whose} namespace holder (pid {holder.pid}) "
+                    f"exited with code {holder.process.returncode}, and its links with it"
+                )
+        return None
+
     def close(self) -> None:
         """End every holder; the kernel then removes the namespaces and all in them.
         Idempotent."""

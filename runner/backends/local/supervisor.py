@@ -116,8 +116,12 @@ def _run(
     elastic = request.min_workers is not None
     writer_ended: float | None = None  # when worker 0, which ends an elastic run, exited
     stuck: list[int] = []  # the workers still running GRACE_S after it, then stopped
+    broken: str | None = None  # why the shaped network stopped carrying anything
     while not stop and not exits.all_exited():
         if not elastic and exits.first_failure() is not None:
+            break
+        broken = network.broken()
+        if broken is not None:  # the ranks would wait on each other until gloo's timeout
             break
         if elastic and exits.codes()[0] is not None:
             # The others end within moments of worker 0; one that does not is stuck (stopped,
@@ -139,6 +143,8 @@ def _run(
     if request.min_workers is not None and not stop:
         return elastic_outcome(run_dir, request.min_workers, len(request.processes), codes, stuck)
     cancelled = stop[0] if stop else None
+    if broken is not None and cancelled is None:
+        return _failed(broken, storage_problem(run_dir))
     return outcome(run_dir, request, codes, cancelled, first_failed=exits.first_failure())
 
 

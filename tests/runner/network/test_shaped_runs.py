@@ -62,3 +62,32 @@ def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
     assert wait_until(lambda: not pids_in(namespaces) and not handles_on(namespaces), 30)
     status = api.status(tmp_path, run)
     assert status.state is JobState.FAILED and "supervisor died" in status.reason
+
+
+def test_a_killed_namespace_holder_fails_the_run_naming_it(tmp_path: Path) -> None:
+    """Someone kills the bridge's holder: its namespace, and every link, goes with it. The
+    ranks would wait on each other until gloo's timeout (minutes) and then fail with a line
+    that names no cause; the run fails at once, saying what broke."""
+    import psutil
+
+    # A short collective timeout: without the check, the run fails after it with gloo's line.
+    run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400", "dist_timeout_s=60"])
+    try:
+        deadline = time.monotonic() + 120
+        while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
+            assert time.monotonic() < deadline, "the shaped run never started training"
+            time.sleep(0.2)
+        supervisor = psutil.Process(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"])
+        # The bridge's holder is unshare become `cat` (a worker's forks its namespace's first
+        # process, and stays unshare): the supervisor's one child of that name.
+        (bridge,) = [p for p in supervisor.children() if p.cmdline() == ["cat"]]
+        bridge.kill()
+        status = api.wait(tmp_path, run)
+    except BaseException:
+        api.cancel(tmp_path, run)
+        raise
+    assert status.state is JobState.FAILED
+    assert status.reason.startswith(
+        f"the shaped network broke: the bridge's namespace holder (pid {bridge.pid}) exited"
+    ), status.reason
+    assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
