@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -76,6 +78,30 @@ def _check_cells(specs: Sequence[JobSpec], target: Target) -> None:
             backend.dryrun(spec, Path(spec.run_id))
     finally:
         backend.close()
+
+
+def check_writable(results_root: Path) -> None:
+    """Refuse, before anything is announced, a results directory the study record cannot be
+    written to (read-only, full, not ours), as submit does by making the run directory first:
+    a StorageError naming it. A probe of one page, written and removed, since a full disk
+    may still make an empty file. Nothing is left behind either way: the folders it made go
+    too, so run_study still knows a studies/ folder it made and may remove."""
+    root = studies.studies_root(results_root)
+    made = [p for p in (results_root, root) if not p.exists()]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".probe-")
+        try:  # unbuffered: nothing left to flush (and fail) after the probe is gone
+            os.write(fd, bytes(4096))
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as err:
+        raise rundir.storage_error(err, root) from None
+    finally:
+        for path in reversed(made):  # the ones this check made, if it got that far
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 class _Recorder:

@@ -79,10 +79,12 @@ def sweep(
     study = sweeps.new_study(
         benchmark, workers, set_items, runs_per_cell, target, sweeps.base_seed(set_items), links
     )
+    sweeps.check_writable(settings.results_dir)  # before the header: nothing said that fails
     axes = "".join(f" x {len(v)} {k}" for k, v in study.grid.items())
     axes += f" x {len(links)} links" if len(links) > 1 else ""
-    console.print(f"study [bold]{study.study_id}[/bold]: {len(study.runs)} runs "
-                  f"({len(workers)} worker counts x {runs_per_cell} runs{axes})")  # fmt: skip
+    console.print(f"study [bold]{study.study_id}[/bold]: {_count(len(study.runs), 'run')} "
+                  f"({_count(len(workers), 'worker count')} x {_count(runs_per_cell, 'run')}"
+                  f"{axes})")  # fmt: skip
     try:
         with signals_interrupt():
             study = _run_with_progress(settings.results_dir, study, target)
@@ -106,7 +108,7 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
         def on_start(i: int, planned: Any, run: api.Run) -> None:
             cell = ", ".join(f"{k}={v}" for k, v in planned.sets)
             link = f" on {planned.link} links" if planned.link else ""
-            desc = f"run {i + 1}/{total}: {planned.workers} workers{link}"
+            desc = f"run {i + 1}/{total}: {_count(planned.workers, 'worker')}{link}"
             desc += f", {cell}" if cell else ""
             progress.update(task, description=f"{desc}, seed {planned.seed}", info="")
 
@@ -128,11 +130,17 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
         return sweeps.run_study(results_dir, study, target, callbacks)
 
 
+def _count(n: int, noun: str) -> str:
+    """`1 run`, `3 runs`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 @click.command()
 @click.argument("ids", nargs=-1, required=True, metavar="RUN|STUDY...", callback=no_blank_ids)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where figures and the export go (default: the study's report/ folder, "
-                   "else results/reports/<name>/).")  # fmt: skip
+                   "else results/reports/<name>/, one per set of runs and studies); what an "
+                   "earlier report wrote there and this one does not is removed.")  # fmt: skip
 @click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md",
               show_default=True, help="Export of the whole report.")  # fmt: skip
 @click.option("--allow-mixed", is_flag=True,
@@ -155,7 +163,6 @@ def report(
     require("matplotlib", "runner report")
     from runner.results import export
     from runner.results import report as reports
-    from runner.results import study as studies
     from runner.stack.pulumi_cli import project_dir
 
     results_dir = settings.results_dir
@@ -168,9 +175,7 @@ def report(
         console.print(views.plain_table(table))
     given_out = out_dir is not None
     if out_dir is None:
-        study_file = studies.find(results_dir, ids[0]) if len(ids) == 1 else None
-        slug = ids[0] if len(ids) == 1 else f"{ids[0]}+{len(ids) - 1}"
-        out_dir = study_file.parent / "report" if study_file else results_dir / "reports" / slug
+        out_dir = reports.default_folder(results_dir, ids)
         _refuse_links(results_dir, out_dir)
     try:
         paths, written = _write_report(built, out_dir, fmt)
@@ -185,9 +190,10 @@ def _write_report(built: Any, out_dir: Path, fmt: str) -> tuple[list[Path], Path
     from runner.results import export
 
     paths = export.write_figures(built, out_dir)
-    written = out_dir / f"report.{fmt}"
+    written = export.export_path(out_dir, fmt)
     text = (export.to_markdown if fmt == "md" else export.to_html)(built, paths, out_dir)
     files.write_text(written, text)  # whole, and replacing a planted link, never through it
+    export.remove_stale(out_dir, [*paths, written])
     return paths, written
 
 

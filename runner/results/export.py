@@ -174,6 +174,15 @@ def tables(report: Report) -> list[Table]:
 
 # ---- figures and exports -----------------------------------------------------------------
 
+SPEEDUP, TIME_TO_ACCURACY, PHASES = "speedup", "time_to_accuracy", "compute_communication"
+CURVES, ADAPTIVE = "curves", "adaptive"
+FIGURES = (SPEEDUP, TIME_TO_ACCURACY, PHASES, CURVES, ADAPTIVE)
+EXPORT_FORMATS = ("md", "html")
+
+
+def export_path(out_dir: Path, fmt: str) -> Path:
+    return out_dir / f"report.{fmt}"
+
 
 def write_figures(report: Report, out_dir: Path) -> list[Path]:
     """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG;
@@ -186,28 +195,45 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
         {s: [(c.workers, c.speedup) for c in cs] for s, cs in by_series.items()},
         {s: next((c.baseline_workers for c in cs if c.baseline_workers), None)
          for s, cs in by_series.items()},
-        f"{report.title}: speedup of time to accuracy", out_dir / "speedup",
+        f"{report.title}: speedup of time to accuracy", out_dir / SPEEDUP,
     )  # fmt: skip
     paths += figures.time_to_accuracy_figure(
         {s: [(c.workers, c.tta) for c in cs] for s, cs in by_series.items()},
-        f"{report.title}: time to accuracy", out_dir / "time_to_accuracy",
+        f"{report.title}: time to accuracy", out_dir / TIME_TO_ACCURACY,
     )  # fmt: skip
     paths += figures.phases_figure(
         {s: [(c.workers, c.phase_ms) for c in cs if c.phase_ms] for s, cs in by_series.items()},
-        f"{report.title}: compute and communication per step", out_dir / "compute_communication",
+        f"{report.title}: compute and communication per step", out_dir / PHASES,
     )  # fmt: skip
     label = series_labeller(report.runs)
     curves = [(f"{label(r)}, {r.world_size} workers", r.curves) for r in report.runs if r.curves]
     paths += figures.curves_figure(
-        curves, report.target, f"{report.title}: loss and accuracy", out_dir / "curves"
+        curves, report.target, f"{report.title}: loss and accuracy", out_dir / CURVES
     )
     adaptive = [(name, c) for name, c in curves if any(k in c for k in ADAPTIVE_CURVES)]
     if adaptive:  # the runs that adapted, and the others beside them for comparison
         paths += figures.adaptive_figure(
             curves, report.target, f"{report.title}: batch size, B_noise and workers",
-            out_dir / "adaptive",
+            out_dir / ADAPTIVE,
         )  # fmt: skip
     return paths
+
+
+def remove_stale(out_dir: Path, written: Sequence[Path]) -> list[Path]:
+    """Remove what an earlier report wrote in `out_dir` and this one did not (a figure no
+    longer drawn, the export in the other format), so that the folder holds one report, not
+    pieces of two. Only the names a report writes, each a file or a link (the link itself,
+    never what it points at); returns what was removed. OSError when the disk refuses."""
+    names = {f"{stem}.{fmt}" for stem in FIGURES for fmt in figures.FORMATS}
+    names |= {export_path(out_dir, fmt).name for fmt in EXPORT_FORMATS}
+    keep = {path.name for path in written}
+    removed = []
+    for name in sorted(names - keep):
+        path = out_dir / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def to_markdown(report: Report, figure_paths: Sequence[Path], out_dir: Path) -> str:

@@ -10,6 +10,7 @@ Markdown, HTML) is runner.results.export. Never prints.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,8 +18,9 @@ from pathlib import Path
 
 from contract.files import DamagedFile
 from contract.rundir import JobState
-from runner.errors import RunnerError
+from runner.errors import RunInputError, RunnerError, SpecError
 from runner.job.benchmarks import RUN_CONTROLS
+from runner.job.link import parse_link
 from runner.results import rundir
 from runner.results import study as studies
 from runner.results.aggregate import (
@@ -41,10 +43,18 @@ from runner.stack.cost import Cost
 EXCLUDED_STATES = ("CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
 FINAL_STATES = tuple(s.value for s in JobState if s.finished)
 NOT_OVER = (JobState.PENDING.value, JobState.RUNNING.value)
+REPORTS_DIR = "reports"  # results/reports/<name>/: reports of anything but one study
 
 
-class MixedConfigurations(RunnerError):
-    """Runs with different closed-division configurations were asked to stand side by side."""
+class MixedConfigurations(RunInputError):
+    """Runs with different closed-division configurations were asked to stand side by side:
+    bad input (exit 2), since the fix is in the command line (report them apart, or
+    --allow-mixed)."""
+
+
+# The series label of a run on no shaped link (--link not given): its record says what it
+# had ("loopback, unshaped", "the cluster's pod network, unshaped"), never a rate.
+UNSHAPED = "unshaped"
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,8 @@ def build(
     for run in counted:
         groups.setdefault((label(run), run.world_size), []).append(run)
     cells = [_cell(series, workers, members) for (series, workers), members in groups.items()]
-    cells = _with_speedups(sorted(cells, key=lambda c: (c.series, c.workers)))
+    cells.sort(key=lambda c: (*_series_order(c.runs[0]), c.series, c.workers))
+    cells = _with_speedups(cells)
     envs = environment_differences(runs)
     return Report(title, tuple(runs), tuple(cells), excluded, conflicts, envs, dict(costs or {}))
 
@@ -129,11 +140,27 @@ def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
     def label(run: RunResult) -> str:
         parts = [run.benchmark] if several_benchmarks else []
         parts += [f"device={run.device}"] if several_devices else []
-        parts += [f"link={run.link or 'machine'}"] if several_links else []
+        parts += [f"link={run.link or UNSHAPED}"] if several_links else []
         parts += [f"{k}={shown[k][_used(run, k)]}" for k in varying]
         return ", ".join(parts) or f"strategy={run.strategy}"
 
     return label
+
+
+def _series_order(run: RunResult) -> tuple[str, str, float, str]:
+    """Where a run's series sorts before its label: by benchmark, device, then link by its
+    rate, the slowest first and unshaped last (as text, `100mbit` came before `10mbit`)."""
+    return (run.benchmark, run.device, _rate(run.link), run.link or "")
+
+
+def _rate(link: str | None) -> float:
+    """A link's rate in bit/s; unshaped (or a rate no longer readable) as the fastest."""
+    if link is None:
+        return float("inf")
+    try:
+        return float(parse_link(link).rate_bit_s)
+    except SpecError:
+        return float("inf")
 
 
 def _used(run: RunResult, key: str) -> str:
@@ -200,6 +227,30 @@ def collect(results_root: Path, ids: Sequence[str]) -> tuple[list[RunResult], st
         else f"{len(runs)} runs of {', '.join(sorted({r.benchmark for r in runs.values()}))}"
     )
     return list(runs.values()), title, damaged
+
+
+def default_folder(results_root: Path, ids: Sequence[str]) -> Path:
+    """Where a report goes without --out: one study's own report/ folder; else
+    results/reports/<name>/, named by the one run, or for several studies and runs by the
+    first (sorted), how many more, and a short hash of them all. Two different sets never
+    share a folder (one report would replace the other's); the same set, in any order or by
+    any prefixes, always gets the same one."""
+    named = {_named(results_root, ident) for ident in ids}
+    names = sorted(name for name, _ in named)
+    if len(named) == 1:
+        [(name, study_file)] = named
+        return study_file.parent / "report" if study_file else results_root / REPORTS_DIR / name
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:8]
+    return results_root / REPORTS_DIR / f"{names[0]}+{len(names) - 1}-{digest}"
+
+
+def _named(results_root: Path, ident: str) -> tuple[str, Path | None]:
+    """The study or run an id or prefix names, as collect reads it: the study's id and its
+    study.json, or the run's id and None."""
+    study_file = studies.find(results_root, ident)
+    if study_file is not None:
+        return study_file.parent.name, study_file
+    return rundir.find(results_root, ident).name, None
 
 
 def _study_run_dirs(results_root: Path, run_ids: Sequence[str], damaged: list[str]) -> list[Path]:

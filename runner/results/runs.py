@@ -183,11 +183,14 @@ def config_conflicts(runs: Sequence[RunResult]) -> list[str]:
     lines = []
     for other, members in decoded[1:]:
         diffs = _differences(base, other)
-        lines.append(
-            f"{members[0].run_id} (and {len(members) - 1} more) differs from "
-            f"{base_runs[0].run_id}: {'; '.join(diffs)}"
-        )
+        lines.append(f"{_and_more(members)} differs from {base_runs[0].run_id}: {'; '.join(diffs)}")
     return lines
+
+
+def _and_more(runs: Sequence[RunResult]) -> str:
+    """The first run of a group, and how many more it stands for (none said when alone)."""
+    more = len(runs) - 1
+    return runs[0].run_id + (f" (and {more} more)" if more else "")
 
 
 def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

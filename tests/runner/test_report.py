@@ -3,6 +3,7 @@ figures written and non-empty, exports, and `runner report` on a study."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import warnings
 from pathlib import Path
@@ -16,8 +17,8 @@ from runner.cli import main
 from runner.results import export
 from runner.results import report as reports
 from runner.results import study as studies
-from runner.results.runs import load_run
-from tests.runner.rundirs import env_manifest, make_run
+from runner.results.runs import config_conflicts, load_run
+from tests.runner.rundirs import env_manifest, make_run, write_events
 
 
 def load(root, *names):
@@ -169,12 +170,26 @@ def test_runner_report_on_a_study_prints_tables_and_writes_the_figures(tmp_path)
     assert "<table>" in (out / "report.html").read_text()
 
 
-def test_runner_report_refusal_exits_1_and_names_the_flag(tmp_path):
+def test_runner_report_refusal_is_bad_input_exits_2_and_names_the_flag(tmp_path):
+    # The fix is a flag on the command line: bad input (exit 2), not a failure (exit 1).
     make_run(tmp_path, "a", 1, 10.0)
     make_run(tmp_path, "b", 1, 9.0, overrides=("momentum=0.5",))
     result = CliRunner().invoke(main, ["--results-dir", str(tmp_path), "report", "a", "b"])
-    assert result.exit_code == 1
-    assert "--allow-mixed" in result.output
+    assert result.exit_code == 2
+    assert "--allow-mixed" in result.output and "Traceback" not in result.output
+    assert "b differs from a: division closed vs open; momentum=0.9 vs 0.5" in result.output
+
+
+def test_a_conflict_says_how_many_more_runs_only_when_there_are_more(tmp_path):
+    # "b (and 0 more) differs from a" named a count of nothing.
+    make_run(tmp_path, "a", 1, 10.0)
+    make_run(tmp_path, "b", 1, 9.0, overrides=("momentum=0.5",))
+    make_run(tmp_path, "c", 1, 9.0, overrides=("momentum=0.5",))
+    make_run(tmp_path, "d", 1, 9.0, overrides=("momentum=0.7",))
+    assert config_conflicts(load(tmp_path, "a", "b", "c", "d")) == [
+        "b (and 1 more) differs from a: division closed vs open; momentum=0.9 vs 0.5",
+        "d differs from a: division closed vs open; momentum=0.9 vs 0.7",
+    ]
 
 
 def test_threads_are_compared_as_the_total_a_run_was_given():
@@ -417,3 +432,98 @@ def test_figures_of_runs_without_a_valid_time_warn_nothing_on_the_terminal(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert export.write_figures(built, tmp_path / "out")
+
+
+def on_link(run_dir: Path, link: str | None) -> Path:
+    """The run as if submitted with --link LINK (None: no --link, the loopback unshaped)."""
+    record = files.read_json_object(run_dir / "job.json")
+    record["placement"]["link"] = link
+    files.write_json(run_dir / "job.json", record)
+    return run_dir
+
+
+def link_runs(root: Path) -> list[str]:
+    """Runs of cnn-digits at 1 and 2 workers on 100mbit, unshaped and 10mbit links."""
+    names = []
+    for link in ("100mbit", None, "10mbit"):
+        for workers in (1, 2):
+            name = f"{link or 'unshaped'}-w{workers}"
+            on_link(make_run(root, name, workers, 10.0 / workers), link)
+            names.append(name)
+    return names
+
+
+def test_link_series_sort_by_rate_and_an_unshaped_run_says_so(tmp_path):
+    # As text, link=100mbit came before link=10mbit; and a run without --link was labelled
+    # link=machine while its record says "loopback, unshaped".
+    built = reports.build(load(tmp_path, *link_runs(tmp_path)), "t")
+    series = ["link=10mbit", "link=100mbit", "link=unshaped"]
+    assert built.series == series
+    assert [row[0] for row in export.cells_table(built).rows] == [s for s in series for _ in "12"]
+    labels = {row[0]: row[1] for row in export.runs_table(built).rows}
+    assert labels["unshaped-w1"] == "link=unshaped" and labels["10mbit-w2"] == "link=10mbit"
+    export.write_figures(built, tmp_path / "out")
+    for figure in ("speedup.svg", "time_to_accuracy.svg", "curves.svg"):
+        text = (tmp_path / "out" / figure).read_text()
+        assert "link=unshaped" in text and "machine" not in text
+    legend = (tmp_path / "out" / "speedup.svg").read_text()  # the series, as the tables have them
+    assert legend.index("link=10mbit") < legend.index("link=100mbit") < legend.index("unshaped")
+
+
+def report_folders(results: Path, *ids: str) -> list[Path]:
+    """`runner report IDS` without --out, then every report folder under results/reports/."""
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["--results-dir", str(results), "report", *ids], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    return sorted((results / "reports").iterdir())
+
+
+def test_two_different_reports_never_share_a_folder(tmp_path):
+    # `report a b` then `report a c` both wrote reports/a+1/, the second replacing the first.
+    results = tmp_path / "results"
+    for i, name in enumerate("abc"):
+        make_run(results, name, 1, 10.0 + i, overrides=(f"seed={i}",))
+    report_folders(results, "a", "b")
+    first, second = report_folders(results, "a", "c")
+    assert first.name.startswith("a+1-") and second.name.startswith("a+1-")
+    texts = {p.name: (p / "report.md").read_text() for p in (first, second)}
+    assert sorted("| b |" in t for t in texts.values()) == [False, True]
+    assert sorted("| c |" in t for t in texts.values()) == [False, True]
+    # The same set in another order, or by a prefix, is the same report: the same folder.
+    assert report_folders(results, "c", "a") == [first, second]
+    assert report_folders(results, "b", "a") == [first, second]
+
+
+def test_a_rewritten_report_keeps_no_file_of_the_earlier_one(tmp_path):
+    # A figure the earlier report drew (adaptive) and this one does not, or its export in
+    # the other format, once stayed beside the new report as if it were part of it.
+    results = tmp_path / "results"
+    adaptive = make_run(results, "a", 2, 10.0)
+    monitors = {"step": 0, "world_size": 2, "b_noise": 40.0, "global_batch": 64, "lr": 0.1,
+                "knobs": {"global_batch": 64}}  # fmt: skip
+    with open(adaptive / "events.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"namespace": "", "time_ms": 1_700_000_001_000, "value": monitors,
+                            "key": "stackbench_monitors", "event_type": "POINT_IN_TIME",
+                            "metadata": {}}) + "\n")  # fmt: skip
+    make_run(results, "b", 1, 20.0)
+    runner = CliRunner(env={"COLUMNS": "250"})
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    for args in ([], ["--out", str(out)]):
+        first = runner.invoke(main, ["--results-dir", str(results), "report", "a", "b",
+                                     "--format", "html", *args])  # fmt: skip
+        assert first.exit_code == 0, first.output
+    [folder] = (results / "reports").iterdir()
+    for where in (folder, out):
+        assert {"adaptive.png", "adaptive.svg", "report.html"} <= {p.name for p in where.iterdir()}
+    write_events(adaptive / "events.jsonl", 10.0)  # fetched again: no monitor events now
+    for args in ([], ["--out", str(out)]):
+        again = runner.invoke(main, ["--results-dir", str(results), "report", "a", "b", *args])
+        assert again.exit_code == 0, again.output
+    for where in (folder, out):
+        names = {p.name for p in where.iterdir()}
+        assert not names & {"adaptive.png", "adaptive.svg", "report.html"}, names
+        assert {"report.md", "speedup.png", "curves.svg"} <= names
+    assert (out / "notes.txt").read_text() == "mine\n"  # what is not a report's is left alone

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from runner.cli import main
 from runner.errors import SpecError
 from runner.results import study as studies
+from tests.disks import fill, leftovers, read_only, runner, tmpfs
 
 
 def test_workers_parse_as_a_list_of_distinct_positive_counts():
@@ -58,6 +59,23 @@ def test_sweep_refuses_local_with_a_stack_and_an_invalid_grid_before_running(tmp
     bad = runner.invoke(main, [*args, "--set", "lr=a,b"])
     assert bad.exit_code == 2 and "--set" in bad.output
     assert not (tmp_path / "studies").exists()  # every cell is checked before anything runs
+
+
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_a_sweep_on_a_disk_that_refuses_writes_fails_in_one_line_announcing_nothing(
+    tmp_path, fault
+):
+    # It printed the study's header and a progress bar, then "cannot write .../studies".
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        (disk / "results").mkdir()
+        read_only(disk) if fault == "read-only" else fill(disk)
+        done = runner(disk / "results", "sweep", "cnn-digits", "--workers", "1", "--runs", "1")
+        assert leftovers(disk / "results") == []  # no studies/, no probe
+    out = (done.stdout + done.stderr).strip()
+    assert done.returncode == 1, out
+    assert "Traceback" not in out and len(out.splitlines()) == 1, out
+    assert out.startswith(f"error: cannot write {disk / 'results'}")
+    assert ("Read-only file system" if fault == "read-only" else "No space left") in out
 
 
 def test_the_cli_starts_without_importing_matplotlib():
