@@ -1,23 +1,30 @@
-"""Divergence: a step whose loss or averaged gradient is not finite ends the run, at once.
+"""Divergence: a step whose loss or averaged gradient is not finite ends the run.
 
-Checked right after the optimizer's update, on the step's loss and the parameters it has just
-written: a non-finite gradient makes every parameter it reaches non-finite (NaN and infinity
-survive every update rule here: SGD with momentum and weight decay, Adam, and clipping before
-either; tests/workloads/test_divergence.py holds each), so this sees what a check of the
-gradients would, at the same step, and reads
-memory the update has just written instead of gradients backward wrote long before: on
-cnn-digits 40-75 us in place against about 130 us for the gradients (bench/overhead.py). The
-diverged step's weights are then not finite, and nothing reads them: the run ends there.
-Under an exact strategy every rank holds the same averaged gradient, so the same weights,
-and a rank's non-finite loss makes the gradient non-finite everywhere: every rank stops at
-the same step, and rank 0 can record the run. (Under model averaging or a compressed
-strategy the gradients are local: a rank may stop alone, and its peers fail when it goes.)
+Checked right after the optimizer's update, each step, on two things that cost a few
+microseconds: the step's loss, and one weight the update has just written (the sentinel). A
+non-finite loss on any rank makes every element of the averaged gradient non-finite (its
+gradient is NaN all through backward, and the average carries it), and so every weight after
+the update (NaN and infinity survive every update rule here: SGD with momentum and weight
+decay, Adam, and clipping before either; tests/workloads/test_divergence.py holds each): so
+under an exact strategy every rank, its loss finite or not, stops at the same step, and rank 0
+can record the run. (Under model averaging or a compressed strategy the gradients are local:
+a rank may stop alone, and its peers fail when it goes.)
+
+Every weight is read only every WEIGHTS_EVERY_STEPS steps, and once more before the run's
+record is written (check_all_weights): a pass over the weights costs more than the check
+is worth each step (on cnn-digits about 90 us of a 4.5 ms step, where the sentinel costs
+2 us; bench/overhead.py). What only that pass sees, a gradient overflowing within backward
+under a finite loss, mostly reaches the next step's loss first (a non-finite weight makes the
+forward non-finite); where it does not (an embedding row no batch reads), the run ends at the
+next pass, its message saying which steps the weights were last finite at. No run whose
+weights are not finite is recorded as anything but diverged.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,42 +45,82 @@ class Diverged(Exception):
     partial: EpochStats | None = None
 
 
+# A pass over every weight each this many steps (and at the run's end): see the module doc.
+WEIGHTS_EVERY_STEPS = 16
+
+
 def check(loss: torch.Tensor, optimizer: Optimizer, epoch: int, step: int) -> None:
-    """Call right after optimizer.step(): Diverged when the step's loss or any parameter
-    the optimizer holds is not finite. `epoch` counts from 1, `step` is the run's optimizer
-    step, counting from 1."""
-    flags = _flags(optimizer)
-    with torch.no_grad():  # it writes the parameters in place, times 1.0: every value stays
-        for group, flag, one in flags:
-            torch._amp_foreach_non_finite_check_and_unscale_(group, flag, one)
+    """Call right after optimizer.step(): Diverged when the step's loss or its sentinel
+    weight is not finite, or, every WEIGHTS_EVERY_STEPS steps, any weight the optimizer
+    holds. `epoch` counts from 1, `step` is the run's optimizer step, counting from 1."""
     value = loss.item()
-    if math.isfinite(value) and not any(flag.item() for _, flag, _ in flags):
-        return
-    what = f"loss {value}" if not math.isfinite(value) else "weights not finite after the update"
-    raise Diverged(f"diverged at epoch {epoch}, step {step}: {what}")
+    if not math.isfinite(value):
+        raise Diverged(f"diverged at epoch {epoch}, step {step}: loss {value}")
+    watch = _watch(optimizer)
+    if not math.isfinite(watch.sentinel.item()):
+        what = "weights not finite after the update"
+        raise Diverged(f"diverged at epoch {epoch}, step {step}: {what}")
+    if step % WEIGHTS_EVERY_STEPS == 0 and not watch.all_finite():
+        raise Diverged(
+            f"diverged at epoch {epoch}, step {step}: weights not finite (found by the pass over "
+            f"every weight each {WEIGHTS_EVERY_STEPS} steps)"
+        )
 
 
-# Per optimizer, its parameters by device and dtype, each group with its flag and a 1.0:
-# GradScaler's fused check takes one device and dtype a call. Found once: in place, after
-# the pass over the weights, Python's own work was most of the check (the optimizer's
-# parameters do not change during a run). A flag is set only when something is not finite,
-# and then the run ends, so it is never reset.
-_Groups = list[tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]]
-_GROUPS: weakref.WeakKeyDictionary[Optimizer, _Groups] = weakref.WeakKeyDictionary()
+def forget() -> None:
+    """Start a run: check_all_weights reads only the optimizers `check` sees from now on (a
+    process may hold an earlier run's, in tests and benches)."""
+    _WATCHES.clear()
 
 
-def _flags(optimizer: Optimizer) -> _Groups:
-    groups = _GROUPS.get(optimizer)
-    if groups is None:
+def check_all_weights(where: str) -> None:
+    """Diverged when a weight of any optimizer `check` saw since forget() is not finite:
+    call before the run's record is written. `where` says when ("by the end of training")."""
+    for watch in list(_WATCHES.values()):
+        if not watch.all_finite():
+            raise Diverged(f"diverged {where}: weights not finite")
+
+
+@dataclass(frozen=True)
+class _Watch:
+    """What the check reads of one optimizer's parameters, found once (Python's own work was
+    most of a check that looked each step; the optimizer's parameters do not change during a
+    run)."""
+
+    # By device and dtype, each group with its flag and a 1.0: GradScaler's fused check takes
+    # one device and dtype a call. The parameters themselves, not detached aliases: an alias
+    # would keep reading the old storage if a parameter's .data were ever replaced. A flag is
+    # set only when something is not finite, and then the run ends, so it is never reset.
+    groups: list[tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]]
+    # The first element of the optimizer's last parameter: the output layer's (or a norm
+    # after every block), which every sample's gradient reaches all of, where an embedding's
+    # rows get only the gradients of the tokens a batch holds. A view, made once (a step's
+    # indexing cost ten times its read); should .data ever be replaced, it would read the old
+    # storage, and the pass over the parameters themselves still finds what it missed.
+    sentinel: torch.Tensor
+
+    def all_finite(self) -> bool:
+        with torch.no_grad():  # it writes the parameters in place, times 1.0: values stay
+            for group, flag, one in self.groups:
+                torch._amp_foreach_non_finite_check_and_unscale_(group, flag, one)
+        return not any(flag.item() for _, flag, _ in self.groups)
+
+
+_WATCHES: weakref.WeakKeyDictionary[Optimizer, _Watch] = weakref.WeakKeyDictionary()
+
+
+def _watch(optimizer: Optimizer) -> _Watch:
+    watch = _WATCHES.get(optimizer)
+    if watch is None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
         by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                # The parameters themselves, not detached aliases: an alias would keep
-                # reading the old storage if a parameter's .data were ever replaced.
-                by_kind.setdefault((p.device, p.dtype), []).append(p)
+        for p in params:
+            by_kind.setdefault((p.device, p.dtype), []).append(p)
         groups = [
             (tensors, torch.zeros(1, device=device), torch.ones(1, device=device))
             for (device, _), tensors in by_kind.items()
         ]
-        _GROUPS[optimizer] = groups
-    return groups
+        last = params[-1].detach() if params and params[-1].numel() else torch.zeros(1)
+        watch = _Watch(groups, last[(0,) * last.dim()])
+        _WATCHES[optimizer] = watch
+    return watch

@@ -28,7 +28,7 @@ from contract.files import write_json
 from contract.manifest import Manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import TrainSummary
-from workloads import dist, lifetime, manifest, mllog, strategies, tasks
+from workloads import dist, divergence, lifetime, manifest, mllog, strategies, tasks
 from workloads.adaptive import run as adaptive_run
 from workloads.adaptive.elastic import session as elastic
 from workloads.adaptive.elastic.launch import LaunchError
@@ -184,8 +184,11 @@ def run(
     deadline = Deadline(config.run.time_budget_s, start, device)
     # A joiner enters the epoch the cursor it received is in, mid-epoch.
     first_epoch = adaptive.cursor.epoch + 1 if joined and adaptive is not None else 1
+    divergence.forget()
     try:
         _train(task, config, device, tally, log, start, deadline, guard, first_epoch)
+        # Steps read one weight each; every weight is read every few steps, and here.
+        divergence.check_all_weights("by the end of training")
     except Diverged as err:
         tally.diverged = str(err)
         if err.partial is not None:  # the run's time went into these steps: count them

@@ -1,6 +1,9 @@
-"""A run whose loss or averaged gradient stops being finite ends at once, FAILED, and says
-where. The check runs right after the update, on the loss and the weights the update wrote:
-a non-finite gradient must make them non-finite under every optimizer, which is held here."""
+"""A run whose loss or averaged gradient stops being finite ends, FAILED, and says where.
+Each step checks the loss and one weight the update wrote (the sentinel): a non-finite loss
+on any rank makes every element of the averaged gradient non-finite, so the sentinel of every
+benchmark model, under every optimizer, is held here to turn non-finite at that step. Every
+weight is read every WEIGHTS_EVERY_STEPS steps and at the run's end, which finds a single bad
+element; that pass is held here under every optimizer and dtype."""
 
 from __future__ import annotations
 
@@ -9,15 +12,17 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from contract.events import RUN_STOP, read_events
 from contract.rundir import JobState
 from contract.summary import TrainSummary
 from runner import api
-from runner.job.benchmarks import CNN_DIGITS
+from runner.job.benchmarks import BENCHMARKS, CNN_DIGITS
 from runner.results import rundir
 from tests.conftest import submit_local
-from workloads.divergence import Diverged, check
+from workloads import models
+from workloads.divergence import WEIGHTS_EVERY_STEPS, Diverged, check, check_all_weights, forget
 from workloads.optim import build_optimizer
 from workloads.sgd import FusedSGD
 
@@ -26,6 +31,7 @@ OPTIMIZERS = {
     "sgd-plain": {"momentum": 0.0},
     "adam": {},
 }
+PASS = WEIGHTS_EVERY_STEPS  # a step whose check reads every weight
 
 
 def _stepped(grad: float, optimizer: str = "sgd-plain", clip_norm: float | None = None) -> Any:
@@ -44,30 +50,42 @@ def _stepped(grad: float, optimizer: str = "sgd-plain", clip_norm: float | None 
     return step
 
 
-def test_a_finite_step_passes():
-    check(torch.tensor(0.5), _stepped(1.0), epoch=1, step=1)
+@pytest.mark.parametrize("step", [1, PASS])
+def test_a_finite_step_passes(step):
+    check(torch.tensor(0.5), _stepped(1.0), epoch=1, step=step)
 
 
-@pytest.mark.parametrize(
-    ("loss", "grad", "what"),
-    [(math.nan, 1.0, "loss nan"), (math.inf, 1.0, "loss inf"), (1.0, math.nan, "weights")],
-)
-def test_a_non_finite_loss_or_gradient_is_divergence_naming_where(loss, grad, what):
+@pytest.mark.parametrize(("loss", "what"), [(math.nan, "loss nan"), (math.inf, "loss inf")])
+def test_a_non_finite_loss_is_divergence_at_that_step_naming_where(loss, what):
     with pytest.raises(Diverged, match=rf"diverged at epoch 3, step 41: {what}"):
-        check(torch.tensor(loss), _stepped(grad), epoch=3, step=41)
+        check(torch.tensor(loss), _stepped(1.0), epoch=3, step=41)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
-def test_one_bad_gradient_element_is_found_after_the_update_of_every_optimizer(bad, optimizer):
-    with pytest.raises(Diverged, match="weights not finite after the update"):
-        check(torch.tensor(0.5), _stepped(bad, optimizer), epoch=1, step=1)
+def test_one_bad_gradient_element_is_found_by_the_pass_over_every_weight(bad, optimizer):
+    optimizer_ = _stepped(bad, optimizer)
+    check(torch.tensor(0.5), optimizer_, epoch=1, step=PASS + 1)  # the sentinel is not it
+    match = rf"step {2 * PASS}: weights not finite \(found by the pass over every weight each"
+    with pytest.raises(Diverged, match=match):
+        check(torch.tensor(0.5), optimizer_, epoch=1, step=2 * PASS)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_a_bad_gradient_element_survives_clipping_to_the_weights(bad):
-    with pytest.raises(Diverged, match="weights not finite after the update"):
-        check(torch.tensor(0.5), _stepped(bad, "sgd", clip_norm=0.25), epoch=1, step=1)
+    with pytest.raises(Diverged, match="weights not finite"):
+        check(torch.tensor(0.5), _stepped(bad, "sgd", clip_norm=0.25), epoch=1, step=PASS)
+
+
+def test_the_weights_are_read_whole_before_the_record_and_only_this_runs():
+    forget()
+    bad = _stepped(math.nan)
+    check(torch.tensor(0.5), bad, epoch=1, step=1)  # seen, its bad element not yet found
+    with pytest.raises(Diverged, match="diverged by the end of training: weights not finite"):
+        check_all_weights("by the end of training")
+    forget()  # the next run: an earlier run's optimizer is not its to answer for
+    check(torch.tensor(0.5), _stepped(1.0), epoch=1, step=1)
+    check_all_weights("by the end of training")
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -80,15 +98,120 @@ def test_a_bad_weight_of_a_low_precision_dtype_beside_float32_ones_is_found(bad,
     with torch.no_grad():
         params[1][3] = bad
     with pytest.raises(Diverged, match="weights not finite"):
-        check(torch.tensor(0.5), FusedSGD(params, lr=0.1), epoch=1, step=1)
+        check(torch.tensor(0.5), FusedSGD(params, lr=0.1), epoch=1, step=PASS)
 
 
 def test_the_check_leaves_every_weight_as_it_was():
     params = [torch.nn.Parameter(torch.randn(64) * 1e30), torch.nn.Parameter(torch.randn(8).half())]
     before = [p.detach().clone() for p in params]
-    check(torch.tensor(0.5), FusedSGD(params, lr=0.1), epoch=1, step=1)  # no false alarm either
+    check(torch.tensor(0.5), FusedSGD(params, lr=0.1), epoch=1, step=PASS)  # no false alarm
     for p, b in zip(params, before, strict=True):
         assert torch.equal(p.detach(), b)
+
+
+def _classifier_loss(benchmark: str, classes: int, shape: tuple[int, ...]) -> Any:
+    def build() -> tuple[torch.nn.Module, torch.Tensor]:
+        model = models.build(BENCHMARKS[benchmark].config, classes, shape)
+        out, labels = model(torch.randn(4, *shape)), torch.arange(4) % classes
+        if out.dim() == 1:  # logistic regression: one logit a sample
+            return model, F.binary_cross_entropy_with_logits(out, labels.float())
+        return model, F.cross_entropy(out, labels)
+
+    return build
+
+
+def _awd_lstm() -> tuple[torch.nn.Module, torch.Tensor]:
+    from workloads.models.awd_lstm.model import AWDLSTM
+
+    model = AWDLSTM(50, embed_dim=8, hidden_dim=12)
+    tokens = torch.randint(0, 10, (5, 2))  # a few of the 50 words: the others' rows get nothing
+    logits = model(tokens, model.init_hidden(2, "cpu"))[0]
+    return model, F.cross_entropy(logits.reshape(-1, 50), torch.randint(0, 10, (10,)))
+
+
+def _seq2seq(kind: str) -> Any:
+    def build() -> tuple[torch.nn.Module, torch.Tensor]:
+        from workloads.models.gnmt.model import GNMT
+        from workloads.models.seq2seq import make_tgt_in
+        from workloads.models.transformer.model import Transformer
+
+        if kind == "gnmt":
+            model: torch.nn.Module = GNMT(37, hidden_dim=12, num_layers=4)
+        else:
+            model = Transformer(37, d_model=16, ffn_dim=32, num_heads=4, num_layers=2)
+        src, target = torch.randint(4, 12, (2, 6)), torch.randint(4, 12, (2, 5))
+        logits = model(src, torch.tensor([6, 4]), make_tgt_in(target))
+        return model, F.cross_entropy(logits.reshape(-1, 37), target.reshape(-1))
+
+    return build
+
+
+MODELS = {
+    "cnn-digits": _classifier_loss("cnn-digits", 10, (1, 8, 8)),
+    "resnet20-cifar10": _classifier_loss("resnet20-cifar10", 10, (3, 32, 32)),
+    "vgg11-cifar10": _classifier_loss("vgg11-cifar10", 10, (3, 32, 32)),
+    "logreg-epsilon": _classifier_loss("logreg-epsilon", 2, (20,)),
+    "lstm-wikitext2": _awd_lstm,
+    "gnmt-wmt16": _seq2seq("gnmt"),
+    "transformer-wmt17": _seq2seq("transformer"),
+}
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("benchmark", MODELS)
+def test_a_non_finite_loss_on_any_rank_reaches_every_models_sentinel_at_that_step(
+    benchmark, optimizer
+):
+    """What a rank whose loss is NaN sends into the average, and so what every rank (its own
+    loss finite) updates with: its gradient, NaN wherever backward reaches. The sentinel,
+    read at a step with no pass over every weight, must find it there."""
+    torch.manual_seed(0)
+    model, loss = MODELS[benchmark]()
+    (loss * math.nan).backward()
+    name = optimizer.removesuffix("-plain")
+    config = CNN_DIGITS.config.replace(optimizer=name, **OPTIMIZERS[optimizer])
+    step = build_optimizer(config, model.parameters())
+    step.step()
+    with pytest.raises(Diverged, match="step 1: weights not finite after the update"):
+        check(torch.tensor(0.5), step, epoch=1, step=1)
+
+
+def _first_step_with_rank_1s_data_damaged(rank: int, world_size: int) -> str:
+    """One real step of cnn-digits under DDP; rank 1's batch holds a NaN image, so only its
+    loss is NaN. What each rank's check said."""
+    from workloads import tasks
+    from workloads.loop import train_step
+    from workloads.mllog import EventLog
+    from workloads.timing import clock_for
+
+    device = torch.device("cpu")
+    torch.manual_seed(0)
+    context = tasks.Context(CNN_DIGITS.config, rank, world_size, device, clock_for(device),
+                            EventLog(None, None))  # fmt: skip
+    trainer = tasks.build(context).current_trainer()  # type: ignore[attr-defined]
+    index = torch.arange(8)
+    if rank == 1:
+        trainer.splits.train_x[index[3]] = math.nan
+    try:
+        train_step(trainer, index, 0.0, 0)
+    except Diverged as err:
+        return str(err)
+    finally:
+        trainer.timer.finish()
+    return "no divergence"
+
+
+def test_a_nan_loss_on_one_rank_stops_every_rank_at_that_step():
+    """Under an exact strategy the peers' losses are finite; the averaged gradient they update
+    with is not, and their sentinels say so at the same step: every rank stops together, so
+    rank 0 can record the run (it would otherwise enter the next step's collective alone)."""
+    from tests.distributed import run_ranks
+
+    said = run_ranks(_first_step_with_rank_1s_data_damaged)
+    assert said == [
+        "diverged at epoch 1, step 1: weights not finite after the update",
+        "diverged at epoch 1, step 1: loss nan",
+    ]
 
 
 @pytest.mark.slow
