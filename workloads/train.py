@@ -371,10 +371,11 @@ def _train(
 
 
 def _require_finite(result: tasks.Evaluation, epoch: int) -> None:
-    """Diverged when an evaluation's metric or loss is not finite. The weights are (every
-    step checks them), so what was scored is not: damaged test data, or activations that
-    overflowed. Such a result is no measurement, and the summary could not hold it (JSON
-    has no NaN). Every rank has the same, all-reduced result, so every rank stops here."""
+    """Diverged when an evaluation's metric or loss is not finite: damaged test data,
+    activations that overflowed, or weights a gradient overflow made non-finite since the last
+    pass over them (workloads/divergence.py). Such a result is no measurement, and the summary
+    could not hold it (JSON has no NaN). Every rank has the same, all-reduced result, so every
+    rank stops here."""
     bad = [f"{name} {value}" for name, value in (("metric", result.value), ("loss", result.loss))
            if not math.isfinite(value)]  # fmt: skip
     if bad:
