@@ -46,11 +46,17 @@ def _fetch(name, root, url, *extra):
     return CliRunner().invoke(main, args)
 
 
-def test_fetch_cifar10_downloads_verifies_and_unpacks_the_batches(server, tmp_path, monkeypatch):
+def _serve_cifar(server, monkeypatch) -> tuple[bytes, str]:
+    """A CIFAR-10 archive on the local server, published as the data set's: (it, the URL)."""
     served, url = server
     archive = cifar_archive()
     (served / "cifar-10-python.tar.gz").write_bytes(archive)
     _publish(monkeypatch, "cifar10", {"cifar-10-python.tar.gz": archive})
+    return archive, url
+
+
+def test_fetch_cifar10_downloads_verifies_and_unpacks_the_batches(server, tmp_path, monkeypatch):
+    archive, url = _serve_cifar(server, monkeypatch)
     root = tmp_path / "data"
     result = _fetch("cifar10", root, url)
     assert result.exit_code == 0, result.output
@@ -135,10 +141,7 @@ def _run_the_named_fix(err: pytest.ExceptionInfo[DataError], url: str) -> None:
 def test_the_command_a_damaged_cifar_batch_names_repairs_it(server, tmp_path, monkeypatch):
     # The six files are there, so a fetch without --force finds cifar10 prepared and does
     # nothing: the loader's error must name the command that does put the batch right.
-    served, url = server
-    archive = cifar_archive()
-    (served / "cifar-10-python.tar.gz").write_bytes(archive)
-    _publish(monkeypatch, "cifar10", {"cifar-10-python.tar.gz": archive})
+    _, url = _serve_cifar(server, monkeypatch)
     root = tmp_path / "data"
     assert _fetch("cifar10", root, url).exit_code == 0
     (root / "cifar-10-batches-py" / "data_batch_2").write_bytes(b"damaged")
