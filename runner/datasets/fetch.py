@@ -324,7 +324,10 @@ def download(
     """`remote` in `directory`, verified; a verified copy already there is reused. The
     `.part` file is this process's alone while it holds the data directory's turn (fetch())."""
     dest = directory / remote.filename
-    if dest.exists() and not force and file_digest(dest, remote.algorithm) == remote.digest:
+    # Only a regular file of its own is read for reuse: a FIFO or a link to a device (a data
+    # directory others write to) would hang the digest, and a link leads out of the directory.
+    reusable = dest.is_file() and not dest.is_symlink()
+    if reusable and not force and file_digest(dest, remote.algorithm) == remote.digest:
         return dest
     directory.mkdir(parents=True, exist_ok=True)
     url = f"{mirror.rstrip('/')}/{remote.filename}" if mirror else remote.url

@@ -125,6 +125,28 @@ def test_a_link_planted_at_the_part_file_is_never_written_through(server, tmp_pa
     assert sorted(p.name for p in (root / "downloads").iterdir()) == [ARCHIVE]
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("planted", ["fifo", "link to /dev/zero"])
+def test_something_not_a_file_at_the_download_is_replaced_never_read(
+    server, tmp_path, monkeypatch, planted
+):
+    # A FIFO (or a link to an endless device) where a verified download may be reused: its
+    # digest would read for ever; it is fetched again over it instead.
+    served, url = server
+    archive = cifar_archive()
+    (served / ARCHIVE).write_bytes(archive)
+    _publish(monkeypatch, "cifar10", {ARCHIVE: archive})
+    root = tmp_path / "data"
+    (root / "downloads").mkdir(parents=True)
+    if planted == "fifo":
+        os.mkfifo(root / "downloads" / ARCHIVE)
+    else:
+        (root / "downloads" / ARCHIVE).symlink_to("/dev/zero")
+    result = _fetch("cifar10", root, url)
+    assert result.exit_code == 0, result.output
+    assert (root / "downloads" / ARCHIVE).read_bytes() == archive
+
+
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real full disk (needs root, as mount does)."""
