@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.datagen import cifar_archive, epsilon_points
-from tests.runner.test_data_fetch import _fetch, _publish, _serve_epsilon
+from tests.runner.test_data_fetch import _fetch, _publish, _serve_cifar, _serve_epsilon
 from workloads.data import epsilon_cache_dir
 
 ARCHIVE = "cifar-10-python.tar.gz"
@@ -109,10 +109,7 @@ def test_a_dir_that_cannot_be_looked_into_is_one_line_naming_it(tmp_path, name):
 def test_a_link_planted_at_the_part_file_is_never_written_through(server, tmp_path, monkeypatch):
     # A shared data directory where someone put a link at the name the download is written
     # to: the download must replace the link, not overwrite the file it leads to.
-    served, url = server
-    archive = cifar_archive()
-    (served / ARCHIVE).write_bytes(archive)
-    _publish(monkeypatch, "cifar10", {ARCHIVE: archive})
+    archive, url = _serve_cifar(server, monkeypatch)
     root = tmp_path / "data"
     (root / "downloads").mkdir(parents=True)
     victim = tmp_path / "victim"
@@ -132,10 +129,7 @@ def test_something_not_a_file_at_the_download_is_replaced_never_read(
 ):
     # A FIFO (or a link to an endless device) where a verified download may be reused: its
     # digest would read for ever; it is fetched again over it instead.
-    served, url = server
-    archive = cifar_archive()
-    (served / ARCHIVE).write_bytes(archive)
-    _publish(monkeypatch, "cifar10", {ARCHIVE: archive})
+    archive, url = _serve_cifar(server, monkeypatch)
     root = tmp_path / "data"
     (root / "downloads").mkdir(parents=True)
     if planted == "fifo":
