@@ -60,10 +60,6 @@ DEFAULT_WATCH = WatchConfig()
 DEFAULT_LIMITS = StoreLimits()
 
 
-def make_handle(namespace: str, name: str) -> str:
-    return kubernetes_handle(namespace, name)
-
-
 def parse_handle(handle: str) -> tuple[str, str]:
     parsed = parse_kubernetes_handle(handle)
     if parsed is None:
@@ -146,7 +142,7 @@ class KubernetesBackend:
 
     def handle(self, request: Request) -> str:
         meta = _kubernetes(request).manifest["metadata"]
-        return make_handle(meta.get("namespace") or self.conn.namespace, meta["name"])
+        return kubernetes_handle(meta.get("namespace") or self.conn.namespace, meta["name"])
 
     def submit(self, request: Request) -> str:
         request = _kubernetes(request)
@@ -229,7 +225,7 @@ class KubernetesBackend:
     def _vanished(self, name: str) -> JobStatus:
         """The job is not on the cluster: what the run directory recorded (cancel records
         CANCELLED before it deletes), or else a job deleted behind the runner's back."""
-        recorded = self._recorded_state(make_handle(self.conn.namespace, name))
+        recorded = self._recorded_state(kubernetes_handle(self.conn.namespace, name))
         if recorded is not None and recorded.state.finished:
             return recorded
         return JobStatus(
