@@ -123,7 +123,7 @@ def test_a_wmt_cache_with_the_loaders_meta_passes(tmp_path):
     counts = {"sentences": 3, "src_tokens": 12, "tgt_tokens": 14}
     splits = {"train": counts, "test": counts}
     _wmt_meta(tmp_path, json.dumps({"format": "stackbench-parallel-v1", "splits": splits}))
-    assert problem(tmp_path, "wmt17") is None
+    assert problem(tmp_path, "wmt17") is None and missing(tmp_path, "wmt17") is None
 
 
 @pytest.mark.parametrize(
@@ -138,9 +138,9 @@ def test_a_wmt_cache_with_the_loaders_meta_passes(tmp_path):
 def test_a_wmt_cache_whose_meta_the_loader_refuses_is_refused_before_the_run(tmp_path, text, said):
     # The loader refuses these once the run's processes have started; the check, before.
     _wmt_meta(tmp_path, text)
-    found = problem(tmp_path, "wmt17")
-    assert found is not None and said in found, found
-    assert f"runner data fetch wmt17 --dir {tmp_path} --force" in found
+    for found in (problem(tmp_path, "wmt17"), missing(tmp_path, "wmt17")):  # both divisions
+        assert found is not None and said in found, found
+        assert f"runner data fetch wmt17 --dir {tmp_path} --force" in found
 
 
 def test_an_epsilon_cache_of_another_format_is_refused(tmp_path):
