@@ -122,7 +122,10 @@ def _watch(optimizer: Optimizer) -> _Watch:
             (tensors, torch.zeros(1, device=device), torch.ones(1, device=device))
             for (device, _), tensors in by_kind.items()
         ]
-        last = params[-1].detach() if params and params[-1].numel() else torch.zeros(1)
+        # The last parameter that has an element: one of none (a zero-size tensor) would
+        # leave the sentinel a constant, and every step's weight check blind.
+        held = [p for p in params if p.numel()]
+        last = held[-1].detach() if held else torch.zeros(1)
         watch = _Watch(groups, last[(0,) * last.dim()])
         _WATCHES[optimizer] = watch
     return watch

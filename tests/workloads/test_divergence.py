@@ -77,6 +77,16 @@ def test_a_bad_gradient_element_survives_clipping_to_the_weights(bad):
         check(torch.tensor(0.5), _stepped(bad, "sgd", clip_norm=0.25), epoch=1, step=PASS)
 
 
+def test_a_zero_size_last_parameter_leaves_the_sentinel_on_the_last_weight_with_elements():
+    model = torch.nn.Linear(3, 2)
+    empty = torch.nn.Parameter(torch.empty(0))  # last in the optimizer, with nothing to read
+    optimizer = FusedSGD([*model.parameters(), empty], lr=0.1)
+    with torch.no_grad():
+        model.bias.fill_(math.nan)  # as a NaN gradient leaves the output layer after an update
+    with pytest.raises(Diverged, match="step 1: weights not finite after the update"):
+        check(torch.tensor(0.5), optimizer, epoch=1, step=1)  # a step, not a pass
+
+
 def test_the_weights_are_read_whole_before_the_record_and_only_this_runs():
     forget()
     bad = _stepped(math.nan)
