@@ -383,6 +383,26 @@ def test_a_job_that_succeeded_without_a_good_summary_is_a_failed_run(
     assert backend.status(handle) == recorded
 
 
+@pytest.mark.parametrize("job_api", APIS)
+def test_a_fetch_again_once_the_pods_are_gone_keeps_the_failed_verdict(cluster, tmp_path, job_api):
+    """The first fetch read rank 0's whole log and found no summary: FAILED. A later fetch
+    that cannot read it (the pods deleted) has no ground to overturn that into the job's
+    SUCCEEDED."""
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(pod(job_api, RUN_ID, 0, "Succeeded"), log=pod_log(range(2), "done\n"))
+    cluster.add_pod(pod(job_api, RUN_ID, 1, "Succeeded"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
+    backend.fetch(handle, run_dir)
+    first = read_state(run_dir)
+    assert first is not None and first.state is JobState.FAILED
+    cluster.remove_pods()
+    with pytest.raises(RunnerError, match="its pods are gone"):
+        backend.fetch(handle, run_dir)
+    assert read_state(run_dir) == first
+    assert backend.status(handle) == first
+
+
 def test_fetch_prefers_the_results_store(cluster, tmp_path):
     store = tmp_path / "store"
     backend = make_backend(cluster, tmp_path / "results", "trainjob", store=f"file://{store}")

@@ -324,6 +324,16 @@ class KubernetesBackend:
             status = self._vanished(name)
         elif status is not None:
             status = harvest.verdict(status)  # a job's success is the run's only with a summary
+            recorded = state_in(dest)
+            if (
+                recorded is not None
+                and recorded.state.finished
+                and status.state is JobState.SUCCEEDED
+            ):
+                # A finished record stands against the job's word (as in _settle): an earlier
+                # fetch's verdict (no summary in rank 0's whole log) is not overturned by one
+                # that could not read the log again (its pods gone). Only a verdict moves it.
+                status = recorded
         if status is not None:
             record_in(dest, status)
         missing = harvest.missing()
