@@ -99,6 +99,9 @@ def test_a_damaged_epsilon_meta_file_is_reported_not_raised(tmp_path):
     (epsilon_cache_dir(tmp_path) / "meta.json").write_text('{"splits": [1, 2]')
     said = problem(tmp_path, "epsilon")
     assert said is not None and "meta.json: unreadable" in said
+    (epsilon_cache_dir(tmp_path) / "meta.json").write_text("[" * 100_000)  # no RecursionError
+    said = problem(tmp_path, "epsilon")
+    assert said is not None and "meta.json: unreadable (ValueError: nested too deeply)" in said
 
 
 def test_wikitext2_token_counts_decide(tmp_path):
@@ -133,6 +136,7 @@ def test_a_wmt_cache_with_the_loaders_meta_passes(tmp_path):
         ('{"format": "stackbench-parallel-v0", "splits": {"train": {}, "test": {}}}', "v0'"),
         ('{"format": "stackbench-parallel-v1", "splits": {"train": {}}}', "splits ['train']"),
         ('{"format": "stackbench-parallel-v1", "splits": ["train", "test"]}', "unreadable"),
+        ("[" * 100_000, "meta.json: unreadable (ValueError: nested too deeply)"),  # hostile
     ],
 )
 def test_a_wmt_cache_whose_meta_the_loader_refuses_is_refused_before_the_run(tmp_path, text, said):

@@ -270,6 +270,12 @@ def test_a_meta_file_that_is_a_directory_is_a_data_error(tmp_path):
         load_parallel(tmp_path, "train")
 
 
+def test_a_meta_file_nested_too_deeply_is_a_data_error(tmp_path):
+    (tmp_path / "meta.json").write_text("[" * 100_000)  # hostile: json recurses per level
+    with pytest.raises(DataError, match=r"meta\.json: corrupt \(nested too deeply\)"):
+        load_parallel(tmp_path, "train")
+
+
 def test_unknown_splits_and_training_references_are_data_errors(cache):
     with pytest.raises(DataError, match=r"no split 'dev' \(has train, test, valid\)"):
         load_parallel(cache, "dev")

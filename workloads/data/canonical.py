@@ -22,9 +22,9 @@ validate as they read it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from contract import files
 from workloads.data import (
     CIFAR10_FILES,
     CIFAR10_SUBDIR,
@@ -108,7 +108,7 @@ def _epsilon(root: Path) -> str | None:
     if not meta_path.is_file():
         return _missing(cache, "epsilon", root)
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = files.loads(meta_path.read_text())  # deep nesting: ValueError
         form = meta["format"]
         width = meta["num_features"]
         rows = {split: meta["splits"][split]["rows"] for split in EPSILON_ROWS}
@@ -139,7 +139,7 @@ def _wmt(root: Path, dataset: str) -> str | None:
     if not meta_path.is_file():
         return _missing(cache, dataset, root)
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = files.loads(meta_path.read_text())  # deep nesting: ValueError
         found = (meta["format"], sorted(meta["splits"].keys() & {"train", "test"}))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         return f"{meta_path}: unreadable ({type(err).__name__}: {err}); {_refetch(dataset, root)}"

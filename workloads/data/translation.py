@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from contract import files
 from workloads.data import TRANSLATION_CACHE_FORMAT, DataError
 from workloads.data.subword import (
     BOS_ID,
@@ -259,7 +260,7 @@ def read_meta(cache_dir: Path, dataset: str = DEFAULT_DATASET) -> dict[str, Any]
     path = Path(cache_dir) / META_FILE
     fix = refetch_command(cache_dir, dataset)
     try:
-        meta = json.loads(path.read_text())
+        meta = files.loads(path.read_text())  # deep nesting: ValueError too
     except FileNotFoundError:
         fetch = refetch_command(cache_dir, dataset, force=False)
         raise DataError(f"{cache_dir}: no prepared translation data; {fetch}") from None
