@@ -103,6 +103,12 @@ def parse_link(text: str) -> Link:
         bits = Decimal(number) * UNITS[unit]
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
         raise SpecError(PARAM, f"expected a rate {EXAMPLES}, got {text!r}") from None
+    if bits > MAX_RATE_BIT_S:  # before int(): a number of thousands of digits cannot be one
+        raise SpecError(
+            PARAM,
+            f"{text.strip()!r} is outside the rates a shaped link can have "
+            f"({format_rate(MIN_RATE_BIT_S)} to {format_rate(MAX_RATE_BIT_S)})",
+        )
     if bits != bits.to_integral_value():
         raise SpecError(PARAM, f"{text!r} is not a whole number of bits per second")
     return Link(rate_bit_s=int(bits))

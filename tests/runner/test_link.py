@@ -47,6 +47,8 @@ def test_rates_parse_in_decimal_units_and_print_back_canonically(
         ("1.5bit", "not a whole number of bits per second"),
         ("50kbit", "50kbit is outside the rates a shaped link can have (100kbit to 100gbit)"),
         ("200gbit", "outside the rates"),
+        ("9" * 5000 + "mbit", "is outside the rates a shaped link can have (100kbit to 100gbit)"),
+        ("9" * 5000 + ".5kbit", "outside the rates"),
         ("0kbit", "0bit is outside the rates"),
     ],
 )
