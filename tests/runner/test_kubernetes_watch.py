@@ -165,8 +165,9 @@ def test_a_change_seen_between_a_cancels_record_and_its_delete_keeps_the_run_can
     for node in (0, 1):
         cluster.add_pod(pod("trainjob", RUN_ID, node, "Running"), log="")
     watching = Watching(backend, handle)
-    while (status := watching.next()) is not None and status.state is not JobState.RUNNING:
-        pass
+    status = watching.next()
+    while status is not None and status.state is not JobState.RUNNING:  # up to the run's start
+        status = watching.next()
     cancelled = JobStatus(JobState.CANCELLED, "cancelled", iso(600))
     rundir.write_state(run_dir, cancelled)  # the other process's cancel, before its delete
     # A new start time: without the record's word, this change is a RUNNING of its own.
