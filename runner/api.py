@@ -24,7 +24,7 @@ from contract.rundir import EVENTS, JOB, JobState, JobStatus, read_state
 from contract.summary import Summary
 from runner.backends.base import LOCAL_SCHEME, Backend, parse_kubernetes_handle
 from runner.backends.local import leash
-from runner.errors import Interrupted, RunInputError, RunnerError, RunNotFound
+from runner.errors import RunInputError, RunnerError, RunNotFound, interruption
 from runner.job.spec import JobSpec
 from runner.results import rundir
 
@@ -146,15 +146,18 @@ def follow_to_end(results_root: Path, run: Run, callbacks: Callbacks | None = No
     cb = callbacks or Callbacks()
     try:
         status = follow(results_root, run, cb.on_event, cb.on_status)
-    except (KeyboardInterrupt, Interrupted):
+    except BaseException as err:
+        stop = interruption(err)
+        if stop is None:  # failing to follow it, with an error that says so: it goes on
+            leash.release(run.run_dir)
+            raise
         # Released only once cancelled: a cancel cut short (a second Ctrl-C) keeps the leash,
         # so the run still ends when this process does, never left running unwatched.
         cancel(results_root, run)
         leash.release(run.run_dir)
-        raise
-    except BaseException:  # failing to follow it, with an error that says so: it goes on
-        leash.release(run.run_dir)
-        raise
+        if stop is err:
+            raise
+        raise stop from err  # unwrapped, so that every caller sees the interrupt it is
     leash.release(run.run_dir)  # followed to its end
     try:
         missing = fetch(results_root, run)
@@ -366,7 +369,7 @@ def _record(run_dir: Path) -> rundir.RunRecord:
 
 
 def _interrupt(err: BaseException) -> bool:
-    return isinstance(err, KeyboardInterrupt | Interrupted)
+    return interruption(err) is not None
 
 
 def _now() -> str:

@@ -43,3 +43,18 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+def interruption(err: BaseException) -> KeyboardInterrupt | Interrupted | None:
+    """The Ctrl-C or signal that `err` is, or that caused it: Python 3.11 wraps a Ctrl-C that
+    lands while a class is created (a dataclass's field, in an import) in `RuntimeError: Error
+    calling __set_name__`, which must still cancel and exit 130 rather than print a traceback.
+    Follows __cause__ only: an error raised while cleaning up after a Ctrl-C is its own."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt | Interrupted):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None

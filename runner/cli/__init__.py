@@ -14,11 +14,15 @@ so `runner --help` loads none of torch, pulumi, kubernetes or matplotlib.
 
 from __future__ import annotations
 
+import os
 import signal  # first: every import before the handler is a moment Ctrl-C prints a traceback
 
 
 def _quiet_exit(signum: int, frame: object) -> None:
-    raise SystemExit(130)
+    # Not SystemExit: one raised while a class is created (a dataclass's field) reaches the
+    # console script as `RuntimeError: Error calling __set_name__` and its traceback. Nothing
+    # is started or written before the commands run, so there is nothing to clean up.
+    os._exit(130)
 
 
 def _quiet_while_importing() -> Callable[..., Any] | int | None:

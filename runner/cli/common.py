@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from contract.files import DamagedFile
-from runner.errors import Interrupted, RunInputError, RunnerError, SpecError
+from runner.errors import Interrupted, RunInputError, RunnerError, SpecError, interruption
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -154,6 +154,11 @@ class RunnerGroup(click.Group):
         except click.ClickException as err:
             err.show()
             sys.exit(err.exit_code)
+        except Exception as err:  # a Ctrl-C that Python wrapped (runner.errors.interruption)
+            stop = interruption(err)
+            if stop is None:
+                raise
+            sys.exit(exit_code(stop))
         # Without standalone mode click returns an Exit's code (--help: 0), else what the
         # command returned (None: done).
         sys.exit(code if isinstance(code, int) else 0)

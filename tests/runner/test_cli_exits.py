@@ -21,6 +21,7 @@ from contract.rundir import EVENTS, JobState, read_state
 from runner import api
 from runner.cli import main
 from runner.results import rundir
+from tests.conftest import submit_local
 from tests.runner.rundirs import make_run
 
 pytestmark = pytest.mark.timeout(180)
@@ -99,6 +100,62 @@ def test_ctrl_c_while_the_commands_import_exits_130_without_a_traceback(tmp_path
     )  # fmt: skip
     assert "imported" not in proc.stdout
     _interrupted_cleanly(proc, proc.stderr)  # type: ignore[arg-type]
+
+
+# How Python 3.11 wraps a Ctrl-C that lands while a class is created (a dataclass's field, in
+# a command's own import): `RuntimeError: Error calling __set_name__`, the interrupt its cause.
+LANDS_IN_A_CLASS = """
+import os, signal
+class Field:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs between these bytecodes
+            pass
+def create_a_class():
+    type("Config", (), {"field": Field()})
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["runner.api", "runner.backends.local.backend"],
+    ids=["as-runner-cli-imports", "as-submit-imports"],
+)
+def test_ctrl_c_while_a_class_is_created_in_an_import_exits_130_without_a_traceback(
+    tmp_path, module
+):
+    code = LANDS_IN_A_CLASS + (
+        "import sys\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name == {module!r}:\n"
+        "            create_a_class()\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "from runner.cli import main\n"
+        "main(['--results-dir', sys.argv[1], 'submit', 'cnn-digits'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    _interrupted_cleanly(proc, proc.stderr)  # type: ignore[arg-type]
+    assert not rundir.list_dirs(tmp_path)  # stopped before it made a run
+
+
+def test_a_wrapped_ctrl_c_while_following_cancels_the_run_and_raises_the_interrupt(tmp_path):
+    """Not left running once its follower is gone, and raised as the KeyboardInterrupt it is,
+    so that submit and sweep handle it as every other Ctrl-C."""
+    namespace: dict[str, object] = {}
+    exec(LANDS_IN_A_CLASS, namespace)  # the code the subprocess tests run, in this process
+    run = submit_local(tmp_path, ["stop_at_target=false", "max_epochs=400"], workers=1)
+
+    def on_event(event: object) -> None:
+        namespace["create_a_class"]()  # type: ignore[operator]
+
+    with pytest.raises(KeyboardInterrupt):
+        api.follow_to_end(tmp_path, run, api.Callbacks(on_event=on_event))
+    state = read_state(run.run_dir)
+    assert state is not None and state.state is JobState.CANCELLED, state
 
 
 # Not 0.01-0.1 s: that can land in Python's own start-up (site's .pth files), before any of
