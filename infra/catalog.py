@@ -80,3 +80,47 @@ def eks_offer(instance_type: str) -> GpuOffer:
         return NO_GPUS
     gpu, counts = _EC2_GPU[family]
     return GpuOffer({gpu: frozenset({counts.get(size, 1)})}, built_in=True)
+
+
+# The AWS account whose ECR registry holds the EKS add-on images (VPC CNI, kube-proxy,
+# CoreDNS) in each region, as the EKS user guide lists them ("View Amazon container image
+# registries for Amazon EKS add-ons"). The nodes pull those images with the node role, so it
+# may read these registries and, in the stack's own account, the stack's repository alone.
+EKS_ADDON_REGISTRY_ACCOUNTS: dict[str, str] = {
+    "us-east-1": "602401143452",
+    "us-east-2": "602401143452",
+    "us-west-1": "602401143452",
+    "us-west-2": "602401143452",
+    "ca-central-1": "602401143452",
+    "sa-east-1": "602401143452",
+    "eu-central-1": "602401143452",
+    "eu-west-1": "602401143452",
+    "eu-west-2": "602401143452",
+    "eu-west-3": "602401143452",
+    "eu-north-1": "602401143452",
+    "ap-south-1": "602401143452",
+    "ap-northeast-1": "602401143452",
+    "ap-northeast-2": "602401143452",
+    "ap-northeast-3": "602401143452",
+    "ap-southeast-1": "602401143452",
+    "ap-southeast-2": "602401143452",
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-south-2": "900889452093",
+    "ap-southeast-3": "296578399912",
+    "ap-southeast-4": "491585149902",
+    "ap-southeast-6": "333609536671",
+    "ap-southeast-7": "121268973566",
+    "ca-west-1": "761377655185",
+    "cn-north-1": "918309763551",
+    "cn-northwest-1": "961992271922",
+    "eu-central-2": "900612956339",
+    "eu-south-1": "590381155156",
+    "eu-south-2": "455263428931",
+    "il-central-1": "066635153087",
+    "me-central-1": "759879836304",
+    "me-south-1": "558608220178",
+    "mx-central-1": "730335286997",
+    "us-gov-east-1": "151742754352",
+    "us-gov-west-1": "013241004608",
+}

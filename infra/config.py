@@ -19,7 +19,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from contract.stack import JOB_APIS, PROVIDERS, JobApi, Provider
-from infra.catalog import EC2_INSTANCE_RE, GKE_MACHINE_RE, NO_GPUS, GpuOffer, eks_offer, gke_offer
+from infra.catalog import (
+    EC2_INSTANCE_RE,
+    EKS_ADDON_REGISTRY_ACCOUNTS,
+    GKE_MACHINE_RE,
+    NO_GPUS,
+    GpuOffer,
+    eks_offer,
+    gke_offer,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
 NAMESPACE = "stackbench"  # the Pulumi project name, so keys read `stackbench:KEY`
@@ -315,6 +323,15 @@ def _check_location(v: dict[str, Any]) -> None:
             raise ConfigError("zone", f"must be a zone of {region}, got {zone!r}", f"{region}-a")
     if provider == "eks" and not _AWS_REGION.match(region):
         raise ConfigError("region", f"must be an AWS region for eks, got {region!r}", "us-east-1")
+    if provider == "eks" and region not in EKS_ADDON_REGISTRY_ACCOUNTS:
+        # The node role may pull add-on images from this region's EKS registry only (eks.py):
+        # without its account the nodes would never get their network plugin.
+        raise ConfigError(
+            "region",
+            f"is {region!r}, whose EKS add-on image registry infra/catalog.py does not list "
+            "(add it from the EKS user guide, or pick a listed region)",
+            "us-east-1",
+        )
     version = v["kubernetesVersion"]
     match = _K8S_MINOR.match(version)
     if not match or int(match.group(1)) < 29:

@@ -8,8 +8,10 @@ IAM OIDC provider is created for IRSA (results.py binds the job service account)
 endpoint answers only apiAllowedCidrs from outside (nodes reach it privately), and deletion
 protection follows the deletionProtection setting. Every node group's launch template requires
 IMDSv2 with a hop limit of 1, so pods cannot reach the node role's credentials through the
-instance metadata service (jobs use IRSA). The VPC CNI chains the bandwidth plugin,
-so pods' kubernetes.io/{ingress,egress}-bandwidth annotations are enforced. It uses the
+instance metadata service (jobs use IRSA). The node role pulls images from the stack's own
+ECR repository (infra/image.py grants it) and the region's EKS add-on registry, and from no
+other repository of the account. The VPC CNI chains the bandwidth plugin, so pods'
+kubernetes.io/{ingress,egress}-bandwidth annotations are enforced. It uses the
 account's default VPC: a dedicated VPC is not built here. The training group is fixed at
 maxNodes (no cluster autoscaler; infra/pools.py).
 """
@@ -22,15 +24,21 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from infra.catalog import EKS_ADDON_REGISTRY_ACCOUNTS
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
 from infra.pools import PoolSize, system_pool, training_pool
 
-NODE_POLICIES = (
-    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
-    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
-    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
-)
+# No ECR managed policy (AmazonEC2ContainerRegistryReadOnly, ...PullOnly): those read every
+# repository of the account, so a node, or a pod that reached its credentials, could pull
+# any other team's images. The nodes pull from two places only (node_pull_policy below).
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy")
+# What the kubelet's ECR credential provider and containerd need to pull an image.
+ECR_PULL_ACTIONS = [
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:GetDownloadUrlForLayer",
+]
 GPU_AMI = "AL2023_x86_64_NVIDIA"
 CPU_AMI = "AL2023_x86_64_STANDARD"
 NODE_DISK_GB = 200
@@ -51,6 +59,7 @@ NODE_METADATA_OPTIONS = {
 class EksCluster(ClusterComponent):
     cluster_resource: eks.Cluster
     cloud_provider: aws.Provider
+    node_role: aws.iam.Role
     """An EKS cluster; fills the ClusterComponent contract plus the OIDC provider."""
 
     def __init__(self, name: str, cfg: StackConfig, opts=None) -> None:
@@ -60,7 +69,8 @@ class EksCluster(ClusterComponent):
             f"{name}-aws", region=cfg.region, opts=pulumi.ResourceOptions(parent=self)
         )
         self._opts = pulumi.ResourceOptions(parent=self, provider=self.cloud_provider)
-        node_role = self._node_role(name)
+        node_role, node_policies = self._node_role(name, cfg.region)
+        self.node_role = node_role
         self.cluster_resource = eks.Cluster(
             f"{name}-cluster",
             version=cfg.kubernetes_version,
@@ -84,6 +94,7 @@ class EksCluster(ClusterComponent):
             spot=False,
             labels={},
             taints=[],
+            needs=node_policies,
         )
         self.training_group = self._node_group(
             f"{name}-training",
@@ -94,6 +105,7 @@ class EksCluster(ClusterComponent):
             spot=cfg.spot,
             labels=self.pool_labels(),
             taints=self.gpu_taints("NO_SCHEDULE"),
+            needs=node_policies,
         )
         self.oidc_provider_arn = self.cluster_resource.oidc_provider_arn
         self.oidc_provider_url = self.cluster_resource.oidc_provider_url
@@ -102,7 +114,9 @@ class EksCluster(ClusterComponent):
             oidc_provider_arn=self.oidc_provider_arn, oidc_provider_url=self.oidc_provider_url
         )
 
-    def _node_role(self, name: str) -> aws.iam.Role:
+    def _node_role(self, name: str, region: str) -> tuple[aws.iam.Role, list[pulumi.Resource]]:
+        """The nodes' role and its policies; a node group waits for the policies, so its
+        first nodes can join and pull their network plugin."""
         role = aws.iam.Role(
             f"{name}-nodes",
             assume_role_policy=json.dumps(
@@ -119,17 +133,38 @@ class EksCluster(ClusterComponent):
             ),
             opts=self._opts,
         )
-        for arn in NODE_POLICIES:
+        policies: list[pulumi.Resource] = [
             aws.iam.RolePolicyAttachment(
-                f"{name}-nodes-{arn.rsplit('/', 1)[1]}",
+                f"{name}-nodes-{policy}",
                 role=role.name,
-                policy_arn=arn,
+                policy_arn=f"arn:{aws_partition(region)}:iam::aws:policy/{policy}",
                 opts=self._opts,
             )
-        return role
+            for policy in NODE_POLICIES
+        ]
+        # The stack's repository is added by infra/image.py, which makes it.
+        policies.append(
+            aws.iam.RolePolicy(
+                f"{name}-nodes-addon-images",
+                role=role.id,
+                policy=node_pull_policy(addon_registry_arn(region)),
+                opts=self._opts,
+            )
+        )
+        return role, policies
 
     def _node_group(
-        self, name, node_role, *, instance_type, ami_type, size: PoolSize, spot, labels, taints
+        self,
+        name,
+        node_role,
+        *,
+        instance_type,
+        ami_type,
+        size: PoolSize,
+        spot,
+        labels,
+        taints,
+        needs: list[pulumi.Resource],
     ) -> eks.ManagedNodeGroup:
         template = self._launch_template(name)
         return eks.ManagedNodeGroup(
@@ -148,7 +183,9 @@ class EksCluster(ClusterComponent):
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
             labels=labels,
             taints=taints,
-            opts=pulumi.ResourceOptions(parent=self, providers={"aws": self.cloud_provider}),
+            opts=pulumi.ResourceOptions(
+                parent=self, providers={"aws": self.cloud_provider}, depends_on=needs
+            ),
         )
 
     def _launch_template(self, name: str) -> aws.ec2.LaunchTemplate:
@@ -165,3 +202,38 @@ class EksCluster(ClusterComponent):
             ],
             opts=self._opts,
         )
+
+
+def aws_partition(region: str) -> str:
+    """The ARN partition of an AWS region (China and GovCloud have their own)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def addon_registry_arn(region: str) -> str:
+    """Every repository of the region's EKS add-on registry (VPC CNI, kube-proxy, CoreDNS):
+    another account's, which shares only those images."""
+    account = EKS_ADDON_REGISTRY_ACCOUNTS[region]  # config.py refuses an unlisted region
+    return f"arn:{aws_partition(region)}:ecr:{region}:{account}:repository/*"
+
+
+def node_pull_policy(*repository_arns: str) -> str:
+    """An inline policy letting the nodes pull from these repositories and nothing else.
+    GetAuthorizationToken names no repository (IAM takes only "*" for it): the token it
+    returns opens only what the pull actions allow."""
+    statements = [
+        {"Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
+        {"Effect": "Allow", "Action": ECR_PULL_ACTIONS, "Resource": list(repository_arns)},
+    ]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def eks_cluster(cluster: ClusterComponent) -> EksCluster:
+    """`cluster` as the EKS cluster it is where a stack's provider is eks (its node role is
+    EKS's alone); another kind is a bug in the caller."""
+    if not isinstance(cluster, EksCluster):
+        raise TypeError(f"expected an EksCluster, got a {type(cluster).__name__}")
+    return cluster

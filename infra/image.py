@@ -1,7 +1,8 @@
 """TrainingImage: the registry for the stack and the training image built from images/.
 
 The registry is Artifact Registry on gke (the nodes' account may read this repository and no
-other), ECR (force delete, so destroy removes pushed images) on eks, and kind's local
+other), ECR on eks (force delete, so destroy removes pushed images; the node role may pull
+from this repository and no other of the account), and kind's local
 registry container on kind. The image is built by BuildKit
 (pulumi-docker-build) with the CUDA or CPU variant chosen by the stack's GPUs, pushed, and
 exported as `repo@sha256:...`: a digest, never a tag, so every job of the stack runs the same
@@ -18,6 +19,7 @@ import pulumi_gcp as gcp
 from contract.stack import IMAGE_HOME, IMAGE_UID
 from infra.cluster import ClusterComponent
 from infra.config import PROJECT_ROOT, StackConfig
+from infra.eks import eks_cluster, node_pull_policy
 from infra.gke import gke_cluster
 from infra.kind import kind_cluster
 
@@ -35,7 +37,7 @@ class TrainingImage(pulumi.ComponentResource):
         if cfg.provider == "gke":
             repository, registries = self._artifact_registry(name, cfg, cluster)
         elif cfg.provider == "eks":
-            repository, registries = self._ecr(name, cfg)
+            repository, registries = self._ecr(name, cfg, cluster)
         else:
             repository, registries = f"{kind_cluster(cluster).registry_address}/{IMAGE_NAME}", []
         # On kind the push needs the registry container up; clouds' repos are inputs already.
@@ -90,12 +92,20 @@ class TrainingImage(pulumi.ComponentResource):
         }
         return pulumi.Output.concat(url, IMAGE_NAME), [login]
 
-    def _ecr(self, name: str, cfg: StackConfig):
+    def _ecr(self, name: str, cfg: StackConfig, cluster: ClusterComponent):
         repo = aws.ecr.Repository(
             f"{name}-repo",
             name=f"stackbench-{cfg.stack}/{IMAGE_NAME}",
             force_delete=True,
             image_scanning_configuration={"scan_on_push": True},
+            opts=self._opts,
+        )
+        # The nodes pull the training image with their role; this repository is the only one
+        # of the account it may read (infra/eks.py), as on gke.
+        aws.iam.RolePolicy(
+            f"{name}-repo-nodes-pull",
+            role=eks_cluster(cluster).node_role.id,
+            policy=repo.arn.apply(node_pull_policy),
             opts=self._opts,
         )
         token = aws.ecr.get_authorization_token_output(

@@ -47,7 +47,8 @@ def _outputs(args: MockResourceArgs) -> dict:
             return {"digest": _digest(name), "ref": ""}
         case "aws:ecr/repository:Repository":
             url = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/{inputs.get('name', name)}"
-            return {"repositoryUrl": url, "registryId": ACCOUNT}
+            arn = f"arn:aws:ecr:us-east-1:{ACCOUNT}:repository/{inputs.get('name', name)}"
+            return {"repositoryUrl": url, "registryId": ACCOUNT, "arn": arn}
         case "gcp:artifactregistry/repository:Repository":
             return {"project": PROJECT, "name": inputs.get("repositoryId", name)}
         case "gcp:storage/bucket:Bucket":

@@ -77,6 +77,8 @@ def test_the_jobs_cloud_identity_reads_and_writes_objects_and_administers_nothin
     )
     assert ev.of_type("gcp:storage/bucketIAMBinding:BucketIAMBinding") == []
     for policy in ev.of_type("aws:iam/rolePolicy:RolePolicy"):
+        if not policy.name.endswith("-results-writer-objects"):
+            continue  # the nodes' image pulls, below
         actions = {a for s in json.loads(policy.inputs["policy"])["Statement"] for a in s["Action"]}
         assert actions <= {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
 
@@ -155,6 +157,80 @@ def test_eks_pods_cannot_reach_the_nodes_instance_metadata(overrides):
         assert disk["deviceName"] == "/dev/xvda" and disk["ebs"]["volumeSize"] == 200
         # pulumi-eks' own IMDSv2 switch sets a hop limit of 2, which lets pods in.
         assert "enableIMDSv2" not in group.inputs
+
+
+def node_role_grants(ev: Evaluation) -> tuple[list[str], list[dict]]:
+    """The managed policies attached to the EKS node role, and its inline statements."""
+    role = ev.one("aws:iam/role:Role", "-nodes")
+    role_refs = {role.name, f"{role.name}-id"}  # by name (attachments) or by id (inline)
+    attached = [
+        a.inputs["policyArn"]
+        for a in ev.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        if a.inputs["role"] in role_refs
+    ]
+    statements = [
+        statement
+        for p in ev.of_type("aws:iam/rolePolicy:RolePolicy")
+        if p.inputs["role"] in role_refs
+        for statement in json.loads(p.inputs["policy"])["Statement"]
+    ]
+    return attached, statements
+
+
+@pytest.mark.parametrize("overrides", [{}, EKS_CPU], ids=["gpu", "cpu"])
+def test_eks_nodes_pull_from_the_stacks_repository_and_the_addon_registry_only(overrides):
+    """A managed ECR policy (AmazonEC2ContainerRegistryReadOnly) or a wildcard repository
+    would let a node, or a pod that reached its credentials, read every repository of the
+    account. The nodes need the stack's repository (the training image) and the region's
+    EKS add-on registry (VPC CNI, kube-proxy, CoreDNS), another account's."""
+    ev = evaluate("eks-gpu-8", overrides)
+    attached, statements = node_role_grants(ev)
+    assert sorted(a.rsplit("/", 1)[1] for a in attached) == [
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonEKS_CNI_Policy",
+    ]
+    repo = ev.one("aws:ecr/repository:Repository")
+    own = f"arn:aws:ecr:us-east-1:123456789012:repository/{repo.inputs['name']}"
+    pulled: set[str] = set()
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        if statement["Action"] == ["ecr:GetAuthorizationToken"]:
+            assert statement["Resource"] == "*"  # IAM takes no repository for it
+            continue
+        assert sorted(statement["Action"]) == [
+            "ecr:BatchCheckLayerAvailability",
+            "ecr:BatchGetImage",
+            "ecr:GetDownloadUrlForLayer",
+        ]
+        pulled |= set(statement["Resource"])
+    assert pulled == {own, "arn:aws:ecr:us-east-1:602401143452:repository/*"}
+    assert f"/{repo.inputs['name']}@sha256:" in ev.value("image")  # the image jobs pull
+    # Both node groups wait for the role's grants: their first nodes pull the CNI at boot.
+    grants = {
+        r.urn
+        for r in ev.resources
+        if r.type
+        in ("aws:iam/rolePolicy:RolePolicy", "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+        and r.name.startswith("eks-gpu-8-nodes-")
+    }
+    for group in ev.of_type("eks:index:ManagedNodeGroup"):
+        assert grants <= set(group.dependencies), group.name
+
+
+def test_eks_nodes_pull_add_ons_from_their_regions_registry_in_its_partition():
+    ev = evaluate("eks-gpu-8", {"stackbench:region": "cn-north-1"})
+    attached, statements = node_role_grants(ev)
+    assert all(a.startswith("arn:aws-cn:iam::aws:policy/") for a in attached)
+    resources = {r for s in statements if s["Resource"] != "*" for r in s["Resource"]}
+    assert "arn:aws-cn:ecr:cn-north-1:918309763551:repository/*" in resources
+
+
+def test_an_eks_region_without_a_known_addon_registry_is_refused_before_anything_is_made():
+    registered: list = []
+    with pytest.raises(ConfigError) as err:
+        evaluate("eks-gpu-8", {"stackbench:region": "xx-east-9"}, record=registered)
+    assert err.value.key == "region" and "add-on image registry" in str(err.value)
+    assert registered == []
 
 
 # ---- deletion protection ---------------------------------------------------------------------
