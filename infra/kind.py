@@ -7,6 +7,13 @@ directory at /results (extraMounts), which is how jobs on kind write results the
 as file:///host/dir. The nodes run the stack's own node image, whose CNI chain enforces pod
 bandwidth annotations (infra/kind_bandwidth.py). Not a cloud cluster: CPU only, one kind stack
 per host (the registry port is fixed).
+
+A `pulumi up` killed while the cluster is being made leaves a cluster the stack's state does
+not hold. The next `up` deletes it before making the cluster again, and `pulumi destroy`
+deletes it with the registry (which the state holds by then). A cluster of the stack's name
+counts as the stack's own only if its control plane mounts the stack's resultsDir at
+/results; any other is refused, never deleted. What remains: the killed engine's script may
+still be running (`kind create` takes minutes), and a command run before it ends races it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from infra.pools import training_pool
 REGISTRY_IMAGE = "registry:2.8.3"
 REGISTRY_PORT = 5001  # host port; pods pull localhost:5001/..., which containerd maps below
 REGISTRY_HOST = f"localhost:{REGISTRY_PORT}"
+# pulumi-command runs a script with /bin/sh by default, which is dash on Debian and Ubuntu:
+# it knows no `set -o pipefail` nor here-strings, and the create would fail on its first line.
+INTERPRETER = ["/bin/bash", "-c"]
 
 
 def kind_config(cfg: StackConfig) -> dict:
@@ -70,12 +80,23 @@ def create_script(cfg: StackConfig) -> str:
             *store_guard(cfg),
             f"mkdir -p {shlex.quote(cfg.results_dir)}",
             kind_bandwidth.build_command(cfg.kubernetes_version),
-            f'printf "%s" "$KIND_CONFIG" | kind create cluster --name {name} --image {image}'
-            " --config - --wait 180s >&2",
+            # Pulumi runs this only for a cluster its state lacks: one of this name that is
+            # the stack's own was left by a create that was killed (with `pulumi up`) or
+            # failed before this script could delete it, and is in an unknown state.
+            f"if {owned_cluster_test(cfg)}; then",
+            f"  echo 'deleting kind cluster {cluster_name(cfg)}, left by an interrupted create'"
+            " >&2",
+            f"  kind delete cluster --name {name} >&2",
+            f"elif {cluster_exists_test(cfg)}; then",
+            *refuse_foreign_cluster(cfg),
+            "fi",
             # A create that fails is not in the stack's state, so `pulumi destroy` would never
             # delete this cluster, and the next `up` would find its name taken: a failing step
-            # from here on takes the cluster down with it (kind cleans up its own failures).
+            # from here on takes the cluster down with it (a killed script cannot; the check
+            # above, and the registry's delete, clean that up).
             f"trap 'kind delete cluster --name {name} >&2' EXIT",
+            f'printf "%s" "$KIND_CONFIG" | kind create cluster --name {name} --image {image}'
+            " --config - --wait 180s >&2",
             f"for node in $(kind get nodes --name {name}); do",
             f'  docker exec "$node" mkdir -p {hosts_dir}',
             f"  printf '[host.\"http://%s:5000\"]\\n' {registry}"
@@ -110,10 +131,66 @@ def store_guard(cfg: StackConfig) -> list[str]:
     ]
 
 
+def cluster_exists_test(cfg: StackConfig) -> str:
+    """A shell test: kind has a cluster of the stack's name (whoever made it)."""
+    name = shlex.quote(cluster_name(cfg))
+    # A here-string, not a pipe: `grep -q` exiting early would fail the pipe under pipefail.
+    return f'grep -qxF -- {name} <<<"$(kind get clusters 2>/dev/null || true)"'
+
+
+def owned_cluster_test(cfg: StackConfig) -> str:
+    """A shell test: a cluster of the stack's name exists and is this stack's, i.e. its
+    control plane mounts this stack's resultsDir at /results (kind mounts it from the first
+    moment its nodes exist). The name alone is no proof: another checkout's stack of the same
+    name, or a cluster made by hand, has it too, and must never be deleted from here."""
+    node = shlex.quote(f"{cluster_name(cfg)}-control-plane")
+    mounts = (
+        "'{{range .Mounts}}{{if eq .Destination \"" + RESULTS_MOUNT_PATH + '"}}'
+        "{{.Source}}{{end}}{{end}}'"
+    )
+    source = f"$(docker inspect -f {mounts} {node} 2>/dev/null || true)"
+    return f'{cluster_exists_test(cfg)} && [ "{source}" = {shlex.quote(cfg.results_dir)} ]'
+
+
+def refuse_foreign_cluster(cfg: StackConfig) -> list[str]:
+    """Shell lines: say that the stack's cluster name is taken by a cluster not its own,
+    and how to free it, then fail."""
+    name = cluster_name(cfg)
+    return [
+        f"  echo 'a kind cluster named {name} exists that this stack did not make (its"
+        f" control plane does not mount {cfg.results_dir}); delete it if it is yours to"
+        f" delete: kind delete cluster --name {name}' >&2",
+        "  exit 1",
+    ]
+
+
+def cluster_delete_command(cfg: StackConfig) -> str:
+    return f"kind delete cluster --name {shlex.quote(cluster_name(cfg))}"
+
+
+def registry_delete_script(cfg: StackConfig) -> str:
+    """Remove the registry and, first, a cluster of the stack's own that the state does not
+    hold (a killed `pulumi up` left it): the registry is in the state before the cluster's
+    create starts, so `pulumi destroy` runs this whatever became of that create. A cluster
+    the state holds is gone by now (it is deleted before the registry it depends on)."""
+    name, registry = shlex.quote(cluster_name(cfg)), shlex.quote(registry_name(cfg))
+    return "\n".join(
+        [
+            f"if {owned_cluster_test(cfg)}; then kind delete cluster --name {name} >&2; fi",
+            f"docker rm -f {registry}",
+        ]
+    )
+
+
 def cluster_triggers(cfg: StackConfig, script: str) -> list[str]:
-    """Everything the cluster is made from; a change to any of them replaces the cluster."""
+    """Everything the cluster is made from or deleted by; a change to any of them replaces
+    the cluster. Any other change would be an update, which pulumi-command runs as the create
+    script again, on a cluster that exists (and which that script then takes for one a killed
+    create left behind)."""
     return [
         script,
+        cluster_delete_command(cfg),
+        *INTERPRETER,
         json.dumps(kind_config(cfg), sort_keys=True),
         kind_bandwidth.conflist_template(),
         kind_bandwidth.NODE_DOCKERFILE.read_text(),
@@ -134,14 +211,16 @@ class KindCluster(ClusterComponent):
                 f"docker inspect {registry} >/dev/null 2>&1 || docker run -d --restart=always"
                 f" -p 127.0.0.1:{REGISTRY_PORT}:5000 --name {registry} {REGISTRY_IMAGE}"
             ),
-            delete=f"docker rm -f {registry}",
+            delete=registry_delete_script(cfg),
+            interpreter=INTERPRETER,
             opts=child,
         )
         script = create_script(cfg)
         self.cluster_resource = command.local.Command(
             f"{name}-cluster",
             create=script,
-            delete=f"kind delete cluster --name {shlex.quote(cluster_name(cfg))}",
+            delete=cluster_delete_command(cfg),
+            interpreter=INTERPRETER,
             environment={
                 "KIND_CONFIG": json.dumps(kind_config(cfg), indent=2),
                 "BANDWIDTH_CONFLIST": kind_bandwidth.conflist_template(),

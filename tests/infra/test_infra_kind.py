@@ -1,20 +1,22 @@
-"""The kind stack's create script, run for real by bash against fake `docker` and `kind`
-executables that record what they are asked and answer as a three-node cluster would."""
+"""The kind stack's create and delete scripts, as the real program registers them, run for real
+by their recorded interpreter against fake `docker` and `kind` executables that record what
+they are asked and answer as a three-node cluster would (kind keeps its clusters in a folder,
+so one can be left behind by a killed create)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from infra_harness import REPO, Registered, evaluate
+from infra_harness import Registered, evaluate
 
 from contract.stack import IMAGE_UID, RESULTS_MOUNT_PATH
-from infra import kind_bandwidth, stackfiles
-from infra.kind import create_script, kind_config
+from infra import kind_bandwidth
 
 NODES = ("stackbench-kind-control-plane", "stackbench-kind-worker", "stackbench-kind-worker2")
 
@@ -33,13 +35,26 @@ case "$1" in
                      esac ;;
       "cat /sys/class/net/eth0/mtu") echo 1500 ;;
     esac ;;
+  inspect)  # the /results mount's source: the hostPath the cluster was made with
+    cluster="${@: -1}"; cluster="${cluster%-control-plane}"
+    [ -f "$FAKE_ROOT/clusters/$cluster" ] || exit 1
+    grep -o '"hostPath": "[^"]*"' "$FAKE_ROOT/clusters/$cluster" | head -1 | cut -d'"' -f4 ;;
 esac
 exit 0
 """
 FAKE_KIND = """#!/bin/bash
 echo "kind $*" >> "$FAKE_LOG"
+mkdir -p "$FAKE_ROOT/clusters"
 case "$1 $2" in
-  "create cluster") cat > "$FAKE_ROOT/kind-config.json" ;;
+  "create cluster")
+    if [ -e "$FAKE_ROOT/clusters/$4" ]; then
+      echo "node(s) already exist for a cluster with the name $4" >&2; exit 1
+    fi
+    cat > "$FAKE_ROOT/kind-config.json"; cp "$FAKE_ROOT/kind-config.json" "$FAKE_ROOT/clusters/$4"
+    # A slow create (kind waits for the control plane), for a test to kill mid-way.
+    if [ -e "$FAKE_ROOT/hang" ]; then touch "$FAKE_ROOT/creating"; sleep 60; fi ;;
+  "delete cluster") rm -f "$FAKE_ROOT/clusters/$4" ;;
+  "get clusters") ls "$FAKE_ROOT/clusters" ;;
   "get nodes") printf '%s\\n' {nodes} ;;
   "get kubeconfig") echo '{{"kind": "Config"}}' ;;
 esac
@@ -60,16 +75,40 @@ def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def run_create(results_dir: Path) -> subprocess.CompletedProcess[str]:
-    cfg = dataclasses.replace(stackfiles.load(REPO, "kind"), results_dir=str(results_dir))
-    env = {
-        **os.environ,
-        "KIND_CONFIG": json.dumps(kind_config(cfg)),
-        "BANDWIDTH_CONFLIST": kind_bandwidth.conflist_template(),
-    }
-    return subprocess.run(
-        ["bash", "-c", create_script(cfg)], env=env, capture_output=True, text=True, timeout=60
+def command_argv(resource: Registered, script: str) -> list[str]:
+    """What pulumi-command runs: the resource's interpreter (its default: /bin/sh -c)."""
+    return [*resource.inputs.get("interpreter", ["/bin/sh", "-c"]), resource.inputs[script]]
+
+
+def stack_commands(results_dir: Path) -> tuple[Registered, Registered]:
+    """The kind stack's cluster and registry commands, with `results_dir` as its resultsDir."""
+    ev = evaluate("kind", {"stackbench:resultsDir": str(results_dir)})
+    return ev.one("command:local:Command", "-cluster"), ev.one("command:local:Command", "-registry")
+
+
+def start_create(results_dir: Path) -> subprocess.Popen[str]:
+    cluster, _ = stack_commands(results_dir)
+    return subprocess.Popen(
+        command_argv(cluster, "create"),
+        env={**os.environ, **cluster.inputs["environment"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, for a test to kill whole
     )
+
+
+def run_create(results_dir: Path) -> subprocess.CompletedProcess[str]:
+    proc = start_create(results_dir)
+    stdout, stderr = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def run_registry_delete(results_dir: Path) -> subprocess.CompletedProcess[str]:
+    """What `pulumi destroy` runs for the registry, the last resource of a kind stack."""
+    _, registry = stack_commands(results_dir)
+    argv = command_argv(registry, "delete")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
 def test_create_prints_only_the_kubeconfig_and_does_the_steps_in_order(fake_tools: Path):
@@ -175,4 +214,78 @@ def test_a_changed_stack_replaces_the_cluster_deleting_the_old_one_first(overrid
     before, after = cluster_command(), cluster_command(overrides)
     assert after.inputs["triggers"] != before.inputs["triggers"]
     assert after.inputs["create"] in after.inputs["triggers"]
+    # Nothing else may change it by an update either: that would run the create script again.
+    inputs = {k: v for k, v in after.inputs.items() if k not in ("triggers", "environment")}
+    flat = [x for v in inputs.values() for x in (v if isinstance(v, list) else [v])]
+    assert set(flat) <= set(after.inputs["triggers"])
     assert before.delete_before_replace and after.delete_before_replace
+
+
+# ---- a create killed mid-way -----------------------------------------------------------------
+
+
+def kill_create_mid_way(fake_tools: Path, store: Path) -> None:
+    """Start the create, wait until `kind create cluster` has made the cluster's nodes, then
+    SIGKILL the script and everything it started, as a killed `pulumi up` leaves it: no trap
+    runs, and the stack's state never records the cluster."""
+    (fake_tools / "hang").touch()
+    proc = start_create(store)
+    try:
+        for _ in range(600):
+            if (fake_tools / "creating").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (fake_tools / "creating").exists(), proc.communicate()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    (fake_tools / "hang").unlink()
+    assert proc.returncode == -signal.SIGKILL
+    assert (fake_tools / "clusters" / "stackbench-kind").exists()  # left behind
+
+
+def test_the_next_up_deletes_the_cluster_a_killed_create_left_and_makes_it_again(
+    fake_tools: Path,
+):
+    store = fake_tools / "store"
+    kill_create_mid_way(fake_tools, store)
+    done = run_create(store)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"kind": "Config"}
+    assert "left by an interrupted create" in done.stderr
+    log = (fake_tools / "log").read_text().splitlines()
+    second = log[log.index("kind delete cluster --name stackbench-kind") :]
+    assert [line for line in second if line.startswith("kind create")] != []
+    assert os.listdir(fake_tools / "clusters") == ["stackbench-kind"]
+
+
+def test_destroy_deletes_the_cluster_a_killed_create_left(fake_tools: Path):
+    """The registry is in the state before the cluster's create starts: its delete, the last
+    step of `pulumi destroy`, takes the cluster the state never recorded with it."""
+    store = fake_tools / "store"
+    kill_create_mid_way(fake_tools, store)
+    done = run_registry_delete(store)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(fake_tools / "clusters") == []
+    log = (fake_tools / "log").read_text().splitlines()
+    assert log[-2:] == [
+        "kind delete cluster --name stackbench-kind",
+        "docker rm -f stackbench-kind-registry",
+    ]
+
+
+def test_a_cluster_of_the_stacks_name_that_is_not_its_own_is_never_deleted(fake_tools: Path):
+    """Another checkout's stack of the same name, or a cluster made by hand: its nodes mount
+    another results folder. The create refuses, naming the cluster; destroy leaves it."""
+    other = fake_tools / "other-checkout-store"
+    kill_create_mid_way(fake_tools, other)
+    store = fake_tools / "store"
+    done = run_create(store)
+    assert done.returncode == 1
+    assert "a kind cluster named stackbench-kind exists that this stack did not make" in (
+        done.stderr
+    )
+    assert run_registry_delete(store).returncode == 0
+    log = (fake_tools / "log").read_text().splitlines()
+    assert not any(line.startswith("kind delete") for line in log)
+    assert os.listdir(fake_tools / "clusters") == ["stackbench-kind"]
