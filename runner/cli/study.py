@@ -139,8 +139,9 @@ def _count(n: int, noun: str) -> str:
 @click.argument("ids", nargs=-1, required=True, metavar="RUN|STUDY...", callback=no_blank_ids)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where figures and the export go (default: the study's report/ folder, "
-                   "else results/reports/<name>/, one per set of runs and studies); what an "
-                   "earlier report wrote there and this one does not is removed.")  # fmt: skip
+                   "else results/reports/<name>/, one per set of runs and studies). A file "
+                   "an earlier report wrote there (listed in its .stackbench-report.json) and "
+                   "this one does not is removed; nothing else is.")  # fmt: skip
 @click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md",
               show_default=True, help="Export of the whole report.")  # fmt: skip
 @click.option("--allow-mixed", is_flag=True,

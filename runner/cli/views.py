@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from contract import events
 from contract.events import OTHER_PHASE
@@ -318,14 +319,18 @@ def allreduce_table(summary: MicroSummary) -> Table:
 
 
 def plain_table(table: Any) -> Table:
-    """A runner.results.export Table (title, header, rows, notes) as a rich table."""
-    out = Table(title=table.title, title_justify="left", caption_justify="left")
+    """A runner.results.export Table (title, header, rows, notes) as a rich table. Every
+    text is plain, never markup: a label from a run directory (`[red]x[/]`, `![x](url)`) is
+    shown as written, not styled nor missing its brackets."""
+    title = Text(table.title, "table.title")
+    out = Table(title=title, title_justify="left", caption_justify="left")
     for i, name in enumerate(table.header):
-        out.add_column(name, no_wrap=i == 0)  # the first column holds ids: never wrap them
+        out.add_column(Text(name), no_wrap=i == 0)  # the first column holds ids: never wrap
     for row in table.rows:
-        out.add_row(*row, style="red" if any("NOT CONVERGED" in c for c in row) else None)
+        style = "red" if any("NOT CONVERGED" in c for c in row) else None
+        out.add_row(*(Text(c) for c in row), style=style)
     if table.notes:
-        out.caption = "\n".join(table.notes)
+        out.caption = Text("\n".join(table.notes), "table.caption")
     return out
 
 

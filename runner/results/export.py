@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract import files
+from contract.files import DamagedFile
 from runner.results import figures
 from runner.results.aggregate import OUTLIER_RATIO
 from runner.results.report import EXCLUDED_STATES, Cell, Report, series_labeller
@@ -169,7 +171,27 @@ def environment_table(report: Report) -> Table:
 
 
 def tables(report: Report) -> list[Table]:
-    return [cells_table(report), runs_table(report), environment_table(report)]
+    built = [cells_table(report), runs_table(report), environment_table(report)]
+    return [_printable(table) for table in built]
+
+
+# Control characters (C0, DEL, C1): a label from a run directory (a --set value in job.json)
+# may hold an escape sequence that drives the terminal, or a newline that breaks a row.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """`text` with each control character shown as its escape (`\\x1b`, `\\x0a`)."""
+    return text.translate(_CONTROLS)
+
+
+def _printable(table: Table) -> Table:
+    return Table(
+        printable(table.title),
+        tuple(printable(h) for h in table.header),
+        tuple(tuple(printable(c) for c in row) for row in table.rows),
+        tuple(printable(n) for n in table.notes),
+    )
 
 
 # ---- figures and exports -----------------------------------------------------------------
@@ -188,9 +210,10 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
     """speedup, time_to_accuracy, compute_communication and curves, each as PNG and SVG;
     adaptive (batch size, B_noise, workers and LR beside loss and quality) when a run has
     monitor or decision events."""
-    by_series: dict[str, list[Cell]] = {s: [] for s in report.series}
+    # Labels as the tables show them: a control character is no glyph (matplotlib warned).
+    by_series: dict[str, list[Cell]] = {printable(s): [] for s in report.series}
     for c in report.cells:
-        by_series[c.series].append(c)
+        by_series[printable(c.series)].append(c)
     paths = figures.speedup_figure(
         {s: [(c.workers, c.speedup) for c in cs] for s, cs in by_series.items()},
         {s: next((c.baseline_workers for c in cs if c.baseline_workers), None)
@@ -206,7 +229,8 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
         f"{report.title}: compute and communication per step", out_dir / PHASES,
     )  # fmt: skip
     label = series_labeller(report.runs)
-    curves = [(f"{label(r)}, {r.world_size} workers", r.curves) for r in report.runs if r.curves]
+    curves = [(printable(f"{label(r)}, {r.world_size} workers"), r.curves)
+              for r in report.runs if r.curves]  # fmt: skip
     paths += figures.curves_figure(
         curves, report.target, f"{report.title}: loss and accuracy", out_dir / CURVES
     )
@@ -219,32 +243,67 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
     return paths
 
 
-def remove_stale(out_dir: Path, written: Sequence[Path]) -> list[Path]:
-    """Remove what an earlier report wrote in `out_dir` and this one did not (a figure no
-    longer drawn, the export in the other format), so that the folder holds one report, not
-    pieces of two. Only the names a report writes, each a file or a link (the link itself,
-    never what it points at); returns what was removed. OSError when the disk refuses."""
+# A report's own record of the files it wrote in its folder: a later report removes only
+# these, never a file of the same name that a person (or anything else) put there.
+WRITTEN_RECORD = ".stackbench-report.json"
+_MAX_RECORD_BYTES = 64 << 10  # a few dozen names; anything far larger is not ours
+
+
+def report_names() -> set[str]:
+    """Every name a report can write in its folder."""
     names = {f"{stem}.{fmt}" for stem in FIGURES for fmt in figures.FORMATS}
-    names |= {export_path(out_dir, fmt).name for fmt in EXPORT_FORMATS}
+    return names | {export_path(Path(), fmt).name for fmt in EXPORT_FORMATS}
+
+
+def earlier_report_files(out_dir: Path) -> set[str]:
+    """The names the folder's record says an earlier report wrote, read defensively: a
+    missing, linked, damaged or hostile record (`../../.bashrc`, a name no report writes)
+    claims nothing, so nothing is removed on its word."""
+    try:
+        data = files.read_json_object(out_dir / WRITTEN_RECORD, _MAX_RECORD_BYTES)
+    except (FileNotFoundError, NotADirectoryError, DamagedFile):
+        return set()
+    names = data.get("files")
+    if not isinstance(names, list):
+        return set()
+    return {n for n in names if isinstance(n, str)} & report_names()
+
+
+def remove_stale(out_dir: Path, written: Sequence[Path]) -> list[Path]:
+    """Remove what an earlier report wrote in `out_dir` (by its record there) and this one
+    did not (a figure no longer drawn, the export in the other format), so that the folder
+    holds one report, not pieces of two; then record what this one wrote. A file of a
+    report's name that no report recorded (a person's own report.md) is left alone, and a
+    link is removed itself, never what it points at. Returns what was removed; OSError when
+    the disk refuses."""
     keep = {path.name for path in written}
     removed = []
-    for name in sorted(names - keep):
+    for name in sorted(earlier_report_files(out_dir) - keep):
         path = out_dir / name
         if path.is_symlink() or path.is_file():
             path.unlink()
             removed.append(path)
+    files.write_json(out_dir / WRITTEN_RECORD, {"files": sorted(keep & report_names())})
     return removed
 
 
+# What Markdown reads as markup in a table's text: a label such as `![x](http://host/t.png)`
+# or `<img src=...>` from a run directory would be an image fetched from elsewhere when the
+# report is viewed, and `|` would end its cell. Each is backslash-escaped: shown as itself.
+_MARKDOWN = str.maketrans({c: f"\\{c}" for c in "\\`*_[]<>|~"})
+
+
+def _md(text: str) -> str:
+    return printable(text).translate(_MARKDOWN)
+
+
 def to_markdown(report: Report, figure_paths: Sequence[Path], out_dir: Path) -> str:
-    lines = [f"# {report.title}", ""]
+    lines = [f"# {_md(report.title)}", ""]
     for table in tables(report):
-        lines += [f"## {table.title}", "", "| " + " | ".join(table.header) + " |"]
+        lines += [f"## {_md(table.title)}", "", "| " + " | ".join(map(_md, table.header)) + " |"]
         lines.append("|" + " --- |" * len(table.header))
-        lines += [
-            "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in table.rows
-        ]
-        lines += [""] + [f"- {note}" for note in table.notes] + [""]
+        lines += ["| " + " | ".join(map(_md, row)) + " |" for row in table.rows]
+        lines += [""] + [f"- {_md(note)}" for note in table.notes] + [""]
     lines += ["## Figures", ""]
     for path in figure_paths:
         if path.suffix == ".png":

@@ -336,6 +336,34 @@ def test_a_huge_time_to_target_is_reported_not_a_traceback(tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_values_matplotlib_cannot_scale_are_left_out_of_the_figures_with_a_note(tmp_path):
+    # A hostile summary's 1e308 s printed "RuntimeWarning: overflow encountered in multiply"
+    # (matplotlib's tick locator), and a loss of 1e290 beside 1.0 on the log axis of the
+    # curves raised OverflowError: `runner report` died with a traceback.
+    names = [make_run(tmp_path, f"h{i}", 1 + i, 10.0, overrides=(f"seed={i}",)).name
+             for i in range(2)]  # fmt: skip
+    hostiles = ({"time_to_target_s": 1e308}, {"target_value": 1e308})
+    for name, hostile in zip(names, hostiles, strict=True):
+        summary = files.read_json_object(tmp_path / name / "summary.json")
+        phases = {k: 1e308 for k in summary["phases_s"]}
+        files.write_json(tmp_path / name / "summary.json", summary | hostile | {"phases_s": phases})
+    lines = (tmp_path / "h1" / "events.jsonl").read_text().splitlines()
+    losses = [i for i, line in enumerate(lines) if '"train_loss"' in line]
+    lines[losses[1]] = lines[losses[1]].replace('"value": 0.5', '"value": 1e290')
+    (tmp_path / "h1" / "events.jsonl").write_text("\n".join(lines) + "\n")
+    built = reports.build(load(tmp_path, *names), "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        paths = export.write_figures(built, tmp_path / "out")
+    curves = (tmp_path / "out" / "curves.svg").read_text()
+    assert "1 value(s) beyond ±1e+100 left out" in curves
+    for figure in ("time_to_accuracy.svg", "compute_communication.svg"):
+        assert "<!-- off -->" in (tmp_path / "out" / figure).read_text(), figure
+    assert all(p.stat().st_size > 0 for p in paths)
+    result = report_runs(tmp_path, *names)
+    assert result.exit_code == 0, result.output
+
+
 def test_a_negative_time_to_target_is_a_damaged_summary_left_out_and_named(tmp_path):
     # It would be the fastest run of its cell and drag the mean below zero.
     for i, t in enumerate([10.0, 11.0, 12.0]):
@@ -527,3 +555,72 @@ def test_a_rewritten_report_keeps_no_file_of_the_earlier_one(tmp_path):
         assert not names & {"adaptive.png", "adaptive.svg", "report.html"}, names
         assert {"report.md", "speedup.png", "curves.svg"} <= names
     assert (out / "notes.txt").read_text() == "mine\n"  # what is not a report's is left alone
+
+
+def test_a_report_removes_only_files_an_earlier_report_recorded_writing(tmp_path):
+    # A person's own report.html or adaptive.png in --out was removed as "stale" although no
+    # report ever wrote it; so is nothing a damaged or hostile record names.
+    results = tmp_path / "results"
+    make_run(results, "a", 1, 10.0)
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name in ("report.html", "adaptive.png", "adaptive.svg"):
+        (out / name).write_text("mine\n")
+    result = report_runs_to(results, out, "a")
+    assert result.exit_code == 0, result.output
+    for name in ("report.html", "adaptive.png", "adaptive.svg"):
+        assert (out / name).read_text() == "mine\n", name
+    assert (out / "report.md").is_file() and (out / export.WRITTEN_RECORD).is_file()
+    # A record that names what is not a report's file, or a link in its place, claims nothing.
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (out / ".bashrc").write_text("mine\n")
+    hostile = {"files": ["report.html", "../victim", str(victim), ".bashrc", 7, None]}
+    files.write_json(out / export.WRITTEN_RECORD, hostile)
+    (out / "report.html").unlink()
+    (out / "report.html").symlink_to(victim)
+    for damage in ("garbage", "link", "not a list"):
+        if damage == "garbage":
+            (out / export.WRITTEN_RECORD).write_bytes(b"\xff[[[")
+        elif damage == "link":
+            (out / export.WRITTEN_RECORD).unlink()
+            (tmp_path / "record").write_text(json.dumps({"files": ["adaptive.png"]}))
+            (out / export.WRITTEN_RECORD).symlink_to(tmp_path / "record")
+        else:
+            files.write_json(out / export.WRITTEN_RECORD, {"files": "adaptive.png"})
+        result = report_runs_to(results, out, "a")
+        assert result.exit_code == 0, result.output
+        assert (out / "adaptive.png").read_text() == "mine\n", damage
+    files.write_json(out / export.WRITTEN_RECORD, hostile)
+    assert report_runs_to(results, out, "a").exit_code == 0
+    assert victim.read_text() == "precious\n" and (out / ".bashrc").read_text() == "mine\n"
+    assert not (out / "report.html").exists()  # the record's one name a report writes: the link
+    assert (tmp_path / "record").read_text() == json.dumps({"files": ["adaptive.png"]})
+
+
+def report_runs_to(results: Path, out: Path, *ids: str):  # type: ignore[no-untyped-def]
+    return CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["--results-dir", str(results), "report", *ids, "--out", str(out)],
+        catch_exceptions=False,
+    )  # fmt: skip
+
+
+@pytest.mark.filterwarnings("error")  # matplotlib: "Glyph 27 missing from font"
+def test_a_label_from_a_run_directory_is_shown_as_written_never_read_as_markup(tmp_path):
+    # A --set value in job.json is the runs' series label: `$\foo$` was read as mathtext by
+    # matplotlib (a traceback), `[red]` as rich markup (styled, `[x]` eaten), an escape
+    # sequence reached the terminal raw, and in report.md a newline broke the table and
+    # `![x](url)` was an image fetched from elsewhere.
+    notes = ("$\\foo$ [red]x[/red] ![x](http://evil/t.png)", "a|b\n| forged | row |\x1b[2J")
+    for i, note in enumerate(notes):
+        run_dir = make_run(tmp_path, f"m{i}", 1, 10.0 + i, overrides=(f"seed={i}",))
+        job = files.read_json_object(run_dir / "job.json")
+        files.write_json(run_dir / "job.json", job | {"overrides": [["note", note]]})
+    result = report_runs(tmp_path, "m0", "m1")
+    assert result.exit_code == 0, result.output
+    shown = "".join(result.output.split())
+    assert "note=$\\foo$[red]x[/red]![x](http://evil/t.png)" in shown
+    assert "\x1b" not in result.output and "forged|row|\\x1b[2J" in shown
+    text = (tmp_path / "o" / "report.md").read_text()
+    assert "| note=$\\\\foo$ \\[red\\]x\\[/red\\] !\\[x\\](http://evil/t.png) | 1 |" in text
+    assert "| note=a\\|b\\\\x0a\\| forged \\| row \\|\\\\x1b\\[2J | 1 |" in text
