@@ -9,6 +9,7 @@ here: reading runs or computing statistics (runner.results.runs, runner.results.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,21 @@ PHASE_COLORS = {
 # Compute first, communication on top, so the communication share reads off the bar's top;
 # `other` (the loop's time between steps) at the bottom.
 STACK_ORDER = (OTHER_PHASE, "data", "forward", "backward", "optimizer", "communication")
+# The largest magnitude handed to matplotlib. Its tick locators multiply and exponentiate the
+# data's range, so a damaged or hostile record's 1e308 s (or a loss of 1e290 on a log axis)
+# printed "RuntimeWarning: overflow" on the terminal or raised OverflowError. No measurement
+# comes near it: a value beyond it is left out of the figure, which says so.
+PLOT_MAX = 1e100
+OFF_SCALE = "off\nscale"
 
 
 def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display, no GUI toolkit
+    # Labels come from run directories (--set values in job.json): `$\foo$` in one was read
+    # as mathtext, and `runner report` died of its ParseFatalException. Text is text.
+    matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt
 
     return plt
@@ -57,6 +67,28 @@ def _save(fig: Any, base: Path) -> list[Path]:
     return paths
 
 
+def _plottable(*values: float | None) -> bool:
+    """Whether every value is a number matplotlib can scale (None: nothing to draw, fine)."""
+    return all(v is None or (math.isfinite(v) and abs(v) <= PLOT_MAX) for v in values)
+
+
+def _points(
+    points: Sequence[tuple[float, float]], left_out: list[int]
+) -> list[tuple[float, float]]:
+    """The points matplotlib can scale; how many it cannot is added to `left_out`."""
+    kept = [(x, y) for x, y in points if _plottable(x, y)]
+    left_out[0] += len(points) - len(kept)
+    return kept
+
+
+def _note_left_out(fig: Any, left_out: list[int]) -> None:
+    """Say on the figure that values were left out, so that a damaged record's point is not
+    silently missing."""
+    if left_out[0]:
+        fig.text(0.01, 0.005, f"{left_out[0]} value(s) beyond ±{PLOT_MAX:g} left out (a "
+                 "damaged record?)", fontsize=7, color="red")  # fmt: skip
+
+
 def speedup_figure(
     series: Mapping[str, Sequence[tuple[int, float | None]]],
     baselines: Mapping[str, int | None],
@@ -69,14 +101,14 @@ def speedup_figure(
     fig, ax = plt.subplots(figsize=(6, 4.5))
     all_workers = sorted({w for points in series.values() for w, _ in points})
     for label, points in series.items():
-        valid = [(w, s) for w, s in points if s is not None]
+        valid = [(w, s) for w, s in points if s is not None and _plottable(s)]
         if valid:
             ax.plot(*zip(*valid, strict=True), marker="o", label=label)
         for w, s in points:
-            if s is None:  # at the axes' foot: y=0 in data is below the axes, never drawn
-                ax.annotate("no valid time", (w, 0), xycoords=ax.get_xaxis_transform(),
-                            textcoords="offset points", xytext=(0, 5), ha="center",
-                            fontsize=7, color="red")  # fmt: skip
+            if s is None or not _plottable(s):  # at the axes' foot: y=0 is never drawn
+                ax.annotate("no valid time" if s is None else "speedup off scale", (w, 0),
+                            xycoords=ax.get_xaxis_transform(), textcoords="offset points",
+                            xytext=(0, 5), ha="center", fontsize=7, color="red")  # fmt: skip
     bases = sorted({b for b in baselines.values() if b is not None})
     for base_w in bases:
         ideal = [w for w in all_workers if w >= base_w]
@@ -113,6 +145,9 @@ def time_to_accuracy_figure(
                 ax.text(x, 0, "not\nconverged", ha="center", va="bottom", fontsize=7, color="red")
                 continue
             low, high = agg.min_s or agg.mean_s, agg.max_s or agg.mean_s
+            if not _plottable(agg.mean_s, low, high):  # the table has the number
+                ax.text(x, 0, OFF_SCALE, ha="center", va="bottom", fontsize=7, color="red")
+                continue
             err = [[agg.mean_s - low], [high - agg.mean_s]]
             ax.bar(x, agg.mean_s, width, yerr=err, capsize=3, color=f"C{i}",
                    label=None if label in labelled else label)  # fmt: skip
@@ -140,7 +175,9 @@ def phases_figure(
     for label, points in series.items():
         for w, phases in sorted(points):
             name = f"{w}" if len(series) == 1 else f"{w}\n{label}"
-            bars.append((name, phases))
+            # A bar whose phases (or their sum) cannot be scaled is drawn empty and says so.
+            plottable = _plottable(*phases.values(), math.fsum(phases.values()))
+            bars.append((name, phases if plottable else {OFF_SCALE: 0.0}))
     bottoms = [0.0] * len(bars)
     for phase in STACK_ORDER:
         heights = [phases.get(phase, 0.0) for _, phases in bars]
@@ -150,7 +187,8 @@ def phases_figure(
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     for x, (total, (_, phases)) in enumerate(zip(bottoms, bars, strict=True)):
         share = phases.get("communication", 0.0) / total if total else 0.0
-        ax.text(x, total, f"{100 * share:.0f}% comm", ha="center", va="bottom", fontsize=7)
+        text = OFF_SCALE if OFF_SCALE in phases else f"{100 * share:.0f}% comm"
+        ax.text(x, total, text, ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
     ax.set_xlabel("workers")
     ax.set_ylabel("time per step (ms)")
@@ -171,16 +209,18 @@ def curves_figure(
     plt = _pyplot()
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     colors: dict[str, str] = {}
+    left_out = [0]
     for label, curves in runs:
         first = label not in colors
         color = colors.setdefault(label, f"C{len(colors) % 10}")
         for ax, key in ((loss_ax, TRAIN_LOSS), (acc_ax, EVAL_ACCURACY)):
-            points = curves.get(key) or ()
+            points = _points(curves.get(key) or (), left_out)
             if points:
                 ax.plot(*zip(*points, strict=True), color=color, alpha=0.7, marker=".",
                         label=label if first else None)  # fmt: skip
-    if target is not None:
+    if target is not None and _plottable(target):
         acc_ax.axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
+    _note_left_out(fig, left_out)
     loss_ax.set(xlabel="time since run_start (s)", ylabel="training loss", yscale="log")
     acc_ax.set(xlabel="time since run_start (s)", ylabel="quality metric (eval_accuracy)")
     for ax in (loss_ax, acc_ax):
@@ -213,17 +253,19 @@ def adaptive_figure(
     plt = _pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.5), sharex=True)
     colors: dict[str, str] = {}
+    left_out = [0]
     for label, curves in runs:
         first = label not in colors
         color = colors.setdefault(label, f"C{len(colors) % 10}")
         for ax, (key, _, _, steps) in zip(axes.flat, ADAPTIVE_PANELS, strict=True):
-            points = curves.get(key) or ()
+            points = _points(curves.get(key) or (), left_out)
             if points:
                 ax.plot(*zip(*points, strict=True), color=color, alpha=0.75, lw=1.3,
                         drawstyle="steps-post" if steps else "default",
                         label=label if first else None)  # fmt: skip
-    if target is not None:
+    if target is not None and _plottable(target):
         axes.flat[1].axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
+    _note_left_out(fig, left_out)
     from matplotlib.ticker import MaxNLocator
 
     for ax, (key, ylabel, log, _) in zip(axes.flat, ADAPTIVE_PANELS, strict=True):
