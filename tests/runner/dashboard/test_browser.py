@@ -172,7 +172,8 @@ def test_a_study_labelled_with_chart_markup_shows_it_as_text(tmp_path, browser):
     results = tmp_path / "results"
     results.mkdir()
     planned = []
-    notes = ("plain", "{b}{marker0|}forged")  # the `}` ends the tooltip's own style early
+    # `}` ended ECharts' own `{style|name}` span early: `{a}b` showed as `{a` and `b}`.
+    notes = ("{a}b", "{b}{marker0|}forged")
     for workers in (1, 2):
         for i, note in enumerate(notes):
             run_id = f"run-{workers}-{i}"
@@ -190,4 +191,8 @@ def test_a_study_labelled_with_chart_markup_shows_it_as_text(tmp_path, browser):
         drawn = wait_for(lambda: "".join(tooltip_text(browser, "speedup")), 10, "the tooltip")
         # Shown, not drawn as a marker (a zero-width space after the brace keeps it text).
         assert "{marker0|" in drawn.replace("\u200b", "") and "forged" in drawn, drawn
+        for chart in ("speedup", "compute_communication"):  # value and category axes
+            hover(browser, chart)
+            pieces = wait_for(lambda: tooltip_text(browser, chart), 10, f"{chart}'s tooltip")  # noqa: B023
+            assert any(p.strip().startswith("note={a}b") for p in pieces), pieces
         assert console_errors(browser) == []

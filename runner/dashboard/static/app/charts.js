@@ -51,11 +51,24 @@ export function plain(name) {
   return String(name).replace(/\{(?=[A-Za-z0-9_]+\|)/g, "{\u200b");
 }
 
+// The axis tooltip, written here rather than by ECharts: its own richText tooltip wraps each
+// series name in a `{style|name}` span, which the first `}` in the name ends, so `{a}b` showed
+// as `{a` and `b}`, a brace moved. Here the names stand outside any span, as plain text, and
+// only the colour markers ECharts hands over (`{markerN|}`) are markup.
+function axisTooltip(params) {
+  const rows = [].concat(params);
+  if (!rows.length) return "";
+  const head = rows[0].axisValueLabel ?? rows[0].name ?? "";
+  const value = (p) => (Array.isArray(p.value) ? p.value[p.value.length - 1] : p.value);
+  return [plain(head), ...rows.map((p) => `${p.marker}${plain(p.seriesName)}  ${compact(value(p))}`)]
+    .join("\n");
+}
+
 function base(title, yName, xName) {
   return {
     animation: false,
     title: { text: title, left: 0, top: 0, textStyle: { fontSize: 13, fontWeight: 600 } },
-    tooltip: { ...TOOLTIP, trigger: "axis" },
+    tooltip: { ...TOOLTIP, trigger: "axis", formatter: axisTooltip },
     legend: { type: "scroll", top: 22, left: 0, right: 8 },
     grid: { left: 64, right: 24, top: 58, bottom: 44 },
     xAxis: { type: "value", name: xName, nameLocation: "middle", nameGap: 28, min: 0 },
@@ -80,7 +93,8 @@ export function linesOption({ title, yName, lines, target = null, log = false, s
     ...(i === 0 && target !== null ? {
       markLine: {
         symbol: "none", silent: true, lineStyle: { type: "dashed", color: "#333" },
-        label: { formatter: `target ${target}`, position: "insideEndTop" },
+        // A function, not a template: a template reads `{a}`, `{b}`... in the text.
+        label: { formatter: () => plain(`target ${target}`), position: "insideEndTop" },
         data: [{ yAxis: target }],
       },
     } : {}),
@@ -95,7 +109,7 @@ export function epochPhasesOption(phases) {
   const option = base("Step phases per epoch (s, mean over ranks)", "s", "epoch");
   return {
     ...option,
-    tooltip: { ...TOOLTIP, trigger: "axis", axisPointer: { type: "shadow" } },
+    tooltip: { ...TOOLTIP, trigger: "axis", axisPointer: { type: "shadow" }, formatter: axisTooltip },
     xAxis: { type: "category", name: "epoch", nameLocation: "middle", nameGap: 28,
       data: phases.map((p) => String(p.epoch)) },
     series: PHASE_ORDER.map((phase) => ({
