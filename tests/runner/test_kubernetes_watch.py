@@ -452,3 +452,22 @@ def test_backoff_doubles_to_its_cap_and_starts_over_after_a_quiet_spell():
     assert backoff.failure() == 30  # a success alone does not reset the delay...
     now[0] = 200.0
     assert backoff.failure() == 0.8  # ...two quiet minutes do
+
+
+@pytest.mark.parametrize("metadata", ["garbage", {"resourceVersion": {"x": 1}}, None])
+def test_a_bookmark_of_the_wrong_shape_is_no_version_and_the_watch_goes_on(
+    cluster, tmp_path, metadata
+):
+    """A bookmark carries nothing but a version, so its object is not checked as a changed
+    one is: one with no usable version moves nothing, rather than end the follower with a
+    Python error."""
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec())
+    watching = Watching(backend, handle)
+    assert watching.next().state is JobState.PENDING
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": metadata}}
+    for plural in ("pods", "trainjobs"):
+        cluster.send_watch_event(plural, bookmark)
+    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    assert states(watching.rest()) == ["SUCCEEDED"]
+    backend.close()

@@ -8,6 +8,11 @@ is also the memory of a job once it is deleted (by cancel, the pending timeout, 
 fetch), and a finished state is final: status, cancel, logs and fetch answer from the run
 directory first, so a run whose job was never created (its submit failed) needs no cluster.
 
+A job is the run's by its uid too, which submit records in job.json (`cluster.job_uid`): a job
+deleted and made again under the run's name is another, so the run is FAILED, and the other
+job's state, pods, logs and results are never read as the run's, nor is it ever deleted. A run
+recorded without a uid (before they were) knows its job by name, as it always did.
+
 Results come from the stack's results store when it has one (results_store.py); otherwise, or
 for any file the store lacks or that fails its check, they are rebuilt from rank 0's own lines
 (records.py). Every rank's log is split out of its pod's log, trusting only the ranks of the
@@ -38,14 +43,14 @@ from runner.backends.base import (
     parse_kubernetes_handle,
 )
 from runner.backends.kubernetes import collect, demux, observe
-from runner.backends.kubernetes.client import KubeApi, NotFound
+from runner.backends.kubernetes.client import KubeApi, NameConflict, NotFound
 from runner.backends.kubernetes.connection import (
     ClusterConnection,
     connect_reference,
     reference_problem,
 )
 from runner.backends.kubernetes.follow import EventFeed, LogFollower
-from runner.backends.kubernetes.memory import RunMemory, record_in, state_in
+from runner.backends.kubernetes.memory import RunMemory, record_in, record_uid, state_in
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits
 from runner.backends.kubernetes.watch import Observers, View, WatchConfig
@@ -100,6 +105,7 @@ class KubernetesBackend:
         self._lock = threading.Lock()
         self._observers = Observers(lambda: self.api, watch_config)
         self._finished: set[str] = set()  # jobs seen finished by this backend
+        self._uids: dict[str, str | None] = {}  # job name -> the uid submit created it with
 
     @functools.cached_property
     def conn(self) -> ClusterConnection:
@@ -147,13 +153,22 @@ class KubernetesBackend:
     def submit(self, request: Request) -> str:
         request = _kubernetes(request)
         handle = self.handle(request)
-        self._name(handle)  # the manifest's namespace is this connection's
-        self.api.create_job(dict(request.manifest))
+        name = self._name(handle)  # the manifest's namespace is this connection's
+        uid = self.api.create_job(dict(request.manifest))
         log.info("submitted %s %s", self.api.resource.kind, handle)
+        self._uids[name] = uid
         status = JobStatus(
             JobState.PENDING, "submitted; waiting for the job controller", self._now()
         )
-        record_in(Path(request.run_dir), status)
+        try:
+            if uid is not None:  # before anything follows the job, so that all know it by it
+                record_uid(Path(request.run_dir), uid)
+            record_in(Path(request.run_dir), status)
+        except BaseException:
+            # The run is recorded FAILED ("submit failed"): its job must not run on unrecorded.
+            with contextlib.suppress(RunnerError):
+                self.api.delete_job(name, uid)
+            raise
         return handle
 
     # ---- state -------------------------------------------------------------------------
@@ -167,6 +182,8 @@ class KubernetesBackend:
             job = self.api.get_job(name)
         except NotFound:
             return self._settle(name, None, self._vanished(name))
+        if not self._ours(name, job):
+            return self._settle(name, None, self._vanished(name, job))
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
         status = observe.job_status(self.conn.job_api, job, pods, [])
         if status.state is JobState.PENDING:  # only then does an event say why
@@ -201,9 +218,35 @@ class KubernetesBackend:
                     return
 
     def _view_status(self, name: str, view: View) -> JobStatus:
-        if view.job is None:
-            return self._vanished(name)
+        if view.job is None or not self._ours(name, view.job):
+            return self._vanished(name, view.job)
         return observe.job_status(self.conn.job_api, view.job, view.pods, view.events)
+
+    def _job_uid(self, name: str) -> str | None:
+        """The uid submit created the job with (this process's, else job.json's); None for a
+        run recorded without one, whose job is known by its name only."""
+        if name not in self._uids:
+            self._uids[name] = self._memory.job_uid(name)
+        return self._uids[name]
+
+    def _made_again(self, name: str) -> bool:
+        """Whether the job of the run's name on the cluster is another than submit created
+        (and, if so, the run is recorded as such); never for a run recorded without a uid."""
+        if self._job_uid(name) is None:
+            return False
+        try:
+            job = self.api.get_job(name)
+        except NotFound:
+            return False
+        if self._ours(name, job):
+            return False
+        self._settle(name, None, self._vanished(name, job))
+        return True
+
+    def _ours(self, name: str, job: dict[str, Any]) -> bool:
+        """Whether `job` is the one this run created, not another made under its name."""
+        uid = self._job_uid(name)
+        return uid is None or observe.job_uid(job) == uid
 
     def _settle(self, name: str, job: dict[str, Any] | None, status: JobStatus) -> JobStatus:
         """Apply the pending timeout to a fresh status, and record it; but a finished record
@@ -218,19 +261,29 @@ class KubernetesBackend:
         if job is not None and status.state is JobState.PENDING:
             left_s = self._pending_left_s(status)
             if left_s is not None and left_s <= 0:
-                status = self._cancel_pending(name, status)
+                status = self._cancel_pending(name, status, observe.job_uid(job))
         self._record_state(name, status)
         return status
 
-    def _vanished(self, name: str) -> JobStatus:
-        """The job is not on the cluster: what the run directory recorded (cancel records
-        CANCELLED before it deletes), or else a job deleted behind the runner's back."""
+    def _vanished(self, name: str, impostor: dict[str, Any] | None = None) -> JobStatus:
+        """The job is not on the cluster (or `impostor`, another job, has its name): what the
+        run directory recorded (cancel records CANCELLED before it deletes), or else a job
+        deleted behind the runner's back."""
         recorded = self._recorded_state(kubernetes_handle(self.conn.namespace, name))
         if recorded is not None and recorded.state.finished:
             return recorded
+        kind = self.api.resource.kind
+        if impostor is not None:
+            return JobStatus(
+                JobState.FAILED,
+                f"the {kind} {name} that this run created (uid {self._job_uid(name)}) is no "
+                f"longer on {self.conn.source}: it was deleted before it finished, and the "
+                f"{kind} of that name there now (uid {observe.job_uid(impostor)}) is another",
+                since=self._now(),
+            )
         return JobStatus(
             JobState.FAILED,
-            f"the {self.api.resource.kind} {name} is no longer on {self.conn.source}: it was "
+            f"the {kind} {name} is no longer on {self.conn.source}: it was "
             "deleted before it finished (kubectl delete, a TTL, or a cancel from elsewhere)",
             since=self._now(),
         )
@@ -244,7 +297,7 @@ class KubernetesBackend:
         since = datetime.fromisoformat(str(status.since).replace("Z", "+00:00"))
         return (self._clock() - since).total_seconds()
 
-    def _cancel_pending(self, name: str, status: JobStatus) -> JobStatus:
+    def _cancel_pending(self, name: str, status: JobStatus, uid: str | None) -> JobStatus:
         reason = (
             f"pending for {self._pending_s(status):.0f} s, longer than --pending-timeout "
             f"{self.pending_timeout_s:.0f} s, so the job was deleted; it was waiting on: "
@@ -252,8 +305,8 @@ class KubernetesBackend:
         )
         cancelled = JobStatus(JobState.CANCELLED, reason=reason, since=self._now())
         self._record_state(name, cancelled)  # first: once deleted, the job cannot say why
-        with contextlib.suppress(NotFound):
-            self.api.delete_job(name)
+        with contextlib.suppress(NotFound, NameConflict):  # gone, or another's by now
+            self.api.delete_job(name, uid)
         log.warning("%s: %s", name, reason)
         return cancelled
 
@@ -272,12 +325,24 @@ class KubernetesBackend:
             yield from archived  # fetched: the run directory has it all, no cluster needed
             return
         self._name(handle)  # from here on the cluster is asked: it must be the run's
+        if self._made_again(name):  # its pods are another job's: only what fetch archived
+            if archived is None:
+                raise RunnerError(
+                    f"no log of rank {rank} of {name}: it was never archived by `runner "
+                    f"fetch`, and the {self.api.resource.kind} of that name on "
+                    f"{self.conn.source} is another, made after this run's was deleted"
+                )
+            yield from archived
+            return
+        recorded = self._recorded_state(handle)
         finished = recorded is not None and recorded.state.finished
+        uid = self._job_uid(name)
         if not follow or finished:  # a finished run's log no longer grows: read, or say why not
-            yield from collect.rank_lines(self.api, name, node, rank, archived, recorded)
+            yield from collect.rank_lines(self.api, name, node, rank, archived, recorded, uid)
             return
         with self._observers.observing(name) as observer:
-            follower = LogFollower(self.api, observer, node, rank, self._done, self.watch_config)
+            follower = LogFollower(self.api, observer, node, rank, self._done,
+                                   self.watch_config, job_uid=uid)  # fmt: skip
             try:
                 yield from follower.lines()
             finally:
@@ -291,7 +356,8 @@ class KubernetesBackend:
         shape = self._shape(name)
         node = demux.NodeRanks(0, shape.procs_per_node, shape.world_size, shape.elastic)
         observer = self._observers.acquire(name)
-        follower = LogFollower(self.api, observer, node, 0, self._done, self.watch_config)
+        follower = LogFollower(self.api, observer, node, 0, self._done, self.watch_config,
+                               job_uid=self._job_uid(name))  # fmt: skip
         feed = EventFeed(follower, on_end=lambda: self._observers.release(name))
         try:
             while True:
@@ -318,10 +384,12 @@ class KubernetesBackend:
 
     def fetch(self, handle: str, dest: Path) -> list[str]:
         name = self._name(handle)
-        harvest = collect.Harvest(self.api, self.conn, name, dest, self.store_limits)
+        harvest = collect.Harvest(
+            self.api, self.conn, name, dest, self.store_limits, self._job_uid(name)
+        )
         status = harvest.run()
         if harvest.job_gone:
-            status = self._vanished(name)
+            status = self._vanished(name, harvest.impostor)
         elif status is not None:
             status = harvest.verdict(status)  # a job's success is the run's only with a summary
             recorded = state_in(dest)
@@ -339,9 +407,12 @@ class KubernetesBackend:
         missing = harvest.missing()
         if missing and not harvest.archived and (status is None or status.state.finished):
             raise harvest.gone_error(handle, state_in(dest))
-        if status is not None and status.state.finished and not missing:
-            self.api.delete_job(name)  # the results are safe; stop paying for the job's pods
-            log.info("deleted finished job %s after fetching it", handle)
+        if status is not None and status.state.finished and not missing and not harvest.job_gone:
+            # The results are safe; stop paying for the job's pods. Only this run's job: one
+            # made again under its name since is another's (the server refuses, 409).
+            with contextlib.suppress(NotFound, NameConflict):
+                self.api.delete_job(name, harvest.job_uid)
+                log.info("deleted finished job %s after fetching it", handle)
         return missing
 
     def cancel(self, handle: str) -> None:
@@ -353,6 +424,9 @@ class KubernetesBackend:
             job = self.api.get_job(name)
         except NotFound:
             return  # already gone: cancelling twice is fine
+        if not self._ours(name, job):  # another job has its name: never ours to delete
+            self._settle(name, None, self._vanished(name, job))
+            return
         # An elastic job's end is read from its pods (observe.elastic_end): the operator's
         # Failed may stand while the survivors train on.
         shape = observe.job_shape(self.conn.job_api, job)
@@ -363,8 +437,8 @@ class KubernetesBackend:
             return  # a finished job keeps its pods (and logs) for fetch
         # Recorded first: once deleted, the job can no longer say that it was cancelled.
         self._record_state(name, JobStatus(JobState.CANCELLED, "cancelled", self._now()))
-        with contextlib.suppress(NotFound):
-            self.api.delete_job(name)
+        with contextlib.suppress(NotFound, NameConflict):  # gone, or another's by now
+            self.api.delete_job(name, observe.job_uid(job))
 
     def join(self, handle: str) -> str:
         # Raising the Worker replicas would create the next pod only while the job is

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from contract import files
+from contract.rundir import one_line
 from runner.backends.kubernetes import objects
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
 from runner.backends.kubernetes.streams import Stream, Transient, WatchStream
@@ -59,6 +60,8 @@ WATCH_READ_SLACK_S = 30.0
 # the follower reconnects and skips what it has seen.
 FOLLOW_READ_TIMEOUT_S = 600.0
 COLLECTIONS = ("job", "pods", "events")
+MAX_SERVER_TEXT = 300  # of a server's message in an error: enough for any real one
+MAX_UID_CHARS = 128  # a uid is a UUID (36); more is garbage, not to be written into job.json
 
 
 @dataclass(frozen=True)
@@ -138,19 +141,22 @@ class KubeApi:
 
     # ---- jobs ------------------------------------------------------------------------
 
-    def create_job(self, manifest: dict[str, Any]) -> None:
+    def create_job(self, manifest: dict[str, Any]) -> str | None:
+        """Create the job; its uid, which tells it apart from a job made again under its name
+        (None if the server's answer has none: the job is then known by its name only)."""
         r = self.resource
         name = manifest["metadata"]["name"]
+        what = f"create {r.kind} {name}"
         try:
-            # The server's copy of the job is not read: status and watch fetch it as it goes.
-            self.call(
-                f"create {r.kind} {name}",
+            result = self.call(
+                what,
                 self.custom.create_namespaced_custom_object,
                 r.group,
                 r.version,
                 self.conn.namespace,
                 r.plural,
                 manifest,
+                _preload_content=False,
             )
         except NameConflict:
             raise NameConflict(
@@ -160,6 +166,16 @@ class KubeApi:
             ) from None
         except NotFound:
             raise self.missing_api_error() from None
+        try:
+            created = files.loads(result.data)  # type: ignore[attr-defined]
+        except ValueError:
+            created = None
+        meta = created.get("metadata") if isinstance(created, dict) else None
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if isinstance(uid, str) and uid and len(uid) <= MAX_UID_CHARS:
+            return uid
+        log.warning("%s: the server's answer has no uid; the job is known by its name", what)
+        return None
 
     def get_job(self, name: str) -> dict[str, Any]:
         r = self.resource
@@ -179,9 +195,12 @@ class KubeApi:
             raise self._garbage(what, "something that is not a job object")
         return self.checked("job", [job], what)[0]
 
-    def delete_job(self, name: str) -> None:
+    def delete_job(self, name: str, uid: str | None = None) -> None:
+        """Delete the job; with `uid`, only that one: a job made again under its name is
+        another's, and the server refuses (409, NameConflict) rather than delete it."""
         r = self.resource
-        body = client.V1DeleteOptions(propagation_policy="Background")
+        preconditions = client.V1Preconditions(uid=uid) if uid else None
+        body = client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
         self.call(
             f"delete {r.kind} {name}",
             self.custom.delete_namespaced_custom_object,
@@ -372,8 +391,9 @@ class KubeApi:
 
     def error(self, what: str, status: int, message: str, attempts: int = 1) -> RunnerError:
         """An HTTP error status (of a call, or of a watch's ERROR event) as a RunnerError that
-        names the cluster and what to do."""
-        ns, where = self.conn.namespace, self.conn.source
+        names the cluster and what to do. The server's message is its own text, and any
+        server's: it reaches the terminal as one printable line."""
+        ns, where, message = self.conn.namespace, self.conn.source, _server_text(message)
         if status == 400:
             return BadRequest(f"cannot {what} on {where}: {message}")
         if status == 404:
@@ -421,10 +441,17 @@ class KubeApi:
             raise self._garbage(what, "an answer that is not JSON") from None
 
     def _garbage(self, what: str, problem: str) -> RunnerError:
+        problem = _server_text(problem)  # it may name a key the server chose
         return RunnerError(
             f"cannot {what}: the server at {self.host} sent {problem}; is it a Kubernetes API "
             f"server? Check the kubeconfig of {self.conn.source} (`kubectl cluster-info`)"
         )
+
+
+def _server_text(text: str) -> str:
+    """Text a server chose, as one printable line of at most MAX_SERVER_TEXT characters: no
+    newline or terminal escape of its own reaches the user's terminal."""
+    return one_line(str(text))[:MAX_SERVER_TEXT]
 
 
 def _status_message(err: ApiException) -> str:

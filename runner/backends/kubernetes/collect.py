@@ -65,8 +65,10 @@ def rank_lines(
     rank: int,
     archived: Iterator[str] | None,
     recorded: JobStatus | None,
+    job_uid: str | None = None,
 ) -> Iterator[str]:
-    """One rank's log as it is now: from its pod while the pod exists, else as archived."""
+    """One rank's log as it is now: from its pod while the pod exists, else as archived; with
+    `job_uid`, never a pod of another job made under the same name."""
     try:
         pods = api.list_objects("pods", pods_selector(name))[0]
     except Transient as err:
@@ -74,7 +76,7 @@ def rank_lines(
             raise RunnerError(f"{_no_log(name, rank, recorded)}; {err}") from None
         log.warning("%s; showing the log archived by `runner fetch`", err)
         pods = []
-    pod = observe.pods_by_node(api.conn.job_api, pods, node.elastic).get(node.node)
+    pod = observe.pods_by_node(api.conn.job_api, pods, node.elastic, job_uid).get(node.node)
     if pod is None or not observe.container_started(pod):
         if archived is not None:
             yield from archived
@@ -99,8 +101,15 @@ class Harvest:
     """One fetch of a run into its directory `dest`."""
 
     def __init__(
-        self, api: KubeApi, conn: ClusterConnection, name: str, dest: Path, limits: StoreLimits
+        self,
+        api: KubeApi,
+        conn: ClusterConnection,
+        name: str,
+        dest: Path,
+        limits: StoreLimits,
+        job_uid: str | None = None,
     ) -> None:
+        """`job_uid`: the uid submit created the job with (None: known by its name only)."""
         spec = rundir.read_record(dest).spec
         self.api, self.conn, self.name, self.dest, self.limits = api, conn, name, dest, limits
         self.placement = spec.placement
@@ -111,6 +120,8 @@ class Harvest:
         self.refused: dict[str, str] = {}  # result file -> why no copy of it could be used
         self.unreachable: RunnerError | None = None
         self.job_gone = False
+        self.job_uid = job_uid  # once run: the uid of the job on the cluster, if it is this run's
+        self.impostor: dict[str, Any] | None = None  # another job, made under this run's name
         # Rank 0's log read to its end from its ended container: all it will ever say.
         self.rank0_log_whole = False
 
@@ -123,8 +134,12 @@ class Harvest:
             self.job_gone = True
         except Transient as err:
             self.unreachable = err
+        if job is not None and self.job_uid and observe.job_uid(job) != self.job_uid:
+            # Deleted, and another job made under its name: nothing of that one is this run's.
+            self.job_gone, self.impostor, job = True, job, None
         status = None
         if job is not None:
+            self.job_uid = observe.job_uid(job)
             pods = self.api.list_objects("pods", pods_selector(self.name))[0]
             status = observe.job_status(self.conn.job_api, job, pods, [])
             self._archive(pods)
@@ -138,7 +153,7 @@ class Harvest:
         per_node, world = self.placement.procs_per_node, self.expected.world_size
         container = observe.CONTAINERS[self.conn.job_api]
         elastic = self.placement.elastic
-        by_node = observe.pods_by_node(self.conn.job_api, pods, elastic)
+        by_node = observe.pods_by_node(self.conn.job_api, pods, elastic, self.job_uid)
         for node, pod in sorted(by_node.items()):
             if node >= self.placement.num_nodes:
                 log.warning("ignoring pod %s: node %d is not in the job", _pod_name(pod), node)
@@ -160,7 +175,9 @@ class Harvest:
 
     def _results(self) -> None:
         wanted = list(records.RESULT_FILES)
-        store = self.conn.results_store
+        # The store keeps a run's files by its name, which another job made under that name
+        # writes to as well: once the job was made again, what the store has may be that one's.
+        store = self.conn.results_store if self.impostor is None else None
         if store:
             try:
                 copied = fetch_results(

@@ -49,8 +49,11 @@ class LogFollower:
         finished: Callable[[View], bool],
         config: WatchConfig,
         recheck_s: float = RECHECK_S,
+        job_uid: str | None = None,
     ) -> None:
+        """`job_uid`: the uid submit created the job with; None: the job the observer sees."""
         self._api, self._observer, self._node, self._rank = api, observer, node, rank
+        self._job_uid = job_uid
         self._finished, self._config, self._recheck_s = finished, config, recheck_s
         self._container = observe.CONTAINERS[api.conn.job_api]
         self._closed = False
@@ -65,14 +68,16 @@ class LogFollower:
         while True:
             version = self._observer.wait(version, timeout_s)
             view = self._observer.view()
-            if view.closed or self._closed:
+            if view.closed or self._closed or self._made_again(view):
                 return
             done, timeout_s = self._finished(view), None
             # The job's watch and its pods' are separate streams: the job can be seen over
             # while the pods are still as they were, before a container's last restart. So
             # once it is over, the follower asks for the pods themselves before it stops.
             current = self._pods_now(view.pods) if done else view.pods
-            pods = observe.pods_by_node(self._api.conn.job_api, current, self._node.elastic)
+            # Never the pods of another job made under the job's name (their label is the same).
+            uid = self._job_uid or observe.job_uid(view.job)
+            pods = observe.pods_by_node(self._api.conn.job_api, current, self._node.elastic, uid)
             pod = pods.get(self._node.node)
             if pod is None or not observe.container_started(pod):
                 if done:
@@ -97,6 +102,12 @@ class LogFollower:
                 timeout_s = self._recheck_s - quiet_s
             if done and key in ended:
                 return
+
+    def _made_again(self, view: View) -> bool:
+        """Whether the job on the cluster is another made under its name: its pods are not
+        this job's, and a TrainJob's do not say whose they are (JobSet's batch Jobs own them)."""
+        uid = observe.job_uid(view.job)
+        return bool(self._job_uid and uid and uid != self._job_uid)
 
     def _pods_now(self, watched: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The pods as the API server has them; the watched ones where it cannot say."""

@@ -1,5 +1,8 @@
 """The run directories as the Kubernetes backend's memory of its jobs: state.json, written only
-when the state changes, and read back tolerating damage; and the placement job.json records.
+when the state changes, and read back tolerating damage; the placement job.json records; and
+the uid of the job submit created (job.json's `cluster.job_uid`), which tells it apart from a
+job deleted and made again under the same name. A run recorded before uids were (or whose
+record could not take it) has none, and its job is known by its name, as it always was.
 
 A finished state is final, and outlives the job on the cluster (deleted by cancel, the pending
 timeout, a TTL or a complete fetch). Runs are found by name under `results_root`; a backend
@@ -12,8 +15,10 @@ import contextlib
 import logging
 from pathlib import Path
 
+from contract import files
 from contract.files import DamagedFile
 from contract.rundir import JobStatus, read_state
+from runner.errors import RunnerError
 from runner.job.spec import Placement
 from runner.results import rundir
 
@@ -39,6 +44,10 @@ class RunMemory:
         if run_dir is not None:
             record_in(run_dir, status)
 
+    def job_uid(self, name: str) -> str | None:
+        run_dir = self.run_dir(name)
+        return None if run_dir is None else uid_in(run_dir)
+
     def placement(self, name: str) -> Placement | None:
         run_dir = self.run_dir(name)
         return None if run_dir is None else rundir.read_record(run_dir).spec.placement
@@ -62,3 +71,32 @@ def record_in(run_dir: Path, status: JobStatus) -> None:
         if read_state(run_dir) == status:
             return
     rundir.write_state(run_dir, status)
+
+
+JOB_UID = "job_uid"  # the key of job.json's `cluster` that holds it
+
+
+def uid_in(run_dir: Path) -> str | None:
+    """The uid of the job submit created, from job.json; None for a run recorded without one
+    (or with one that is not text, which is reported and read as none)."""
+    try:
+        cluster = rundir.read_record(run_dir).cluster or {}
+    except (DamagedFile, RunnerError) as err:
+        log.warning("%s; the job is known by its name only", err)
+        return None
+    uid = cluster.get(JOB_UID)
+    if uid is None or (isinstance(uid, str) and uid):
+        return uid
+    log.warning("%s has a cluster.%s that is not text (%r); the job is known by its name only",
+                run_dir / rundir.JOB, JOB_UID, uid)  # fmt: skip
+    return None
+
+
+def record_uid(run_dir: Path, uid: str) -> None:
+    """Add the created job's uid to job.json (written atomically, like every record)."""
+    if not (run_dir / rundir.JOB).is_file():
+        return
+    record = rundir.read_record(run_dir)
+    cluster = {**(record.cluster or {}), JOB_UID: uid}
+    updated = rundir.RunRecord(record.spec, record.backend, record.handle, cluster)
+    files.write_json(run_dir / rundir.JOB, updated.to_dict())

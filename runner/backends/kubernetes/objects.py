@@ -55,6 +55,10 @@ def _time(value: Any) -> str | None:
     return None if parsed.tzinfo is not None else f"{problem} (it has no UTC offset)"
 
 
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "is not true or false"
+
+
 def _strings(value: Any) -> str | None:
     """Labels and annotations: text to text."""
     if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
@@ -69,6 +73,8 @@ METADATA = {
     "creationTimestamp": _time,
     "labels": _strings,
     "annotations": _strings,
+    # Which object made this one: a pod of a PyTorchJob names the job's uid (observe.py).
+    "ownerReferences": [{"kind": _text, "uid": _text, "controller": _boolean}],
 }
 CONDITIONS = [
     {
@@ -139,7 +145,19 @@ def problem(kind: str, obj: Any) -> str | None:
         return "is nested too deeply"
     if found is None and not obj.get("metadata", {}).get("name") and kind != "events":
         return "metadata.name is missing"
+    if found is None and kind == "pytorchjob":
+        found = _replicas_problem(obj)
     return found
+
+
+def _replicas_problem(job: dict[str, Any]) -> str | None:
+    """Each replica type's count is bounded, but a PyTorchJob's nodes are their sum over every
+    type: many types must not add up to what no cluster runs (a range over it, memory)."""
+    specs = job.get("spec", {}).get("pytorchReplicaSpecs", {})
+    total = sum(int(spec.get("replicas", 1)) for spec in specs.values())
+    if total > MAX_COUNT:
+        return f"spec.pytorchReplicaSpecs has {total} replicas in all, more than {MAX_COUNT}"
+    return None
 
 
 def _problem(shape: Shape, value: Any, path: str) -> str | None:

@@ -17,6 +17,7 @@ from contract.rundir import JobState, JobStatus
 # Succeeded/Failed; both keep a list, the terminal condition is True).
 SUCCESS_CONDITIONS = {"trainjob": "Complete", "pytorchjob": "Succeeded"}
 CONTAINERS = {"trainjob": "node", "pytorchjob": "pytorch"}
+KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
 # Waiting reasons of a container that mean the pod will not start without a change.
 STUCK_WAITING = frozenset(
     {
@@ -79,17 +80,37 @@ def _index(value: Any) -> int | None:
 
 
 def pods_by_node(
-    job_api: str, pods: Iterable[Mapping[str, Any]], elastic: bool = False
+    job_api: str,
+    pods: Iterable[Mapping[str, Any]],
+    elastic: bool = False,
+    job_uid: str | None = None,
 ) -> dict[int, Mapping[str, Any]]:
-    """The newest pod of each node: a replaced pod's successor is the one that counts."""
+    """The newest pod of each node: a replaced pod's successor is the one that counts. With
+    `job_uid`, a pod that another job of the same name made is none of this job's."""
     newest: dict[int, Mapping[str, Any]] = {}
     for pod in pods:
         node = node_rank(job_api, pod, elastic)
-        if node is None:
+        if node is None or not owned_by(job_api, pod, job_uid):
             continue
         if node not in newest or _created(pod) >= _created(newest[node]):
             newest[node] = pod
     return newest
+
+
+def owned_by(job_api: str, pod: Mapping[str, Any], job_uid: str | None) -> bool:
+    """Whether `pod` may be the job `job_uid`'s: the pods' selector is the run-id label, which
+    the pods of a job deleted and made again under the same name carry too (the old ones
+    linger while they terminate). A PyTorchJob's pods name their job in an owner reference;
+    a TrainJob's name the batch Job that JobSet made, so they cannot be told apart here."""
+    if not job_uid:
+        return True
+    refs = pod.get("metadata", {}).get("ownerReferences") or []
+    return all(r.get("uid") == job_uid for r in refs if r.get("kind") == KINDS[job_api])
+
+
+def job_uid(job: Mapping[str, Any] | None) -> str | None:
+    uid = (job or {}).get("metadata", {}).get("uid")
+    return uid if isinstance(uid, str) and uid else None
 
 
 def job_status(
@@ -101,7 +122,7 @@ def job_status(
     name = job["metadata"]["name"]
     conditions = {c.get("type"): c for c in job.get("status", {}).get("conditions") or []}
     shape = job_shape(job_api, job)
-    by_node = pods_by_node(job_api, pods, shape.elastic)
+    by_node = pods_by_node(job_api, pods, shape.elastic, job_uid(job))
     if shape.elastic and any(_phase(p) == "Running" for p in by_node.values()):
         conditions = {}  # the workers go on whatever the operator says (elastic_end)
     elif shape.elastic and _phase(by_node.get(0, {})) in ENDED_PHASES:

@@ -228,10 +228,9 @@ class Reflector:
         try:
             for event in stream.events():
                 obj = event["object"]
-                seen = str((obj.get("metadata") or {}).get("resourceVersion") or "")
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     self._store.apply(self._collection, event["type"], obj)
-                self._version = seen or self._version  # BOOKMARK: only the version moves
+                self._version = _version(obj) or self._version  # BOOKMARK: only the version moves
         finally:
             with self._lock:
                 self._stream = None
@@ -368,3 +367,11 @@ class View:
 
 def _name(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _version(obj: dict[str, Any]) -> str:
+    """An event's resource version; "" for none. A changed object's was checked as it came
+    in (objects.py); a bookmark's is all it has, and one of the wrong type is not a version."""
+    meta = obj.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else ""
