@@ -93,8 +93,19 @@ def handle_errors(fn: F) -> F:
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> None:
-    errors.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    """The error's one line: its text may carry a path, a server's message or a file's
+    content, whose control characters are written out, never sent to the terminal."""
+    errors.print(f"[red]error:[/red] {escape(terminal_safe(message))}", soft_wrap=True)
     sys.exit(code)
+
+
+def terminal_safe(line: str) -> str:
+    """`line` with its control characters written out (ESC as \\x1b, a newline as \\n): text
+    from a run's processes, a cluster or a file, where an escape sequence reaching a terminal
+    can retitle it, hide lines or write the clipboard, and a newline forges another line."""
+    if line.isprintable():
+        return line
+    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in line)
 
 
 def _debug_enabled() -> bool:

@@ -19,6 +19,7 @@ from runner.cli.common import (
     pass_settings,
     require,
     run_argument,
+    terminal_safe,
     yes_option,
 )
 from runner.errors import RunInputError, RunnerError, SpecError
@@ -83,7 +84,7 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
     run = api.open_run(settings.results_dir, run_id)
     _check_rank(run, rank)
     start_ms: int | None = None
-    shown = _terminal_safe if sys.stdout.isatty() else str
+    shown = terminal_safe if sys.stdout.isatty() else str  # a pipe gets the bytes as they are
     for line in api.logs(settings.results_dir, run, rank, follow):
         event = None if raw else parse_line(line)
         if event is None:
@@ -92,15 +93,6 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
         if event["key"] == RUN_START:
             start_ms = event["time_ms"]
         click.echo(shown(views.event_text(event, start_ms)))
-
-
-def _terminal_safe(line: str) -> str:
-    """`line` with its control characters written out (ESC as \\x1b): a log comes from the
-    run's processes or a cluster's pods, and an escape sequence reaching a terminal can retitle
-    it, hide lines or write the clipboard. Only a terminal gets this; a pipe gets the bytes."""
-    if line.isprintable():
-        return line
-    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in line)
 
 
 def _check_rank(run: api.Run, rank: int) -> None:

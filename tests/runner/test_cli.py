@@ -274,3 +274,15 @@ def test_logs_write_a_lines_control_characters_out_on_a_terminal_and_pass_them_d
     assert b"before \\x1b]0;pwned\\x07 after\ttab" in shown
     piped = subprocess.run(runner, capture_output=True, timeout=60)
     assert piped.stdout == b"before \x1b]0;pwned\x07 after\ttab\n"
+
+
+def test_an_errors_line_writes_out_the_control_characters_of_a_path_it_names(tmp_path):
+    """A results folder named with an escape sequence and a newline (or a server's text, a
+    file's content): the error stays one line, and the terminal never gets the ESC."""
+    results = tmp_path / "a\x1b[2J\nforged line"
+    results.mkdir()
+    result = invoke("status", "nosuch", results=results)
+    assert result.exit_code == 2
+    assert "\x1b" not in result.output
+    assert "a\\x1b[2J\\nforged line" in result.output
+    assert len(result.output.strip().splitlines()) == 1
