@@ -39,6 +39,7 @@ def running_dashboard(
             )
         except BaseException as err:  # surfaced to the test below
             started["error"] = err
+            loop.close()
             ready.set()
             return
         ready.set()
