@@ -3,7 +3,9 @@
 Written whole or not at all: a temporary file beside the target, flushed and renamed into place,
 so a reader sees the old file or the new one and a process killed mid-write leaves nothing
 half-written; a failed write (a full or read-only disk) removes its temporary file before the
-error goes on. Read defensively: a run directory may have been damaged (a crash, a full disk, a
+error goes on. A writer never goes through a link, at the file's name (replaced) or in place of
+its folder (refused: LinkedPath), so a planted `logs -> ~/` cannot take a write out of a run
+directory. Read defensively: a run directory may have been damaged (a crash, a full disk, a
 person) or written by something hostile (a pod on a shared hostPath), so readers never follow a
 symbolic link, refuse anything but a regular file, stop at a size cap, and report garbage as a
 `DamagedFile` naming the file and the problem instead of raising whatever the parser raised.
@@ -17,8 +19,8 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +46,142 @@ def write_text(path: Path, text: str) -> None:
 
 def write_bytes(path: Path, data: bytes) -> None:
     """Atomically replace `path` with `data` (mode 0644): a link planted at `path` is
-    replaced, never written through. OSError propagates, no temporary file left behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    replaced, never written through, and one in place of its folder (logs/ -> ~/) is
+    refused (LinkedPath), so a write never lands outside the directory it names. OSError
+    propagates, no temporary file left behind."""
+    folder = open_folder(path.parent)
     try:
+        _replace_in(folder, path.name, data)
+    except OSError as err:
+        raise _named(err, path.parent) from None
+    finally:
+        os.close(folder)
+
+
+def _named(err: OSError, folder: Path) -> OSError:
+    """`err` naming its file in full: a call relative to a folder's descriptor names it by
+    its name alone, and the error reaches the user as one line that must say where."""
+    if isinstance(err.filename, str) and not os.path.isabs(err.filename):
+        err.filename = str(folder / err.filename)
+    return err
+
+
+def _replace_in(folder: int, name: str, data: bytes) -> None:
+    """`name` in the open `folder` replaced by `data`: every call is relative to the
+    descriptor, so the folder cannot be swapped for a link between the check and the write."""
+    tmp = _create_temp(folder, name)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW, dir_fd=folder)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-        os.replace(tmp, path)
+            os.fchmod(f.fileno(), 0o644)  # results are meant to be shared
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=folder)
         raise
+
+
+def _create_temp(folder: int, name: str) -> str:
+    """A new empty file `.<name>.<random>.tmp` in `folder` (as tempfile.mkstemp names one)."""
+    while True:
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            os.close(os.open(tmp, flags, 0o600, dir_fd=folder))
+        except FileExistsError:
+            continue
+        return tmp
+
+
+class LinkedPath(OSError):
+    """What a writer would write through is a symbolic link (a run directory's logs/ -> ~/):
+    never followed, so a write cannot land outside the directory it names. An OSError, so
+    that every writer's caller reports it in one line as it reports a disk that refuses."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            errno.ELOOP, "is a symbolic link, which is never written through", str(path)
+        )
+
+
+def open_folder(folder: Path, create: bool = True) -> int:
+    """A descriptor of the directory `folder`, made (with its missing parents) if missing and
+    `create`. The folder itself is never a link, and a folder made here is made in one that
+    is not: LinkedPath otherwise. (Links above the first folder that exists are the user's
+    own choice, a results directory on another disk, and are followed.)"""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        return os.open(folder, flags)
+    except FileNotFoundError:
+        if folder.parent == folder or not create:
+            raise
+    except OSError:
+        if os.path.islink(folder):  # ELOOP, or ENOTDIR for a link to a file
+            raise LinkedPath(folder) from None
+        raise
+    parent = open_folder(folder.parent)
+    try:
+        with contextlib.suppress(FileExistsError):  # another writer made it meanwhile
+            os.mkdir(folder.name, 0o777, dir_fd=parent)
+        try:
+            return os.open(folder.name, flags, dir_fd=parent)
+        except OSError:
+            if os.path.islink(folder):  # swapped for a link since it was made
+                raise LinkedPath(folder) from None
+            raise
+    finally:
+        os.close(parent)
+
+
+def open_append(path: Path, mode: int = 0o644) -> int:
+    """A descriptor of `path` open for appending, created if missing: never through a link at
+    its name or in place of its folder (LinkedPath); for a log a process writes as it runs."""
+    folder = open_folder(path.parent)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(path.name, flags, mode, dir_fd=folder)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise LinkedPath(path) from None
+            raise _named(err, path.parent) from None
+    finally:
+        os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device planted in its place
+        os.close(fd)
+        raise OSError(errno.EINVAL, "is not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return fd
 
 
 def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def open_regular_in_folder(path: Path) -> int:
+    """A descriptor of the regular file at `path` for reading, never through a link at its
+    name or in place of its folder (a run's logs/ -> elsewhere): for files one folder down
+    in a run directory, such as its rank logs. FileNotFoundError when either is missing;
+    DamagedFile when either is a link or the file is not a regular one (a FIFO, opened
+    without waiting for a writer)."""
+    try:
+        folder = open_folder(path.parent, create=False)
+    except LinkedPath:
+        raise DamagedFile(path.parent, "is a symbolic link, which is never followed") from None
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise DamagedFile(path, "is a symbolic link, which is never followed") from None
+        raise _named(err, path.parent) from None
+    finally:
+        os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DamagedFile(path, "is not a regular file")
+    return fd
 
 
 def read_bytes(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contract.events import parse_line, read_events
-from contract.files import DamagedFile, read_json
+from contract.files import DamagedFile, LinkedPath, open_append, read_json, write_json
 from contract.records import finite_number
 
 HUGE = "1" + "0" * 400  # a valid JSON integer that no float holds
@@ -75,3 +75,35 @@ def test_a_record_that_cannot_be_opened_is_damaged_and_a_missing_one_is_missing(
     (tmp_path / "file").write_text("{}")
     with pytest.raises(DamagedFile, match=r"cannot be read \(Not a directory\)"):
         read_json(tmp_path / "file" / "state.json")  # a file where the run directory was
+
+
+@pytest.mark.parametrize("where", ["logs", "logs/deeper"])
+def test_a_writer_never_writes_through_a_folder_that_is_a_planted_link(tmp_path, where):
+    """run_dir/logs -> elsewhere: a write under it would land outside the run directory."""
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    elsewhere.mkdir()
+    (run_dir / "logs").symlink_to(elsewhere)
+    with pytest.raises(LinkedPath, match="is a symbolic link, which is never written through"):
+        write_json(run_dir / where / "state.json", {"state": "SUCCEEDED"})
+    with pytest.raises(LinkedPath) as raised:
+        os.close(open_append(run_dir / where / "rank-0.log"))
+    assert raised.value.filename == str(run_dir / "logs")  # the link, named in full
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_writer_makes_missing_folders_and_replaces_a_link_at_its_name(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "state.json").symlink_to(victim)
+    write_json(tmp_path / "run" / "state.json", {"a": 1})
+    write_json(tmp_path / "run" / "new" / "deeper" / "summary.json", {"b": 2})
+    assert victim.read_text() == "precious\n"
+    assert read_json(tmp_path / "run" / "state.json") == {"a": 1}
+    assert read_json(tmp_path / "run" / "new" / "deeper" / "summary.json") == {"b": 2}
+    assert [p.name for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")] == []
+    (tmp_path / "run" / "rank-0.log").symlink_to(victim)
+    with pytest.raises(LinkedPath):  # a log is appended to, so its link is refused
+        open_append(tmp_path / "run" / "rank-0.log")
+    assert victim.read_text() == "precious\n"

@@ -4,9 +4,14 @@ commands about the damaged run say which file and what is wrong, without a trace
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -240,3 +245,149 @@ def test_a_failed_run_whose_summary_reached_the_target_lists_no_time_to_target(t
     assert result.exit_code == 0, result.output
     assert "target in 12.0 s" not in result.output and "no time to target" in result.output
     assert "target in 10.0 s" in result.output  # the good run
+
+
+def _launch_damage(run_dir: Path, elsewhere: Path) -> dict[str, bytes | None]:
+    """launch.json as a damaged disk or a person with write access to the run leaves it (None:
+    a link to a well-formed request outside the run directory)."""
+    process = {"argv": ["true"], "env": {}, "cwd": str(run_dir), "netns": None}
+    good = {"schema_version": 1, "run_dir": str(run_dir), "link": None, "store_port": None,
+            "min_workers": None, "processes": [process]}  # fmt: skip
+    (elsewhere / "launch.json").write_text(json.dumps(good))
+
+    def changed(**fields: object) -> bytes:
+        return json.dumps({**good, **fields}).encode()
+
+    return {
+        "truncated": DAMAGE["truncated"],
+        "a list": DAMAGE["a list"],
+        "processes not a list": changed(processes=7),
+        "argv not text": changed(processes=[{**process, "argv": [1, None]}]),
+        "env not text": changed(processes=[{**process, "env": {"A": 1}}]),
+        "a NUL in argv": changed(processes=[{**process, "argv": ["tr\x00ue"]}]),
+        "a lone surrogate in env": changed(processes=[{**process, "env": {"X": "\ud800"}}]),
+        "huge netns": changed(link="100mbit", processes=[{**process, "netns": 10**30}]),
+        "huge store port": changed(store_port=10**30, min_workers=1),
+        "min_workers over MAX": changed(store_port=29511, min_workers=5),
+        "a link": None,
+    }
+
+
+def _supervise(run_dir: Path, out: Path) -> subprocess.CompletedProcess[bytes]:
+    """The local supervisor over `run_dir`, as submit starts it (the run's environment)."""
+    from runner.backends.local import processes
+
+    env = {**os.environ, **processes.run_env(run_dir.name, run_dir)}
+    with out.open("ab") as log:
+        return subprocess.run(
+            [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
+            stdout=log, stderr=subprocess.STDOUT, env=env, timeout=120, check=False,
+        )  # fmt: skip
+
+
+DAMAGED_LAUNCH = [
+    "truncated", "a list", "processes not a list", "argv not text", "env not text",
+    "a NUL in argv", "a lone surrogate in env", "huge netns", "huge store port",
+    "min_workers over MAX", "a link",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", DAMAGED_LAUNCH)
+def test_a_damaged_launch_json_fails_the_run_in_one_line_naming_it(tmp_path, damage):
+    """The supervisor reads launch.json: garbage in it is the run's failure, said in one line
+    naming the file, never a supervisor that died of a traceback."""
+    _, bad = _two_runs(tmp_path)
+    (bad / "state.json").unlink()  # as submitted: no outcome yet
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    data = _launch_damage(bad, elsewhere)[damage]
+    if data is None:
+        (bad / "launch.json").symlink_to(elsewhere / "launch.json")
+    else:
+        (bad / "launch.json").write_bytes(data)
+    supervisor_log = bad / "logs" / "supervisor.log"
+    assert _supervise(bad, supervisor_log).returncode == 1
+    result = invoke(tmp_path, "status", "cnn-digits-bad")
+    assert "FAILED" in result.output and "launch.json" in result.output
+    assert "supervisor died" not in result.output
+    for text in (result.output, supervisor_log.read_text()):
+        assert "Traceback" not in text
+    state = files.read_json(bad / "state.json")
+    assert state["state"] == "FAILED" and "launch.json" in state["reason"]
+    assert "\n" not in state["reason"]
+
+
+def _request(run_dir: Path, *argvs: list[str], cwd: str | None = None) -> None:
+    processes = [{"argv": argv, "env": {}, "cwd": cwd or str(run_dir), "netns": None}
+                 for argv in argvs]  # fmt: skip
+    files.write_json(run_dir / "launch.json", {"schema_version": 1, "run_dir": str(run_dir),
+                                              "processes": processes})  # fmt: skip
+
+
+def test_a_logs_folder_that_links_out_of_the_run_is_never_written_through(tmp_path):
+    """run_dir/logs -> elsewhere: the workers' output would land outside the run directory."""
+    _, bad = _two_runs(tmp_path)
+    (bad / "state.json").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(bad / "logs")
+    (bad / "logs").symlink_to(elsewhere)
+    _request(bad, ["sh", "-c", "echo leaked"])
+    assert _supervise(bad, tmp_path / "supervisor.out").returncode == 1
+    state = files.read_json(bad / "state.json")
+    assert state["state"] == "FAILED"
+    assert f"{bad / 'logs'}: is a symbolic link, which is never written through" in state["reason"]
+    assert list(elsewhere.iterdir()) == []
+    assert "Traceback" not in (tmp_path / "supervisor.out").read_text()
+
+
+def test_a_process_that_cannot_start_fails_the_run_and_ends_those_started(tmp_path):
+    """Process 1's working directory is gone: process 0, already started, does not outlive
+    the run, and the run says which process and why."""
+    _, bad = _two_runs(tmp_path)
+    (bad / "state.json").unlink()
+    marker = f"stackbench-started-{tmp_path.name}"
+    _request(bad, ["sh", "-c", f"exec -a {marker} sleep 60"], ["true"])
+    launch = files.read_json(bad / "launch.json")
+    launch["processes"][1]["cwd"] = str(tmp_path / "gone")
+    files.write_json(bad / "launch.json", launch)
+    assert _supervise(bad, tmp_path / "supervisor.out").returncode == 1
+    state = files.read_json(bad / "state.json")
+    assert state["state"] == "FAILED"
+    assert state["reason"].startswith(f"cannot start process 1: {tmp_path / 'gone'}: No such")
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+    assert "Traceback" not in (tmp_path / "supervisor.out").read_text()
+
+
+def test_a_summary_that_links_out_of_the_run_is_no_summary_it_wrote(tmp_path):
+    """Every process exited 0 and summary.json is a link to a file outside: SUCCEEDED would
+    be a record that lies (is_file() followed the link)."""
+    _, bad = _two_runs(tmp_path)
+    (bad / "state.json").unlink()
+    (tmp_path / "outside.json").write_text((bad / "summary.json").read_text())
+    (bad / "summary.json").unlink()
+    (bad / "summary.json").symlink_to(tmp_path / "outside.json")
+    _request(bad, ["true"], ["true"])
+    assert _supervise(bad, tmp_path / "supervisor.out").returncode == 1
+    state = files.read_json(bad / "state.json")
+    assert state["state"] == "FAILED"
+    assert state["reason"] == "every process exited 0 but the run wrote no summary.json"
+
+
+@pytest.mark.parametrize("follow", [(), ("--follow",)])
+def test_logs_never_shows_a_file_through_a_logs_folder_linked_out_of_the_run(tmp_path, follow):
+    _, bad = _two_runs(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "rank-0.log").write_text("a secret from outside the run\n")
+    shutil.rmtree(bad / "logs")
+    (bad / "logs").symlink_to(outside)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "--results-dir", str(tmp_path), "logs",
+         "cnn-digits-bad", "--rank", "0", *follow],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "secret" not in done.stdout + done.stderr
+    assert done.returncode == 1, done.stderr
+    assert f"{bad / 'logs'}: is a symbolic link, which is never followed" in done.stderr
+    assert "Traceback" not in done.stderr

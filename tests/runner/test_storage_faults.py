@@ -13,7 +13,7 @@ import time
 import pytest
 
 from contract.events import read_events
-from contract.rundir import EVENTS, JobState, read_state
+from contract.rundir import EVENTS, JobState, JobStatus, read_state
 from runner import api
 from runner.results import rundir
 from tests.conftest import submit_local
@@ -81,3 +81,80 @@ def test_a_submit_that_cannot_record_its_supervisor_leaves_nothing_running(tmp_p
     left = processes.members(spec.run_id, run_dir)
     processes.end(left, 5.0)
     assert left == []
+
+
+def test_a_fifo_at_state_json_on_a_read_only_disk_never_hangs_the_supervisor(tmp_path):
+    """state.json cannot be replaced (read-only), so the supervisor overwrites it in place:
+    a FIFO planted there made that open wait for a reader for ever, deaf to SIGTERM."""
+    import sys
+
+    from contract import files
+    from tests.disks import read_only
+
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        run_dir = disk / "run"
+        (run_dir / "logs").mkdir(parents=True)
+        os.mkfifo(run_dir / "state.json")
+        process = {"argv": ["true"], "env": {}, "cwd": str(run_dir)}
+        files.write_json(run_dir / "launch.json", {"run_dir": str(run_dir), "processes": [process]})
+        read_only(disk)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as hung:  # run() has killed it
+            raise AssertionError("the supervisor hung on the FIFO at state.json") from hung
+        assert done.returncode == 1
+        assert f"cannot record FAILED in {run_dir / 'state.json'}" in done.stdout
+        assert "Read-only file system" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_join_answer_the_full_disk_refuses_never_ends_the_run(tmp_path):
+    """`runner join` on a full disk: the supervisor's answer cannot be written. It died of
+    that (ENOSPC), taking the elastic run with it; the request is now answered once the
+    disk takes it, and the run goes on."""
+    import secrets
+    import sys
+
+    from contract import files
+    from contract.rundir import STATE
+    from runner.backends.local import joins, processes
+
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        run_dir = disk / "run"
+        (run_dir / "logs").mkdir(parents=True)
+        (run_dir / joins.REQUESTS).mkdir()
+        sleeper = {"argv": ["sleep", "60"], "env": {}, "cwd": str(run_dir)}
+        files.write_json(run_dir / "launch.json", {"run_dir": str(run_dir), "min_workers": 1,
+                                                   "processes": [sleeper, sleeper]})  # fmt: skip
+        env = {**os.environ, **processes.run_env(run_dir.name, run_dir)}
+        with open(tmp_path / "supervisor.out", "wb") as out:
+            supervisor = subprocess.Popen(
+                [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
+        try:
+            while (
+                read_state(run_dir) or JobStatus(JobState.PENDING)
+            ).state is not JobState.RUNNING:
+                assert supervisor.poll() is None, (tmp_path / "supervisor.out").read_text()
+                time.sleep(0.05)
+            fill(disk)
+            token = f"join-{secrets.token_hex(8)}"
+            (run_dir / joins.REQUESTS / token).touch()  # an inode, no block: a full disk takes it
+            answer = run_dir / joins.REQUESTS / (token + joins.ANSWER_SUFFIX)
+            for _ in range(20):  # polls in which the supervisor meets the full disk
+                assert supervisor.poll() is None, (tmp_path / "supervisor.out").read_text()
+                time.sleep(0.05)
+            os.unlink(disk / "filler")
+            while not answer.exists():
+                assert supervisor.poll() is None, (tmp_path / "supervisor.out").read_text()
+                time.sleep(0.05)
+            assert files.read_json(answer)["started"] is False  # two workers: its maximum
+            assert read_state(run_dir).state is JobState.RUNNING  # type: ignore[union-attr]
+        finally:
+            supervisor.terminate()
+            supervisor.wait(timeout=60)
+        assert files.read_json(run_dir / STATE)["state"] == "CANCELLED"
+        assert "Traceback" not in (tmp_path / "supervisor.out").read_text()

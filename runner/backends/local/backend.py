@@ -14,7 +14,6 @@ from __future__ import annotations
 import codecs
 import os
 import shlex
-import stat
 import subprocess
 import sys
 import time
@@ -351,14 +350,11 @@ def follow_lines(path: Path, finished: Any, follow: bool) -> Iterator[str]:
 
 
 def _open_regular(path: Path) -> int:
-    """A descriptor of the regular file at `path`, never through a link. A FIFO (opened
-    without waiting for a writer) or a device in place of a log is DamagedFile: reading one
-    would block a command for ever, or never end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise DamagedFile(path, "is not a regular file")
-    return fd
+    """A descriptor of the regular file at `path`, never through a link, at its name or in
+    place of its folder (logs/ -> elsewhere would show a file from outside the run). A FIFO
+    (opened without waiting for a writer) or a device in place of a log is DamagedFile:
+    reading one would block a command for ever, or never end."""
+    return files.open_regular_in_folder(path)
 
 
 def _local(request: Request) -> LocalRequest:

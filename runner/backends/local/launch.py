@@ -37,13 +37,16 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from contract import files
+from contract.files import DamagedFile
 from contract.network import ENV, UNSHAPED_LOOPBACK, NetworkRecord
-from contract.rundir import LOGS
+from contract.rundir import LOGS, check_version
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local.network import (
     INTERFACE,
+    MAX_WORKERS,
     NetworkUnavailable,
     ShapedNetwork,
     address,
@@ -58,6 +61,9 @@ LAUNCH_FILE = "launch.json"  # in the run directory: the request the supervisor 
 LOOPBACK = "127.0.0.1"
 # Inside worker 0's namespace, which nothing else uses: this port is always free there.
 SHAPED_MASTER_PORT = 29500
+# A local run starts at most this many processes (runner/job/target.py's LOCAL_MAX_WORKERS,
+# not imported: the supervisor reads a request without the job registry).
+MAX_PROCESSES = 1024
 
 
 def check_placement(device: str) -> None:
@@ -174,3 +180,86 @@ def launch(request: LocalRequest) -> Iterator[Started]:
         except ProbeError as err:
             raise NetworkUnavailable(f"the shaped network carries nothing: {err}") from err
         yield Started(net, record)
+
+
+def read_request(run_dir: Path) -> LocalRequest:
+    """The request in `run_dir`'s launch.json, every field's type and range checked: the file
+    may have been damaged or rewritten since submit wrote it, and the supervisor must record
+    that as the run's one-line failure, not die of a TypeError. DamagedFile (naming the file)
+    when it is not a request this backend can run; FileNotFoundError when it is missing."""
+    path = run_dir / LAUNCH_FILE
+    data = files.read_json_object(path)
+    check_version(data, path)
+    entries = data.get("processes")
+    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_PROCESSES:
+        raise DamagedFile(path, f"has no list of 1 to {MAX_PROCESSES} processes")
+    procs = tuple(_process(entry, i, path) for i, entry in enumerate(entries))
+    link = _link(data.get("link"), procs, path)
+    store_port = _whole(data, "store_port", 1, 65535, path)
+    min_workers = _whole(data, "min_workers", 1, len(procs), path)
+    run_dir_field = data.get("run_dir")
+    if not isinstance(run_dir_field, str):
+        raise DamagedFile(path, "field 'run_dir' is not text")
+    return LocalRequest(run_dir_field, procs, link, store_port, min_workers)
+
+
+def _process(entry: Any, index: int, path: Path) -> Process:
+    """Process `index` of launch.json, as Popen can start it (text the system takes, no `=`
+    in a variable's name: Popen raises ValueError otherwise)."""
+    where = f"process {index}"
+    if not isinstance(entry, dict):
+        raise DamagedFile(path, f"{where} is not an object")
+    argv, env, cwd = entry.get("argv"), entry.get("env"), entry.get("cwd")
+    if not isinstance(argv, list) or not argv or not all(_plain(a) for a in argv):
+        raise DamagedFile(path, f"{where} has no command line (a non-empty list of text)")
+    if not isinstance(env, dict) or not all(
+        _plain(k) and k and "=" not in k and _plain(v) for k, v in env.items()
+    ):
+        raise DamagedFile(path, f"{where} has an env that is not names to text")
+    if not _plain(cwd) or not cwd:
+        raise DamagedFile(path, f"{where} has no working directory")
+    netns = _whole(entry, "netns", 0, MAX_WORKERS - 1, path, where)
+    return Process(tuple(argv), dict(env), cwd, netns)
+
+
+def _link(link: Any, procs: Sequence[Process], path: Path) -> str | None:
+    """The request's link, if it has one: a rate parse_link takes, and then every process in
+    a namespace (and none in one without it)."""
+    if link is None:
+        if any(p.netns is not None for p in procs):
+            raise DamagedFile(path, "names network namespaces but no link")
+        return None
+    if not isinstance(link, str):
+        raise DamagedFile(path, "field 'link' is not text")
+    try:
+        parse_link(link)
+    except SpecError as err:
+        raise DamagedFile(path, f"has a link that is not a rate ({err})") from None
+    if any(p.netns is None for p in procs):
+        raise DamagedFile(path, "has a link but a process outside its namespaces")
+    return link
+
+
+def _whole(
+    data: Mapping[str, Any], key: str, low: int, high: int, path: Path, where: str = ""
+) -> int | None:
+    """An optional integer field within low..high (a bool is not one)."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        owner = f"{where}'s " if where else ""
+        raise DamagedFile(path, f"{owner}field {key!r} is not an integer {low}..{high} ({shown})")
+    return value
+
+
+def _plain(value: Any) -> bool:
+    """Text the system takes as an argument: no NUL byte, and nothing os.fsencode refuses
+    (JSON's "\\ud800", a lone surrogate, raised UnicodeEncodeError in Popen)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return b"\0" not in os.fsencode(value)
+    except UnicodeError:
+        return False

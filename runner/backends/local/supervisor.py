@@ -26,10 +26,12 @@ since a worker that cannot write cannot say so in its own log either.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -37,7 +39,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
+
 from contract import files
+from contract.files import DamagedFile
 from contract.rundir import (
     LOGS,
     MAX_REASON_CHARS,
@@ -50,7 +55,7 @@ from contract.rundir import (
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local import joins, leash, processes
 from runner.backends.local.elastic import StoreUnavailable, hosted_store, joiner_process
-from runner.backends.local.launch import LAUNCH_FILE, Started, launch
+from runner.backends.local.launch import LAUNCH_FILE, Started, launch, read_request
 from runner.backends.local.network import NetworkUnavailable
 from workloads import lifetime
 
@@ -77,7 +82,15 @@ def supervise(run_dir: Path, leash_fd: int | None = None) -> JobStatus:
     """Run the request in `run_dir` to its end and record the outcome. `leash_fd`: the read
     end of the submitting command's leash (leash.py), if it tied one."""
     run_dir = run_dir.resolve()  # the workers run inside it; relative paths would nest
-    request = LocalRequest.from_dict(files.read_json_object(run_dir / LAUNCH_FILE))
+    try:
+        request = read_request(run_dir)
+    except (FileNotFoundError, DamagedFile) as err:
+        # Damaged or rewritten since submit wrote it: nothing is started, and the run says
+        # why in one line rather than reading "the supervisor died".
+        problem = err if isinstance(err, DamagedFile) else f"{run_dir / LAUNCH_FILE} is missing"
+        status = JobStatus(JobState.FAILED, f"cannot start the run: {problem}", since=_now())
+        record(run_dir, status)
+        return status
     lifetime.become_subreaper()  # orphans of the run come back here, never to init
     stop: list[str] = []  # why the run is being cancelled, once it is
     listener = leash.Listener(leash_fd)
@@ -108,7 +121,11 @@ def _run(
 ) -> JobStatus:
     exits = processes.Exits()
     for i, p in enumerate(request.processes):
-        exits.add(_start(p, network, _launcher_log(run_dir, i, request)))
+        try:
+            exits.add(_start(p, network, _launcher_log(run_dir, i, request)))
+        except OSError as err:  # its log a link, its directory or program gone
+            _stop(run_dir, exits)
+            return _failed(f"cannot start process {i}: {_os_error(err)}", storage_problem(run_dir))
     record(run_dir, JobStatus(JobState.RUNNING, since=_now()))
     # An elastic run goes on while workers are left: they decide among themselves whether
     # the survivors can go on (workloads/adaptive/elastic/session.py), so one's end is not
@@ -117,6 +134,7 @@ def _run(
     writer_ended: float | None = None  # when worker 0, which ends an elastic run, exited
     stuck: list[int] = []  # the workers still running GRACE_S after it, then stopped
     broken: str | None = None  # why the shaped network stopped carrying anything
+    unsent: dict[str, tuple[bool, str]] = {}  # join answers the disk has not taken yet
     while not stop and not exits.all_exited():
         if not elastic and exits.first_failure() is not None:
             break
@@ -134,11 +152,9 @@ def _run(
             stop.append(LEASH_SNAPPED)
             break
         if elastic:
-            _serve_joins(run_dir, request, network, exits)
+            _serve_joins(run_dir, request, network, exits, unsent)
         exits.wait(POLL_S)
-    processes.end(processes.members(run_dir.name, run_dir), GRACE_S)
-    for proc in exits.processes:
-        proc.wait()
+    _stop(run_dir, exits)
     codes = [p.returncode for p in exits.processes]
     if request.min_workers is not None and not stop:
         return elastic_outcome(run_dir, request.min_workers, len(request.processes), codes, stuck)
@@ -148,20 +164,59 @@ def _run(
     return outcome(run_dir, request, codes, cancelled, first_failed=exits.first_failure())
 
 
+def _stop(run_dir: Path, exits: processes.Exits) -> None:
+    """End every process of the run (those it started, and whatever they started) and reap
+    the ones started here."""
+    started = []
+    for proc in exits.processes:  # not only members: a process's env may hide the run's
+        with contextlib.suppress(psutil.Error):  # reaped meanwhile
+            if proc.returncode is None:
+                started.append(psutil.Process(proc.pid))
+    processes.end([*processes.members(run_dir.name, run_dir), *started], GRACE_S)
+    for proc in exits.processes:
+        proc.wait()
+
+
+def _os_error(err: OSError) -> str:
+    """An OSError as one line that names its file: `path: what the system said`."""
+    what = err.strerror or str(err)
+    return f"{err.filename}: {what}" if err.filename else what
+
+
 def _serve_joins(
-    run_dir: Path, request: LocalRequest, network: Started, exits: processes.Exits
+    run_dir: Path,
+    request: LocalRequest,
+    network: Started,
+    exits: processes.Exits,
+    unsent: dict[str, tuple[bool, str]],
 ) -> None:
-    """Answer each `runner join` waiting: start worker n (the next process), or say why not."""
+    """Answer each `runner join` waiting: start worker n (the next process), or say why not.
+    An answer the disk refuses (full) must not end the run: it waits in `unsent` and is
+    written at a later poll, once the disk takes it (never a second worker for one request)."""
     for token in joins.pending(run_dir):
-        refusal = join_refusal(exits.codes(), request)
-        if refusal is not None:
-            joins.answer(run_dir, token, False, refusal)
-            continue
-        index = len(exits.processes)
-        process = joiner_process(request.processes[0], index)
+        if token not in unsent:
+            unsent[token] = _join(run_dir, request, network, exits)
+        started, message = unsent[token]
+        with contextlib.suppress(OSError):
+            joins.answer(run_dir, token, started, message)
+            del unsent[token]
+
+
+def _join(
+    run_dir: Path, request: LocalRequest, network: Started, exits: processes.Exits
+) -> tuple[bool, str]:
+    """Start worker n for a join request if the run can take it: (started, the answer)."""
+    refusal = join_refusal(exits.codes(), request)
+    if refusal is not None:
+        return False, refusal
+    index = len(exits.processes)
+    process = joiner_process(request.processes[0], index)
+    try:
         exits.add(_start(process, network, run_dir / LOGS / f"launcher-{index}.log"))
-        joins.answer(run_dir, token, True, f"worker w{index} started; it joins at the run's "
-                     f"next decision point (its log: {LOGS}/rank-{index}.log)")  # fmt: skip
+    except OSError as err:  # its log a link, the disk full: the run goes on without it
+        return False, f"cannot start a worker: {_os_error(err)}"
+    return True, (f"worker w{index} started; it joins at the run's next decision point "
+                  f"(its log: {LOGS}/rank-{index}.log)")  # fmt: skip
 
 
 def join_refusal(returncodes: Sequence[int | None], request: LocalRequest) -> str | None:
@@ -180,7 +235,8 @@ def join_refusal(returncodes: Sequence[int | None], request: LocalRequest) -> st
 
 def _start(process: Process, network: Started, log_path: Path) -> subprocess.Popen[bytes]:
     parent = os.getpid()
-    with open(log_path, "ab") as log:
+    # Never through a link: a planted logs/ or launcher log would take the output elsewhere.
+    with os.fdopen(files.open_append(log_path), "ab") as log:
         return subprocess.Popen(
             network.argv(process), stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, env={**os.environ, **process.env, **network.env},
@@ -212,7 +268,7 @@ def elastic_outcome(
     left = [i for i, code in enumerate(returncodes) if code != 0 or i in stuck]
     finished = [i for i in range(len(returncodes)) if i not in left]
     exits = "; ".join(_departure(run_dir, i, returncodes[i], i in stuck, max_workers) for i in left)
-    if returncodes[0] == 0 and (run_dir / SUMMARY).is_file() and len(finished) >= min_workers:
+    if returncodes[0] == 0 and wrote_summary(run_dir) and len(finished) >= min_workers:
         # Out of MAX, what the run could have had at once (workers alive at the end were
         # alive together, so never more): joiners replace workers that left, they do not
         # add to what the run could hold.
@@ -257,7 +313,7 @@ def outcome(
     is known (the others often failed because it left)."""
     if cancelled:
         return JobStatus(JobState.CANCELLED, cancelled, since=_now())
-    if all(code == 0 for code in returncodes) and (run_dir / SUMMARY).is_file():
+    if all(code == 0 for code in returncodes) and wrote_summary(run_dir):
         return JobStatus(JobState.SUCCEEDED, since=_now())
     disk = storage_problem(run_dir)
     failed = [i for i, code in enumerate(returncodes) if code != 0]
@@ -273,6 +329,15 @@ def outcome(
     if line:
         reason += f": {line}"
     return _failed(reason, disk, failed_rank=rank, exit_code=code)
+
+
+def wrote_summary(run_dir: Path) -> bool:
+    """Whether the run's summary.json is a regular file of the run: a link (to any file
+    outside, which is_file() would follow) is no summary the run wrote."""
+    try:
+        return stat.S_ISREG(os.lstat(run_dir / SUMMARY).st_mode)
+    except OSError:
+        return False
 
 
 def _failed(reason: str, disk: str | None, **fields: int | None) -> JobStatus:
@@ -318,8 +383,12 @@ def record(run_dir: Path, status: JobStatus) -> None:
     except OSError as err:
         text = json.dumps(status.to_dict(), sort_keys=True).encode()
         try:
-            fd = os.open(run_dir / STATE, os.O_WRONLY | os.O_NOFOLLOW)
+            # Non-blocking: a FIFO planted there would wait for a reader for ever, deaf to
+            # SIGTERM (the open is retried after the handler); only a regular file is ours.
+            fd = os.open(run_dir / STATE, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError(errno.EINVAL, "is not a regular file")
                 os.pwrite(fd, text, 0)
                 os.ftruncate(fd, len(text))
             finally:
@@ -336,10 +405,11 @@ def signal_note(code: int | None) -> str:
 
 
 def _read(path: Path, tail_bytes: int = 1 << 20) -> str:
-    """The last `tail_bytes` of a log (where a crash is reported), never through a link."""
+    """The last `tail_bytes` of a log (where a crash is reported), never through a link at
+    its name or in place of its folder ("" then: a line from outside is not the run's)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        fd = files.open_regular_in_folder(path)
+    except (OSError, DamagedFile):
         return ""
     with os.fdopen(fd, "rb") as f:
         with contextlib.suppress(OSError):
