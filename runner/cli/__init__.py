@@ -55,6 +55,7 @@ from runner.cli.common import (  # noqa: E402
     configure_logging,
     console,
     handle_errors,
+    own_folder,
 )
 
 
@@ -87,7 +88,7 @@ def main(ctx: click.Context, results_dir: Path, verbose: int, debug: bool) -> No
     130 Ctrl-C, 129 SIGHUP, 143 SIGTERM (the followed run is cancelled, its record kept).
     """
     configure_logging(verbose)
-    ctx.obj = Settings(results_dir, debug)
+    ctx.obj = Settings(own_folder(results_dir), debug)
 
 
 @main.command()

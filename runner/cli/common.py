@@ -92,6 +92,16 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def own_folder(path: Path) -> Path:
+    """A folder the user named, resolved if a link is on its way (a results folder on
+    another disk, macOS's /tmp): the user's own links are followed here, once, because the
+    writers below never go through one (contract.files), whoever planted it."""
+    absolute = path.absolute()
+    if any(p.is_symlink() for p in (absolute, *absolute.parents)):
+        return absolute.resolve()
+    return path
+
+
 def fail(message: str, code: int = EXIT_FAILED) -> None:
     """The error's one line: its text may carry a path, a server's message or a file's
     content, whose control characters are written out, never sent to the terminal."""

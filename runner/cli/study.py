@@ -21,6 +21,7 @@ from runner.cli.common import (
     exit_code,
     handle_errors,
     no_blank_ids,
+    own_folder,
     pass_settings,
     per_node_option,
     require,
@@ -175,7 +176,9 @@ def report(
     for table in export.tables(built):
         console.print(views.plain_table(table))
     given_out = out_dir is not None
-    if out_dir is None:
+    if out_dir is not None:
+        out_dir = own_folder(out_dir)
+    else:
         out_dir = reports.default_folder(results_dir, ids)
         _refuse_links(results_dir, out_dir)
     try:

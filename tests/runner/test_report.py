@@ -624,3 +624,21 @@ def test_a_label_from_a_run_directory_is_shown_as_written_never_read_as_markup(t
     text = (tmp_path / "o" / "report.md").read_text()
     assert "| note=$\\\\foo$ \\[red\\]x\\[/red\\] !\\[x\\](http://evil/t.png) | 1 |" in text
     assert "| note=a\\|b\\\\x0a\\| forged \\| row \\|\\\\x1b\\[2J | 1 |" in text
+
+
+def test_a_results_folder_and_an_out_folder_the_user_links_elsewhere_are_written(tmp_path):
+    """The user's own links (a results folder on another disk) are followed: only a link
+    planted below them is refused (contract.files)."""
+    real_results, real_out = tmp_path / "disk" / "results", tmp_path / "disk" / "out"
+    real_results.mkdir(parents=True)
+    real_out.mkdir()
+    (tmp_path / "results").symlink_to(real_results)
+    (tmp_path / "out").symlink_to(real_out)
+    make_run(real_results, "a", 1, 10.0)
+    for out in ((), ("--out", str(tmp_path / "out"))):
+        result = CliRunner().invoke(
+            main, ["--results-dir", str(tmp_path / "results"), "report", "a", *out]
+        )
+        assert result.exit_code == 0, result.output
+    assert (real_out / "report.md").is_file()
+    assert [p.name for p in (real_results / "reports").iterdir()] == ["a"]
