@@ -13,6 +13,7 @@ torch's optimizer bit for bit. What the loops need of an optimizer is `Optimizer
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -71,22 +72,28 @@ class FusedSGD:
                 self._update(params, group)
 
     def _update(self, params: list[torch.Tensor], group: dict[str, Any]) -> None:
-        grads = [p.grad for p in params if p.grad is not None]  # all of them (step chose)
-        momentum = group["momentum"]
-        buffers: list[torch.Tensor] = []
-        first = False
-        if momentum != 0:
-            found = [self.state[p].get("momentum_buffer") for p in params]
-            first = all(b is None for b in found)
-            if first:  # the kernel starts each buffer at its gradient
-                for p, g in zip(params, grads, strict=True):
-                    self.state[p]["momentum_buffer"] = torch.empty_like(g)
-            elif any(b is None for b in found):
-                raise RuntimeError("some parameters have a momentum buffer and others none")
-            buffers = [self.state[p]["momentum_buffer"] for p in params]
+        if group["momentum"] == 0:
+            self._fused(params, [], group, first=False)
+            return
+        # A parameter's gradient may first appear at any step (a branch the forward takes
+        # only later): its buffer starts at its gradient then, as torch.optim.SGD's does,
+        # while the others go on from theirs. The kernel takes one kind per call.
+        fresh = [p for p in params if "momentum_buffer" not in self.state[p]]
+        going = [p for p in params if "momentum_buffer" in self.state[p]]
+        for p in fresh:  # the kernel's first step fills each buffer from its gradient
+            self.state[p]["momentum_buffer"] = torch.empty_like(_grad(p))
+        for kind, first in ((fresh, True), (going, False)):
+            if kind:
+                buffers = [self.state[p]["momentum_buffer"] for p in kind]
+                self._fused(kind, buffers, group, first=first)
+
+    @staticmethod
+    def _fused(
+        params: list[torch.Tensor], buffers: list[torch.Tensor], group: dict[str, Any], first: bool
+    ) -> None:
         torch._fused_sgd_(
-            params, grads, buffers,
-            weight_decay=group["weight_decay"], momentum=momentum, lr=group["lr"],
+            params, [_grad(p) for p in params], buffers,
+            weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
             dampening=group["dampening"], nesterov=group["nesterov"], maximize=False,
             is_first_step=first,
         )  # fmt: skip
@@ -112,6 +119,10 @@ class FusedSGD:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take a state_dict of an optimizer over the same parameters: all of it, or (a
+        ValueError) none. It may come from another worker (an elastic joiner's): checked like
+        anything received, since the fused kernel trusts every buffer to be its parameter's
+        size and writes past the end of a smaller one."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups) or any(
             len(g["params"]) != len(mine["params"])
@@ -120,10 +131,55 @@ class FusedSGD:
             raise ValueError("the state is of an optimizer over other parameters")
         params = [p for group in self.param_groups for p in group["params"]]
         by_id = dict(zip((i for g in groups for i in g["params"]), params, strict=True))
-        self.state = defaultdict(dict)
+        state: defaultdict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)
         for key, values in state_dict["state"].items():
-            p = by_id[int(key)]
+            p = by_id.get(int(key))
+            if p is None or not isinstance(values, dict):
+                raise ValueError(f"the state of parameter {key} is of no parameter here")
             # Copies: the state must not alias the optimizer (or message) it came from.
-            self.state[p] = {k: v.to(p.device, p.dtype, copy=True) for k, v in values.items()}
-        for group, saved in zip(self.param_groups, groups, strict=True):
-            group.update({k: v for k, v in saved.items() if k != "params"})
+            state[p] = {name: _checked_buffer(key, name, v, p) for name, v in values.items()}
+        hyper = [_checked_hyperparameters(saved) for saved in groups]
+        self.state = state
+        for group, saved in zip(self.param_groups, hyper, strict=True):
+            group.update(saved)
+
+
+def _checked_buffer(key: object, name: str, value: object, p: torch.Tensor) -> torch.Tensor:
+    if name != "momentum_buffer" or not isinstance(value, torch.Tensor):
+        raise ValueError(f"the state of parameter {key} has an unknown entry {name!r}")
+    if value.shape != p.shape:
+        raise ValueError(
+            f"the momentum buffer of parameter {key} is {list(value.shape)}, "
+            f"the parameter {list(p.shape)}"
+        )
+    return value.to(p.device, p.dtype, copy=True)
+
+
+def _checked_hyperparameters(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved group's hyperparameters (its "params" left out), refused unless each is one
+    FusedSGD has, of its type and finite."""
+    out = {k: v for k, v in saved.items() if k != "params"}
+    for k, v in out.items():
+        if k == "nesterov":
+            ok = isinstance(v, bool)
+        elif k in _TORCH_FLAGS:  # torch.optim.SGD's, at the values that are this update
+            ok = any(v is allowed for allowed in _TORCH_FLAGS[k])
+        else:
+            number = isinstance(v, int | float) and not isinstance(v, bool)
+            ok = k in _NUMBERS and number and math.isfinite(v)
+        if not ok:
+            raise ValueError(f"the state's {k} is not an SGD hyperparameter: {v!r}")
+    if out.get("nesterov") and not out.get("momentum", 0) > 0:
+        raise ValueError("the state's Nesterov momentum has no momentum")
+    return out
+
+
+_NUMBERS = frozenset({"lr", "momentum", "dampening", "weight_decay"})
+_TORCH_FLAGS = {"maximize": (False,), "differentiable": (False,),
+                "foreach": (None, False, True), "fused": (None, False, True)}  # fmt: skip
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """The gradient of a parameter that step() chose for having one."""
+    assert p.grad is not None
+    return p.grad

@@ -172,3 +172,45 @@ class DelayedCollectives(Collectives):
             return fut.value()
 
         return future.then(late)
+
+
+class BranchNet(nn.Module):
+    """A user's model whose parameters do not all get gradients: `branch` is in the forward
+    on rank `branch_rank` only (every rank's when None), `unused` in no forward at all."""
+
+    def __init__(self, branch_rank: int | None, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+        self.branch = nn.Linear(10, 10)
+        self.unused = nn.Linear(3, 3)
+        self.branch_rank = branch_rank
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.body(x)
+        if self.branch_rank is None or dist.get_rank() == self.branch_rank:
+            y = self.branch(y)
+        return y
+
+
+def local_gradients_or_zeros(rank: int, model: nn.Module, num_steps: int) -> list[torch.Tensor]:
+    """local_gradients of batch 0 of a trainer's `num_steps`, a parameter this rank's forward
+    did not use at zero."""
+    local = copy.deepcopy(model)
+    splits = random_splits(rank, num_steps)
+    x, y = splits.train_x[:BATCH], splits.train_y[:BATCH]
+    nn.functional.cross_entropy(local(x), y).backward()
+    return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in local.parameters()]
+
+
+class EmptyParamNet(nn.Module):
+    """A parameter of no elements (a layer of zero width) beside an ordinary one."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+        self.empty = nn.Parameter(torch.zeros(0, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + self.empty.sum()

@@ -57,6 +57,53 @@ def test_weights_and_momentum_match_torchs_fused_sgd_bit_for_bit(settings):
                                reference.state[b]["momentum_buffer"])  # fmt: skip
 
 
+class _LateBranch(nn.Module):
+    """`late` is in the forward only from step 3 on (its gradient None until then), and
+    `early` only before step 5 (its gradient None again after)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.base, self.late, self.early = nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor, step: int) -> torch.Tensor:
+        y = self.base(x)
+        y = self.late(y) if step >= 3 else y
+        return self.early(y) if step < 5 else y
+
+
+def _train_late(optimizer_of: object) -> tuple[nn.Module, object]:
+    model = _LateBranch()
+    optimizer = optimizer_of(model.parameters())  # type: ignore[operator]
+    for i in range(8):
+        torch.manual_seed(100 + i)
+        model(torch.randn(4, 3), i).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return model, optimizer
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"momentum": 0.0, "weight_decay": 1e-4},
+        {"momentum": 0.9, "weight_decay": 1e-4},
+        {"momentum": 0.9, "weight_decay": 5e-4, "nesterov": True},
+    ],
+)
+def test_a_gradient_that_appears_late_starts_its_momentum_as_torchs_sgd_does(settings):
+    # torch.optim.SGD(fused=True) itself fails here; its single-tensor SGD is the rule.
+    ours, mine = _train_late(lambda p: FusedSGD(p, lr=0.1, **settings))
+    theirs, reference = _train_late(lambda p: torch.optim.SGD(p, lr=0.1, foreach=False, **settings))
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+        if settings["momentum"]:
+            torch.testing.assert_close(
+                mine.state[a]["momentum_buffer"],  # type: ignore[attr-defined]
+                reference.state[b]["momentum_buffer"],  # type: ignore[attr-defined]
+            )
+
+
 def test_a_loaded_state_goes_on_exactly_as_the_original():
     settings = {"momentum": 0.9, "weight_decay": 1e-4}
     first = _model()
@@ -82,6 +129,58 @@ def test_a_state_of_other_parameters_is_refused():
     small = FusedSGD(nn.Linear(2, 2).parameters(), lr=0.1)
     with pytest.raises(ValueError, match="other parameters"):
         small.load_state_dict(FusedSGD(_model().parameters(), lr=0.1).state_dict())
+
+
+def _saved(momentum_buffer: object, **group: object) -> dict[str, object]:
+    hyper = {"lr": 0.1, "momentum": 0.9, "dampening": 0.0, "weight_decay": 0.0,
+             "nesterov": False, **group}  # fmt: skip
+    return {"state": {0: {"momentum_buffer": momentum_buffer}},
+            "param_groups": [{**hyper, "params": [0]}]}  # fmt: skip
+
+
+_DAMAGED = {
+    "a smaller buffer": (_saved(torch.ones(3)), "momentum buffer of parameter 0 is \\[3\\]"),
+    "a buffer of another shape": (_saved(torch.ones(4, 1)), "the parameter \\[4\\]"),
+    "no tensor": (_saved([1.0, 2.0]), "unknown entry"),
+    "an unknown entry": (
+        {"state": {0: {"exp_avg": torch.ones(4)}}, "param_groups": [{"params": [0]}]},
+        "unknown entry 'exp_avg'",
+    ),
+    "a parameter out of range": (
+        {"state": {7: {"momentum_buffer": torch.ones(4)}}, "param_groups": [{"params": [0]}]},
+        "parameter 7 is of no parameter",
+    ),
+    "a learning rate of text": (_saved(torch.ones(4), lr="0.1"), "lr is not"),
+    "a learning rate nan": (_saved(torch.ones(4), lr=float("nan")), "lr is not"),
+    "maximize": (_saved(torch.ones(4), maximize=True), "maximize is not"),
+}
+
+
+@pytest.mark.parametrize("case", _DAMAGED)
+def test_a_damaged_or_hostile_state_is_refused_whole_before_any_step(case):
+    # A buffer smaller than its parameter was taken as is, and the fused kernel wrote past
+    # its end at the next step (a segmentation fault, or worse, silently).
+    param = nn.Parameter(torch.zeros(4))
+    optimizer = FusedSGD([param], lr=0.5, momentum=0.9)
+    saved, match = _DAMAGED[case]
+    with pytest.raises(ValueError, match=match):
+        optimizer.load_state_dict(saved)
+    assert optimizer.param_groups[0]["lr"] == 0.5 and not optimizer.state  # nothing taken
+    param.grad = torch.ones(4)
+    optimizer.step()
+    assert torch.equal(param, torch.full((4,), -0.5))
+
+
+def test_a_state_of_torchs_sgd_is_taken():
+    model = nn.Linear(3, 2)
+    reference = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+    model(torch.ones(1, 3)).sum().backward()
+    reference.step()
+    mine = FusedSGD(model.parameters(), lr=0.5, momentum=0.9)
+    mine.load_state_dict(reference.state_dict())
+    assert mine.param_groups[0]["lr"] == 0.1
+    assert torch.equal(mine.state[model.bias]["momentum_buffer"],
+                       reference.state[model.bias]["momentum_buffer"])  # fmt: skip
 
 
 _RUN = """

@@ -12,9 +12,12 @@ from torch import nn
 
 from tests.distributed import run_ranks
 from tests.workloads.strategy_harness import (
+    BranchNet,
+    EmptyParamNet,
     backward_gradients,
     config_for,
     local_gradients,
+    local_gradients_or_zeros,
     mean_over_ranks,
     small_bn_net,
     step,
@@ -77,6 +80,79 @@ def test_compressed_all_reduce_stays_within_its_rounding_bound(first_step, name,
         assert ((ours - ddp).abs() <= bound).all(), f"{name}: parameter {i} outside the bound"
     # And compression really happened (a bound met by exact equality would prove nothing).
     assert any(not torch.equal(o, d) for o, d in zip(ours_all, ddp_all, strict=True))
+
+
+def _steps_with_unused_parameters(rank: int, world_size: int, name: str) -> dict[str, object]:
+    """The first step's gradients of a model whose `branch` only rank 0 uses and whose
+    `unused` none does, then two more steps (the collectives must still match)."""
+    template = BranchNet(branch_rank=0)
+    config = config_for(
+        name, **({"averaging_warmup_steps": 3} if name == "model-averaging" else {})
+    )
+    tr = trainer(rank, world_size, config, copy.deepcopy(template), 3)
+    out: dict[str, object] = {"mean": mean_over_ranks(local_gradients_or_zeros(rank, template, 3))}
+    out["first"] = backward_gradients(tr)
+    for i in (1, 2):
+        step(tr, i)
+    out["weights"] = [p.detach().clone() for p in tr.strategy.inner.parameters()]
+    return out
+
+
+@pytest.mark.parametrize("name", [*EXACT, "model-averaging"])
+def test_a_parameter_unused_on_some_ranks_is_averaged_as_zeros_there(name):
+    # Skipping the missing gradient would give the ranks collectives of different sizes
+    # (gloo aborts, or a hang) or, sizes alike, average one rank's layer with another's.
+    ranks = run_ranks(_steps_with_unused_parameters, world_size=2, timeout_s=60, name=name)
+    for r in ranks:
+        for ours, mean in zip(r["first"], r["mean"], strict=True):
+            torch.testing.assert_close(ours, mean, rtol=1e-5, atol=1e-7)
+    assert ranks[0]["first"][2].abs().sum() > 0  # rank 0's branch gradient reached rank 1
+    for a, b in zip(ranks[0]["weights"], ranks[1]["weights"], strict=True):
+        assert torch.equal(a, b)  # still one model
+
+
+def _ddp_with_an_unused_parameter(rank: int, world_size: int, name: str) -> str:
+    tr = trainer(rank, world_size, config_for(name), BranchNet(branch_rank=None), 2)
+    try:
+        step(tr, 0)
+    except RuntimeError as err:
+        return str(err)
+    finally:
+        del tr
+        gc.collect()
+    return "trained"
+
+
+@pytest.mark.parametrize("name", ["ddp", "powersgd"])
+def test_ddp_refuses_a_parameter_without_a_gradient_in_one_line_naming_it(name):
+    # DDP itself would fail only at the next forward, in a page of text.
+    for said in run_ranks(_ddp_with_an_unused_parameter, world_size=2, timeout_s=60, name=name):
+        assert said.startswith("parameter unused.weight got no gradient on this rank"), said
+        assert "\n" not in said and "strategy=allreduce" in said
+
+
+def _steps_with_an_empty_parameter(rank: int, world_size: int, name: str) -> list[torch.Tensor]:
+    config = (
+        config_for(name, powersgd_rank=1, powersgd_start_iter=2)
+        if name == "powersgd"
+        else (config_for(name))
+    )
+    tr = trainer(rank, world_size, config, EmptyParamNet(), 3)
+    for i in range(3):  # with PowerSGD: two plain steps, then a compressed one
+        step(tr, i)
+    weights = [p.detach().clone() for p in tr.strategy.inner.parameters()]
+    del tr
+    gc.collect()
+    return weights
+
+
+@pytest.mark.parametrize("name", ["powersgd", "ddp", "allreduce-per-param", "gather-scatter"])
+def test_a_parameter_of_no_elements_trains_like_any_other(name):
+    # torch's PowerSGD hook fails on one (it views each matrix as [rows, -1]).
+    ranks = run_ranks(_steps_with_an_empty_parameter, world_size=2, timeout_s=60, name=name)
+    for a, b in zip(ranks[0], ranks[1], strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(ranks[0][0], EmptyParamNet().body[1].weight)  # it did train
 
 
 def _powersgd_step3(rank: int, world_size: int) -> dict[str, list[torch.Tensor]]:

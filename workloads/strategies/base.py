@@ -101,7 +101,20 @@ def trainable(model: nn.Module) -> list[torch.Tensor]:
 
 
 def gradients(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
-    return [p.grad for p in params if p.grad is not None]
+    """The gradient of every parameter in `params`, a missing one (a parameter this rank's
+    forward did not use: a branch taken on some ranks only, a layer in no forward) filled
+    with zeros. Every rank then exchanges the same tensors in the same order, whatever its
+    own forward used (skipping them would mismatch the collectives, or silently average one
+    rank's layer with another's), and the mean is the global batch's gradient, to which a
+    rank that did not use a parameter contributes zero. A parameter no rank used gets a zero
+    gradient (DDP's find_unused_parameters would leave it None): the optimizer's weight
+    decay and momentum still apply to it."""
+    grads = []
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
+    return grads
 
 
 # Below this size an exchange costs its round trips, not its bytes (a logistic regression's

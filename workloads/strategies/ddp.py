@@ -62,11 +62,22 @@ class DdpStrategy:
     ) -> None:
         device_ids = [model_device(model)] if model_device(model).type == "cuda" else None
         self.inner = model
+        # A zero-size parameter has no values to exchange, and torch's PowerSGD hook fails on
+        # one (it views each matrix as [rows, -1]): DDP leaves them out, and so does the check
+        # that every other parameter got a gradient.
+        empty = [n for n, p in model.named_parameters() if p.numel() == 0]
+        if empty:
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                model, _ddp_spellings(model, empty)
+            )
         self.module = DistributedDataParallel(
             model, device_ids=device_ids, gradient_as_bucket_view=True
         )
         self._clock = clock
         self._collectives = collectives
+        self._named_trainable = [
+            (n, p) for n, p in model.named_parameters() if p.requires_grad and n not in empty
+        ]
         self._comm_hook = comm_hook
         self._hook_spans: list[tuple[Any, Any]] = []  # (entry, exit) stamps, this step's
         self._buffer_spans: list[tuple[Any, Any]] = []  # the buffer broadcasts' since backward
@@ -100,6 +111,8 @@ class DdpStrategy:
         self._buffer_spans = []
         self._hook_spans = []
         loss.backward()
+        if self.module.require_backward_grad_sync:  # not within no_sync: a reducing step
+            self._refuse_unused()
         if not self._hook_spans:  # nothing to reduce (no gradients): all of it is compute
             timer.lap("backward")
         else:
@@ -107,6 +120,19 @@ class DdpStrategy:
             for entry, exit_ in self._hook_spans[:-1]:  # the last one is past the lap already
                 timer.move("communication", entry, exit_)
         timer.lap("communication")
+
+    def _refuse_unused(self) -> None:
+        # DDP without find_unused_parameters (a graph walk every forward, for every run)
+        # waits for every parameter's gradient: a parameter this rank's forward did not use
+        # leaves its bucket unreduced here while the other ranks wait on it, and DDP says so
+        # only at the next forward, in a page of text. One line now, with the way out.
+        for name, p in self._named_trainable:
+            if p.grad is None:
+                raise RuntimeError(
+                    f"parameter {name} got no gradient on this rank (not in its forward): "
+                    "DDP-based strategies need every trainable parameter in every forward; "
+                    "use --set strategy=allreduce, or freeze it (requires_grad=False)"
+                )
 
     def no_sync(self) -> AbstractContextManager[None]:
         # DDP's own: the hooks do not run, so backward() above laps zero communication.
@@ -117,6 +143,14 @@ class DdpStrategy:
 
     def sync_buffers(self) -> None:
         broadcast_buffers(self.inner, self._collectives)
+
+
+def _ddp_spellings(model: nn.Module, names: list[str]) -> list[str]:
+    """`names` (of parameters, as named_parameters gives them) as DDP's ignore list must
+    hold them: its reducer looks up f"{module}.{param}", which for a parameter of the
+    top-level module is ".name" (torch 2.x), while its other lookups use "name"."""
+    own = {n for n, _ in model.named_parameters(recurse=False)}
+    return [*names, *(f".{n}" for n in names if n in own)]
 
 
 def all_reduce_hook(collectives: Collectives) -> CommHook:
