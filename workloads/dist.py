@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from contract import files
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -77,8 +79,7 @@ def shutdown() -> None:
 
 def redirect_output(log_file: Path) -> None:
     """Send this process's stdout and stderr, C-level writes included, to log_file."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = files.open_append(log_file)  # never through a planted logs/ or rank-N.log link
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)

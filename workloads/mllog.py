@@ -11,9 +11,12 @@ No torch import.
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 from typing import IO, Any
 
+from contract import files
 from contract.events import (
     EPOCH_START,
     EPOCH_STOP,
@@ -32,7 +35,10 @@ class EventLog:
     # No default stream: a default of sys.stdout would be bound at import and miss a later
     # redirect; callers pass the stream they mean.
     def __init__(self, path: str | None, echo: IO[str] | None) -> None:
-        self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
+        # Never through a link at events.jsonl or in place of its folder (contract.files).
+        self._file = (
+            os.fdopen(files.open_append(Path(path)), "a", encoding="utf-8") if path else None
+        )
         self._echo = echo
 
     def emit(

@@ -1,7 +1,12 @@
 import io
 import json
+import subprocess
+import sys
+
+import pytest
 
 from contract.events import parse_line, read_events
+from contract.files import LinkedPath
 from workloads.mllog import EventLog, RankLog
 
 
@@ -47,3 +52,28 @@ def test_other_ranks_log_their_start_epochs_and_end_as_plain_lines_and_no_events
         "rank 1: epoch_stop epoch_num=2",
     ]
     assert all(parse_line(line) is None for line in lines)
+
+
+@pytest.mark.parametrize("planted", ["events.jsonl", "logs"])
+def test_a_worker_never_writes_through_a_link_planted_in_its_run_directory(tmp_path, planted):
+    """The event log and a rank's output (dist.redirect_output, in a process of its own):
+    a link at the file or in place of its folder is refused, and nothing lands outside."""
+    run_dir, outside = tmp_path / "run", tmp_path / "outside"
+    run_dir.mkdir()
+    outside.mkdir()
+    if planted == "events.jsonl":
+        (run_dir / "events.jsonl").symlink_to(outside / "victim")
+        with pytest.raises(LinkedPath):
+            EventLog(str(run_dir / "events.jsonl"), None)
+    else:
+        (run_dir / "logs").symlink_to(outside)
+        code = (
+            "import sys\nfrom pathlib import Path\nfrom workloads.dist import redirect_output\n"
+            "redirect_output(Path(sys.argv[1]))\nprint('escaped')\n"
+        )
+        log = run_dir / "logs" / "rank-0.log"
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode != 0 and "is a symbolic link" in proc.stderr
+    assert not any(outside.iterdir())
