@@ -80,28 +80,6 @@ def _ends(results: Path, run: api.Run, timeout_s: float = 60.0) -> None:
 # ---- Ctrl-C --------------------------------------------------------------------------------
 
 
-def test_ctrl_c_while_the_commands_import_exits_130_without_a_traceback(tmp_path):
-    """The SIGINT lands inside the imports of `runner.cli` (as a Ctrl-C in the first fifth of
-    a second does): an import hook sends it as runner.api starts to import."""
-    code = (
-        "import os, signal, sys\n"
-        "class Hook:\n"
-        "    def find_spec(self, name, path, target=None):\n"
-        "        if name == 'runner.api':\n"
-        "            os.kill(os.getpid(), signal.SIGINT)\n"
-        "sys.meta_path.insert(0, Hook())\n"
-        "from runner.cli import main\n"
-        "print('imported', flush=True)\n"
-        "main(['--results-dir', sys.argv[1], 'runs'])\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
-    assert "imported" not in proc.stdout
-    _interrupted_cleanly(proc, proc.stderr)  # type: ignore[arg-type]
-
-
 # How Python 3.11 wraps a Ctrl-C that lands while a class is created (a dataclass's field, in
 # a command's own import): `RuntimeError: Error calling __set_name__`, the interrupt its cause.
 LANDS_IN_A_CLASS = """
@@ -116,6 +94,38 @@ def create_a_class():
 """
 
 
+def _interrupted_in_an_import(
+    results: Path, module: str, interrupt: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`runner ARGS` in a process of its own whose import of `module` first runs `interrupt`
+    (a line of code that sends the SIGINT): an import hook, so it lands there every time."""
+    code = LANDS_IN_A_CLASS + (
+        "import sys\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name == {module!r}:\n"
+        f"            {interrupt}\n"
+        "sys.meta_path.insert(0, Hook())\n"
+        "from runner.cli import main\n"
+        "print('imported', flush=True)\n"
+        "main(['--results-dir', *sys.argv[1:]])\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(results), *args], cwd=REPO, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_ctrl_c_while_the_commands_import_exits_130_without_a_traceback(tmp_path):
+    """The SIGINT lands inside the imports of `runner.cli` (as a Ctrl-C in the first fifth of
+    a second does), as runner.api starts to import."""
+    proc = _interrupted_in_an_import(
+        tmp_path, "runner.api", "os.kill(os.getpid(), signal.SIGINT)", "runs"
+    )
+    assert "imported" not in proc.stdout
+    _interrupted_cleanly(proc, proc.stderr)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "module",
     ["runner.api", "runner.backends.local.backend"],
@@ -124,20 +134,7 @@ def create_a_class():
 def test_ctrl_c_while_a_class_is_created_in_an_import_exits_130_without_a_traceback(
     tmp_path, module
 ):
-    code = LANDS_IN_A_CLASS + (
-        "import sys\n"
-        "class Hook:\n"
-        "    def find_spec(self, name, path, target=None):\n"
-        f"        if name == {module!r}:\n"
-        "            create_a_class()\n"
-        "sys.meta_path.insert(0, Hook())\n"
-        "from runner.cli import main\n"
-        "main(['--results-dir', sys.argv[1], 'submit', 'cnn-digits'])\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
+    proc = _interrupted_in_an_import(tmp_path, module, "create_a_class()", "submit", "cnn-digits")
     _interrupted_cleanly(proc, proc.stderr)  # type: ignore[arg-type]
     assert not rundir.list_dirs(tmp_path)  # stopped before it made a run
 

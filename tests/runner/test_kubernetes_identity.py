@@ -68,6 +68,19 @@ def succeed_as_another(cluster: FakeCluster, job_api: str, uid: str) -> None:
     cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
 
 
+def replaced(
+    cluster: FakeCluster, root: Path, job_api: str, succeed: bool = True, **options: Any
+) -> tuple[Any, str, Path, str]:
+    """A run submitted, then its job made again under its name (and run to success by then,
+    if `succeed`): its backend, handle, run directory and the other job's uid."""
+    backend = make_backend(cluster, root, job_api, **options)
+    handle, run_dir = submit(backend, root, make_spec())
+    uid = make_again(cluster, root, job_api, run_dir)
+    if succeed:
+        succeed_as_another(cluster, job_api, uid)
+    return backend, handle, run_dir, uid
+
+
 def is_another_jobs(status: Any) -> bool:
     return status.state is JobState.FAILED and "is another" in status.reason
 
@@ -86,10 +99,7 @@ def test_submit_records_the_uid_of_the_job_it_created(cluster, tmp_path, job_api
 
 @pytest.mark.parametrize("job_api", APIS)
 def test_status_of_a_job_made_again_under_the_runs_name_is_failed(cluster, tmp_path, job_api):
-    backend = make_backend(cluster, tmp_path, job_api)
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    uid = make_again(cluster, tmp_path, job_api, run_dir)
-    succeed_as_another(cluster, job_api, uid)
+    backend, handle, run_dir, uid = replaced(cluster, tmp_path, job_api)
     status = backend.status(handle)
     assert is_another_jobs(status) and uid in status.reason, status
     assert read_state(run_dir) == status
@@ -113,10 +123,7 @@ def test_a_watch_ends_failed_when_the_job_is_made_again_under_its_name(cluster, 
 
 @pytest.mark.parametrize("job_api", APIS)
 def test_fetch_takes_nothing_of_a_job_made_again_and_leaves_it(cluster, tmp_path, job_api):
-    backend = make_backend(cluster, tmp_path, job_api)
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    uid = make_again(cluster, tmp_path, job_api, run_dir)
-    succeed_as_another(cluster, job_api, uid)
+    backend, handle, run_dir, uid = replaced(cluster, tmp_path, job_api)
     with pytest.raises(RunnerError, match="is not on the cluster"):
         backend.fetch(handle, run_dir)
     assert is_another_jobs(read_state(run_dir))
@@ -127,9 +134,7 @@ def test_fetch_takes_nothing_of_a_job_made_again_and_leaves_it(cluster, tmp_path
 
 @pytest.mark.parametrize("job_api", APIS)
 def test_cancel_never_deletes_a_job_made_again_under_the_runs_name(cluster, tmp_path, job_api):
-    backend = make_backend(cluster, tmp_path, job_api)
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    uid = make_again(cluster, tmp_path, job_api, run_dir)
+    backend, handle, run_dir, uid = replaced(cluster, tmp_path, job_api, succeed=False)
     backend.cancel(handle)
     assert cluster.job(job_api, RUN_ID)["metadata"]["uid"] == uid
     assert is_another_jobs(read_state(run_dir))
@@ -221,10 +226,9 @@ def test_a_job_whose_run_cannot_be_recorded_is_deleted_not_left_running(cluster,
 def test_fetch_takes_no_results_from_the_store_once_the_job_was_made_again(cluster, tmp_path):
     """The results store keeps files by the run's name, which the job made again writes to."""
     store = tmp_path / "store"
-    backend = make_backend(cluster, tmp_path, "pytorchjob", store=f"file://{store}")
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    uid = make_again(cluster, tmp_path, "pytorchjob", run_dir)
-    succeed_as_another(cluster, "pytorchjob", uid)
+    backend, handle, run_dir, _uid = replaced(
+        cluster, tmp_path, "pytorchjob", store=f"file://{store}"
+    )
     (store / RUN_ID).mkdir(parents=True)
     theirs = summary_record(RUN_ID, 4, 12.5, steps=100)
     (store / RUN_ID / rundir.SUMMARY).write_text(json.dumps(theirs))
@@ -240,10 +244,7 @@ def test_fetch_takes_no_results_from_the_store_once_the_job_was_made_again(clust
 def test_logs_never_show_a_job_made_again_under_the_runs_name(cluster, tmp_path, job_api, follow):
     """A TrainJob's pods name no TrainJob (JobSet's batch Jobs own them): once the job on the
     cluster is another, none of the pods of that name are read as this run's."""
-    backend = make_backend(cluster, tmp_path, job_api)
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    uid = make_again(cluster, tmp_path, job_api, run_dir)
-    succeed_as_another(cluster, job_api, uid)
+    backend, handle, _run_dir, _uid = replaced(cluster, tmp_path, job_api)
     for node in (0, 1):  # as JobSet makes them: no owner reference to the TrainJob
         made = pod(job_api, RUN_ID, node, "Succeeded")
         cluster.add_pod(made, log=f"[rank{2 * node}]:the other job's line\n")
