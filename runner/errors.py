@@ -7,7 +7,11 @@ from __future__ import annotations
 
 
 class RunnerError(Exception):
-    """Something went wrong while running; the message says what to do next."""
+    """Something went wrong while running; the message says what to do next. One the runner
+    composes of several lines (a list of runs) names them in `lines`, and the CLI shows each
+    on its own, while a newline within one (a run's id, a path) is written out as `\\n`."""
+
+    lines: tuple[str, ...] = ()
 
 
 class SpecError(ValueError):

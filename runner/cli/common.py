@@ -17,7 +17,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -87,25 +87,33 @@ def handle_errors(fn: F) -> F:
         except (RunnerError, DamagedFile) as err:
             if _debug_enabled():
                 raise
-            fail(str(err), EXIT_USAGE if isinstance(err, RunInputError) else EXIT_FAILED)
+            lines = err.lines if isinstance(err, RunnerError) and err.lines else str(err)
+            fail(lines, EXIT_USAGE if isinstance(err, RunInputError) else EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
 
 
-def own_folder(path: Path) -> Path:
+def own_folder(path: Path, option: str = "--results-dir") -> Path:
     """A folder the user named, resolved if a link is on its way (a results folder on
     another disk, macOS's /tmp): the user's own links are followed here, once, because the
-    writers below never go through one (contract.files), whoever planted it."""
+    writers below never go through one (contract.files), whoever planted it. A path that
+    cannot be resolved (a link loop, a folder not ours to read) is bad input, in one line."""
     absolute = path.absolute()
-    if any(p.is_symlink() for p in (absolute, *absolute.parents)):
-        return absolute.resolve()
+    try:
+        if any(p.is_symlink() for p in (absolute, *absolute.parents)):
+            return absolute.resolve()
+    except (OSError, RuntimeError) as err:  # RuntimeError: Python 3.11's link loop
+        raise click.BadParameter(f"{path} cannot be resolved: {err}", param_hint=option) from None
     return path
 
 
-def fail(message: str, code: int = EXIT_FAILED) -> None:
-    """The error's one line: its text may carry a path, a server's message or a file's
-    content, whose control characters are written out, never sent to the terminal."""
-    errors.print(f"[red]error:[/red] {escape(terminal_safe(message))}", soft_wrap=True)
+def fail(message: str | Sequence[str], code: int = EXIT_FAILED) -> None:
+    """The error's one line (or the lines the runner composed it of, each on its own): its
+    text may carry a path, a server's message or a file's content, whose control characters
+    are written out, never sent to the terminal."""
+    lines = [message] if isinstance(message, str) else message
+    text = "\n".join(escape(terminal_safe(line)) for line in lines)
+    errors.print(f"[red]error:[/red] {text}", soft_wrap=True)
     sys.exit(code)
 
 

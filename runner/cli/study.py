@@ -177,7 +177,7 @@ def report(
         console.print(views.plain_table(table))
     given_out = out_dir is not None
     if out_dir is not None:
-        out_dir = own_folder(out_dir)
+        out_dir = own_folder(out_dir, "--out")
     else:
         out_dir = reports.default_folder(results_dir, ids)
         _refuse_links(results_dir, out_dir)

@@ -103,11 +103,15 @@ def build(
         raise RunnerError("nothing to report: no runs given; list them with `runner runs`")
     conflicts = tuple(config_conflicts(runs))
     if conflicts and not allow_mixed:
-        raise MixedConfigurations(
+        lines = (
             "these runs have different closed-division configurations, so their times are not "
-            "comparable:\n  " + "\n  ".join(conflicts) + "\nreport them apart, or pass "
-            "--allow-mixed to put them side by side anyway"
+            "comparable:",
+            *(f"  {conflict}" for conflict in conflicts),
+            "report them apart, or pass --allow-mixed to put them side by side anyway",
         )
+        mixed = MixedConfigurations("\n".join(lines))
+        mixed.lines = lines
+        raise mixed
     counted = [r for r in runs if r.state not in EXCLUDED_STATES]
     excluded = tuple(r for r in runs if r.state in EXCLUDED_STATES)
     label = series_labeller(runs)

@@ -47,12 +47,13 @@ UNCHECKED = (
 
 class TeardownRefused(RunnerError):
     def __init__(self, stack: str, unfetched: list[tuple[str, str]]) -> None:
-        lines = "\n  ".join(f"{run_id}: {why}" for run_id, why in unfetched)
-        super().__init__(
-            f"stack {stack!r} still holds results of {len(unfetched)} run(s):\n  {lines}\n"
+        self.lines = (
+            f"stack {stack!r} still holds results of {len(unfetched)} run(s):",
+            *(f"  {run_id}: {why}" for run_id, why in unfetched),
             f"fetch them (`runner fetch RUN`), or tear down anyway with "
-            f"`runner teardown --stack {stack} --force` (their results are lost)"
+            f"`runner teardown --stack {stack} --force` (their results are lost)",
         )
+        super().__init__("\n".join(self.lines))
         self.unfetched = unfetched
 
 

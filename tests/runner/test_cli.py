@@ -3,6 +3,7 @@ import re
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -286,3 +287,33 @@ def test_an_errors_line_writes_out_the_control_characters_of_a_path_it_names(tmp
     assert "\x1b" not in result.output
     assert "a\\x1b[2J\\nforged line" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_results_folder_that_is_a_link_loop_is_bad_input_in_one_line(tmp_path):
+    """The user's own links are resolved once (own_folder); one that loops cannot be, and
+    says so as bad input rather than with the traceback of pathlib's RuntimeError."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    result = CliRunner().invoke(main, ["--results-dir", str(loop), "runs"])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "--results-dir" in result.output and "loop" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_error_of_several_lines_shows_them_and_writes_out_a_newline_within_one():
+    """An error the runner composes of lines (a teardown refused for unfetched runs) shows
+    them as lines; a newline inside one (a run id is any directory name) stays written out."""
+    from runner.cli.common import handle_errors
+    from runner.stack.teardown import TeardownRefused
+
+    @click.command()
+    @handle_errors
+    def refuse() -> None:
+        raise TeardownRefused("s", [("run-1", "not fetched"), ("run\nforged", "not fetched")])
+
+    result = CliRunner().invoke(refuse, [])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[1:3] == ["  run-1: not fetched", "  run\\nforged: not fetched"], lines
+    assert len(lines) == 4

@@ -178,6 +178,9 @@ def test_runner_report_refusal_is_bad_input_exits_2_and_names_the_flag(tmp_path)
     assert result.exit_code == 2
     assert "--allow-mixed" in result.output and "Traceback" not in result.output
     assert "b differs from a: division closed vs open; momentum=0.9 vs 0.5" in result.output
+    # Its lines are lines (a conflict each), not `\n` written out as a control character.
+    assert "\\n" not in result.output
+    assert "\n  b differs from a: division closed vs open; momentum=0.9 vs 0.5\n" in result.output
 
 
 def test_a_conflict_says_how_many_more_runs_only_when_there_are_more(tmp_path):
