@@ -123,14 +123,17 @@ def open_folder(folder: Path, create: bool = True) -> int:
         raise
     parent = open_folder(folder.parent)
     try:
-        with contextlib.suppress(FileExistsError):  # another writer made it meanwhile
-            os.mkdir(folder.name, 0o777, dir_fd=parent)
+        try:
+            with contextlib.suppress(FileExistsError):  # another writer made it meanwhile
+                os.mkdir(folder.name, 0o777, dir_fd=parent)
+        except OSError as err:  # a read-only or full disk: said of the folder in full
+            raise _named(err, folder.parent) from None
         try:
             return os.open(folder.name, flags, dir_fd=parent)
-        except OSError:
+        except OSError as err:
             if os.path.islink(folder):  # swapped for a link since it was made
                 raise LinkedPath(folder) from None
-            raise
+            raise _named(err, folder.parent) from None
     finally:
         os.close(parent)
 

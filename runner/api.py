@@ -281,6 +281,8 @@ def fetch(results_root: Path, run: Run, caps_mib: tuple[int, int] | None = None)
                 "--follow`) or cancel it (`runner cancel`) before fetching"
             )
         return backend.fetch(run.handle, run.run_dir)
+    except OSError as err:  # the run directory refuses a write: a full disk, a planted link
+        raise rundir.storage_error(err, run.run_dir) from None
     finally:
         backend.close()
 

@@ -107,3 +107,17 @@ def test_a_writer_makes_missing_folders_and_replaces_a_link_at_its_name(tmp_path
     with pytest.raises(LinkedPath):  # a log is appended to, so its link is refused
         open_append(tmp_path / "run" / "rank-0.log")
     assert victim.read_text() == "precious\n"
+
+
+def test_a_folder_a_read_only_disk_refuses_to_make_is_named_in_full(tmp_path):
+    """The folders are made relative to their parent's descriptor, whose errors name the
+    folder by its name alone: the one line a user sees must still say where."""
+    from tests.disks import read_only, tmpfs
+
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        read_only(disk)
+        target = disk / "run" / "logs" / "rank-0.log"
+        for write in (lambda: write_json(target, {}), lambda: open_append(target)):
+            with pytest.raises(OSError, match="Read-only file system") as caught:
+                write()
+            assert caught.value.filename == str(disk / "run")

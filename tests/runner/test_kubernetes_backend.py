@@ -350,6 +350,31 @@ def test_fetch_rebuilds_results_from_rank0_log_and_deletes_the_job(cluster, tmp_
     assert cluster.job(job_api, RUN_ID) is None  # TrainJob has no TTL: fetch cleans up
 
 
+def test_a_fetch_that_cannot_write_into_the_run_directory_is_one_line(
+    cluster, tmp_path, monkeypatch
+):
+    """A logs/ folder planted as a link (or a full disk) refuses the fetch's writes: `runner
+    fetch` says so in one line naming the path, never through the link, never a traceback."""
+    from click.testing import CliRunner
+
+    from runner import api
+    from runner.cli import main
+
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    _, run_dir = submit(backend, tmp_path, make_spec())
+    run_pods(cluster, "pytorchjob", phase="Succeeded")
+    cluster.set_job_condition("pytorchjob", RUN_ID, SUCCESS["pytorchjob"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run_dir / "logs").rmdir()
+    (run_dir / "logs").symlink_to(elsewhere)
+    monkeypatch.setattr(api, "backend_for", lambda *args, **kwargs: backend)
+    result = CliRunner().invoke(main, ["--results-dir", str(run_dir.parent), "fetch", RUN_ID])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert f"cannot write {run_dir / 'logs'}: is a symbolic link" in result.output
+    assert list(elsewhere.iterdir()) == []
+
+
 @pytest.mark.parametrize("job_api", APIS)
 def test_a_complete_run_fetched_again_is_still_complete(cluster, tmp_path, job_api):
     """The first fetch deleted the job; a second (`runner fetch` twice, or after a TTL) has
