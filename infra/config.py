@@ -452,7 +452,9 @@ def _results_dir(v: dict[str, Any], stack: str, project_root: str) -> str:
             "resultsDir", f"must be a folder of its own below a top-level one, got {path!r}",
             "/srv/results",
         )  # fmt: skip
-    return path
+    # As Docker reports the mount (kind.py tells the stack's own cluster by it): no `//`, no
+    # `.`, no trailing `/`; POSIX keeps a leading `//`, PurePosixPath too, so it is rebuilt.
+    return "/" + "/".join(parts[1:])
 
 
 def check_deployable(cfg: StackConfig) -> None:

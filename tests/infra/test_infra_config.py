@@ -45,6 +45,13 @@ def validate(stack: str, **changes: str) -> StackConfig:
     return cfg
 
 
+@pytest.mark.parametrize("written", ["/srv/results/", "//srv//results", "/srv/./results/."])
+def test_a_results_dir_is_kept_in_the_one_spelling_docker_reports_its_mount_in(written):
+    # infra/kind.py tells the stack's own cluster by the mount's source: another spelling of
+    # the same folder would take its own leftover cluster for someone else's.
+    assert parse("kind", resultsDir=written).results_dir == "/srv/results"
+
+
 def test_pulumi_yaml_declares_exactly_the_keys_the_parser_reads():
     assert set(project_schema()) == set(KEYS)
     assert all(spec.get("description") for spec in project_schema().values())
