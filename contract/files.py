@@ -76,7 +76,11 @@ def _replace_in(folder: int, name: str, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), 0o644)  # results are meant to be shared
-        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        try:
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError as err:  # said of the file it replaces, not of the temporary one
+            err.filename, err.filename2 = name, None
+            raise
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=folder)

@@ -375,6 +375,19 @@ def test_a_fetch_that_cannot_write_into_the_run_directory_is_one_line(
     assert list(elsewhere.iterdir()) == []
 
 
+def test_a_status_the_run_directory_cannot_record_is_one_line_naming_it(cluster, tmp_path):
+    """`runner status` records what it saw in state.json: a disk that refuses (here a folder
+    where the file goes) is a one-line error naming the path, not an OSError's traceback."""
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    run_pods(cluster, "pytorchjob", phase="Running")
+    (run_dir / "state.json").unlink()
+    (run_dir / "state.json").mkdir()
+    with pytest.raises(RunnerError, match=r"cannot write .*state\.json"):
+        backend.status(handle)
+    backend.close()
+
+
 @pytest.mark.parametrize("job_api", APIS)
 def test_a_complete_run_fetched_again_is_still_complete(cluster, tmp_path, job_api):
     """The first fetch deleted the job; a second (`runner fetch` twice, or after a TTL) has

@@ -17,7 +17,7 @@ from contract import files
 from contract.rundir import JobState, rank_log, read_state
 from runner.backends.kubernetes.backend import KubernetesBackend
 from runner.backends.kubernetes.client import NameConflict
-from runner.errors import RunnerError
+from runner.errors import RunnerError, StorageError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
@@ -217,7 +217,7 @@ def test_a_job_whose_run_cannot_be_recorded_is_deleted_not_left_running(cluster,
     record = rundir.RunRecord(spec, "kubernetes", backend.handle(request), backend.reference)
     run_dir = rundir.create(tmp_path, record)
     (run_dir / rundir.STATE).mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(StorageError, match=r"cannot write .*state\.json: Is a directory"):
         backend.submit(request)
     assert cluster.job(job_api, RUN_ID) is None
     backend.close()

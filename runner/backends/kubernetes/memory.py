@@ -70,7 +70,10 @@ def record_in(run_dir: Path, status: JobStatus) -> None:
     with contextlib.suppress(DamagedFile):
         if read_state(run_dir) == status:
             return
-    rundir.write_state(run_dir, status)
+    try:
+        rundir.write_state(run_dir, status)
+    except OSError as err:  # a full or read-only disk, a planted link: one line, as local says
+        raise rundir.storage_error(err, run_dir) from None
 
 
 JOB_UID = "job_uid"  # the key of job.json's `cluster` that holds it
