@@ -67,18 +67,9 @@ class LocalRequest:
     min_workers: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """launch.json; read back by runner/backends/local/launch.py's read_request, which
+        checks every field, since the file may have been damaged since."""
         return {"schema_version": 1, **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LocalRequest:
-        procs = tuple(
-            Process(tuple(p["argv"]), dict(p["env"]), p["cwd"], p.get("netns"))
-            for p in data["processes"]
-        )
-        return cls(
-            data["run_dir"], procs, data.get("link"), data.get("store_port"),
-            data.get("min_workers"),
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)
