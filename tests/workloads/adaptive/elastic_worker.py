@@ -79,12 +79,15 @@ class Worker:
             "optimizer": self.optimizer.state_dict(),
             "step": self.step,
             "cursor": [self.cursor.epoch, self.cursor.consumed],
+            # The steps that stand are the source's: a worker whose collective failed at step
+            # s while the source's completed goes on from s + 1, and s is in the source's log.
+            "log": self.log,
         }
         received = broadcast_state(state, change.source_rank, CPU)
         self.model.load_state_dict(received["model"])
         self.optimizer.load_state_dict(received["optimizer"])
         self.step, self.cursor = received["step"], Cursor(*received["cursor"])
-        self.log = [entry for entry in self.log if entry["step"] < self.step]
+        self.log = [entry for entry in received["log"] if entry["step"] < self.step]
         self.controller.values["workers"] = self.group.world_size
         self.strategy = gradients.flat_all_reduce(self.model, Collectives())
         self.adopted[change.current.number] = {
