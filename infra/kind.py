@@ -12,8 +12,12 @@ A `pulumi up` killed while the cluster is being made leaves a cluster the stack'
 not hold. The next `up` deletes it before making the cluster again, and `pulumi destroy`
 deletes it with the registry (which the state holds by then). A cluster of the stack's name
 counts as the stack's own only if its control plane mounts the stack's resultsDir at
-/results; any other is refused, never deleted. What remains: the killed engine's script may
-still be running (`kind create` takes minutes), and a command run before it ends races it.
+/results; any other is refused, never deleted. The killed engine's `kind create` may still be
+running (it takes minutes): the create holds an exclusive flock on the resultsDir folder from
+start to end, which every process it starts inherits, so the lock stays held until the last
+of an orphaned create is gone; the next `up` and `pulumi destroy` take the same lock before
+they look for a leftover cluster, and wait for it (LOCK_WAIT_S at most, then fail naming the
+processes that hold it).
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ from infra.pools import training_pool
 REGISTRY_IMAGE = "registry:2.8.3"
 REGISTRY_PORT = 5001  # host port; pods pull localhost:5001/..., which containerd maps below
 REGISTRY_HOST = f"localhost:{REGISTRY_PORT}"
+# The registry container's label naming the resultsDir of the stack that made it: a container
+# of the registry's name is the stack's own only if it carries this stack's resultsDir.
+OWNER_LABEL = "io.stackbench.results-dir"
 # pulumi-command runs a script with /bin/sh by default, which is dash on Debian and Ubuntu:
 # it knows no `set -o pipefail` nor here-strings, and the create would fail on its first line.
 INTERPRETER = ["/bin/bash", "-c"]
+LOCK_FD = 9  # the create's lock on the resultsDir folder; every child of the script inherits it
+# Longer than a `kind create` that is pulling the node image and waiting 180 s for its nodes.
+LOCK_WAIT_S = 600
 
 
 def kind_config(cfg: StackConfig) -> dict:
@@ -79,6 +89,7 @@ def create_script(cfg: StackConfig) -> str:
             "set -euo pipefail",
             *store_guard(cfg),
             f"mkdir -p {shlex.quote(cfg.results_dir)}",
+            *lock_store(cfg),
             kind_bandwidth.build_command(cfg.kubernetes_version),
             # Pulumi runs this only for a cluster its state lacks: one of this name that is
             # the stack's own was left by a create that was killed (with `pulumi up`) or
@@ -131,6 +142,46 @@ def store_guard(cfg: StackConfig) -> list[str]:
     ]
 
 
+def lock_store(cfg: StackConfig) -> list[str]:
+    """Shell lines: take the exclusive flock on the resultsDir folder (which must exist) that a
+    create holds from start to end, waiting LOCK_WAIT_S at most for one still running (a
+    `pulumi up` killed mid-create leaves its `kind create` running, and that process holds the
+    lock), then fail in one line naming the processes that hold it. The folder is the lock:
+    it is what makes a cluster the stack's own, and it needs no file of its own."""
+    store = shlex.quote(cfg.results_dir)
+    name = cluster_name(cfg)
+    holders = f"$(lock_holders {store})"
+    return [
+        "command -v flock >/dev/null || { echo 'flock(1) is not installed; it comes with"
+        " util-linux: sudo apt-get install util-linux' >&2; exit 1; }",
+        *lock_holders_function(),
+        f"exec {LOCK_FD}<{store}",
+        f"if ! flock -n {LOCK_FD}; then",
+        f'  echo "waiting up to {LOCK_WAIT_S} s for an earlier create of kind cluster {name}'
+        f' to end:{holders}" >&2',
+        f'  flock -w {LOCK_WAIT_S} {LOCK_FD} || {{ echo "an earlier create of kind cluster'
+        f" {name} (a killed pulumi up) still runs after {LOCK_WAIT_S} s:{holders}; wait for it"
+        ' to end or kill it, then run this again" >&2; exit 1; }',
+        "fi",
+    ]
+
+
+def lock_holders_function() -> list[str]:
+    """Shell lines defining `lock_holders DIR`: ' pid N (command line)' for each process
+    (of those this user may see) with an flock on an open DIR, from /proc, never from a file."""
+    return [
+        "lock_holders() {",
+        "  local fd pid",
+        '  for fd in $(find -L /proc/[0-9]*/fd -maxdepth 1 -samefile "$1" 2>/dev/null); do',
+        "    pid=${fd#/proc/}; pid=${pid%%/*}",
+        '    grep -qs FLOCK "/proc/$pid/fdinfo/${fd##*/}" || continue',
+        "    printf ' pid %s (%s)' \"$pid\" \"$(tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null"
+        ' | cut -c1-160 | sed "s/ *$//")"',
+        "  done | head -c 600",
+        "}",
+    ]
+
+
 def cluster_exists_test(cfg: StackConfig) -> str:
     """A shell test: kind has a cluster of the stack's name (whoever made it)."""
     name = shlex.quote(cluster_name(cfg))
@@ -168,16 +219,62 @@ def cluster_delete_command(cfg: StackConfig) -> str:
     return f"kind delete cluster --name {shlex.quote(cluster_name(cfg))}"
 
 
+def registry_owner(cfg: StackConfig) -> str:
+    """A shell command: print the OWNER_LABEL of the container of the registry's name (empty
+    for one made before the label was), fail if there is no such container."""
+    label = "'{{index .Config.Labels \"" + OWNER_LABEL + "\"}}'"
+    return f"docker inspect --type container -f {label} {shlex.quote(registry_name(cfg))}"
+
+
+def registry_create_script(cfg: StackConfig) -> str:
+    """Start the registry container, labelled with the stack's resultsDir; keep one of the
+    stack's own (an earlier `up`), and refuse one of that name that another stack made: its
+    cluster pulls from it, and this stack's destroy would remove it."""
+    registry, store = shlex.quote(registry_name(cfg)), shlex.quote(cfg.results_dir)
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            f"if owner=$({registry_owner(cfg)} 2>/dev/null); then",
+            f'  if [ -n "$owner" ] && [ "$owner" != {store} ]; then',
+            f"    echo 'a container named {registry_name(cfg)} exists that this stack did not"
+            f" make (it serves the kind stack whose resultsDir is '\"$owner\"'; one kind stack"
+            f" per host); destroy that stack, or remove it if it is yours to remove: docker rm"
+            f" -f {registry_name(cfg)}' >&2",
+            "    exit 1",
+            "  fi",
+            "else",
+            f"  docker run -d --restart=always -p 127.0.0.1:{REGISTRY_PORT}:5000"
+            f" --label {shlex.quote(f'{OWNER_LABEL}={cfg.results_dir}')} --name {registry}"
+            f" {REGISTRY_IMAGE}",
+            "fi",
+        ]
+    )
+
+
 def registry_delete_script(cfg: StackConfig) -> str:
     """Remove the registry and, first, a cluster of the stack's own that the state does not
     hold (a killed `pulumi up` left it): the registry is in the state before the cluster's
     create starts, so `pulumi destroy` runs this whatever became of that create. A cluster
     the state holds is gone by now (it is deleted before the registry it depends on)."""
     name, registry = shlex.quote(cluster_name(cfg)), shlex.quote(registry_name(cfg))
+    store = shlex.quote(cfg.results_dir)
     return "\n".join(
         [
-            f"if {owned_cluster_test(cfg)}; then kind delete cluster --name {name} >&2; fi",
-            f"docker rm -f {registry}",
+            # A failed `kind delete` must fail the destroy, not pass as the registry's rm.
+            "set -euo pipefail",
+            # Without the folder no create of this stack ever began (it makes the folder first).
+            f"if [ -d {store} ]; then",
+            *lock_store(cfg),
+            f"  if {owned_cluster_test(cfg)}; then kind delete cluster --name {name} >&2; fi",
+            "fi",
+            # Only the stack's own registry (or an unlabelled one, made before the label was);
+            # another stack's is left to it.
+            f"if owner=$({registry_owner(cfg)} 2>/dev/null); then",
+            f'  if [ -z "$owner" ] || [ "$owner" = {store} ]; then docker rm -f {registry}; else',
+            f"    echo 'leaving container {registry_name(cfg)}: another kind stack made it"
+            " (its resultsDir is '\"$owner\"')' >&2",
+            "  fi",
+            "fi",
         ]
     )
 
@@ -204,13 +301,9 @@ class KindCluster(ClusterComponent):
         super().__init__("stackbench:index:KindCluster", name, cfg, opts)
         self.bandwidth_shaping = True  # kind_bandwidth.py
         child = pulumi.ResourceOptions(parent=self)
-        registry = shlex.quote(registry_name(cfg))
         self.registry = command.local.Command(
             f"{name}-registry",
-            create=(
-                f"docker inspect {registry} >/dev/null 2>&1 || docker run -d --restart=always"
-                f" -p 127.0.0.1:{REGISTRY_PORT}:5000 --name {registry} {REGISTRY_IMAGE}"
-            ),
+            create=registry_create_script(cfg),
             delete=registry_delete_script(cfg),
             interpreter=INTERPRETER,
             opts=child,

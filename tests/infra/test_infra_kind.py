@@ -5,17 +5,20 @@ so one can be left behind by a killed create)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from infra_harness import Registered, evaluate
 
 from contract.stack import IMAGE_UID, RESULTS_MOUNT_PATH
+from infra import kind as kind_module
 from infra import kind_bandwidth
 
 NODES = ("stackbench-kind-control-plane", "stackbench-kind-worker", "stackbench-kind-worker2")
@@ -35,8 +38,15 @@ case "$1" in
                      esac ;;
       "cat /sys/class/net/eth0/mtu") echo 1500 ;;
     esac ;;
-  inspect)  # the /results mount's source: the hostPath the cluster was made with
-    cluster="${@: -1}"; cluster="${cluster%-control-plane}"
+  run)  # the registry: a file holding its owner label, named as the container
+    label=$(echo "$*" | sed -n 's/.*--label [^=]*=\\(.*\\) --name.*/\\1/p')
+    mkdir -p "$FAKE_ROOT/containers"; printf '%s' "$label" > "$FAKE_ROOT/containers/${@: -2:1}" ;;
+  rm) rm "$FAKE_ROOT/containers/${@: -1}" ;;
+  inspect)  # a registry's owner label, or the /results mount's source of a cluster's node
+    container="${@: -1}"
+    [ -f "$FAKE_ROOT/containers/$container" ] && { cat "$FAKE_ROOT/containers/$container"; exit 0; }
+    case "$container" in *-registry) exit 1 ;; esac
+    cluster="${container%-control-plane}"
     [ -f "$FAKE_ROOT/clusters/$cluster" ] || exit 1
     grep -o '"hostPath": "[^"]*"' "$FAKE_ROOT/clusters/$cluster" | head -1 | cut -d'"' -f4 ;;
 esac
@@ -50,6 +60,8 @@ case "$1 $2" in
     if [ -e "$FAKE_ROOT/clusters/$4" ]; then
       echo "node(s) already exist for a cluster with the name $4" >&2; exit 1
     fi
+    # kind pulling the node image: the cluster's nodes appear only when that is done.
+    [ -e "$FAKE_ROOT/slow" ] && touch "$FAKE_ROOT/creating" && sleep "$(cat "$FAKE_ROOT/slow")"
     cat > "$FAKE_ROOT/kind-config.json"; cp "$FAKE_ROOT/kind-config.json" "$FAKE_ROOT/clusters/$4"
     # A slow create (kind waits for the control plane), for a test to kill mid-way.
     if [ -e "$FAKE_ROOT/hang" ]; then touch "$FAKE_ROOT/creating"; sleep 60; fi ;;
@@ -102,6 +114,13 @@ def run_create(results_dir: Path) -> subprocess.CompletedProcess[str]:
     proc = start_create(results_dir)
     stdout, stderr = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def run_registry_create(results_dir: Path) -> subprocess.CompletedProcess[str]:
+    """What `pulumi up` runs first on a kind stack: the registry the cluster depends on."""
+    _, registry = stack_commands(results_dir)
+    argv = command_argv(registry, "create")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
 def run_registry_delete(results_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -228,6 +247,7 @@ def kill_create_mid_way(fake_tools: Path, store: Path) -> None:
     """Start the create, wait until `kind create cluster` has made the cluster's nodes, then
     SIGKILL the script and everything it started, as a killed `pulumi up` leaves it: no trap
     runs, and the stack's state never records the cluster."""
+    assert run_registry_create(store).returncode == 0
     (fake_tools / "hang").touch()
     proc = start_create(store)
     try:
@@ -268,7 +288,7 @@ def test_destroy_deletes_the_cluster_a_killed_create_left(fake_tools: Path):
     assert done.returncode == 0, done.stderr
     assert os.listdir(fake_tools / "clusters") == []
     log = (fake_tools / "log").read_text().splitlines()
-    assert log[-2:] == [
+    assert [line for line in log if line.startswith(("kind delete", "docker rm"))] == [
         "kind delete cluster --name stackbench-kind",
         "docker rm -f stackbench-kind-registry",
     ]
@@ -289,3 +309,151 @@ def test_a_cluster_of_the_stacks_name_that_is_not_its_own_is_never_deleted(fake_
     log = (fake_tools / "log").read_text().splitlines()
     assert not any(line.startswith("kind delete") for line in log)
     assert os.listdir(fake_tools / "clusters") == ["stackbench-kind"]
+
+
+def test_a_registry_of_the_stacks_name_that_is_not_its_own_is_never_removed(fake_tools: Path):
+    """The other checkout's cluster pulls its images from that registry: this stack's `up`
+    refuses it rather than adopt it, and this stack's destroy leaves it."""
+    other = fake_tools / "other-checkout-store"
+    assert run_registry_create(other).returncode == 0
+    store = fake_tools / "store"
+    done = run_registry_create(store)
+    assert done.returncode == 1
+    assert "a container named stackbench-kind-registry exists that this stack did not make" in (
+        done.stderr
+    )
+    assert str(other) in done.stderr
+    done = run_registry_delete(store)
+    assert done.returncode == 0, done.stderr
+    assert "leaving container stackbench-kind-registry: another kind stack made it" in done.stderr
+    assert "docker rm" not in (fake_tools / "log").read_text()
+    assert (fake_tools / "containers" / "stackbench-kind-registry").read_text() == str(other)
+
+
+def test_the_stacks_own_registry_is_kept_by_up_and_removed_by_destroy(fake_tools: Path):
+    store = fake_tools / "store"
+    assert run_registry_create(store).returncode == 0
+    assert run_registry_create(store).returncode == 0  # pulumi-command's update: kept
+    runs = [line for line in (fake_tools / "log").read_text().splitlines() if " run " in line]
+    assert len(runs) == 1
+    assert run_registry_delete(store).returncode == 0
+    assert os.listdir(fake_tools / "containers") == []
+
+
+# ---- a killed create whose `kind create` goes on running -------------------------------------
+
+
+@pytest.fixture
+def orphaned_create(fake_tools: Path) -> Iterator[Callable[[int], int]]:
+    """Start the create with a `kind create` that takes `seconds` before the cluster's nodes
+    exist, wait until kind runs, then SIGKILL the script alone, as a killed `pulumi up` leaves
+    it: kind goes on, an orphan, and makes the cluster after the script is gone. Returns the
+    orphan's pid; whatever is left of it is killed after the test."""
+    groups: list[int] = []
+
+    def start(seconds: int) -> int:
+        (fake_tools / "slow").write_text(str(seconds))
+        cluster, _ = stack_commands(fake_tools / "store")
+        with open(fake_tools / "orphan.out", "w") as out:  # not a pipe: the orphan outlives us
+            proc = subprocess.Popen(
+                command_argv(cluster, "create"),
+                env={**os.environ, **cluster.inputs["environment"]},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        groups.append(proc.pid)
+        for _ in range(600):
+            if (fake_tools / "creating").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (fake_tools / "creating").exists(), (fake_tools / "orphan.out").read_text()
+        proc.kill()
+        assert proc.wait() == -signal.SIGKILL
+        (fake_tools / "slow").unlink()
+        kind = subprocess.run(
+            # bin/kind, not the script's subshells, whose command line holds the whole script
+            ["pgrep", "-s", str(proc.pid), "-f", "bin/kind create cluster"],
+            capture_output=True,
+            text=True,
+        )
+        [orphan] = kind.stdout.split()
+        return int(orphan)
+
+    yield start
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def wait_until_ended(pid: int) -> None:
+    """Until `pid` runs no more (gone, or a zombie its new parent has yet to reap)."""
+    status = Path(f"/proc/{pid}/status")
+    for _ in range(1200):
+        with contextlib.suppress(FileNotFoundError):
+            if "\nState:\tZ" not in status.read_text():
+                time.sleep(0.05)
+                continue
+        return
+    raise AssertionError(f"pid {pid} still runs")
+
+
+def test_destroy_waits_for_a_killed_ups_kind_create_then_deletes_its_cluster(
+    fake_tools: Path, orphaned_create: Callable[[int], int]
+):
+    """Without the create's lock, destroy looks while kind is still pulling its image, finds
+    no cluster, and kind makes one after destroy has ended: a cluster no stack knows of."""
+    orphan = orphaned_create(3)
+    done = run_registry_delete(fake_tools / "store")
+    assert done.returncode == 0, done.stderr
+    assert f"waiting up to {kind_module.LOCK_WAIT_S} s for an earlier create" in done.stderr
+    assert f"pid {orphan} (" in done.stderr
+    wait_until_ended(orphan)  # nothing is left to make a cluster after destroy
+    assert os.listdir(fake_tools / "clusters") == []
+
+
+def test_the_next_up_waits_for_a_killed_ups_kind_create_then_makes_the_cluster_again(
+    fake_tools: Path, orphaned_create: Callable[[int], int]
+):
+    orphan = orphaned_create(3)
+    done = run_create(fake_tools / "store")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"kind": "Config"}
+    assert f"pid {orphan} (" in done.stderr
+    assert "left by an interrupted create" in done.stderr
+    log = (fake_tools / "log").read_text().splitlines()
+    # The orphan's create, then the leftover's delete, then the create of this `up`.
+    steps = [line.split()[1] for line in log if line.startswith(("kind create", "kind delete"))]
+    assert steps == ["create", "delete", "create"]
+    assert os.listdir(fake_tools / "clusters") == ["stackbench-kind"]
+
+
+def test_a_kind_create_that_outlasts_the_wait_fails_destroy_naming_it(
+    fake_tools: Path, orphaned_create: Callable[[int], int], monkeypatch: pytest.MonkeyPatch
+):
+    """Destroy must not report the stack gone while a create of it still runs: it fails in
+    one line that names the process, and leaves the registry for the next destroy."""
+    monkeypatch.setattr(kind_module, "LOCK_WAIT_S", 1)
+    orphan = orphaned_create(60)
+    done = run_registry_delete(fake_tools / "store")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("an earlier create of kind cluster stackbench-kind")
+    assert f"pid {orphan} (" in last
+    assert "kind create cluster --name stackbench-kind" in last
+    assert "wait for it to end or kill it, then run this again" in last
+    log = (fake_tools / "log").read_text()
+    assert "docker rm" not in log and "kind delete" not in log
+
+
+def test_a_failed_cluster_delete_fails_destroy(fake_tools: Path):
+    """A leftover cluster that `kind delete` could not remove must not read as destroyed."""
+    store = fake_tools / "store"
+    assert run_create(store).returncode == 0
+    kind = fake_tools / "bin" / "kind"
+    kind.write_text(
+        kind.read_text().replace('"delete cluster") rm', '"delete cluster") exit 1; rm')
+    )
+    done = run_registry_delete(store)
+    assert done.returncode != 0
+    assert "docker rm" not in (fake_tools / "log").read_text()

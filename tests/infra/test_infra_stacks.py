@@ -376,7 +376,8 @@ def check_kind_chains_the_bandwidth_plugin(ev: Evaluation) -> None:
     assert f"kind create cluster --name stackbench-{ev.stack} --image {node_image} " in script
     # Every node gets kindnet's chain plus bandwidth, for its own pod CIDR and MTU, under a
     # name containerd reads before kindnet's 10-kindnet.conflist.
-    loop = script[script.index("for node in") : script.index("done")]
+    start = script.index("for node in")
+    loop = script[start : script.index("\ndone", start)]
     assert f"cp /dev/stdin {kind_bandwidth.CONFLIST}" in loop and "spec.podCIDR" in loop
     assert Path(kind_bandwidth.CONFLIST).name < "10-kindnet.conflist"
     template = cluster.inputs["environment"]["BANDWIDTH_CONFLIST"]
