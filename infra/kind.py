@@ -108,7 +108,11 @@ def create_script(cfg: StackConfig) -> str:
             f"trap 'kind delete cluster --name {name} >&2' EXIT",
             f'printf "%s" "$KIND_CONFIG" | kind create cluster --name {name} --image {image}'
             " --config - --wait 180s >&2",
-            f"for node in $(kind get nodes --name {name}); do",
+            # Listed first: a failed substitution in a for-list would not stop the script, and
+            # the cluster would pass as made with no registry mirror or bandwidth chain.
+            f"nodes=$(kind get nodes --name {name})",
+            f'[ -n "$nodes" ] || {{ echo "kind lists no nodes for cluster "{name} >&2; exit 1; }}',
+            "for node in $nodes; do",
             f'  docker exec "$node" mkdir -p {hosts_dir}',
             f"  printf '[host.\"http://%s:5000\"]\\n' {registry}"
             f' | docker exec -i "$node" cp /dev/stdin {hosts_dir}/hosts.toml',

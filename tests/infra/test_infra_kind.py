@@ -172,6 +172,24 @@ def test_a_node_without_a_pod_cidr_fails_the_create_and_deletes_the_cluster(fake
     assert log[-1] == "kind delete cluster --name stackbench-kind"
 
 
+@pytest.mark.parametrize("listing", ["exit 1 ;;", "true ;;"])
+def test_a_cluster_whose_nodes_cannot_be_listed_fails_the_create(fake_tools: Path, listing):
+    """Every node needs the registry mirror and the bandwidth chain: a create that configured
+    none (kind failing, or listing nothing) must not pass as made."""
+    kind = fake_tools / "bin" / "kind"
+    listed = f"printf '%s\\n' {' '.join(NODES)} ;;"
+    assert listed in kind.read_text()
+    kind.write_text(kind.read_text().replace(listed, listing))
+    done = run_create(fake_tools / "store")
+    assert done.returncode != 0
+    assert done.stdout == ""
+    log = (fake_tools / "log").read_text().splitlines()
+    assert log[-1] == "kind delete cluster --name stackbench-kind"
+    assert not any(line.startswith("docker exec") and "hosts.toml" in line for line in log)
+    if listing == "true ;;":
+        assert "kind lists no nodes for cluster stackbench-kind" in done.stderr
+
+
 def test_a_failed_last_step_still_deletes_the_cluster(fake_tools: Path):
     kind = fake_tools / "bin" / "kind"
     kind.write_text(kind.read_text().replace('echo \'{"kind": "Config"}\' ;;', "exit 1 ;;"))
