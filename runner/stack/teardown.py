@@ -23,6 +23,7 @@ Never prints: steps and destroy output go to a callback.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 from collections.abc import Callable
@@ -32,11 +33,14 @@ from pathlib import Path
 from contract.files import DamagedFile
 from contract.rundir import rank_log, read_state
 from runner import api
-from runner.errors import Interrupted, RunnerError
+from runner.errors import Interrupted, RunnerError, SpecError
 from runner.results import rundir
 from runner.stack import pulumi_cli, settings
 
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+# A stack as `pulumi stack init` names it, alone or qualified (org/project/stack); each part
+# the characters Pulumi allows, never a leading "-" that its flag parser could read as a flag.
+_STACK_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+){0,2}")
 NOT_LEFTOVER_TYPES = ("pulumi:pulumi:Stack",)
 NOT_LEFTOVER_PREFIXES = ("pulumi:providers:",)
 UNCHECKED = (
@@ -76,16 +80,26 @@ class TeardownResult:
 
 
 def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
-    """Kubernetes runs whose job.json names this stack."""
+    """Kubernetes runs whose job.json names this stack, however it was spelled (same_stack)."""
     runs = []
     for run_dir in rundir.list_dirs(results_root):
         try:
             record = rundir.read_record(run_dir)
         except DamagedFile:  # unreadable ones too (a socket, another user's file)
             continue  # `runner runs` lists it as DAMAGED; nothing says it is this stack's
-        if record.backend == "kubernetes" and (record.cluster or {}).get("stack") == stack:
+        named = (record.cluster or {}).get("stack")
+        if record.backend == "kubernetes" and isinstance(named, str) and same_stack(named, stack):
             runs.append(api.Run(run_dir, record))
     return runs
+
+
+def same_stack(a: str, b: str) -> bool:
+    """Whether two names Pulumi takes for a stack can name the same one: `gke-gpu-8` and
+    `org/project/gke-gpu-8` do (the short name is the current organisation's and project's),
+    `acme/p/gke-gpu-8` and `other/p/gke-gpu-8` do not. Compared part by part from the stack's
+    own name, as far as both go: a run submitted under one spelling and torn down under the
+    other must still keep the guard up (and still be priced as the stack's)."""
+    return all(x == y for x, y in zip(reversed(a.split("/")), reversed(b.split("/")), strict=False))
 
 
 def unfetched_reason(run: api.Run) -> str | None:
@@ -117,6 +131,7 @@ def refuse(results_root: Path, stack: str, force: bool) -> None:
     """The guards alone (step 1) and what destroying needs (pulumi, this project), so a caller
     can refuse before asking for confirmation, and nothing is cancelled for a destroy that
     cannot start."""
+    check_stack_name(stack)
     _pulumi(stack)
     if pulumi_cli.project_dir() is None:  # `pulumi destroy` would find no project to run
         raise RunnerError(
@@ -128,6 +143,18 @@ def refuse(results_root: Path, stack: str, force: bool) -> None:
         raise TeardownRefused(stack, missing)
     if deletion_protected(stack):
         raise DeletionProtected(stack)
+
+
+def check_stack_name(stack: str) -> None:
+    """SpecError unless `stack` is a name Pulumi takes for a stack. `pulumi destroy --stack ""`
+    is no --stack at all to Pulumi: it destroys the selected stack, whichever that is, while
+    the guard looked for runs on a stack named "" (`--stack "$STACK"` with STACK unset)."""
+    if not _STACK_NAME.fullmatch(stack):
+        raise SpecError(
+            "--stack",
+            f"{stack!r} is not a stack name (letters, digits, '-', '_' and '.', as in "
+            "gke-gpu-8 or org/project/gke-gpu-8); `pulumi stack ls` lists them",
+        )
 
 
 def teardown(

@@ -365,3 +365,40 @@ def test_a_stopped_teardown_cancels_pulumi_destroy_and_never_leaves_it_running(
     assert proc.returncode == 128 + signum, out
     assert "pulumi: cancelled" in out and "Traceback" not in out
     assert "teardown interrupted: pulumi has stopped" in out
+
+
+@pytest.mark.parametrize(
+    ("submitted", "torn_down"),
+    [(f"acme/stackbench/{STACK}", STACK), (STACK, f"acme/stackbench/{STACK}")],
+)
+def test_the_guard_knows_a_stack_by_its_short_and_its_fully_qualified_name(
+    tmp_path, pulumi_log, submitted, torn_down
+):
+    """Pulumi takes a stack as `gke-gpu-8` or `org/project/gke-gpu-8`; a run submitted under one
+    spelling still holds the stack's results when it is torn down under the other."""
+    results = tmp_path / "results"
+    make_run(results, "unfetched", 2, None, stack=submitted, write_summary=False)
+    make_run(results, "other-org", 2, None, stack=f"other/stackbench/{STACK}", state="RUNNING")
+    make_run(results, "other-stack", 2, None, stack="acme/stackbench/eks-gpu-8", state="RUNNING")
+    result = invoke(results, "teardown", "--stack", torn_down, "--yes")
+    assert result.exit_code == 1, result.output
+    assert "unfetched: SUCCEEDED but summary.json was never fetched" in result.output
+    assert "  other-stack:" not in result.output
+    if "/" in torn_down:  # another organisation's stack of the same name is another stack
+        assert "  other-org:" not in result.output
+    assert calls(pulumi_log) == []  # nothing was destroyed
+
+
+@pytest.mark.parametrize(
+    "name", ["", " ", "acme//gke-gpu-8", "gke-gpu-8/", "-gke", "a b", "a/b/c/d"]
+)
+def test_a_name_that_is_no_stack_is_bad_input_and_never_reaches_pulumi_destroy(
+    tmp_path, pulumi_log, name
+):
+    # `runner teardown --stack "$STACK" --yes` with STACK unset ran `pulumi destroy --stack ""
+    # --yes`, which pulumi takes as no --stack at all: the selected stack, whichever it is,
+    # destroyed past a guard that looked for runs on a stack named "".
+    result = invoke(tmp_path / "results", "teardown", "--stack", name, "--yes")
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --stack" in result.output
+    assert calls(pulumi_log) == []
