@@ -126,6 +126,15 @@ def terminal_safe(line: str) -> str:
     return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in line)
 
 
+def plain(text: str) -> str:
+    """Text that is not ours (a run id is a directory's name, a reason the cluster's words, a
+    path the user's) for a rich print, shown as written: brackets are no markup (`run-[red]x`
+    showed as `run-x`, an id no command finds, and a `[/]` in a results path was a traceback
+    after the run had started) and control characters are written out (an escape sequence
+    in a copied results folder's name went to the terminal as it was)."""
+    return escape(terminal_safe(text))
+
+
 def _debug_enabled() -> bool:
     ctx = click.get_current_context(silent=True)
     settings = ctx.find_root().obj if ctx is not None else None

@@ -11,7 +11,7 @@ import socket
 
 import click
 
-from runner.cli.common import Settings, console, handle_errors, pass_settings, require
+from runner.cli.common import Settings, console, handle_errors, pass_settings, plain, require
 from runner.errors import RunnerError, SpecError
 
 
@@ -49,7 +49,8 @@ def dashboard(settings: Settings, port: int, host: str, allowed_hosts: tuple[str
 
     def ready(url: str) -> None:
         note = "" if results_dir.is_dir() else " (no runs yet: it shows them as they appear)"
-        console.print(f"dashboard of {results_dir}/ at [bold]{url}[/bold]{note}; Ctrl-C stops it")
+        shown = plain(str(results_dir))
+        console.print(f"dashboard of {shown}/ at [bold]{url}[/bold]{note}; Ctrl-C stops it")
 
     try:
         serve(config, ready)

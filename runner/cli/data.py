@@ -18,7 +18,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from runner.cli.common import console, handle_errors
+from runner.cli.common import console, handle_errors, plain
 
 
 @click.group()
@@ -67,7 +67,9 @@ def fetch_data(name: str, directory: Path | None, mirror: str | None, force: boo
         )
     root = directory or default_data_dir()
     if datasets.is_prepared(name, root) and not force:
-        console.print(f"{name} is already prepared in {datasets.prepared_path(name, root)}")
+        console.print(
+            f"{name} is already prepared in {plain(str(datasets.prepared_path(name, root)))}"
+        )
         return
     columns = (TextColumn("{task.description}"), BarColumn(), _AmountColumn())
     tasks: dict[str, Any] = {}
@@ -79,9 +81,9 @@ def fetch_data(name: str, directory: Path | None, mirror: str | None, force: boo
             bar.update(tasks[what], completed=done)
 
         path = datasets.fetch(name, root, mirror=mirror, force=force, progress=on_progress)
-    console.print(f"[green]ready[/green]: {path}")
+    console.print(f"[green]ready[/green]: {plain(str(path))}")
     if root != default_data_dir():
-        console.print(f"runs read it with: --set data_dir={root}")
+        console.print(f"runs read it with: --set data_dir={plain(str(root))}")
 
 
 MIRROR_SCHEMES = ("http", "https", "file")

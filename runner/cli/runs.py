@@ -45,9 +45,8 @@ def runs(settings: Settings, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([views.run_json(i) for i in infos], indent=2))
     elif not infos:
-        console.print(
-            f"no runs under {settings.results_dir}/; start one with `runner submit cnn-digits`"
-        )
+        shown = views.plain(str(settings.results_dir))
+        console.print(f"no runs under {shown}/; start one with `runner submit cnn-digits`")
     else:
         console.print(views.runs_table(infos))
 
@@ -60,9 +59,9 @@ def status(settings: Settings, run_id: str) -> None:
     """Show a run's state (and why it failed or is pending)."""
     run = api.open_run(settings.results_dir, run_id)
     state = api.status(settings.results_dir, run)
-    console.print(f"{run.run_id}: {views.state_text(state)}")
+    console.print(f"{views.plain(run.run_id)}: {views.state_text(state)}")
     if state.since:
-        console.print(f"since {state.since}")
+        console.print(f"since {views.plain(state.since)}")
 
 
 @click.command()
@@ -126,7 +125,7 @@ def fetch(settings: Settings, run_id: str, max_file_mb: int, max_run_mb: int) ->
     missing = api.fetch(settings.results_dir, run, (max_file_mb, max_run_mb))
     if missing:
         raise RunnerError(f"{run.run_dir} is incomplete; missing: {'; '.join(missing)}")
-    console.print(f"[green]complete[/green]: {run.run_dir}")
+    console.print(f"[green]complete[/green]: {views.plain(str(run.run_dir))}")
 
 
 @click.command()
@@ -138,8 +137,9 @@ def cancel(settings: Settings, run_id: str, yes: bool) -> None:
     """Stop a run, keeping what it recorded; does nothing to a finished one."""
     run = api.open_run(settings.results_dir, run_id)
     if not api.status(settings.results_dir, run).state.finished:
-        confirm(f"Cancel {run.run_id}?", yes)
-    console.print(f"{run.run_id}: {views.state_text(api.cancel(settings.results_dir, run))}")
+        confirm(f"Cancel {terminal_safe(run.run_id)}?", yes)
+    cancelled = views.state_text(api.cancel(settings.results_dir, run))
+    console.print(f"{views.plain(run.run_id)}: {cancelled}")
 
 
 @click.command()
@@ -161,7 +161,7 @@ def join(settings: Settings, run_id: str) -> None:
             f"{run.run_id} is not elastic; only a run submitted with --workers MIN:MAX takes "
             "a joining worker"
         )
-    console.print(f"{run.run_id}: {api.join(settings.results_dir, run)}")
+    console.print(f"{views.plain(run.run_id)}: {views.plain(api.join(settings.results_dir, run))}")
 
 
 @click.command()
@@ -186,9 +186,10 @@ def check(settings: Settings, run_id: str) -> None:
     for message in result.messages:  # plain text: they quote Python and JSON
         click.echo(message.strip() + "\n" + "-" * 30)
     if not result.ok:
-        errors.print(f"[red]not compliant[/red]: {run.run_id} ({len(result.messages)} failed)")
+        failed = len(result.messages)
+        errors.print(f"[red]not compliant[/red]: {views.plain(run.run_id)} ({failed} failed)")
         sys.exit(1)
-    console.print(f"[green]compliant[/green]: {run.run_id}")
+    console.print(f"[green]compliant[/green]: {views.plain(run.run_id)}")
 
 
 COMMANDS = (runs, status, logs, fetch, cancel, join, check)

@@ -108,7 +108,7 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
         text = f"${life.usd:,.2f}" if life.usd is not None else f"unknown price ({life.reason})"
         if damaged:  # what they used above an autoscaled floor is unknown
             text += f", not counting {len(damaged)} damaged run(s)"
-        console.print(f"lifetime ({hours:g} h, {life.node_hours:.1f} node-h): {text}")
+        verbatim(console, f"lifetime ({hours:g} h, {life.node_hours:.1f} node-h): {text}")
         for part in life.parts:
             usd = f"${part.usd:,.2f}" if part.usd is not None else part.unknown_reason
             verbatim(console, f"  {part.what}: {part.counted}: {usd}")

@@ -123,8 +123,9 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
             from runner.results import rundir
 
             summary = rundir.read_summary(outcome.run.run_dir)
+            headline = views.plain(views.headline(summary, outcome.status))
             progress.console.print(f"  {outcome.run.run_id}: {views.state_text(outcome.status)}  "
-                                   f"{views.headline(summary, outcome.status)}")  # fmt: skip
+                                   f"{headline}")  # fmt: skip
             progress.advance(task)
 
         callbacks = sweeps.Callbacks(on_start, on_event, on_end)
@@ -185,8 +186,8 @@ def report(
         paths, written = _write_report(built, out_dir, fmt)
     except OSError as err:
         raise _unwritable(err, out_dir, given_out) from None
-    console.print("figures: " + ", ".join(str(p) for p in paths if p.suffix == ".png"))
-    console.print(f"report: {written}")
+    console.print("figures: " + ", ".join(views.plain(str(p)) for p in paths if p.suffix == ".png"))
+    console.print(f"report: {views.plain(str(written))}")
 
 
 def _write_report(built: Any, out_dir: Path, fmt: str) -> tuple[list[Path], Path]:

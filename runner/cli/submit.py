@@ -91,7 +91,8 @@ def submit(
     finally:
         backend.close()
     console.print(  # one line, whatever the width: scripts take the id and path from it
-        f"run [bold]{run.run_id}[/bold] ({spec.division} division) in {run.run_dir}",
+        f"run [bold]{run.run_id}[/bold] ({spec.division} division) in "
+        f"{views.plain(str(run.run_dir))}",
         soft_wrap=True,
     )
     if views.lr_text(spec):
@@ -112,7 +113,7 @@ def follow(results: Path, run: api.Run) -> None:
                 results, run, api.Callbacks(on_event=view.on_event, on_status=view.on_status)
             )
     except (KeyboardInterrupt, Interrupted) as err:
-        recorded = escape(str(run.run_dir))
+        recorded = views.plain(str(run.run_dir))
         errors.print(f"{_after_interrupt(results, run)}; what was recorded is in {recorded}",
                      soft_wrap=True)  # fmt: skip
         sys.exit(exit_code(err))
@@ -131,7 +132,9 @@ def _after_interrupt(results: Path, run: api.Run) -> str:
                 state = api.cancel(results, run)
     except (KeyboardInterrupt, Interrupted, RunnerError, DamagedFile) as err:
         why = (
-            "interrupted" if isinstance(err, KeyboardInterrupt | Interrupted) else escape(str(err))
+            "interrupted"
+            if isinstance(err, KeyboardInterrupt | Interrupted)
+            else views.plain(str(err))
         )
         return f"cancelling: {why} (`runner status {escape(run.run_id)}` says how it ended)"
     return views.state_text(state)

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -18,6 +17,7 @@ from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
 from contract.summary import AdaptiveSummary, MicroSummary, Summary, TrainSummary
 from runner.api import Outcome, Run, RunInfo
+from runner.cli.common import plain, terminal_safe
 from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
 from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
 from workloads.tasks.config import LOWER_IS_BETTER
@@ -113,14 +113,14 @@ def runs_table(infos: list[RunInfo]) -> Table:
         table.add_column(column)
     for info in infos:
         if info.run is None or info.status is None:
-            table.add_row(info.run_dir.name, "-", "-", "-", "[red]DAMAGED[/red]",
-                          escape(info.damage or ""))  # fmt: skip
+            table.add_row(plain(info.run_dir.name), "-", "-", "-", "[red]DAMAGED[/red]",
+                          plain(info.damage or ""))  # fmt: skip
             continue
         spec = info.run.record.spec
         table.add_row(
-            spec.run_id, spec.benchmark, info.run.record.backend, str(spec.placement.world_size),
-            state_text(info.status),
-            escape(info.summary_damage or headline(info.summary, info.status)),
+            plain(spec.run_id), spec.benchmark, info.run.record.backend,
+            str(spec.placement.world_size), state_text(info.status),
+            plain(info.summary_damage or headline(info.summary, info.status)),
         )  # fmt: skip
     return table
 
@@ -129,7 +129,7 @@ def state_text(status: JobStatus) -> str:
     """The state in its colour and, when there is one, why (as text, never as markup)."""
     style = STATE_STYLE[status.state]
     text = f"[{style}]{status.state.value}[/{style}]"
-    return f"{text} ({escape(status.reason)})" if status.reason else text
+    return f"{text} ({plain(status.reason)})" if status.reason else text
 
 
 DAMAGED = "DAMAGED"  # the state `runner runs` shows for a run directory it cannot read
@@ -197,15 +197,15 @@ def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
     try:
         summary = rundir.read_summary(run.run_dir)
     except DamagedFile as err:
-        console.print(f"[red]{escape(str(err))}[/red]")
+        console.print(f"[red]{plain(str(err))}[/red]")
         summary = None
     if isinstance(summary, MicroSummary):
         console.print(allreduce_table(summary))
     elif summary is not None:
         console.print(summary_table(summary))
     if outcome.missing:
-        console.print(f"[yellow]incomplete results[/yellow]: {escape('; '.join(outcome.missing))}")
-    console.print(f"{state_text(outcome.status)}  results: {run.run_dir}")
+        console.print(f"[yellow]incomplete results[/yellow]: {plain('; '.join(outcome.missing))}")
+    console.print(f"{state_text(outcome.status)}  results: {plain(str(run.run_dir))}")
 
 
 def event_text(event: dict[str, Any], start_ms: int | None) -> str:
@@ -230,7 +230,8 @@ def event_text(event: dict[str, Any], start_ms: int | None) -> str:
 
 def summary_table(summary: TrainSummary) -> Table:
     """The end-of-run summary: outcome, throughput, and where the training time went."""
-    table = Table(title=f"Summary of {summary.run_id}", title_justify="left", show_header=False)
+    title = f"Summary of {plain(summary.run_id)}"
+    table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
     direction = "<=" if summary.target_metric in LOWER_IS_BETTER else ">="
@@ -239,7 +240,7 @@ def summary_table(summary: TrainSummary) -> Table:
         "target", f"{summary.target_metric} {direction} {summary.target_value:g}: {outcome}"
     )
     if summary.diverged:
-        table.add_row("diverged", f"[red]{escape(summary.diverged)}[/red]")
+        table.add_row("diverged", f"[red]{plain(summary.diverged)}[/red]")
     if summary.target_reached and summary.time_to_target_s is not None:
         table.add_row("time to target", f"{summary.time_to_target_s:.2f} s")
     if summary.final:
@@ -290,14 +291,14 @@ def adaptive_text(adaptive: AdaptiveSummary) -> str:
         text += f"; at the end {final}"
     if adaptive.b_noise is not None:
         text += f"; B_noise {adaptive.b_noise:,.0f}"
-    return escape(text)
+    return plain(text)
 
 
 def allreduce_table(summary: MicroSummary) -> Table:
     """allreduce-micro's result: one row per tensor size and dtype, as nccl-tests prints."""
     title = (
         f"All-reduce on {summary.world_size} ranks, {summary.backend} "
-        f"({summary.device}): {summary.run_id}"
+        f"({plain(summary.device)}): {plain(summary.run_id)}"
     )
     table = Table(title=title, title_justify="left")
     for column in (
@@ -322,15 +323,15 @@ def plain_table(table: Any) -> Table:
     """A runner.results.export Table (title, header, rows, notes) as a rich table. Every
     text is plain, never markup: a label from a run directory (`[red]x[/]`, `![x](url)`) is
     shown as written, not styled nor missing its brackets."""
-    title = Text(table.title, "table.title")
+    title = Text(terminal_safe(table.title), "table.title")
     out = Table(title=title, title_justify="left", caption_justify="left")
     for i, name in enumerate(table.header):
-        out.add_column(Text(name), no_wrap=i == 0)  # the first column holds ids: never wrap
+        out.add_column(Text(terminal_safe(name)), no_wrap=i == 0)  # ids first: never wrapped
     for row in table.rows:
         style = "red" if any("NOT CONVERGED" in c for c in row) else None
-        out.add_row(*(Text(c) for c in row), style=style)
+        out.add_row(*(Text(terminal_safe(c)) for c in row), style=style)
     if table.notes:
-        out.caption = Text("\n".join(table.notes), "table.caption")
+        out.caption = Text("\n".join(map(terminal_safe, table.notes)), "table.caption")
     return out
 
 

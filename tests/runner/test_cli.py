@@ -1,4 +1,5 @@
 import json
+import os
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from rich.console import Console
 from contract.summary import TrainSummary, parse_summary
 from runner.cli import main, views
 from runner.job.benchmarks import BENCHMARKS
-from tests.runner.rundirs import summary
+from tests.runner.rundirs import make_run, summary
 
 
 def invoke(*args, results=None):
@@ -317,3 +318,43 @@ def test_an_error_of_several_lines_shows_them_and_writes_out_a_newline_within_on
     lines = result.output.splitlines()
     assert lines[1:3] == ["  run-1: not fetched", "  run\\nforged: not fetched"], lines
     assert len(lines) == 4
+
+
+@pytest.mark.parametrize("command", [["runs"], ["status", "run-"], ["cancel", "run-", "--yes"]])
+def test_a_run_id_is_shown_as_written_never_as_markup_or_terminal_control(tmp_path, command):
+    # A run id is a directory's name, any text: `run-[red]x` showed as `run-x` (an id no
+    # command finds), and an escape sequence in a copied results folder reached the terminal.
+    make_run(tmp_path, "run-[red]x\x1b[2J", 2, 5.0)
+    out = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["--results-dir", str(tmp_path), *command])
+    assert out.exit_code == 0, out.output
+    assert "run-[red]x\\x1b[2J" in out.output and "\x1b" not in out.output
+
+
+def test_a_damaged_run_directory_is_named_as_written_in_the_list(tmp_path):
+    damaged = make_run(tmp_path, "run-a", 2, 5.0)
+    damaged.rename(tmp_path / "run-[bold]b\x1b]0;title\x07")
+    out = CliRunner(env={"COLUMNS": "300"}).invoke(main, ["--results-dir", str(tmp_path), "runs"])
+    assert out.exit_code == 0, out.output
+    assert "DAMAGED" in out.output and "run-[bold]b\\x1b]0;title\\x07" in out.output
+    assert "\x1b" not in out.output and "\x07" not in out.output
+
+
+@pytest.mark.timeout(120)
+def test_a_results_folder_whose_path_reads_as_markup_is_shown_as_written(tmp_path):
+    # `r[/]x` is a folder `]x` in a folder `r[`: rich read `[/]` as a closing tag, and the
+    # traceback came after the run had started, so the run it was to follow was CANCELLED.
+    results = tmp_path / "r[" / "]x"
+    command = [sys.executable, "-m", "runner.cli", "--results-dir", str(results)]
+    wide = {**os.environ, "COLUMNS": "400"}  # one line each, whatever the path's length
+    empty = subprocess.run([*command, "runs"], capture_output=True, text=True, timeout=60, env=wide)
+    assert empty.returncode == 0, empty.stderr
+    assert f"no runs under {results}/" in empty.stdout
+    done = subprocess.run(
+        [*command, "submit", "cnn-digits", "--workers", "1", "--set", "max_epochs=1"],
+        capture_output=True, text=True, timeout=100, env=wide,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    (run_dir,) = results.iterdir()
+    assert f"in {run_dir}" in done.stdout and f"results: {run_dir}" in done.stdout
+    state = json.loads((run_dir / "state.json").read_text())["state"]
+    assert state != "CANCELLED" and f"{state}  results" in done.stdout
