@@ -429,8 +429,7 @@ def unpack(archive: Path, root: Path, subdir: str, required: tuple[str, ...]) ->
                 f"{archive}: has no {subdir}/{missing[0]}; not the published archive. "
                 "Delete it and fetch again"
             )
-        if dest.exists():
-            shutil.rmtree(dest)
+        wmt.make_room(dest)
         os.replace(tmp / subdir, dest)
     except OSError as err:
         if err.errno is not None:  # the disk's (full, read-only): fetch() names it

@@ -157,12 +157,22 @@ def write_raw(
         check_aligned(archives[test.archive], test, len(segments[test.en]), len(segments[test.de]))
         for lang, member in (("en", test.en), ("de", test.de)):
             (tmp / f"test.{lang}").write_text("".join(s + "\n" for s in segments[member]), "utf-8")
-        if dest.exists():
-            shutil.rmtree(dest)
+        make_room(dest)
         os.replace(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def make_room(dest: Path) -> None:
+    """Remove what stands where a prepared directory is about to be renamed (a --force): a
+    directory with what is in it; a symbolic link (a data set moved elsewhere and linked back)
+    as the link alone, never what it leads to. rmtree refuses a link, and that error named
+    the verified archive as the culprit, so deleting it and downloading again never helped."""
+    if dest.is_symlink():
+        dest.unlink()
+    elif dest.exists():
+        shutil.rmtree(dest)
 
 
 def read_members(archive: Path, handlers: Mapping[str, Callable[[IO[bytes]], Any]]) -> dict:

@@ -141,6 +141,28 @@ def test_something_not_a_file_at_the_download_is_replaced_never_read(
     assert (root / "downloads" / ARCHIVE).read_bytes() == archive
 
 
+def test_a_forced_fetch_over_a_linked_data_set_replaces_the_link_never_its_target(
+    server, tmp_path, monkeypatch
+):
+    # The batches moved to another disk and linked back: --force said "cannot unpack (Cannot
+    # call rmtree on a symbolic link); delete it [the verified archive] and fetch again",
+    # which never helped. The link is replaced; what it leads to is left as it was.
+    _, url = _serve_cifar(server, monkeypatch)
+    root = tmp_path / "data"
+    assert _fetch("cifar10", root, url).exit_code == 0
+    moved = tmp_path / "elsewhere" / "cifar-10-batches-py"
+    moved.parent.mkdir()
+    (root / "cifar-10-batches-py").rename(moved)
+    (root / "cifar-10-batches-py").symlink_to(moved)
+    before = {p.name: p.read_bytes() for p in moved.iterdir()}
+    result = _fetch("cifar10", root, url, "--force")
+    assert result.exit_code == 0, result.output
+    prepared = root / "cifar-10-batches-py"
+    assert prepared.is_dir() and not prepared.is_symlink()
+    assert {p.name: p.read_bytes() for p in moved.iterdir()} == before
+    assert sorted(p.name for p in prepared.iterdir()) == sorted(before)
+
+
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[Path]:
     """A 1 MiB tmpfs: a real full disk (needs root, as mount does)."""
