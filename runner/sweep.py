@@ -55,6 +55,7 @@ def new_study(
     runs' submit would make here (data, packages, device, link), before anything is written:
     a sweep that cannot run fails at once with the fix, not after an empty study."""
     grid, fixed = studies.parse_grid(set_items)
+    _refuse_ambiguous_axes(set_items, grid)
     planned = studies.plan(workers, grid, runs_per_cell, base_seed, links)
     specs = {
         run.cell: resolve(
@@ -67,6 +68,24 @@ def new_study(
         studies.new_study_id(benchmark), benchmark, tuple(workers), grid, fixed,
         runs_per_cell, target.where, planned, links=tuple(links),
     )  # fmt: skip
+
+
+def _refuse_ambiguous_axes(set_items: Sequence[str], grid: dict[str, tuple[str, ...]]) -> None:
+    """A swept key given by another --set too, or a value it repeats, is bad input, as a
+    repeated worker count is: the study would record the other value and run without it
+    (parse_grid keeps one axis a key, and a cell's value wins over a fixed one whatever their
+    order), or run one cell twice on the same seeds as if they were two."""
+    for key, values in grid.items():
+        given = [item.strip() for item in set_items if item.partition("=")[0].strip() == key]
+        if len(given) > 1:
+            raise SpecError(
+                "--set", f"{key} is swept and set again ({', '.join(given)}); give it once"
+            )
+        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if repeated is not None:
+            raise SpecError(
+                "--set", f"{key}={','.join(values)} repeats {repeated!r}; give each value once"
+            )
 
 
 def _check_cells(specs: Sequence[JobSpec], target: Target) -> None:
@@ -215,15 +234,15 @@ def _overrides(fixed: Sequence[str], planned: studies.PlannedRun) -> list[str]:
 
 
 def base_seed(set_items: Sequence[str]) -> int:
-    """The seed run 0 of each cell uses: a fixed --set seed=N, else 0."""
-    for item in set_items:
-        key, _, value = item.partition("=")
-        if key.strip() == "seed":
-            try:
-                return int(value)
-            except ValueError:
-                raise SpecError("--set", f"seed must be an integer, got {value!r}") from None
-    return 0
+    """The seed run 0 of each cell uses: a fixed --set seed=N (the last one, as later --set
+    items win everywhere else), else 0."""
+    seeds = [v for k, _, v in (i.partition("=") for i in set_items) if k.strip() == "seed"]
+    if not seeds:
+        return 0
+    try:
+        return int(seeds[-1])
+    except ValueError:
+        raise SpecError("--set", f"seed must be an integer, got {seeds[-1]!r}") from None
 
 
 def _now() -> str:

@@ -9,6 +9,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from runner import sweep as sweeps
 from runner.cli import main
 from runner.errors import SpecError
 from runner.results import study as studies
@@ -59,6 +60,28 @@ def test_sweep_refuses_local_with_a_stack_and_an_invalid_grid_before_running(tmp
     bad = runner.invoke(main, [*args, "--set", "lr=a,b"])
     assert bad.exit_code == 2 and "--set" in bad.output
     assert not (tmp_path / "studies").exists()  # every cell is checked before anything runs
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["lr=0.1,0.1"],  # one cell run twice on the same seeds, as two cells
+        ["lr=0.1", "lr=0.2,0.3"],  # the fixed lr was recorded and never used
+        ["lr=0.2,0.3", "lr=0.1"],  # the later one, which wins everywhere else, was dropped
+        ["strategy=ddp,allreduce", "strategy=allreduce,gather-scatter"],  # an axis replaced
+    ],
+)
+def test_a_swept_key_given_twice_or_repeating_a_value_is_refused_before_running(tmp_path, sets):
+    args = ["--results-dir", str(tmp_path), "sweep", "cnn-digits", "--workers", "1"]
+    result = CliRunner().invoke(main, [*args, *(a for s in sets for a in ("--set", s))])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --set" in result.output and "give" in result.output
+    assert not (tmp_path / "studies").exists() and not list(tmp_path.iterdir())
+
+
+def test_the_last_fixed_seed_is_the_base_as_the_last_set_wins_everywhere():
+    assert sweeps.base_seed(["seed=1", "lr=0.1", "seed=5"]) == 5
+    assert sweeps.base_seed(["lr=0.1"]) == 0
 
 
 @pytest.mark.parametrize("fault", ["read-only", "full"])
