@@ -129,6 +129,7 @@ def test_status_follows_the_job_from_pending_to_running_to_succeeded(cluster, tm
     assert pending.since == "2030-01-01T00:00:00Z"
     run_pods(cluster, job_api)
     assert backend.status(handle).state is JobState.RUNNING
+    run_pods(cluster, job_api, phase="Succeeded")
     cluster.set_job_condition(job_api, RUN_ID, SUCCESS[job_api])
     assert backend.status(handle).state is JobState.SUCCEEDED
     assert read_state(run_dir).state is JobState.SUCCEEDED
@@ -147,6 +148,112 @@ def test_status_explains_a_failure_with_the_exit_code(cluster, tmp_path, job_api
     assert status.state is JobState.FAILED
     assert status.exit_code == 137
     assert "node 1" in status.reason and "OOMKilled" in status.reason
+
+
+def test_a_pytorchjob_that_reports_success_while_a_worker_runs_waits_for_the_worker(
+    cluster, tmp_path
+):
+    """training-operator 1.9 marks a PyTorchJob Succeeded once its Master succeeds, with its
+    Worker still running: the run is not over until the Worker's pod has ended, and its end
+    decides the run. A SUCCEEDED record then would be final, and fetch would delete the job,
+    the Worker with it, whatever it was about to do."""
+    now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]  # 30 s after the condition
+    backend = make_backend(cluster, tmp_path, "pytorchjob", clock=lambda: now[0])
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(
+        pod("pytorchjob", RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout())
+    )
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Running"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    waiting = backend.status(handle)
+    assert waiting.state is JobState.RUNNING
+    assert f"waiting for node 1 (pod {RUN_ID}-worker-0) to end" in waiting.reason
+    backend.fetch(handle, run_dir)  # every file is there, but the Worker has not ended
+    assert cluster.job("pytorchjob", RUN_ID) is not None and read_state(run_dir) == waiting
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Failed"), log=pod_log(range(2, 4), ""))
+    status = backend.status(handle)
+    assert status.state is JobState.FAILED and status.exit_code == 1
+    assert "node 1" in status.reason and read_state(run_dir) == status
+
+
+def test_a_worker_that_never_ends_after_the_job_reports_success_fails_the_run(cluster, tmp_path):
+    """The operator calls the job finished, so its deadline no longer stops the hung Worker:
+    after a grace the run is FAILED, which lets fetch and cancel clean up."""
+    now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]
+    backend = make_backend(cluster, tmp_path, "pytorchjob", clock=lambda: now[0])
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(
+        pod("pytorchjob", RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout())
+    )
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Running"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    assert backend.status(handle).state is JobState.RUNNING
+    now[0] = datetime.fromisoformat("2030-01-01T00:15:00+00:00")  # 300 s after the condition
+    status = backend.status(handle)
+    assert status.state is JobState.FAILED
+    assert status.reason == (
+        f"the job reports success, but node 1 (pod {RUN_ID}-worker-0) had not ended 300 s later"
+    )
+    assert read_state(run_dir) == status
+
+
+def test_cancel_stops_a_worker_that_runs_on_after_the_job_reports_success(cluster, tmp_path):
+    """The run is not over while its Worker runs (above): `runner cancel` must stop it, not
+    take the operator's Succeeded for the run's end and leave the Worker running."""
+    now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]
+    backend = make_backend(cluster, tmp_path, "pytorchjob", clock=lambda: now[0])
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(
+        pod("pytorchjob", RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout())
+    )
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Running"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    assert backend.status(handle).state is JobState.RUNNING
+    backend.cancel(handle)
+    assert cluster.job("pytorchjob", RUN_ID) is None
+    assert read_state(run_dir).state is JobState.CANCELLED
+
+
+# What each controller says when a job outlives its activeDeadlineSeconds: Kubeflow Trainer 2.3
+# (trainjob_controller.go, reconcileDeadline, which then deletes the JobSet) and
+# training-operator 1.9 (common/job.go, ReconcileJobs, which then deletes the pods).
+DEADLINE_CONDITIONS = {
+    "trainjob": {"reason": "DeadlineExceeded", "message": "TrainJob exceeded its active deadline"},
+    "pytorchjob": {
+        "reason": "PyTorchJobFailed",
+        "message": f"Job {RUN_ID} has failed because it was active longer than specified deadline",
+    },
+}
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_a_hung_run_that_the_cluster_stops_at_its_deadline_says_so_in_one_line(
+    cluster, tmp_path, job_api
+):
+    """A run whose ranks stop making progress ends at its activeDeadlineSeconds (its time budget
+    plus slack): FAILED, saying which deadline stopped it and how to give a run longer, not
+    blaming the SIGTERM that the deadline sent the processes as if a rank had crashed."""
+    backend = make_backend(cluster, tmp_path, job_api)
+    placement = Placement(num_nodes=2, procs_per_node=2, device="cuda")
+    spec = resolve("cnn-digits", ["time_budget_s=600"], placement, run_id=RUN_ID)
+    handle, run_dir = submit(backend, tmp_path, spec)
+    run_pods(cluster, job_api)
+    assert backend.status(handle).state is JobState.RUNNING
+    condition = {"type": "Failed", "status": "True", **DEADLINE_CONDITIONS[job_api],
+                 "lastTransitionTime": iso(2400)}  # fmt: skip
+    cluster.patch_job(job_api, RUN_ID, {"status": {"conditions": [condition]}})
+    container = "node" if job_api == "trainjob" else "pytorch"
+    killed = {"terminated": {"exitCode": 143, "reason": "Error"}}
+    for node in (0, 1):
+        statuses = [{"name": container, "restartCount": 0, "state": killed}]
+        cluster.add_pod(pod(job_api, RUN_ID, node, "Failed", containerStatuses=statuses), log="")
+    status = backend.status(handle)
+    assert status.state is JobState.FAILED
+    assert "\n" not in status.reason
+    assert "activeDeadlineSeconds 2400 s" in status.reason
+    assert "--set time_budget_s=" in status.reason
+    assert "exited with code 143" not in status.reason and status.exit_code is None
+    assert read_state(run_dir) == status
 
 
 @pytest.mark.parametrize("job_api", APIS)
@@ -453,6 +560,29 @@ def test_a_fetch_again_once_the_pods_are_gone_keeps_the_failed_verdict(cluster, 
         backend.fetch(handle, run_dir)
     assert read_state(run_dir) == first
     assert backend.status(handle) == first
+
+
+@pytest.mark.parametrize("job_api", APIS)
+def test_a_fetch_once_the_pods_are_gone_keeps_the_failure_cause_status_saw(
+    cluster, tmp_path, job_api
+):
+    """status read which node failed, and how, from its pod; the autoscaler then removed the
+    node, and the pod with it. fetch reads only the job's bare Failed condition by then, which
+    must not replace the cause in the record."""
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    container = "node" if job_api == "trainjob" else "pytorch"
+    oom = [{"name": container, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]  # fmt: skip
+    cluster.add_pod(pod(job_api, RUN_ID, 0, "Running"), log=pod_log(range(2), "training\n"))
+    cluster.add_pod(pod(job_api, RUN_ID, 1, "Failed", containerStatuses=oom), log="")
+    cluster.set_job_condition(job_api, RUN_ID, "Failed", "the job failed")
+    seen = backend.status(handle)
+    assert seen.exit_code == 137 and "node 1" in seen.reason and "OOMKilled" in seen.reason
+    cluster.remove_pods()
+    with pytest.raises(RunnerError, match="its pods are gone"):
+        backend.fetch(handle, run_dir)
+    assert read_state(run_dir) == seen
 
 
 def test_fetch_prefers_the_results_store(cluster, tmp_path):

@@ -144,7 +144,9 @@ def test_an_elastic_job_whose_pods_the_operator_deleted_reports_its_condition(cl
     deadline = f"Job {RUN_ID} has failed because it was active longer than specified deadline"
     cluster.set_job_condition("pytorchjob", RUN_ID, "Failed", deadline)
     status = backend.status(handle)
-    assert status.state is JobState.FAILED and status.reason == deadline
+    assert status.state is JobState.FAILED and status.reason.startswith(deadline)
+    assert "activeDeadlineSeconds 21600 s: an elastic run's fixed limit" in status.reason
+    assert "time_budget_s" not in status.reason  # an elastic run cannot have one
 
 
 def test_join_is_refused_without_touching_the_job_the_operator_would_not_grow(cluster, tmp_path):

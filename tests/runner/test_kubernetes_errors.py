@@ -17,7 +17,7 @@ from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.errors import RunnerError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, stack_connection, submit
+from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, stack_connection, submit
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -152,3 +152,57 @@ def test_a_server_that_is_not_an_api_server_is_named_in_one_line(tmp_path, serve
     with pytest.raises(RunnerError, match=r"not JSON; is it a Kubernetes API server\?"):
         backend.api.list_objects("pods", Selector(label="x=y"))
     backend.close()
+
+
+@pytest.mark.parametrize("job_api", ["trainjob", "pytorchjob"])
+def test_a_cancel_whose_delete_failed_is_recorded_so_and_done_by_the_next(
+    cluster, tmp_path, job_api
+):
+    """cancel records CANCELLED before it deletes the job; when the API server refuses the
+    delete, the record says that the job may still run, and the next `runner cancel` deletes
+    it, rather than answering from a record that says the run is over while its pods run on."""
+    backend = make_backend(cluster, tmp_path, job_api)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    for node in (0, 1):
+        cluster.add_pod(pod(job_api, RUN_ID, node), log="")
+    # As many times as make_backend's client tries: every try of this cancel, then no more.
+    cluster.fail("delete", r"/(trainjobs|pytorchjobs)/", 503, times=3)
+    with pytest.raises(RunnerError, match="HTTP 503"):
+        backend.cancel(handle)
+    assert cluster.job(job_api, RUN_ID) is not None
+    recorded = read_state(run_dir)
+    assert recorded.state is JobState.CANCELLED
+    assert "may still run" in recorded.reason and f"runner cancel {RUN_ID}" in recorded.reason
+    assert backend.status(handle) == recorded  # status says so too
+    backend.cancel(handle)  # the server is back
+    assert cluster.job(job_api, RUN_ID) is None
+    assert read_state(run_dir) == JobStatus(JobState.CANCELLED, "cancelled", recorded.since)
+    before = cluster.requests()
+    backend.cancel(handle)  # cancelled and deleted: nothing more to ask the cluster
+    assert cluster.requests() == before
+
+
+def test_a_pending_timeout_whose_delete_failed_leaves_a_record_that_cancel_acts_on(
+    cluster, tmp_path
+):
+    """The pending timeout records CANCELLED, with what the job waited on (up to the record's
+    cap), before it deletes the job; a failed delete must still read as such, and be done by
+    `runner cancel`."""
+    from datetime import datetime
+
+    clock = lambda: datetime.fromisoformat("2030-01-01T00:11:40+00:00")  # noqa: E731
+    backend = make_backend(cluster, tmp_path, "trainjob", pending_timeout_s=600, clock=clock)
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    unschedulable = [{"type": "PodScheduled", "status": "False", "message": "no nodes " * 100}]
+    cluster.add_pod(pod("trainjob", RUN_ID, 0, "Pending", conditions=unschedulable))
+    cluster.fail("delete", r"/trainjobs/", 503, times=3)
+    with pytest.raises(RunnerError, match="HTTP 503"):
+        backend.status(handle)
+    recorded = read_state(run_dir)
+    assert recorded.state is JobState.CANCELLED and "pending for 700 s" in recorded.reason
+    assert f"may still run (cannot delete TrainJob {RUN_ID}" in recorded.reason
+    assert recorded.reason.endswith(f"`runner cancel {RUN_ID}` deletes it")
+    backend.cancel(handle)
+    assert cluster.job("trainjob", RUN_ID) is None
+    assert read_state(run_dir).reason.startswith("pending for 700 s")
+    assert "may still run" not in read_state(run_dir).reason

@@ -472,3 +472,32 @@ def test_a_pytorchjob_whose_replica_types_add_up_past_any_cluster_is_refused(clu
     with pytest.raises(RunnerError, match=r"4000002 replicas in all, more than 100000"):
         backend.status(handle)
     backend.close()
+
+
+def test_a_server_that_ignores_the_selectors_never_passes_another_run_as_this_one(
+    cluster, tmp_path, monkeypatch
+):
+    """A proxy (or a server) that drops the label and field selectors answers every job and
+    pod of the namespace: another run's finished job, or its failed pod, is never read as this
+    run's state (it read as SUCCEEDED, or as this run's job deleted and made again, FAILED)."""
+    monkeypatch.setattr("tests.runner.k8s_fake._selected", lambda obj, params: True)
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    request = backend.dryrun(make_spec(), tmp_path / RUN_ID)
+    other = json.loads(json.dumps(dict(request.manifest)))
+    other["metadata"]["name"] = "aaa-another-run"  # listed before this run's
+    backend.api.create_job(other)
+    cluster.set_job_condition("trainjob", "aaa-another-run", "Complete")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    failed = pod("trainjob", "aaa-another-run", 1, "Failed")
+    failed["metadata"]["creationTimestamp"] = "2030-01-01T01:00:00Z"  # newer than this run's
+    cluster.add_pod(failed, log="")
+    for node in (0, 1):
+        cluster.add_pod(pod("trainjob", RUN_ID, node), log="")
+    assert backend.status(handle).state is JobState.RUNNING
+    statuses = backend.watch(handle)
+    assert next(statuses).state is JobState.RUNNING
+    for node in (0, 1):
+        cluster.add_pod(pod("trainjob", RUN_ID, node, "Succeeded"), log="")
+    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    assert [s.state for s in statuses] == [JobState.SUCCEEDED]
+    assert read_state(run_dir).state is JobState.SUCCEEDED

@@ -8,10 +8,8 @@ is also the memory of a job once it is deleted (by cancel, the pending timeout, 
 fetch), and a finished state is final: status, cancel, logs and fetch answer from the run
 directory first, so a run whose job was never created (its submit failed) needs no cluster.
 
-A job is the run's by its uid too, which submit records in job.json (`cluster.job_uid`): a job
-deleted and made again under the run's name is another, so the run is FAILED, and the other
-job's state, pods, logs and results are never read as the run's, nor is it ever deleted. A run
-recorded without a uid (before they were) knows its job by name, as it always did.
+A job is the run's by its uid too, which submit records in job.json (identity.py): a job
+deleted and made again under the run's name is another, so the run is FAILED.
 
 Results come from the stack's results store when it has one (results_store.py); otherwise, or
 for any file the store lacks or that fails its check, they are rebuilt from rank 0's own lines
@@ -19,9 +17,10 @@ for any file the store lacks or that fails its check, they are rebuilt from rank
 pod's node (demux.py).
 
 Not here: rendering (render/), stack outputs (connection.py), the API calls and their error
-messages (client.py), reading job and pod states (observe.py), log following (follow.py),
-collecting a finished run's files (collect.py). This module imports the kubernetes client;
-the CLI imports it only for Kubernetes runs.
+messages (client.py), reading job and pod states (observe.py), which job is the run's
+(identity.py), the pending timeout's arithmetic (pending.py), log following (follow.py), fetch
+(fetching.py, with collect.py). This module imports the kubernetes client; the CLI imports it
+only for Kubernetes runs.
 """
 
 from __future__ import annotations
@@ -32,44 +31,32 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from contract.rundir import JobState, JobStatus, rank_log
-from runner.backends.base import (
-    KubernetesRequest,
-    Request,
-    kubernetes_handle,
-    parse_kubernetes_handle,
-)
-from runner.backends.kubernetes import collect, demux, observe
-from runner.backends.kubernetes.client import KubeApi, NameConflict, NotFound
-from runner.backends.kubernetes.connection import (
-    ClusterConnection,
-    connect_reference,
-    reference_problem,
-)
+from contract.rundir import JobState, JobStatus
+from runner.backends.base import KubernetesRequest, Request, kubernetes_handle
+from runner.backends.kubernetes import cancelling, collect, demux, observe, overtime
+from runner.backends.kubernetes.client import KubeApi, NotFound
+from runner.backends.kubernetes.connection import ClusterConnection, connect_reference
+from runner.backends.kubernetes.fetching import fetch_run
 from runner.backends.kubernetes.follow import EventFeed, LogFollower
-from runner.backends.kubernetes.memory import RunMemory, record_in, record_uid, state_in
+from runner.backends.kubernetes.identity import JobIdentity, parse_handle
+from runner.backends.kubernetes.memory import RunMemory, cluster_reference, record_in, record_uid
+from runner.backends.kubernetes.pending import PendingTimeout
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits
 from runner.backends.kubernetes.watch import Observers, View, WatchConfig
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec
-from runner.results import rundir
 
 log = logging.getLogger(__name__)
 BACKEND_NAME = "kubernetes"
+SUBMITTED = "submitted; waiting for the job controller"  # a new job's state, until it is read
 EVENTS_DRAIN_S = 30.0  # after the job ends, how long events() waits for rank 0's log tail
 DEFAULT_WATCH = WatchConfig()
 DEFAULT_LIMITS = StoreLimits()
-
-
-def parse_handle(handle: str) -> tuple[str, str]:
-    parsed = parse_kubernetes_handle(handle)
-    if parsed is None:
-        raise RunnerError(f"{handle!r} is not a Kubernetes handle (k8s://<namespace>/<name>)")
-    return parsed
 
 
 class KubernetesBackend:
@@ -90,9 +77,7 @@ class KubernetesBackend:
         api_factory: Callable[[ClusterConnection], KubeApi] = KubeApi,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        if pending_timeout_s is not None and not pending_timeout_s > 0:
-            raise SpecError("--pending-timeout", f"must be a positive number of seconds, got "
-                            f"{pending_timeout_s!r}")  # fmt: skip
+        self._pending = PendingTimeout(pending_timeout_s, clock)
         self._conn_source = conn
         self.results_root = results_root
         self._memory = RunMemory(results_root)
@@ -105,7 +90,7 @@ class KubernetesBackend:
         self._lock = threading.Lock()
         self._observers = Observers(lambda: self.api, watch_config)
         self._finished: set[str] = set()  # jobs seen finished by this backend
-        self._uids: dict[str, str | None] = {}  # job name -> the uid submit created it with
+        self._identity = JobIdentity(self._memory, lambda: self.api, lambda: self.conn, self._now)
 
     @functools.cached_property
     def conn(self) -> ClusterConnection:
@@ -156,10 +141,8 @@ class KubernetesBackend:
         name = self._name(handle)  # the manifest's namespace is this connection's
         uid = self.api.create_job(dict(request.manifest))
         log.info("submitted %s %s", self.api.resource.kind, handle)
-        self._uids[name] = uid
-        status = JobStatus(
-            JobState.PENDING, "submitted; waiting for the job controller", self._now()
-        )
+        self._identity.created(name, uid)
+        status = JobStatus(JobState.PENDING, SUBMITTED, self._now())
         try:
             if uid is not None:  # before anything follows the job, so that all know it by it
                 record_uid(Path(request.run_dir), uid)
@@ -181,9 +164,9 @@ class KubernetesBackend:
         try:
             job = self.api.get_job(name)
         except NotFound:
-            return self._settle(name, None, self._vanished(name))
-        if not self._ours(name, job):
-            return self._settle(name, None, self._vanished(name, job))
+            return self._settle(name, None, self._identity.vanished(name))
+        if not self._identity.ours(name, job):
+            return self._settle(name, None, self._identity.vanished(name, job))
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
         status = observe.job_status(self.conn.job_api, job, pods, [])
         if status.state is JobState.PENDING:  # only then does an event say why
@@ -210,7 +193,7 @@ class KubernetesBackend:
                 if pending and not view.events_synced:
                     continue  # the namespace's warnings are on their way: they may say why
                 status = self._settle(name, view.job, status)
-                timeout_s = self._pending_left_s(status) if pending else None
+                timeout_s = self._wake_in_s(status)
                 if status != last:
                     last = status
                     yield status
@@ -218,35 +201,17 @@ class KubernetesBackend:
                     return
 
     def _view_status(self, name: str, view: View) -> JobStatus:
-        if view.job is None or not self._ours(name, view.job):
-            return self._vanished(name, view.job)
+        if view.job is None or not self._identity.ours(name, view.job):
+            return self._identity.vanished(name, view.job)
         return observe.job_status(self.conn.job_api, view.job, view.pods, view.events)
-
-    def _job_uid(self, name: str) -> str | None:
-        """The uid submit created the job with (this process's, else job.json's); None for a
-        run recorded without one, whose job is known by its name only."""
-        if name not in self._uids:
-            self._uids[name] = self._memory.job_uid(name)
-        return self._uids[name]
 
     def _made_again(self, name: str) -> bool:
         """Whether the job of the run's name on the cluster is another than submit created
         (and, if so, the run is recorded as such); never for a run recorded without a uid."""
-        if self._job_uid(name) is None:
-            return False
-        try:
-            job = self.api.get_job(name)
-        except NotFound:
-            return False
-        if self._ours(name, job):
-            return False
-        self._settle(name, None, self._vanished(name, job))
-        return True
-
-    def _ours(self, name: str, job: dict[str, Any]) -> bool:
-        """Whether `job` is the one this run created, not another made under its name."""
-        uid = self._job_uid(name)
-        return uid is None or observe.job_uid(job) == uid
+        impostor = self._identity.impostor(name)
+        if impostor is not None:
+            self._settle(name, None, self._identity.vanished(name, impostor))
+        return impostor is not None
 
     def _settle(self, name: str, job: dict[str, Any] | None, status: JobStatus) -> JobStatus:
         """Apply the pending timeout to a fresh status, and record it; but a finished record
@@ -259,68 +224,36 @@ class KubernetesBackend:
             self._finished.add(name)
             return recorded
         if job is not None and status.state is JobState.PENDING:
-            left_s = self._pending_left_s(status)
+            left_s = self._pending.left_s(status)
             if left_s is not None and left_s <= 0:
                 status = self._cancel_pending(name, status, observe.job_uid(job))
+        status = overtime.overdue(status, self._pending.age_s)  # a success's wait for a node
         self._record_state(name, status)
         return status
 
-    def _vanished(self, name: str, impostor: dict[str, Any] | None = None) -> JobStatus:
-        """The job is not on the cluster (or `impostor`, another job, has its name): what the
-        run directory recorded (cancel records CANCELLED before it deletes), or else a job
-        deleted behind the runner's back."""
-        recorded = self._recorded_state(kubernetes_handle(self.conn.namespace, name))
-        if recorded is not None and recorded.state.finished:
-            return recorded
-        kind = self.api.resource.kind
-        if impostor is not None:
-            return JobStatus(
-                JobState.FAILED,
-                f"the {kind} {name} that this run created (uid {self._job_uid(name)}) is no "
-                f"longer on {self.conn.source}: it was deleted before it finished, and the "
-                f"{kind} of that name there now (uid {observe.job_uid(impostor)}) is another",
-                since=self._now(),
-            )
-        return JobStatus(
-            JobState.FAILED,
-            f"the {kind} {name} is no longer on {self.conn.source}: it was "
-            "deleted before it finished (kubectl delete, a TTL, or a cancel from elsewhere)",
-            since=self._now(),
-        )
-
-    def _pending_left_s(self, status: JobStatus) -> float | None:
-        if self.pending_timeout_s is None or not status.since:
-            return None
-        return self.pending_timeout_s - self._pending_s(status)
-
-    def _pending_s(self, status: JobStatus) -> float:
-        since = datetime.fromisoformat(str(status.since).replace("Z", "+00:00"))
-        return (self._clock() - since).total_seconds()
+    def _wake_in_s(self, status: JobStatus) -> float | None:
+        """When to look again at an unchanged job: its pending timeout, or overtime.py's."""
+        if status.state is JobState.PENDING:
+            return self._pending.left_s(status)
+        return overtime.ends_left_s(status, self._pending.age_s)
 
     def _cancel_pending(self, name: str, status: JobStatus, uid: str | None) -> JobStatus:
-        reason = (
-            f"pending for {self._pending_s(status):.0f} s, longer than --pending-timeout "
-            f"{self.pending_timeout_s:.0f} s, so the job was deleted; it was waiting on: "
-            f"{status.reason}"
-        )
-        cancelled = JobStatus(JobState.CANCELLED, reason=reason, since=self._now())
-        self._record_state(name, cancelled)  # first: once deleted, the job cannot say why
-        with contextlib.suppress(NotFound, NameConflict):  # gone, or another's by now
-            self.api.delete_job(name, uid)
-        log.warning("%s: %s", name, reason)
+        cancelled = JobStatus(JobState.CANCELLED, self._pending.reason(status), self._now())
+        cancelling.cancel(self.api, name, uid, cancelled, partial(self._record_state, name))
+        log.warning("%s: %s", name, cancelled.reason)
         return cancelled
 
     # ---- logs and events ---------------------------------------------------------------
 
     def logs(self, handle: str, rank: int, follow: bool) -> Iterator[str]:
         name = parse_handle(handle)[1]
-        shape = self._shape(name)
+        shape = collect.run_shape(self.api, self._memory.placement(name), name)
         if not 0 <= rank < shape.world_size:
             raise RunnerError(f"rank {rank} is out of range: the job has {shape.world_size} ranks")
         node = demux.NodeRanks(rank // shape.procs_per_node, shape.procs_per_node,
                                shape.world_size, shape.elastic)  # fmt: skip
         recorded = self._recorded_state(handle)
-        archived = self._archived_log(name, rank)
+        archived = collect.archived_log(self._memory.run_dir(name), rank)
         if archived is not None and recorded is not None and recorded.state.finished:
             yield from archived  # fetched: the run directory has it all, no cluster needed
             return
@@ -336,7 +269,7 @@ class KubernetesBackend:
             return
         recorded = self._recorded_state(handle)
         finished = recorded is not None and recorded.state.finished
-        uid = self._job_uid(name)
+        uid = self._identity.uid(name)
         if not follow or finished:  # a finished run's log no longer grows: read, or say why not
             yield from collect.rank_lines(self.api, name, node, rank, archived, recorded, uid)
             return
@@ -353,11 +286,11 @@ class KubernetesBackend:
         Once the job has finished (as watch or status saw), it waits for the rest of rank 0's
         log (at most EVENTS_DRAIN_S), gives the last batch and ends."""
         name = self._name(handle)
-        shape = self._shape(name)
+        shape = collect.run_shape(self.api, self._memory.placement(name), name)
         node = demux.NodeRanks(0, shape.procs_per_node, shape.world_size, shape.elastic)
         observer = self._observers.acquire(name)
         follower = LogFollower(self.api, observer, node, 0, self._done, self.watch_config,
-                               job_uid=self._job_uid(name))  # fmt: skip
+                               job_uid=self._identity.uid(name))  # fmt: skip
         feed = EventFeed(follower, on_end=lambda: self._observers.release(name))
         try:
             while True:
@@ -371,52 +304,26 @@ class KubernetesBackend:
             feed.close()
 
     def _done(self, view: View) -> bool:
-        """Whether the job is over: finished, or gone from the cluster."""
+        """Whether a log follower may stop, once it has read its pod as the API server has it:
+        the job is finished, gone, or reports success (the pods' watch may lag the job's)."""
         if view.job is None:
             return True
-        return self._view_status(view.job["metadata"]["name"], view).state.finished
-
-    def _archived_log(self, name: str, rank: int) -> Iterator[str] | None:
-        run_dir = self._memory.run_dir(name)
-        return None if run_dir is None else collect.open_rank_log(rank_log(run_dir, rank))
+        status = self._view_status(view.job["metadata"]["name"], view)
+        return status.state.finished or overtime.awaiting_ends(status)
 
     # ---- results -----------------------------------------------------------------------
 
     def fetch(self, handle: str, dest: Path) -> list[str]:
         name = self._name(handle)
-        harvest = collect.Harvest(
-            self.api, self.conn, name, dest, self.store_limits, self._job_uid(name)
-        )
-        status = harvest.run()
-        if harvest.job_gone:
-            status = self._vanished(name, harvest.impostor)
-        elif status is not None:
-            status = harvest.verdict(status)  # a job's success is the run's only with a summary
-            recorded = state_in(dest)
-            if (
-                recorded is not None
-                and recorded.state.finished
-                and status.state is JobState.SUCCEEDED
-            ):
-                # A finished record stands against the job's word (as in _settle): an earlier
-                # fetch's verdict (no summary in rank 0's whole log) is not overturned by one
-                # that could not read the log again (its pods gone). Only a verdict moves it.
-                status = recorded
-        if status is not None:
-            record_in(dest, status)
-        missing = harvest.missing()
-        if missing and not harvest.archived and (status is None or status.state.finished):
-            raise harvest.gone_error(handle, state_in(dest))
-        if status is not None and status.state.finished and not missing and not harvest.job_gone:
-            # The results are safe; stop paying for the job's pods. Only this run's job: one
-            # made again under its name since is another's (the server refuses, 409).
-            with contextlib.suppress(NotFound, NameConflict):
-                self.api.delete_job(name, harvest.job_uid)
-                log.info("deleted finished job %s after fetching it", handle)
-        return missing
+        return fetch_run(self.api, self.conn, self._identity, handle, name, dest,
+                         self.store_limits)  # fmt: skip
 
     def cancel(self, handle: str) -> None:
         recorded = self._recorded_state(handle)
+        record = partial(self._record_state, parse_handle(handle)[1])
+        if recorded is not None and cancelling.not_deleted(recorded):  # an earlier delete failed
+            cancelling.delete_again(self.api, self._identity, self._name(handle), recorded, record)
+            return
         if recorded is not None and recorded.state.finished:
             return  # finished (or never created): nothing to stop, no cluster needed
         name = self._name(handle)
@@ -424,21 +331,16 @@ class KubernetesBackend:
             job = self.api.get_job(name)
         except NotFound:
             return  # already gone: cancelling twice is fine
-        if not self._ours(name, job):  # another job has its name: never ours to delete
-            self._settle(name, None, self._vanished(name, job))
+        if not self._identity.ours(name, job):  # another job has its name: never ours to delete
+            self._settle(name, None, self._identity.vanished(name, job))
             return
-        # An elastic job's end is read from its pods (observe.elastic_end): the operator's
-        # Failed may stand while the survivors train on.
-        shape = observe.job_shape(self.conn.job_api, job)
-        pods = (
-            self.api.list_objects("pods", collect.pods_selector(name))[0] if shape.elastic else []
-        )
+        # Whether the job is over is read from its pods too: an elastic job's operator says
+        # Failed while the survivors train on, a PyTorchJob's Succeeded while a Worker runs.
+        pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
         if observe.job_status(self.conn.job_api, job, pods, []).state.finished:
             return  # a finished job keeps its pods (and logs) for fetch
-        # Recorded first: once deleted, the job can no longer say that it was cancelled.
-        self._record_state(name, JobStatus(JobState.CANCELLED, "cancelled", self._now()))
-        with contextlib.suppress(NotFound, NameConflict):  # gone, or another's by now
-            self.api.delete_job(name, observe.job_uid(job))
+        cancelled = JobStatus(JobState.CANCELLED, "cancelled", self._now())
+        cancelling.cancel(self.api, name, observe.job_uid(job), cancelled, record)
 
     def join(self, handle: str) -> str:
         # Raising the Worker replicas would create the next pod only while the job is
@@ -463,19 +365,6 @@ class KubernetesBackend:
             )
         return name
 
-    def _shape(self, name: str) -> observe.Shape:
-        """Nodes and processes per node: from job.json, else from the job on the cluster."""
-        placement = self._memory.placement(name)
-        if placement is not None:
-            return observe.Shape(placement.num_nodes, placement.procs_per_node, placement.elastic)
-        try:
-            return observe.job_shape(self.conn.job_api, self.api.get_job(name))
-        except NotFound:
-            raise RunnerError(
-                f"no {self.api.resource.kind} {name} in namespace {self.conn.namespace} on "
-                f"{self.conn.source}, and no run directory records it"
-            ) from None
-
     def _now(self) -> str:
         return self._clock().isoformat()
 
@@ -492,25 +381,7 @@ def from_handle(
     handle: str, results_root: Path, store_limits: StoreLimits = DEFAULT_LIMITS
 ) -> KubernetesBackend:
     """The backend for a submitted run, from the `cluster` its job.json records."""
-    _, name = parse_handle(handle)
-    record = rundir.read_record(rundir.find(results_root, name))
-    ref = record.cluster
-    if not ref:
-        raise RunnerError(
-            f"{results_root / name}/job.json does not say which cluster ran {handle}; "
-            "it was not submitted by this runner's Kubernetes backend"
-        )
-    problem = reference_problem(ref)
-    if problem:
-        raise RunnerError(f"{results_root / name}/job.json has {problem}; fix or remove it")
-    timeout_s = ref.get("pending_timeout_s")
-    if timeout_s is not None and (
-        not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0
-    ):
-        raise RunnerError(
-            f"{results_root / name}/job.json has a cluster.pending_timeout_s that is not a "
-            f"positive number of seconds ({timeout_s!r:.40}); fix or remove it"
-        )
+    ref, timeout_s = cluster_reference(results_root, parse_handle(handle)[1], handle)
     return KubernetesBackend(
         lambda: connect_reference(ref),
         results_root=results_root,

@@ -16,7 +16,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, TypeVar
 
 import urllib3
@@ -256,18 +256,23 @@ class KubeApi:
         meta = data.get("metadata") if isinstance(data, dict) else None
         if not isinstance(items, list) or not isinstance(meta, dict):
             raise self._garbage(f"list {collection}", "a list without items or metadata")
-        checked = self.checked(collection, items, f"list {collection}")
+        checked = self.checked(collection, items, f"list {collection}", selector)
         return checked, str(meta.get("resourceVersion") or "")
 
-    def checked(self, collection: str, items: list[Any], what: str) -> list[dict[str, Any]]:
+    def checked(
+        self, collection: str, items: list[Any], what: str, selector: Selector | None = None
+    ) -> list[dict[str, Any]]:
         """`items` whose fields the runner reads have their types (objects.py). A job or a pod
         of the wrong shape is refused; a warning event of the wrong shape only refines a
-        pending reason, so it is left out."""
+        pending reason, so it is left out, and so is anything `selector` does not select."""
         kind = self.conn.job_api if collection == "job" else collection
         kept = []
         for item in items:
             found = objects.problem(kind, item)
-            if found is None:
+            if found is None and selector and not objects.selected(item, *astuple(selector)):
+                log.info("%s: ignoring %r, which the selector does not select", what,
+                         item.get("metadata", {}).get("name"))  # fmt: skip
+            elif found is None:
                 kept.append(item)
             elif collection == "events":
                 log.info("%s: ignoring an event whose %s", what, found)
@@ -307,7 +312,7 @@ class KubeApi:
             what,
             self.host,
             lambda code, msg: self.error(what, code, msg),
-            lambda obj: self.checked(collection, [obj], what),
+            lambda obj: self.checked(collection, [obj], what, selector),
         )
 
     def _collection(self, collection: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:

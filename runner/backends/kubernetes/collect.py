@@ -25,6 +25,7 @@ from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
 from runner.backends.kubernetes.streams import Transient
 from runner.errors import RunnerError
+from runner.job.spec import Placement
 from runner.results import rundir
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,25 @@ def open_rank_log(path: Path) -> Iterator[str] | None:
         os.close(fd)
         raise RunnerError(f"{path} is not a regular file")
     return _lines(fd)
+
+
+def archived_log(run_dir: Path | None, rank: int) -> Iterator[str] | None:
+    """What `runner fetch` archived of `rank`'s log in `run_dir`, if anything."""
+    return None if run_dir is None else open_rank_log(rank_log(run_dir, rank))
+
+
+def run_shape(api: KubeApi, placement: Placement | None, name: str) -> observe.Shape:
+    """Nodes and processes per node: from job.json's `placement`, else from the job on the
+    cluster."""
+    if placement is not None:
+        return observe.Shape(placement.num_nodes, placement.procs_per_node, placement.elastic)
+    try:
+        return observe.job_shape(api.conn.job_api, api.get_job(name))
+    except NotFound:
+        raise RunnerError(
+            f"no {api.resource.kind} {name} in namespace {api.conn.namespace} on "
+            f"{api.conn.source}, and no run directory records it"
+        ) from None
 
 
 def _lines(fd: int) -> Iterator[str]:

@@ -1,7 +1,8 @@
 """The run directories as the Kubernetes backend's memory of its jobs: state.json, written only
-when the state changes, and read back tolerating damage; the placement job.json records; and
-the uid of the job submit created (job.json's `cluster.job_uid`), which tells it apart from a
-job deleted and made again under the same name. A run recorded before uids were (or whose
+when the state changes, and read back tolerating damage; the placement job.json records; the
+cluster a run was submitted to (job.json's `cluster`, checked); and the uid of the job submit
+created (`cluster.job_uid`), which tells it apart from a job deleted and made again under the
+same name. A run recorded before uids were (or whose
 record could not take it) has none, and its job is known by its name, as it always was.
 
 A finished state is final, and outlives the job on the cluster (deleted by cancel, the pending
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from contract import files
 from contract.files import DamagedFile
 from contract.rundir import JobStatus, read_state
+from runner.backends.kubernetes.connection import reference_problem
 from runner.errors import RunnerError
 from runner.job.spec import Placement
 from runner.results import rundir
@@ -74,6 +78,31 @@ def record_in(run_dir: Path, status: JobStatus) -> None:
         rundir.write_state(run_dir, status)
     except OSError as err:  # a full or read-only disk, a planted link: one line, as local says
         raise rundir.storage_error(err, run_dir) from None
+
+
+def cluster_reference(
+    results_root: Path, name: str, handle: str
+) -> tuple[Mapping[str, Any], float | None]:
+    """job.json's `cluster` for the run `name` (the handle `handle`), checked: enough to build
+    its backend again, and its pending timeout (None: none)."""
+    ref = rundir.read_record(rundir.find(results_root, name)).cluster
+    if not ref:
+        raise RunnerError(
+            f"{results_root / name}/job.json does not say which cluster ran {handle}; "
+            "it was not submitted by this runner's Kubernetes backend"
+        )
+    problem = reference_problem(ref)
+    if problem:
+        raise RunnerError(f"{results_root / name}/job.json has {problem}; fix or remove it")
+    timeout_s = ref.get("pending_timeout_s")
+    if timeout_s is not None and (
+        not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0
+    ):
+        raise RunnerError(
+            f"{results_root / name}/job.json has a cluster.pending_timeout_s that is not a "
+            f"positive number of seconds ({timeout_s!r:.40}); fix or remove it"
+        )
+    return ref, timeout_s
 
 
 JOB_UID = "job_uid"  # the key of job.json's `cluster` that holds it

@@ -150,6 +150,26 @@ def problem(kind: str, obj: Any) -> str | None:
     return found
 
 
+def selected(obj: dict[str, Any], label: str | None, field: str | None) -> bool:
+    """Whether `obj` is what the selectors the runner asked with select: `key=value` terms,
+    comma-separated (labels; fields by dotted path). A server or a proxy that ignores them must
+    not pass another job, or another run's pods, as the run's own."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    if any(labels.get(key) != value for key, value in _terms(label)):
+        return False
+    for path, value in _terms(field):
+        node: Any = obj
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node != value:
+            return False
+    return True
+
+
+def _terms(selector: str | None) -> list[tuple[str, str]]:
+    return [(k, v) for k, _, v in (t.partition("=") for t in (selector or "").split(",") if t)]
+
+
 def _replicas_problem(job: dict[str, Any]) -> str | None:
     """Each replica type's count is bounded, but a PyTorchJob's nodes are their sum over every
     type: many types must not add up to what no cluster runs (a range over it, memory)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.rundir import JobState, JobStatus
+from runner.backends.kubernetes import overtime
 
 # The conditions each API sets when a job ends (TrainJob: Complete/Failed; PyTorchJob 1.9:
 # Succeeded/Failed; both keep a list, the terminal condition is True).
@@ -132,7 +133,7 @@ def job_status(
         return _succeeded(job_api, done, by_node, shape.num_nodes)
     failed = conditions.get("Failed", {})
     if failed.get("status") == "True":
-        return _failed(job_api, failed, by_node)
+        return _failed(job_api, failed, by_node, job)
     # Pods that ran and ended count as started: the job's own condition comes a moment later.
     started = [p for p in by_node.values() if container_started(p)]
     if len(started) == shape.num_nodes:
@@ -286,11 +287,13 @@ def _succeeded(
     by_node: Mapping[int, Mapping[str, Any]],
     num_nodes: int,
 ) -> JobStatus:
-    """The job's success condition, unless a node's pod failed. training-operator 1.9 marks a
-    PyTorchJob with a Master Succeeded as soon as the Master's pod succeeds, whatever its
-    Workers did (pytorchjob_controller.go, UpdateJobStatus: the Master's `expected == 0`
-    returns before a Worker's `failed > 0` is looked at, in Go's map order), so a worker whose
-    processes exited non-zero would otherwise make a SUCCEEDED run."""
+    """The job's success condition, unless a node's pod failed, or has not ended yet (RUNNING,
+    awaiting_ends). training-operator 1.9 marks a PyTorchJob with a Master Succeeded as soon
+    as the Master's pod succeeds, whatever its Workers did or still do
+    (pytorchjob_controller.go, UpdateJobStatus: the Master's `expected == 0` returns before a
+    Worker's `failed > 0` is looked at, in Go's map order), so a worker whose processes exited
+    non-zero, or are still running, would otherwise make a SUCCEEDED run (overtime.py bounds
+    the wait)."""
     since = condition.get("lastTransitionTime")
     for node in range(num_nodes):
         pod = by_node.get(node)
@@ -305,7 +308,16 @@ def _succeeded(
             since=since,
             exit_code=code or None,
         )
+    # A TrainJob's JobSet completes only once every pod has; a PyTorchJob at its Master's.
+    running = [(n, p) for n, p in sorted(by_node.items()) if n < num_nodes and not _ended(p)]
+    if running and job_api == "pytorchjob":  # a pod that is gone cannot say: not waited for
+        node, pod = running[0]
+        return overtime.awaiting(f"node {node} (pod {_name(pod)})", since)
     return JobStatus(JobState.SUCCEEDED, since=since)
+
+
+def _ended(pod: Mapping[str, Any]) -> bool:
+    return _phase(pod) in ENDED_PHASES
 
 
 def _pod_failed(job_api: str, pod: Mapping[str, Any]) -> bool:
@@ -314,9 +326,17 @@ def _pod_failed(job_api: str, pod: Mapping[str, Any]) -> bool:
 
 
 def _failed(
-    job_api: str, condition: Mapping[str, Any], by_node: Mapping[int, Mapping[str, Any]]
+    job_api: str,
+    condition: Mapping[str, Any],
+    by_node: Mapping[int, Mapping[str, Any]],
+    job: Mapping[str, Any] | None = None,
 ) -> JobStatus:
     reason = condition.get("message") or condition.get("reason") or "the job failed"
+    if overtime.past_deadline(condition):
+        # Every pod's exit (SIGTERM, 143) is the deadline's doing: naming one would blame a
+        # rank for what the cluster did to all of them.
+        return JobStatus(JobState.FAILED, reason=f"{reason} ({overtime.deadline_note(job or {})})",
+                         since=condition.get("lastTransitionTime"))  # fmt: skip
     for node, pod in sorted(by_node.items()):
         for status in pod.get("status", {}).get("containerStatuses") or []:
             term = (status.get("state") or {}).get("terminated") or {}
