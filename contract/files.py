@@ -26,6 +26,10 @@ from typing import Any
 
 # Run-directory records are a few KiB; a file far larger than this is not one of ours.
 MAX_RECORD_BYTES = 16 << 20
+# A folder is opened only to name files relative to it (a dir_fd): O_PATH asks for no read
+# permission, so a folder one may write to but not list (mode 0o300) takes writes too. Off
+# Linux (no O_PATH), read permission it is.
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 class DamagedFile(ValueError):
@@ -115,7 +119,7 @@ def open_folder(folder: Path, create: bool = True) -> int:
     `create`. The folder itself is never a link, and a folder made here is made in one that
     is not: LinkedPath otherwise. (Links above the first folder that exists are the user's
     own choice, a results directory on another disk, and are followed.)"""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    flags = _FOLDER_FLAGS
     try:
         return os.open(folder, flags)
     except FileNotFoundError:
@@ -164,7 +168,13 @@ def open_append(path: Path, mode: int = 0o644) -> int:
 
 
 def write_json(path: Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    write_bytes(path, json_bytes(data))
+
+
+def json_bytes(data: Any) -> bytes:
+    """Exactly what write_json writes for `data`: for a writer that must know the bytes on
+    disk (to hand their digest to the one process that reads them)."""
+    return (json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
 def open_regular_in_folder(path: Path) -> int:
@@ -232,7 +242,12 @@ def _read_open(path: Path, fd: int, max_bytes: int) -> bytes:
 
 def read_json(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Any:
     """A JSON document; FileNotFoundError when missing, DamagedFile when unusable."""
-    data = read_bytes(path, max_bytes)
+    return parse_json(path, read_bytes(path, max_bytes))
+
+
+def parse_json(path: Path, data: bytes) -> Any:
+    """The JSON document in `data`, the bytes read from `path`; DamagedFile naming `path`
+    when they are not one."""
     if not data.strip():
         raise DamagedFile(path, "is empty")
     try:
@@ -254,7 +269,12 @@ def loads(text: str | bytes, **kwargs: Any) -> Any:
 
 
 def read_json_object(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any]:
-    data = read_json(path, max_bytes)
+    return parse_json_object(path, read_bytes(path, max_bytes))
+
+
+def parse_json_object(path: Path, raw: bytes) -> dict[str, Any]:
+    """The JSON object in `raw`, the bytes read from `path` (DamagedFile when not one)."""
+    data = parse_json(path, raw)
     if not isinstance(data, dict):
         raise DamagedFile(path, f"holds a JSON {type(data).__name__}, not an object")
     return data

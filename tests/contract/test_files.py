@@ -109,6 +109,58 @@ def test_a_writer_makes_missing_folders_and_replaces_a_link_at_its_name(tmp_path
     assert victim.read_text() == "precious\n"
 
 
+# Writes into a folder "box" of the working directory, as the writers of a run do.
+_WRITES_INTO_BOX = """
+import os
+from pathlib import Path
+from contract.files import open_append, write_json
+write_json(Path("box/state.json"), {"a": 1})
+write_json(Path("box/made/summary.json"), {"b": 2})
+os.close(open_append(Path("box/rank-0.log")))
+"""
+
+
+def _as_a_user() -> None:
+    """(In a child, before exec.) Root without the capabilities to read and search any
+    folder (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): a folder's mode then binds it as it
+    binds a user. Exit 77 where root may not drop them."""
+    import ctypes
+
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            os._exit(77)
+
+
+def test_a_folder_one_may_write_but_not_list_takes_writes(tmp_path):
+    """A folder of mode 0o300 (write and search, not read): the writers opened it O_RDONLY
+    for a descriptor to name files by, and the system refused (EACCES) a write it allows.
+    Root reads any folder, so the writer runs as root without that power."""
+    import subprocess
+    import sys
+
+    box = tmp_path / "box"
+    box.mkdir()
+    box.chmod(0o300)
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITES_INTO_BOX], cwd=tmp_path, capture_output=True,
+            text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(repo)},
+            preexec_fn=_as_a_user,
+        )  # fmt: skip
+    finally:
+        box.chmod(0o700)
+    if done.returncode == 77:
+        pytest.skip("root here cannot drop CAP_DAC_OVERRIDE, so a folder's mode binds it not")
+    assert done.returncode == 0, done.stderr
+    assert read_json(box / "state.json") == {"a": 1}
+    assert read_json(box / "made" / "summary.json") == {"b": 2}
+    assert (box / "rank-0.log").is_file()
+
+
 def test_a_folder_a_read_only_disk_refuses_to_make_is_named_in_full(tmp_path):
     """The folders are made relative to their parent's descriptor, whose errors name the
     folder by its name alone: the one line a user sees must still say where."""

@@ -273,15 +273,23 @@ def _launch_damage(run_dir: Path, elsewhere: Path) -> dict[str, bytes | None]:
     }
 
 
-def _supervise(run_dir: Path, out: Path) -> subprocess.CompletedProcess[bytes]:
-    """The local supervisor over `run_dir`, as submit starts it (the run's environment)."""
-    from runner.backends.local import processes
+def _supervise(
+    run_dir: Path, out: Path, digest: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """The local supervisor over `run_dir`, as submit starts it (the run's environment, the
+    digest of its launch.json as it is now unless `digest` says otherwise)."""
+    from runner.backends.local import launch, processes, supervisor
 
+    if digest is None:
+        try:
+            digest = launch.digest((run_dir / "launch.json").read_bytes())
+        except OSError:  # missing, or a link to nothing: the supervisor says which
+            digest = launch.digest(b"")
     env = {**os.environ, **processes.run_env(run_dir.name, run_dir)}
     with out.open("ab") as log:
         return subprocess.run(
-            [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
-            stdout=log, stderr=subprocess.STDOUT, env=env, timeout=120, check=False,
+            supervisor.command(run_dir, digest), stdout=log, stderr=subprocess.STDOUT, env=env,
+            timeout=120, check=False,
         )  # fmt: skip
 
 
@@ -322,6 +330,66 @@ def _request(run_dir: Path, *argvs: list[str], cwd: str | None = None) -> None:
                  for argv in argvs]  # fmt: skip
     files.write_json(run_dir / "launch.json", {"schema_version": 1, "run_dir": str(run_dir),
                                               "processes": processes})  # fmt: skip
+
+
+def test_a_launch_json_rewritten_before_the_supervisor_reads_it_runs_nothing(tmp_path):
+    """Whoever may write the run directory rewrites launch.json between submit's write and
+    the supervisor's read: the supervisor ran their command. It now runs only the bytes whose
+    digest submit gave it, and says in one line that the file changed."""
+    from runner.backends.local import launch
+
+    _, bad = _two_runs(tmp_path)
+    (bad / "state.json").unlink()
+    _request(bad, ["true"])
+    submitted = launch.digest((bad / "launch.json").read_bytes())
+    marker = tmp_path / "planted-command-ran"
+    _request(bad, ["sh", "-c", f"touch {marker}"])  # the race, won by the rewrite
+    assert _supervise(bad, tmp_path / "supervisor.out", submitted).returncode == 1
+    assert not marker.exists()
+    state = files.read_json(bad / "state.json")
+    assert state["state"] == "FAILED" and "\n" not in state["reason"]
+    assert state["reason"] == (
+        f"cannot start the run: {bad / 'launch.json'}: is not the request `runner submit` "
+        "wrote (changed since); submit the run again"
+    )
+    result = invoke(tmp_path, "status", "cnn-digits-bad")
+    assert "FAILED" in result.output and "launch.json" in result.output
+    assert "Traceback" not in (tmp_path / "supervisor.out").read_text()
+
+
+# Follows a run's events and a rank log in a process that may not hold 1 GiB (RLIMIT_AS).
+_FOLLOWS_IN_BOUNDED_MEMORY = """
+import resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
+from runner.backends.local.backend import EventTail, follow_lines
+events = EventTail(Path(sys.argv[1])).read_new()
+lines = [len(line) for line in follow_lines(Path(sys.argv[2]), lambda: True, False)]
+print([e["key"] for e in events], lines[0], max(lines))
+"""
+
+
+def test_a_huge_events_file_or_log_is_followed_a_chunk_at_a_time(tmp_path):
+    """events.jsonl or a rank log made huge (here sparse: 1 GiB of NULs without a newline,
+    which costs no disk): the follower read all of it at once, MemoryError or the OOM
+    killer (and a killed follower cancels its run)."""
+    events, log = tmp_path / "events.jsonl", tmp_path / "rank-0.log"
+    with events.open("wb") as f:
+        f.write(b'{"key": "run_start", "time_ms": 1}\n')
+        f.seek(1 << 30)
+        f.write(b'\n{"key": "run_stop", "time_ms": 2}\n')
+    with log.open("wb") as f:
+        f.write(b"first\n")
+        f.truncate(1 << 30)
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _FOLLOWS_IN_BOUNDED_MEMORY, str(events), str(log)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(repo)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-1000:]
+    keys, first, longest = done.stdout.rsplit(" ", 2)
+    assert (keys, first) == ("['run_start', 'run_stop']", "5")
+    assert int(longest) < 2 << 20  # a line that never ends, shown in pieces
 
 
 def test_a_logs_folder_that_links_out_of_the_run_is_never_written_through(tmp_path):

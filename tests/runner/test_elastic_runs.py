@@ -26,7 +26,7 @@ from contract.rundir import EVENTS, STATE, SUMMARY, rank_log
 from runner import api
 from runner.backends.local import processes
 from runner.backends.local.backend import LocalBackend
-from runner.backends.local.launch import read_request
+from runner.backends.local.launch import LAUNCH_FILE, digest, read_request
 from runner.errors import RunnerError
 from runner.job.spec import Placement, resolve
 from tests.runner.members import worker_process
@@ -92,7 +92,7 @@ def test_killing_a_worker_leaves_the_run_succeeded_with_fewer_workers(tmp_path):
 def _store(run: api.Run) -> PrefixStore:
     """A client of the store the run's supervisor hosts for its workers (launch.json's port),
     under the workers' prefix (workloads/adaptive/elastic/launch.py)."""
-    request = read_request(run.run_dir)
+    request = read_request(run.run_dir, digest((run.run_dir / LAUNCH_FILE).read_bytes()))
     assert request.store_port is not None
     client = TCPStore("127.0.0.1", request.store_port, is_master=False,
                       timeout=datetime.timedelta(seconds=30))  # fmt: skip

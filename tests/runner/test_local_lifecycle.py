@@ -3,6 +3,7 @@ forged supervisor.json, exit codes against a summary written before a crash."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -246,6 +247,33 @@ def test_an_elastic_worker_still_running_after_worker_0_ended_is_stopped_and_nam
     # Nothing outlives the run (the supervisor itself exits just after recording it).
     _, alive = psutil.wait_procs(processes.members(spec.run_id, run_dir), timeout=30)
     assert alive == []
+
+
+def test_a_process_that_left_the_runs_environment_does_not_outlive_the_run(tmp_path):
+    """A worker starts a daemon with a clean environment (`setsid env -i`) and exits: no
+    member of the run by its environment, the orphan came back to the supervisor (a
+    subreaper) and went on to init when it exited, outliving the run."""
+    spec = resolve("cnn-digits", run_id="cnn-digits-daemon")
+    run_dir = rundir.create(tmp_path, rundir.RunRecord(spec, "local", "local://cnn-digits-daemon"))
+    # The worker exits once the daemon has written its pid: it exists before the run ends.
+    daemon = (
+        "setsid env -i sh -c 'echo $$ > daemon.pid; exec sleep 600' </dev/null >/dev/null 2>&1 & "
+        "while [ ! -s daemon.pid ]; do sleep 0.01; done"
+    )
+    LocalBackend(tmp_path).submit(
+        LocalRequest(str(run_dir), (Process(("sh", "-c", daemon), cwd=str(run_dir)),))
+    )
+    api.wait(tmp_path, api.open_run(tmp_path, spec.run_id))
+    with contextlib.suppress(psutil.Error):  # it records the outcome, then exits
+        psutil.Process(files.read_json(run_dir / SUPERVISOR_FILE)["pid"]).wait(timeout=60)
+    try:
+        left = psutil.Process(int((run_dir / "daemon.pid").read_text()))
+        alive = left.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        alive = False
+    if alive:
+        left.kill()
+    assert not alive, "the daemon outlived the run"
 
 
 def test_a_joiner_the_run_ended_before_admitting_is_counted_out_of_max_and_says_so(tmp_path):

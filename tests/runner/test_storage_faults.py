@@ -86,9 +86,8 @@ def test_a_submit_that_cannot_record_its_supervisor_leaves_nothing_running(tmp_p
 def test_a_fifo_at_state_json_on_a_read_only_disk_never_hangs_the_supervisor(tmp_path):
     """state.json cannot be replaced (read-only), so the supervisor overwrites it in place:
     a FIFO planted there made that open wait for a reader for ever, deaf to SIGTERM."""
-    import sys
-
     from contract import files
+    from runner.backends.local import launch, supervisor
     from tests.disks import read_only
 
     with tmpfs(tmp_path / "disk", "1m") as disk:
@@ -97,11 +96,11 @@ def test_a_fifo_at_state_json_on_a_read_only_disk_never_hangs_the_supervisor(tmp
         os.mkfifo(run_dir / "state.json")
         process = {"argv": ["true"], "env": {}, "cwd": str(run_dir)}
         files.write_json(run_dir / "launch.json", {"run_dir": str(run_dir), "processes": [process]})
+        digest = launch.digest((run_dir / "launch.json").read_bytes())
         read_only(disk)
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
-                capture_output=True, text=True, timeout=60,
+                supervisor.command(run_dir, digest), capture_output=True, text=True, timeout=60,
             )  # fmt: skip
         except subprocess.TimeoutExpired as hung:  # run() has killed it
             raise AssertionError("the supervisor hung on the FIFO at state.json") from hung
@@ -115,11 +114,11 @@ def test_a_join_answer_the_full_disk_refuses_never_ends_the_run(tmp_path):
     that (ENOSPC), taking the elastic run with it; the request is now answered once the
     disk takes it, and the run goes on."""
     import secrets
-    import sys
 
     from contract import files
     from contract.rundir import STATE
-    from runner.backends.local import joins, processes
+    from runner.backends.local import joins, launch, processes
+    from runner.backends.local.supervisor import command
 
     with tmpfs(tmp_path / "disk", "1m") as disk:
         run_dir = disk / "run"
@@ -130,9 +129,9 @@ def test_a_join_answer_the_full_disk_refuses_never_ends_the_run(tmp_path):
                                                    "processes": [sleeper, sleeper]})  # fmt: skip
         env = {**os.environ, **processes.run_env(run_dir.name, run_dir)}
         with open(tmp_path / "supervisor.out", "wb") as out:
+            digest = launch.digest((run_dir / "launch.json").read_bytes())
             supervisor = subprocess.Popen(
-                [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir)],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
+                command(run_dir, digest), stdout=out, stderr=subprocess.STDOUT, env=env,
             )  # fmt: skip
         try:
             while (

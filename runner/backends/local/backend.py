@@ -15,13 +15,12 @@ import codecs
 import os
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import psutil
 
@@ -32,6 +31,7 @@ from contract.rundir import EVENTS, LOGS, STATE, JobState, JobStatus, rank_log, 
 from runner import flock
 from runner.backends.base import LOCAL_SCHEME, LocalRequest, Process, Request
 from runner.backends.local import elastic, joins, launch, leash, network, preflight, processes
+from runner.backends.local.supervisor import command as supervisor_command
 from runner.errors import RunInputError, RunnerError, RunNotFound, SpecError
 from runner.job.spec import JobSpec
 from runner.results import rundir
@@ -97,15 +97,17 @@ class LocalBackend:
         # (its stdout): until then, `status` from another command waits rather than taking a
         # run being started for one whose supervisor died.
         with flock.hold(run_dir / LOGS / SUPERVISOR_LOG) as out:
-            files.write_json(run_dir / launch.LAUNCH_FILE, local.to_dict())
+            # The supervisor runs these bytes only (their digest on its argv): a launch.json
+            # rewritten before it reads it fails the run rather than runs another command.
+            request_bytes = files.json_bytes(local.to_dict())
+            files.write_bytes(run_dir / launch.LAUNCH_FILE, request_bytes)
             # Tied to this process until the command lets the run go (leash.py).
             read_end = leash.tie(run_dir)
             proc = None
             try:
                 try:
                     proc = subprocess.Popen(
-                        [sys.executable, "-m", "runner.backends.local.supervisor", str(run_dir),
-                         "--leash", str(read_end)],
+                        supervisor_command(run_dir, launch.digest(request_bytes), read_end),
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                         start_new_session=True,  # a Ctrl-C in the terminal reaches the runner alone
                         pass_fds=(read_end,),
@@ -303,6 +305,11 @@ def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
     )  # fmt: skip
 
 
+# What a follower reads of a growing file at once: a file far larger (a sparse one of
+# terabytes, a line that never ends) is still read, a chunk at a time, never whole.
+CHUNK_BYTES = 1 << 20
+
+
 class EventTail:
     """New complete events appended to an events.jsonl since the last read."""
 
@@ -315,13 +322,23 @@ class EventTail:
             fd = _open_regular(self._path)
         except (OSError, DamagedFile):  # not there yet, or not a log: no events to pass on
             return []
+        events: list[dict[str, Any]] = []
         with os.fdopen(fd, "rb") as f:
-            f.seek(self._offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1  # only whole lines; a line being written waits
-        self._offset += end
-        text = data[:end].decode("utf-8", errors="replace")
-        return [e for e in map(parse_line, text.splitlines()) if e is not None]
+            while chunk := _whole_lines(f, self._offset):
+                self._offset += len(chunk)
+                text = chunk.decode("utf-8", errors="replace")
+                events += [e for e in map(parse_line, text.splitlines()) if e is not None]
+        return events
+
+
+def _whole_lines(f: BinaryIO, offset: int) -> bytes:
+    """At most CHUNK_BYTES from `offset`, up to its last newline (a line being written
+    waits); a chunk without one is passed whole, a line longer than any event's."""
+    f.seek(offset)
+    data = f.read(CHUNK_BYTES)
+    if len(data) == CHUNK_BYTES and b"\n" not in data:
+        return data
+    return data[: data.rfind(b"\n") + 1]
 
 
 def follow_lines(path: Path, finished: Any, follow: bool) -> Iterator[str]:
@@ -331,22 +348,32 @@ def follow_lines(path: Path, finished: Any, follow: bool) -> Iterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a split character waits
     while True:
         done = finished() if follow else True  # read the flag before draining: no lost tail
-        try:
-            fd = _open_regular(path)
-            with os.fdopen(fd, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-                offset = f.tell()
-        except OSError:
-            chunk = b""
-        lines = (partial + decoder.decode(chunk)).split("\n")
-        partial = lines.pop()
-        yield from lines
+        for chunk in _chunks(path, offset):
+            offset += len(chunk)
+            lines = (partial + decoder.decode(chunk)).split("\n")
+            partial = lines.pop()
+            yield from lines
+            if len(partial) >= CHUNK_BYTES:  # a line that never ends is shown in pieces
+                yield partial
+                partial = ""
         if done:
             if partial:
                 yield partial
             return
         time.sleep(POLL_S)
+
+
+def _chunks(path: Path, offset: int) -> Iterator[bytes]:
+    """What `path` holds from `offset` on, CHUNK_BYTES at a time (nothing: not there, or
+    not readable)."""
+    try:
+        fd = _open_regular(path)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        f.seek(offset)
+        while chunk := f.read(CHUNK_BYTES):
+            yield chunk
 
 
 def _open_regular(path: Path) -> int:

@@ -1,13 +1,15 @@
-"""Join requests: how `runner join RUN_ID` asks a local elastic run for one more worker.
+"""Join requests: how `runner join RUN_ID` asks a local elastic run for one more worker, and
+how its supervisor serves them.
 
 The supervisor owns every process of a run (its lifetime, cancel, the outcome), so it alone
-starts a joiner; the command only asks. It creates `requests/join-<token>` in the run
+starts a joiner; the command only asks (`ask`). It creates `requests/join-<token>` in the run
 directory (a new empty file, never through a link) and waits for `join-<token>.answer`; the
-supervisor looks for requests while it polls its workers, starts the worker or refuses, and
-answers with JSON `{"started": bool, "message": str}`. No pid and no command travels in a
-request: what the joiner runs is the run's own launch.json, so a file someone else drops in
-the directory can at most ask for a worker the run may have anyway.
-Not here: whether a worker may join (supervisor.py decides), what it runs (elastic.py).
+supervisor looks for requests while it polls its workers (`serve`), starts the worker or
+refuses (`join_refusal` says when), and answers with JSON `{"started": bool, "message": str}`.
+No pid and no command travels in a request: what the joiner runs is the run's own request,
+as the supervisor read it at its start, so a file someone else drops in the directory can at
+most ask for a worker the run may have anyway.
+Not here: what a joiner runs (elastic.py), the supervisor's loop and the run's outcome.
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from contract import files
 from contract.files import DamagedFile
+from contract.rundir import LOGS
+from runner.backends.base import LocalRequest
+from runner.backends.local import processes
+from runner.backends.local.elastic import joiner_process
+from runner.backends.local.launch import Started, start, start_failure
 from runner.errors import RunnerError, StorageError
 
 REQUESTS = "requests"
@@ -105,3 +113,56 @@ def answer(run_dir: Path, token: str, started: bool, message: str) -> None:
     """The supervisor's answer to request `token` (written whole: the asker reads it once)."""
     files.write_json(run_dir / REQUESTS / (token + ANSWER_SUFFIX),
                      {"started": started, "message": message})  # fmt: skip
+
+
+# ---- the supervisor's side ---------------------------------------------------------------
+
+
+def serve(
+    run_dir: Path,
+    request: LocalRequest,
+    started: Started,
+    exits: processes.Exits,
+    unsent: dict[str, tuple[bool, str]],
+) -> None:
+    """Answer each `runner join` waiting: start worker n (the next process), or say why not.
+    An answer the disk refuses (full) must not end the run: it waits in `unsent` and is
+    written at a later poll, once the disk takes it (never a second worker for one request)."""
+    for token in pending(run_dir):
+        if token not in unsent:
+            unsent[token] = _join(run_dir, request, started, exits)
+        was_started, message = unsent[token]
+        with contextlib.suppress(OSError):
+            answer(run_dir, token, was_started, message)
+            del unsent[token]
+
+
+def _join(
+    run_dir: Path, request: LocalRequest, started: Started, exits: processes.Exits
+) -> tuple[bool, str]:
+    """Start worker n for a join request if the run can take it: (started, the answer)."""
+    refusal = join_refusal(exits.codes(), request)
+    if refusal is not None:
+        return False, refusal
+    index = len(exits.processes)
+    process = joiner_process(request.processes[0], index)
+    try:
+        exits.add(start(process, started, run_dir / LOGS / f"launcher-{index}.log"))
+    except OSError as err:  # its log a link, the disk full: the run goes on without it
+        return False, f"cannot start a worker: {start_failure(err)}"
+    return True, (f"worker w{index} started; it joins at the run's next decision point "
+                  f"(its log: {LOGS}/rank-{index}.log)")  # fmt: skip
+
+
+def join_refusal(returncodes: Sequence[int | None], request: LocalRequest) -> str | None:
+    """Why an elastic run cannot take one more worker now (None: it can). MAX is how many
+    it started; a worker counts while its process runs (one still waiting to be admitted
+    included, so two joins at once never pass MAX)."""
+    max_workers = len(request.processes)
+    if returncodes[0] is not None:
+        return "the run is ending (worker 0, which writes its record, has exited)"
+    alive = sum(code is None for code in returncodes)
+    if alive >= max_workers:
+        return (f"the run already has {alive} workers, its maximum (--workers "
+                f"{request.min_workers}:{max_workers})")  # fmt: skip
+    return None

@@ -19,8 +19,8 @@ What the supervisor does with it:
 
     with launch(request) as started:         # builds and probes the network (if any)
         for process in request.processes:
-            Popen(started.argv(process), env={**os.environ, **process.env, **started.env},
-                  cwd=process.cwd, ...)
+            start(process, started, log_path)  # Popen(started.argv(process), env={
+                                                 #   **os.environ, **process.env, **started.env})
         ...                                  # wait, cancel, clean up the process tree
     # leaving the block removes the network; a killed supervisor removes it too
 
@@ -31,8 +31,10 @@ as measured, or "loopback, unshaped" when the request has no link.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +55,7 @@ from runner.backends.local.network import (
 )
 from runner.errors import SpecError
 from runner.job.link import PARAM, parse_link
+from workloads import lifetime
 
 if TYPE_CHECKING:
     from runner.job.spec import JobSpec
@@ -161,6 +164,26 @@ class Started:
         return None if self.network is None else self.network.broken()
 
 
+def start(process: Process, started: Started, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `process` on the request's network, its output appended to `log_path`; it dies
+    with the caller (the supervisor: a run's worker, or one that joins it). OSError when it
+    cannot start (its log a link, its directory or program gone): `start_failure` says it."""
+    parent = os.getpid()
+    # Never through a link: a planted logs/ or launcher log would take the output elsewhere.
+    with os.fdopen(files.open_append(log_path), "ab") as log:
+        return subprocess.Popen(
+            started.argv(process), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, env={**os.environ, **process.env, **started.env},
+            cwd=process.cwd, preexec_fn=lambda: lifetime.die_with_parent(parent),
+        )  # fmt: skip
+
+
+def start_failure(err: OSError) -> str:
+    """Why `start` failed, in one line that names its file: `path: what the system said`."""
+    what = err.strerror or str(err)
+    return f"{err.filename}: {what}" if err.filename else what
+
+
 @contextlib.contextmanager
 def launch(request: LocalRequest) -> Iterator[Started]:
     """The request's network, built and measured, for as long as the block runs.
@@ -182,13 +205,26 @@ def launch(request: LocalRequest) -> Iterator[Started]:
         yield Started(net, record)
 
 
-def read_request(run_dir: Path) -> LocalRequest:
-    """The request in `run_dir`'s launch.json, every field's type and range checked: the file
-    may have been damaged or rewritten since submit wrote it, and the supervisor must record
-    that as the run's one-line failure, not die of a TypeError. DamagedFile (naming the file)
-    when it is not a request this backend can run; FileNotFoundError when it is missing."""
+def digest(data: bytes) -> str:
+    """The digest of launch.json's bytes that submit hands the supervisor (on its argv)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_request(run_dir: Path, expected_digest: str) -> LocalRequest:
+    """The request in `run_dir`'s launch.json, exactly as submit wrote it (`expected_digest`,
+    its bytes' digest), every field's type and range checked: anyone who may write the run
+    directory could rewrite the file between submit's write and this read, and the supervisor
+    would run their command; and a damaged file must be the run's one-line failure, not a
+    TypeError. The bytes checked are the bytes parsed (read once). DamagedFile (naming the
+    file) when it is not that request or not one this backend can run; FileNotFoundError
+    when it is missing."""
     path = run_dir / LAUNCH_FILE
-    data = files.read_json_object(path)
+    raw = files.read_bytes(path)
+    if digest(raw) != expected_digest:
+        raise DamagedFile(
+            path, "is not the request `runner submit` wrote (changed since); submit the run again"
+        )
+    data = files.parse_json_object(path, raw)
     check_version(data, path)
     entries = data.get("processes")
     if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_PROCESSES:

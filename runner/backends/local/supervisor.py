@@ -1,18 +1,19 @@
 """Supervises one local run: runs exactly its request, records the outcome, leaves nothing.
 
-Started by LocalBackend.submit as `python -m runner.backends.local.supervisor RUN_DIR` in a
+Started by LocalBackend.submit (`command`: RUN_DIR, the digest of its launch.json) in a
 session of its own, so the run survives the CLI that started it (`--detach`) and a Ctrl-C in
 that terminal reaches only the CLI, which then cancels through this process. It runs the
-processes of launch.json (the request `runner submit --dry-run` shows) and is the only writer
-of state.json while it lives. SIGTERM, SIGINT or SIGHUP cancel: every process of the run gets
-SIGTERM, and whatever is left after a grace period SIGKILL. So does the end of the command that
+processes of launch.json (the request `runner submit --dry-run` shows: the very bytes submit
+wrote, which the digest proves) and is the only writer of state.json while it lives. SIGTERM,
+SIGINT or SIGHUP cancel: every process of the run gets SIGTERM, and whatever is left after a
+grace period SIGKILL. So does the end of the command that
 follows the run, a SIGKILLed one included, unless it let the run go (leash.py). If this
 process is SIGKILLed, the kernel ends the workers (workloads/lifetime.py), and the next command
 that reads the run records it FAILED (LocalBackend.status).
 
 An elastic run (--workers MIN:MAX, runner/backends/local/elastic.py): the supervisor also
 hosts the workers' store, and the run goes on until every worker has ended, since a worker's
-death is a change of workers, not the run's end. It answers `runner join` (joins.py): one more
+death is a change of workers, not the run's end. It answers `runner join` (joins.serve): one more
 worker while fewer than MAX are alive and the writer (worker 0) still runs; worker n (n >= MAX
 for a joiner) is process n and writes rank-n.log.
 
@@ -32,7 +33,6 @@ import os
 import re
 import signal
 import stat
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -52,10 +52,17 @@ from contract.rundir import (
     JobStatus,
     rank_log,
 )
-from runner.backends.base import LocalRequest, Process
+from runner.backends.base import LocalRequest
 from runner.backends.local import joins, leash, processes
-from runner.backends.local.elastic import StoreUnavailable, hosted_store, joiner_process
-from runner.backends.local.launch import LAUNCH_FILE, Started, launch, read_request
+from runner.backends.local.elastic import StoreUnavailable, hosted_store
+from runner.backends.local.launch import (
+    LAUNCH_FILE,
+    Started,
+    launch,
+    read_request,
+    start,
+    start_failure,
+)
 from runner.backends.local.network import NetworkUnavailable
 from workloads import lifetime
 
@@ -78,12 +85,23 @@ _ERROR_LINE = re.compile(
 _STACKBENCH_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)*\s*stackbench: (.+)$")
 
 
-def supervise(run_dir: Path, leash_fd: int | None = None) -> JobStatus:
-    """Run the request in `run_dir` to its end and record the outcome. `leash_fd`: the read
-    end of the submitting command's leash (leash.py), if it tied one."""
+def command(run_dir: Path, request_digest: str, leash_fd: int | None = None) -> list[str]:
+    """The supervisor's command line for the run at `run_dir`: `request_digest` is the digest
+    of the launch.json it must run (launch.digest), `leash_fd` the read end of the submitting
+    command's leash (leash.py), if it tied one. On argv, not in the environment, which the
+    workers inherit."""
+    leash_args = [] if leash_fd is None else ["--leash", str(leash_fd)]
+    module = "runner.backends.local.supervisor"
+    return [sys.executable, "-m", module, str(run_dir), "--digest", request_digest, *leash_args]
+
+
+def supervise(run_dir: Path, request_digest: str, leash_fd: int | None = None) -> JobStatus:
+    """Run the request in `run_dir` to its end and record the outcome: only the launch.json
+    whose digest is `request_digest`. `leash_fd`: the read end of the submitting command's
+    leash (leash.py), if it tied one."""
     run_dir = run_dir.resolve()  # the workers run inside it; relative paths would nest
     try:
-        request = read_request(run_dir)
+        request = read_request(run_dir, request_digest)
     except (FileNotFoundError, DamagedFile) as err:
         # Damaged or rewritten since submit wrote it: nothing is started, and the run says
         # why in one line rather than reading "the supervisor died".
@@ -108,8 +126,18 @@ def supervise(run_dir: Path, leash_fd: int | None = None) -> JobStatus:
             status = _run(run_dir, request, network, stop, listener)
     except (NetworkUnavailable, StoreUnavailable) as err:
         status = JobStatus(JobState.FAILED, str(err), since=_now())
+    _end_orphans()
     record(run_dir, status)
     return status
+
+
+def _end_orphans() -> None:
+    """End every process still below this one once the run's network is gone (its namespace
+    holders are children too). A descendant that left the run's environment (`env -i`, a
+    daemon) is no `processes.members`, but an orphan comes back to this subreaper: left
+    here, it would go on to init when this process exits, outliving the run."""
+    with contextlib.suppress(psutil.Error):
+        processes.end(psutil.Process().children(recursive=True), GRACE_S)
 
 
 def _run(
@@ -122,10 +150,11 @@ def _run(
     exits = processes.Exits()
     for i, p in enumerate(request.processes):
         try:
-            exits.add(_start(p, network, _launcher_log(run_dir, i, request)))
+            exits.add(start(p, network, _launcher_log(run_dir, i, request)))
         except OSError as err:  # its log a link, its directory or program gone
             _stop(run_dir, exits)
-            return _failed(f"cannot start process {i}: {_os_error(err)}", storage_problem(run_dir))
+            why = f"cannot start process {i}: {start_failure(err)}"
+            return _failed(why, storage_problem(run_dir))
     record(run_dir, JobStatus(JobState.RUNNING, since=_now()))
     # An elastic run goes on while workers are left: they decide among themselves whether
     # the survivors can go on (workloads/adaptive/elastic/session.py), so one's end is not
@@ -152,7 +181,7 @@ def _run(
             stop.append(LEASH_SNAPPED)
             break
         if elastic:
-            _serve_joins(run_dir, request, network, exits, unsent)
+            joins.serve(run_dir, request, network, exits, unsent)
         exits.wait(POLL_S)
     _stop(run_dir, exits)
     codes = [p.returncode for p in exits.processes]
@@ -175,73 +204,6 @@ def _stop(run_dir: Path, exits: processes.Exits) -> None:
     processes.end([*processes.members(run_dir.name, run_dir), *started], GRACE_S)
     for proc in exits.processes:
         proc.wait()
-
-
-def _os_error(err: OSError) -> str:
-    """An OSError as one line that names its file: `path: what the system said`."""
-    what = err.strerror or str(err)
-    return f"{err.filename}: {what}" if err.filename else what
-
-
-def _serve_joins(
-    run_dir: Path,
-    request: LocalRequest,
-    network: Started,
-    exits: processes.Exits,
-    unsent: dict[str, tuple[bool, str]],
-) -> None:
-    """Answer each `runner join` waiting: start worker n (the next process), or say why not.
-    An answer the disk refuses (full) must not end the run: it waits in `unsent` and is
-    written at a later poll, once the disk takes it (never a second worker for one request)."""
-    for token in joins.pending(run_dir):
-        if token not in unsent:
-            unsent[token] = _join(run_dir, request, network, exits)
-        started, message = unsent[token]
-        with contextlib.suppress(OSError):
-            joins.answer(run_dir, token, started, message)
-            del unsent[token]
-
-
-def _join(
-    run_dir: Path, request: LocalRequest, network: Started, exits: processes.Exits
-) -> tuple[bool, str]:
-    """Start worker n for a join request if the run can take it: (started, the answer)."""
-    refusal = join_refusal(exits.codes(), request)
-    if refusal is not None:
-        return False, refusal
-    index = len(exits.processes)
-    process = joiner_process(request.processes[0], index)
-    try:
-        exits.add(_start(process, network, run_dir / LOGS / f"launcher-{index}.log"))
-    except OSError as err:  # its log a link, the disk full: the run goes on without it
-        return False, f"cannot start a worker: {_os_error(err)}"
-    return True, (f"worker w{index} started; it joins at the run's next decision point "
-                  f"(its log: {LOGS}/rank-{index}.log)")  # fmt: skip
-
-
-def join_refusal(returncodes: Sequence[int | None], request: LocalRequest) -> str | None:
-    """Why an elastic run cannot take one more worker now (None: it can). MAX is how many
-    it started; a worker counts while its process runs (one still waiting to be admitted
-    included, so two joins at once never pass MAX)."""
-    max_workers = len(request.processes)
-    if returncodes[0] is not None:
-        return "the run is ending (worker 0, which writes its record, has exited)"
-    alive = sum(code is None for code in returncodes)
-    if alive >= max_workers:
-        return (f"the run already has {alive} workers, its maximum (--workers "
-                f"{request.min_workers}:{max_workers})")  # fmt: skip
-    return None
-
-
-def _start(process: Process, network: Started, log_path: Path) -> subprocess.Popen[bytes]:
-    parent = os.getpid()
-    # Never through a link: a planted logs/ or launcher log would take the output elsewhere.
-    with os.fdopen(files.open_append(log_path), "ab") as log:
-        return subprocess.Popen(
-            network.argv(process), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, env={**os.environ, **process.env, **network.env},
-            cwd=process.cwd, preexec_fn=lambda: lifetime.die_with_parent(parent),
-        )  # fmt: skip
 
 
 def _launcher_log(run_dir: Path, index: int, request: LocalRequest) -> Path:
@@ -422,10 +384,12 @@ def _now() -> str:
 
 
 def main() -> int:
-    # RUN_DIR [--leash FD]: argv, not the environment, which the workers inherit.
-    args = sys.argv[1:]
-    leash_fd = int(args[2]) if args[1:2] == ["--leash"] else None
-    status = supervise(Path(args[0]), leash_fd)
+    # As `command` writes it: RUN_DIR --digest SHA256 [--leash FD]. Without a digest, no
+    # request matches, and the run fails saying so.
+    run_dir, *rest = sys.argv[1:]
+    options = dict(zip(rest[::2], rest[1::2], strict=False))
+    leash = options.get("--leash")
+    status = supervise(Path(run_dir), options.get("--digest", ""), int(leash) if leash else None)
     return 0 if status.state is JobState.SUCCEEDED else 1
 
 
