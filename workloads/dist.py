@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from contract import files
+from workloads import watchdog
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,13 @@ def init(device: torch.device, timeout_s: float) -> str:
     """Join the process group (env:// rendezvous); returns the backend name."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     device_id = device if device.type == "cuda" else None  # None: the default, no device bound
-    dist.init_process_group(
-        backend, timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id
-    )
+    with watchdog.naming("the rendezvous of the process group"):  # a peer that never came
+        dist.init_process_group(
+            backend, timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id
+        )
+    # The timeout bounds gloo's waits on the network only; the watchdog bounds every wait on
+    # a collective (an elastic run's session bounds its own waits).
+    watchdog.arm(dist.get_rank(), timeout_s)
     return backend
 
 
@@ -75,6 +80,7 @@ def shutdown() -> None:
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
+    watchdog.disarm()
 
 
 def redirect_output(log_file: Path) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from workloads import divergence, precision
+from workloads import divergence, precision, watchdog
 from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
@@ -207,6 +207,7 @@ def optimize(
     `epoch` and `step` (both counting from 1) name where a divergence happened. Returns the
     loss."""
     timer = tr.timer
+    watchdog.at(f"epoch {epoch}, step {step}")  # where a stalled collective stalled
     for group in tr.optimizer.param_groups:
         group["lr"] = lr
     strategy, closed_form = tr.strategy, tr.closed_form

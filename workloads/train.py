@@ -28,7 +28,7 @@ from contract.files import write_json
 from contract.manifest import Manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import TrainSummary
-from workloads import dist, divergence, lifetime, manifest, mllog, strategies, tasks
+from workloads import dist, divergence, lifetime, manifest, mllog, strategies, tasks, watchdog
 from workloads.adaptive import run as adaptive_run
 from workloads.adaptive.elastic import session as elastic
 from workloads.adaptive.elastic.launch import LaunchError
@@ -90,6 +90,12 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     except MembershipError as err:  # an elastic run that cannot go on: one line says why
         print(f"stackbench: {err}", flush=True)
         return ELASTIC_EXIT
+    except RuntimeError as err:  # a peer that stopped answering is no bug of ours: no trace
+        reason = watchdog.timeout_reason(err)
+        if reason is None:
+            raise
+        print(f"stackbench: {reason}", flush=True)
+        return watchdog.STALLED_EXIT
     gc.freeze()  # the process ends here: nothing left is worth walking
     return 0
 
@@ -322,6 +328,7 @@ def _train(
     for epoch in range(first_epoch, config.run.max_epochs + 1):
         log.start(events.EPOCH_START, epoch_num=epoch)
         stats = task.train_epoch(epoch, deadline.expired, on_step)
+        watchdog.at(f"the end of epoch {epoch}")
         if stats.first_step_s is not None:
             tally.first_step_s = stats.first_step_s
         tally.add_step_times(stats.step_times_s)
@@ -340,6 +347,7 @@ def _train(
         if epoch % config.run.eval_every_epochs == 0 or last:
             eval_t0 = time.perf_counter()
             log.start(events.EVAL_START, epoch_num=epoch)
+            watchdog.at(f"epoch {epoch}, in evaluation")
             result = guard(partial(task.evaluate, epoch), (epoch, elastic.EVALUATION))
             _require_finite(result, epoch)
             # MLPerf logs every benchmark's quality metric as eval_accuracy (BLEU for its

@@ -18,42 +18,51 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from workloads import watchdog
 from workloads.timing import StepTimer
 
 
 class Collectives:
     """Collectives over the default process group; means divide before summing (as DDP does,
-    so that fp16 buffers do not overflow)."""
+    so that fp16 buffers do not overflow). Each is timed by the watchdog (workloads/
+    watchdog.py): one that never completes ends the run in one line, gloo's timeout or not."""
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> None:
         tensor.div_(dist.get_world_size())
-        dist.all_reduce(tensor)
+        with watchdog.collective("an all-reduce"):
+            dist.all_reduce(tensor)
 
     def all_reduce_mean_async(self, tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
         tensor.div_(dist.get_world_size())
         work = dist.all_reduce(tensor, async_op=True)
         assert work is not None
-        return work.get_future().then(lambda fut: fut.value()[0])
+        future = work.get_future().then(lambda fut: fut.value()[0])
+        watchdog.track(future, "an all-reduce")
+        return future
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's `tensor`, stacked in rank order: [world size, *tensor.shape]."""
         out = tensor.new_empty((dist.get_world_size(), *tensor.shape))
-        dist.all_gather_single(out.view(-1), tensor.contiguous().view(-1))
+        with watchdog.collective("an all-gather"):
+            dist.all_gather_single(out.view(-1), tensor.contiguous().view(-1))
         return out
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
-        dist.broadcast(tensor, src)
+        with watchdog.collective("a broadcast"):
+            dist.broadcast(tensor, src)
 
     def gather(self, tensor: torch.Tensor, dst: int = 0) -> list[torch.Tensor] | None:
         """Every rank's `tensor`, in rank order, on `dst`; None on the other ranks."""
         is_dst = dist.get_rank() == dst
         parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())] if is_dst else None
-        dist.gather(tensor, parts, dst=dst)
+        with watchdog.collective("a gather"):
+            dist.gather(tensor, parts, dst=dst)
         return parts
 
     def scatter(self, tensor: torch.Tensor, parts: list[torch.Tensor] | None, src: int = 0) -> None:
         """Rank r receives parts[r] (given on `src` only) into `tensor`."""
-        dist.scatter(tensor, parts, src=src)
+        with watchdog.collective("a scatter"):
+            dist.scatter(tensor, parts, src=src)
 
     def delivered(
         self, future: torch.futures.Future[torch.Tensor]

@@ -37,6 +37,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.parallel.distributed import _BufferCommHookLocation
 
+from workloads import watchdog
 from workloads.strategies.base import (
     Collectives,
     broadcast_buffers,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from workloads.adaptive.probes import GradientProbe
 
 CommHook = Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+_GRADIENT_EXCHANGE = "the gradient exchange of DDP's communication hook"
 
 
 class DdpStrategy:
@@ -95,6 +97,8 @@ class DdpStrategy:
         entry = self._clock.stamp()
         future = self._comm_hook(state, bucket)
         self._hook_spans.append((entry, self._clock.stamp()))
+        # DDP's reducer waits for it with no timeout: the watchdog bounds that wait.
+        watchdog.track(future, _GRADIENT_EXCHANGE)
         return future
 
     def _broadcast_buffers(self, state: object, named_buffers: dict[str, torch.Tensor]) -> None:
@@ -110,7 +114,8 @@ class DdpStrategy:
             timer.move("communication", entry, exit_)
         self._buffer_spans = []
         self._hook_spans = []
-        loss.backward()
+        with watchdog.naming(_GRADIENT_EXCHANGE):  # DDP's reducer waits on the hooks in it
+            loss.backward()
         if self.module.require_backward_grad_sync:  # not within no_sync: a reducing step
             self._refuse_unused()
         if not self._hook_spans:  # nothing to reduce (no gradients): all of it is compute

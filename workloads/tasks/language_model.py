@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import divergence, models, precision, strategies
+from workloads import divergence, models, precision, strategies, watchdog
 from workloads.config import TrainConfig
 from workloads.data import WIKITEXT2_SUBDIR, data_root
 from workloads.data.config import WikiText2Data
@@ -133,6 +133,7 @@ class LanguageModelTask(Trains):
     ) -> tuple[torch.Tensor, Hidden]:
         cfg, timer, strategy, optimizer = self.config, self.timer, self._strategy(), self._optim()
         timer.start()
+        watchdog.at(f"epoch {int(epochs_done) + 1}, step {self.updates_done + 1}")
         x = self.train[start : start + length]
         y = self.train[start + 1 : start + 1 + length]
         hidden = detach_hidden(hidden)  # truncated backpropagation

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract import files
-from workloads import decoding, divergence, models, precision, strategies, textmetrics
+from workloads import decoding, divergence, models, precision, strategies, textmetrics, watchdog
 from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
@@ -144,6 +144,7 @@ class TranslationTask(Trains):
         """One optimizer update over this rank's micro-batches `rounds` (pair ids)."""
         cfg, timer, strategy, optimizer = self.config, self.timer, self._strategy(), self._optim()
         timer.start()
+        watchdog.at(f"epoch {int(epochs_done) + 1}, step {self.updates_done + 1}")
         lr = lr_at(cfg, self.world_size, epochs_done, self.updates_done)
         for group in optimizer.param_groups:
             group["lr"] = lr
