@@ -529,3 +529,28 @@ def test_runs_listed_while_they_start_are_neither_failed_nor_killed(tmp_path):
     finally:
         lister.kill()
         lister.wait()
+
+
+def test_a_stopped_process_is_ended_by_its_sigterm_not_left_for_the_sigkill(tmp_path):
+    """A rank stopped with SIGSTOP (a debugger, Ctrl-Z) never acts on SIGTERM until it is
+    continued: ending the run waited out the grace and killed it, its handler unrun."""
+    handled = tmp_path / "sigterm-handled"
+    code = (
+        "import pathlib, signal, sys, time\n"
+        "def done(*_):\n"
+        f"    pathlib.Path({str(handled)!r}).touch(); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, done)\n"
+        f"pathlib.Path({str(tmp_path / 'ready')!r}).touch()\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        while not (tmp_path / "ready").exists():
+            assert child.poll() is None
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGSTOP)
+        processes.end([psutil.Process(child.pid)], grace_s=20)  # reaps it (psutil waits)
+        assert handled.exists(), "the stopped process was SIGKILLed, its SIGTERM never handled"
+    finally:
+        child.kill()
+        child.wait()

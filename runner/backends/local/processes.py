@@ -90,6 +90,9 @@ def end(procs: Iterable[psutil.Process], grace_s: float) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
+            # A stopped process (SIGSTOP, a debugger, Ctrl-Z) holds SIGTERM pending until it
+            # is continued: it would sit out the grace and die by SIGKILL, its handler unrun.
+            proc.resume()
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
