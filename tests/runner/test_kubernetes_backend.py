@@ -150,6 +150,19 @@ def test_status_explains_a_failure_with_the_exit_code(cluster, tmp_path, job_api
     assert "node 1" in status.reason and "OOMKilled" in status.reason
 
 
+def _success_with_a_worker_running(cluster, tmp_path, now: list[datetime]):
+    """A PyTorchJob its operator calls Succeeded (at 2030-01-01T00:10:00) once its Master's pod
+    succeeded, its Worker's still running; the backend's clock reads now[0]."""
+    backend = make_backend(cluster, tmp_path, "pytorchjob", clock=lambda: now[0])
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.add_pod(
+        pod("pytorchjob", RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout())
+    )
+    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Running"), log=pod_log(range(2, 4), ""))
+    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    return backend, handle, run_dir
+
+
 def test_a_pytorchjob_that_reports_success_while_a_worker_runs_waits_for_the_worker(
     cluster, tmp_path
 ):
@@ -158,13 +171,7 @@ def test_a_pytorchjob_that_reports_success_while_a_worker_runs_waits_for_the_wor
     decides the run. A SUCCEEDED record then would be final, and fetch would delete the job,
     the Worker with it, whatever it was about to do."""
     now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]  # 30 s after the condition
-    backend = make_backend(cluster, tmp_path, "pytorchjob", clock=lambda: now[0])
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    cluster.add_pod(
-        pod("pytorchjob", RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout())
-    )
-    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Running"), log=pod_log(range(2, 4), ""))
-    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    backend, handle, run_dir = _success_with_a_worker_running(cluster, tmp_path, now)
     waiting = backend.status(handle)
     assert waiting.state is JobState.RUNNING
     assert f"waiting for node 1 (pod {RUN_ID}-worker-0) to end" in waiting.reason
@@ -179,14 +186,8 @@ def test_a_pytorchjob_that_reports_success_while_a_worker_runs_waits_for_the_wor
 def test_a_worker_that_never_ends_after_the_job_reports_success_fails_the_run(cluster, tmp_path):
     """The operator calls the job finished, so its deadline no longer stops the hung Worker:
     after a grace the run is FAILED, which lets fetch and cancel clean up."""
-    now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]
-    backend = make_backend(cluster, tmp_path, "pytorchjob", clock=lambda: now[0])
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    cluster.add_pod(
-        pod("pytorchjob", RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout())
-    )
-    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Running"), log=pod_log(range(2, 4), ""))
-    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]  # 30 s after the condition
+    backend, handle, run_dir = _success_with_a_worker_running(cluster, tmp_path, now)
     assert backend.status(handle).state is JobState.RUNNING
     now[0] = datetime.fromisoformat("2030-01-01T00:15:00+00:00")  # 300 s after the condition
     status = backend.status(handle)
@@ -200,14 +201,8 @@ def test_a_worker_that_never_ends_after_the_job_reports_success_fails_the_run(cl
 def test_cancel_stops_a_worker_that_runs_on_after_the_job_reports_success(cluster, tmp_path):
     """The run is not over while its Worker runs (above): `runner cancel` must stop it, not
     take the operator's Succeeded for the run's end and leave the Worker running."""
-    now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]
-    backend = make_backend(cluster, tmp_path, "pytorchjob", clock=lambda: now[0])
-    handle, run_dir = submit(backend, tmp_path, make_spec())
-    cluster.add_pod(
-        pod("pytorchjob", RUN_ID, 0, "Succeeded"), log=pod_log(range(2), rank0_stdout())
-    )
-    cluster.add_pod(pod("pytorchjob", RUN_ID, 1, "Running"), log=pod_log(range(2, 4), ""))
-    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    now = [datetime.fromisoformat("2030-01-01T00:10:30+00:00")]  # 30 s after the condition
+    backend, handle, run_dir = _success_with_a_worker_running(cluster, tmp_path, now)
     assert backend.status(handle).state is JobState.RUNNING
     backend.cancel(handle)
     assert cluster.job("pytorchjob", RUN_ID) is None
