@@ -96,10 +96,20 @@ def stack_runs(results_root: Path, stack: str) -> list[api.Run]:
 def same_stack(a: str, b: str) -> bool:
     """Whether two names Pulumi takes for a stack can name the same one: `gke-gpu-8` and
     `org/project/gke-gpu-8` do (the short name is the current organisation's and project's),
-    `acme/p/gke-gpu-8` and `other/p/gke-gpu-8` do not. Compared part by part from the stack's
-    own name, as far as both go: a run submitted under one spelling and torn down under the
-    other must still keep the guard up (and still be priced as the stack's)."""
-    return all(x == y for x, y in zip(reversed(a.split("/")), reversed(b.split("/")), strict=False))
+    and so do `org/gke-gpu-8` (two parts: an organisation and a stack, the project the
+    current one) and `org/project/gke-gpu-8`; `acme/p/gke-gpu-8` and `other/p/gke-gpu-8` do
+    not. Compared part by part, organisation, project and stack, where both name it: a run
+    submitted under one spelling and torn down under the other must still keep the guard up
+    (and still be priced as the stack's)."""
+    return all(x is None or y is None or x == y for x, y in zip(_parts(a), _parts(b), strict=True))
+
+
+def _parts(name: str) -> tuple[str | None, str | None, str]:
+    """(organisation, project, stack) of a stack name; None where the name leaves it out."""
+    *qualifiers, stack = name.split("/")
+    org = qualifiers[0] if qualifiers else None
+    project = qualifiers[1] if len(qualifiers) > 1 else None
+    return org, project, stack
 
 
 def unfetched_reason(run: api.Run) -> str | None:

@@ -369,13 +369,20 @@ def test_a_stopped_teardown_cancels_pulumi_destroy_and_never_leaves_it_running(
 
 @pytest.mark.parametrize(
     ("submitted", "torn_down"),
-    [(f"acme/stackbench/{STACK}", STACK), (STACK, f"acme/stackbench/{STACK}")],
+    [
+        (f"acme/stackbench/{STACK}", STACK),
+        (STACK, f"acme/stackbench/{STACK}"),
+        # Two parts are an organisation and a stack (the project is the current one)
+        (f"acme/{STACK}", f"acme/stackbench/{STACK}"),
+        (f"acme/stackbench/{STACK}", f"acme/{STACK}"),
+    ],
 )
 def test_the_guard_knows_a_stack_by_its_short_and_its_fully_qualified_name(
     tmp_path, pulumi_log, submitted, torn_down
 ):
-    """Pulumi takes a stack as `gke-gpu-8` or `org/project/gke-gpu-8`; a run submitted under one
-    spelling still holds the stack's results when it is torn down under the other."""
+    """Pulumi takes a stack as `gke-gpu-8`, `org/gke-gpu-8` or `org/project/gke-gpu-8`; a run
+    submitted under one spelling still holds the stack's results when it is torn down under
+    another."""
     results = tmp_path / "results"
     make_run(results, "unfetched", 2, None, stack=submitted, write_summary=False)
     make_run(results, "other-org", 2, None, stack=f"other/stackbench/{STACK}", state="RUNNING")
