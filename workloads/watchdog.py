@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 STALLED_EXIT = 1  # a failed run (README, "Exit codes")
 # Past the timeout, so that gloo raises first where it can (with the op it timed out in).
@@ -119,8 +120,17 @@ def _end(token: int) -> None:
 
 def _is_timeout(err: RuntimeError) -> bool:
     # gloo: "Timed out waiting 3000ms for recv operation to complete", possibly inside DDP's
-    # "Got the following error when running the callback: ..."; NCCL: "... timed out ...".
-    return "timed out" in str(err).lower()
+    # "Got the following error when running the callback: ..."; the store: "Timed out after
+    # 3 seconds waiting for clients"; NCCL: "... before timing out". Only torch.distributed's
+    # own: another timeout (a file lock's, a loader's) is no collective's, and is left alone.
+    text = str(err).lower()
+    if not any(word in text for word in ("timed out", "timing out", "timeout")):
+        return False
+    return isinstance(err, dist.DistError) or any(word in text for word in _C10D_WORDS)
+
+
+# Words that only torch.distributed's errors carry (for a timeout not raised as a DistError).
+_C10D_WORDS = ("gloo", "nccl", "recv operation", "send operation", "waiting for clients")
 
 
 def _reason(what: str) -> str:

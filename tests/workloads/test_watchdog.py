@@ -200,3 +200,22 @@ def test_a_peer_that_never_joins_ends_the_rendezvous_in_one_line(tmp_path):
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
     assert "stackbench: collective timed out in the rendezvous of the process group" in done.stdout
+
+
+def test_only_torch_distributeds_timeouts_are_taken_for_a_collectives():
+    """A timeout that is no collective's (a loader's, a lock's) keeps its own traceback rather
+    than passing as "collective timed out": the line would send the user after the network."""
+    import torch.distributed as dist
+
+    from workloads import watchdog
+
+    gloo = RuntimeError(
+        "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+        "3000ms for recv operation to complete"
+    )
+    reason = watchdog.timeout_reason(gloo)
+    assert reason is not None and reason.startswith("collective timed out in a collective, at ")
+    store = dist.DistStoreError("Timed out after 3 seconds waiting for clients. 1/2 clients")
+    assert watchdog.timeout_reason(store) is not None
+    assert watchdog.timeout_reason(RuntimeError("DataLoader timed out after 5 seconds")) is None
+    assert watchdog.timeout_reason(ValueError("recv operation timed out")) is None
