@@ -66,7 +66,13 @@ def status(settings: Settings, run_id: str) -> None:
 
 @click.command()
 @run_argument
-@click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--rank",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which rank's log (elastic runs: worker wN's).",
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")
 @click.option("--raw", is_flag=True, help="Print event lines as logged (`:::MLLOG {json}`).")
 @pass_settings
