@@ -121,3 +121,41 @@ def test_elastic_bounds_and_timeouts_are_validated():
         ElasticConfig(3, 2)
     with pytest.raises(ValueError, match="two heartbeat"):
         ElasticConfig(1, 2, heartbeat_s=1.0, dead_after_s=1.5)
+
+
+def test_a_time_budget_is_refused_saying_why_and_what_bounds_the_run_on_a_cluster():
+    # The refusal's one line says why (the per-epoch step count a joiner or a survivor does
+    # not share) and the cluster deadline the run gets instead, and the way out.
+    from runner.job.spec import Placement, SpecError, resolve
+
+    with pytest.raises(SpecError) as refused:
+        resolve("cnn-digits", ["strategy=allreduce", "time_budget_s=60"],
+                Placement(procs_per_node=2, min_workers=1))  # fmt: skip
+    line = str(refused.value)
+    assert "\n" not in line
+    assert "a worker that joins or survives a departure counts differently" in line
+    assert "the job's deadline is then 6 h (activeDeadlineSeconds)" in line
+    assert "bound the run with max_epochs" in line
+
+
+def test_damaged_join_records_and_latest_are_membership_errors_not_crashes():
+    # Anything that reaches the store (a local program on its loopback port, a damaged
+    # write) is read back as a MembershipError, the run's one line, never a traceback.
+    _, store = _store()
+    rdzv = Rendezvous(store, "x")
+    rdzv.register()
+    store.add("joins", 1)
+    store.set("join/2", b"\xff\xfe")  # not UTF-8
+    with pytest.raises(MembershipError, match="damaged record join/2"):
+        rdzv.join_ids(1, 2)
+    store.set("latest", b"\xffnot a number")
+    with pytest.raises(MembershipError, match="damaged record latest"):
+        rdzv.latest()
+
+
+def test_a_joiner_whose_id_is_taken_already_is_a_damaged_record():
+    # Two processes under one id would both take the same rank of the grown group.
+    current = first_generation(["a", "b"])
+    for joiners in (["a"], ["d", "d"], [""]):
+        with pytest.raises(MembershipError, match="damaged join record"):
+            grown(current, joiners, step=3)

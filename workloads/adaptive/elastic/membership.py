@@ -106,6 +106,12 @@ def by_name(member: str) -> list[tuple[int, int | str]]:
 
 def grown(current: Generation, joiners: Sequence[str], step: int) -> Generation:
     """The members, then `joiners` (the next join requests, in order)."""
+    # Ids come from the store: one already taken (or empty) would give two processes one
+    # rank of the grown group.
+    taken = set(current.members)
+    if len(set(joiners)) != len(joiners) or taken.intersection(joiners) or "" in joiners:
+        raise MembershipError(f"damaged join records: worker ids {list(joiners)} for a group "
+                              f"of {list(current.members)}")  # fmt: skip
     return Generation(
         current.number + 1,
         current.members + tuple(joiners),

@@ -55,7 +55,7 @@ class Rendezvous:
         keys = [f"join/{n}" for n in range(first, last + 1)]
         if keys:
             self.store.wait(keys)
-        return [self.store.get(k).decode() for k in keys]
+        return [_member_id(self.store.get(k), k) for k in keys]
 
     def generation(self, number: int) -> Generation | None:
         key = f"gen/{number}"
@@ -70,7 +70,12 @@ class Rendezvous:
 
     def latest(self) -> int:
         key = "latest"
-        return int(self.store.get(key)) if self.store.check([key]) else -1
+        if not self.store.check([key]):
+            return -1
+        try:
+            return int(self.store.get(key))
+        except ValueError:
+            raise MembershipError(f"damaged record {key}: not a generation number") from None
 
     def publish_latest(self, number: int) -> None:
         self.store.set("latest", str(number))
@@ -108,6 +113,17 @@ class Rendezvous:
 
     def heartbeat_count(self, member: str) -> int:
         return int(self.store.add(f"hb/{member}", 0))
+
+
+def _member_id(raw: bytes, key: str) -> str:
+    """A worker id as stored; anything but a printable UTF-8 name is a damaged record."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise MembershipError(f"damaged record {key}: not UTF-8") from None
+    if not text or not text.isprintable():
+        raise MembershipError(f"damaged record {key}: {text!r} is no worker id")
+    return text
 
 
 def wait_for(
