@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from contract.files import DamagedFile
@@ -40,7 +40,28 @@ class Settings:
     debug: bool = False
 
 
-class _StdoutConsole(Console):
+class _Console(Console):
+    """A console as wide as its terminal, and wide enough elsewhere (a pipe, a file, a CI log)
+    for a state and its reason (at most 600 characters) to stay one line: rich takes 80
+    columns there, and `runner status RUN | grep FAILED` found half a reason. A COLUMNS the
+    user set is kept."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self.is_terminal or "COLUMNS" in os.environ:
+            return size
+        return ConsoleDimensions(max(size.width, PIPE_COLUMNS), size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+PIPE_COLUMNS = 1000
+
+
+class _StdoutConsole(_Console):
     """stdout, where a reader that stops reading (`runner submit ... | head -1`) is no failure:
     rich would exit 1 at the next print, from wherever it is, even from within the callbacks
     of a followed run. Here output stops and the command goes on to its own end and exit code
@@ -58,7 +79,7 @@ class _StdoutConsole(Console):
 
 pass_settings = click.make_pass_decorator(Settings)
 console = _StdoutConsole()
-errors = Console(stderr=True)
+errors = _Console(stderr=True)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 INSTALL = "pip install -c constraints.txt -e '.[{extra}]'"

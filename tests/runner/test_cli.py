@@ -358,3 +358,22 @@ def test_a_results_folder_whose_path_reads_as_markup_is_shown_as_written(tmp_pat
     assert f"in {run_dir}" in done.stdout and f"results: {run_dir}" in done.stdout
     state = json.loads((run_dir / "state.json").read_text())["state"]
     assert state != "CANCELLED" and f"{state}  results" in done.stdout
+
+
+def test_a_state_and_its_reason_are_one_line_in_a_pipe(tmp_path):
+    """`runner status RUN | grep FAILED` must find the whole cause: rich takes 80 columns
+    when stdout is no terminal, and wrapped the reason over three lines."""
+    from contract.rundir import JobState, JobStatus
+    from runner.results import rundir
+
+    run_dir = make_run(tmp_path, "run-a", 2, None, state="FAILED")
+    reason = "rank 0 exited with code 1: rank 0: collective timed out after 300 s in " + (
+        "the gradient exchange of DDP's communication hook, at epoch 6, step 128"
+    )
+    rundir.write_state(run_dir, JobStatus(JobState.FAILED, reason, "2026-01-01T00:30:00+00:00"))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    command = [sys.executable, "-m", "runner.cli", "--results-dir", str(tmp_path)]
+    done = subprocess.run([*command, "status", "run-a"], capture_output=True, text=True,
+                          timeout=60, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"run-a: FAILED ({reason})"
