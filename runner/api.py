@@ -317,6 +317,11 @@ def check(results_root: Path, run: Run) -> CheckResult:
 
     events = run.run_dir / EVENTS
     if not events.is_file():
+        if run.record.backend == "local":  # nothing to fetch: the run never logged an event
+            raise RunnerError(
+                f"{run.run_id} has no {EVENTS}: it ended before its first event (cancelled, or "
+                f"failed at start: `runner status {run.run_id}` says why)"
+            )
         raise RunnerError(
             f"{run.run_id} has no {EVENTS}; bring its results home first: runner fetch {run.run_id}"
         )

@@ -1,6 +1,7 @@
 import json
 import shutil
 
+from tests.runner.rundirs import make_run
 from tests.runner.test_cli import invoke
 
 
@@ -32,9 +33,19 @@ def test_check_prints_the_failed_rules_and_exits_1(finished_run, tmp_path):
     assert "not compliant" in result.output
 
 
-def test_check_of_a_run_without_events_says_to_fetch_it(finished_run, tmp_path):
+def test_check_of_a_local_run_without_events_says_it_logged_none(finished_run, tmp_path):
+    """A local run's files are all home: `runner fetch` would only fail again."""
     results, run_dir = copy_run(finished_run, tmp_path)
     (run_dir / "events.jsonl").unlink()
     result = invoke("check", run_dir.name, results=results)
+    assert result.exit_code == 1
+    assert "ended before its first event" in result.output
+    assert "runner fetch" not in result.output
+
+
+def test_check_of_a_cluster_run_without_events_says_to_fetch_it(tmp_path):
+    run_dir = make_run(tmp_path, "run-k", 2, 5.0, stack="gke-gpu-8")
+    (run_dir / "events.jsonl").unlink()
+    result = invoke("check", run_dir.name, results=tmp_path)
     assert result.exit_code == 1
     assert f"runner fetch {run_dir.name}" in result.output
