@@ -10,6 +10,7 @@ file."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -72,6 +73,26 @@ def _kill_after_epoch(run: api.Run, member: str, epoch: int) -> None:
     os.kill(worker_process(run, member).pid, signal.SIGKILL)
 
 
+def _epoch_event(run: api.Run, key: str, epoch: int) -> dict | None:
+    """The writer's `key` event (epoch_start, epoch_stop) of `epoch`, once it is logged."""
+    for event in read_events(run.run_dir / EVENTS):
+        if event["key"] == key and event["metadata"].get("epoch_num") == epoch:
+            return event
+    return None
+
+
+def _kill_inside_epoch(run: api.Run, member: str, epoch: int) -> None:
+    """SIGKILL `member` about a third into `epoch` (the previous one's length, as its events
+    time it, is what this machine takes for one now): never at an epoch's start or end,
+    where the survivors may be a collective apart (one still in the evaluation or the
+    epoch's reductions) and the run fails by design (docs/adaptive-elastic.md)."""
+    _until(lambda: _epoch_event(run, "epoch_start", epoch), f"the run to begin epoch {epoch}")
+    began, ended = (_epoch_event(run, key, epoch - 1) for key in ("epoch_start", "epoch_stop"))
+    assert began is not None and ended is not None
+    time.sleep((ended["time_ms"] - began["time_ms"]) / 1000 / 3)
+    os.kill(worker_process(run, member).pid, signal.SIGKILL)
+
+
 def test_killing_a_worker_leaves_the_run_succeeded_with_fewer_workers(tmp_path):
     run = _submit(tmp_path, low=2, high=3, max_epochs=5)
     _kill_after_epoch(run, "w2", epoch=1)
@@ -123,11 +144,15 @@ def test_a_worker_killed_while_the_group_re_forms_leaves_the_last_one_going_on(t
 
 
 def test_a_joiner_killed_while_it_waits_to_be_admitted_leaves_the_run_going_on(tmp_path):
-    # Admitted at the next decision point (step 1200: time for w3 to start and register), by
+    # Admitted at the next decision point (step 2000: time for w3 to start and register), by
     # then dead: the members must not wait for it until the collective timeout, and the
-    # record holds the admission and the departure that undid it.
-    run = _submit(tmp_path, 1, 3, 120, "monitor_interval_steps=1200", "dist_timeout_s=60")
-    _kill_after_epoch(run, "w2", epoch=1)
+    # record holds the admission and the departure that undid it. A batch of 8: about 60
+    # steps an epoch on 3 workers, so that w2's kill lands well inside epoch 2.
+    admit = 2000
+    # lr 0.01: at a batch of 8, the benchmark's 0.05 (x3 workers) may diverge.
+    run = _submit(tmp_path, 1, 3, 40, "batch_size=8", "lr=0.01",
+                  f"monitor_interval_steps={admit}", "dist_timeout_s=60")  # fmt: skip
+    _kill_inside_epoch(run, "w2", epoch=2)
     _until(lambda: _decisions(run), "the survivors to re-form")
     api.join(tmp_path, run)
     store = _store(run)
@@ -136,11 +161,41 @@ def test_a_joiner_killed_while_it_waits_to_be_admitted_leaves_the_run_going_on(t
     status = api.wait(tmp_path, run)
     assert status.state.value == "SUCCEEDED", status
     assert "finished with 2 of 3 workers" in status.reason
+    keys = [(e["key"], e["metadata"].get("epoch_num")) for e in read_events(run.run_dir / EVENTS)]
+    left = keys.index((DECISION, None))  # w2's departure: inside epoch 2, as meant
+    assert keys.index(("epoch_start", 2)) < left < keys.index(("epoch_stop", 2))
     changes = [(d["old"], d["new"], d["reason"], d["step"]) for d in _decisions(run)]
-    assert changes[1:] == [(2, 3, "1 worker(s) waiting to join", 1200), (3, 2, "w3 left", 1200)]
+    assert changes[0][:3] == (3, 2, "w2 left")
+    assert changes[1:] == [(2, 3, "1 worker(s) waiting to join", admit), (3, 2, "w3 left", admit)]
     summary = json.loads((run.run_dir / SUMMARY).read_text())
     assert summary["adaptive"]["decisions_by_knob"] == {"workers": 3}
-    assert summary["world_size"] == 2 and summary["final"]["epoch"] == 120
+    assert summary["world_size"] == 2 and summary["final"]["epoch"] == 40
+
+
+def test_a_frozen_writer_after_its_peers_ended_the_run_fails_it_and_leaves_nothing(tmp_path):
+    # w0 SIGSTOPped mid-training: w1 counts it gone (its collective times out, then its
+    # heartbeat is still), says the run ended and exits. w0 never exits by itself; the run
+    # must not say RUNNING for ever.
+    run = _submit(tmp_path, 1, 2, 200, "dist_timeout_s=5")
+    _until(
+        lambda: any(e["key"] == "epoch_stop" for e in read_events(run.run_dir / EVENTS)),
+        "training to be under way",
+    )
+    writer = worker_process(run, "w0")
+    os.kill(writer.pid, signal.SIGSTOP)
+    try:
+        status = api.wait(tmp_path, run)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(writer.pid, signal.SIGCONT)
+    assert status.state.value == "FAILED", status
+    assert "\n" not in status.reason
+    assert status.reason.startswith("worker w0, which writes the run's record, left"), status
+    assert "worker 0 (the writer) was still running but unresponsive" in status.reason
+    assert "worker 1 exited with code 4" in status.reason
+    assert not (run.run_dir / SUMMARY).exists()
+    _, alive = psutil.wait_procs(processes.members(run.run_dir.name, run.run_dir), timeout=30)
+    assert alive == [] and not writer.is_running()
 
 
 def test_a_kill_that_leaves_fewer_than_min_workers_fails_the_run_with_the_reason(tmp_path):

@@ -22,7 +22,7 @@ from contract.events import read_events
 from contract.rundir import EVENTS, STATE, JobState, JobStatus, read_state
 from runner import api
 from runner.backends.base import LocalRequest, Process
-from runner.backends.local import processes, supervisor
+from runner.backends.local import outcome, processes, supervisor
 from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
 from runner.cli import main
 from runner.errors import RunnerError, SpecError
@@ -199,11 +199,11 @@ def test_exit_codes_win_over_a_summary_written_before_a_crash(tmp_path):
     )
     request = LocalRequest(str(tmp_path), (Process(("true",)), Process(("true",))))
     # Rank 1 failed first; rank 0 failed after it (its peer left), with another exit code.
-    status = supervisor.outcome(tmp_path, request, [-15, 1], cancelled=None, first_failed=1)
+    status = outcome.outcome(tmp_path, request, [-15, 1], cancelled=None, first_failed=1)
     assert status.state is JobState.FAILED
     assert status.failed_rank == 1
     assert status.reason == "rank 1 exited with code 1: RuntimeError: boom after the summary"
-    done = supervisor.outcome(tmp_path, request, [0, 0], cancelled=None)
+    done = outcome.outcome(tmp_path, request, [0, 0], cancelled=None)
     assert done.state is JobState.SUCCEEDED
 
 
@@ -215,17 +215,17 @@ def test_the_failing_ranks_first_error_line_is_found_behind_torchs_rank_prefix()
         "[rank0]: workloads.data.DataError: CIFAR-10 not found in /d; run `runner data fetch "
         "cifar10 --dir /d`\n"
     )
-    assert supervisor.first_error_line(log) == (
+    assert outcome.first_error_line(log) == (
         "DataError: CIFAR-10 not found in /d; run `runner data fetch cifar10 --dir /d`"
     )
-    assert supervisor.first_error_line("stackbench: diverged at epoch 3 step 41: loss nan\n") == (
+    assert outcome.first_error_line("stackbench: diverged at epoch 3 step 41: loss nan\n") == (
         "diverged at epoch 3 step 41: loss nan"
     )
-    assert supervisor.first_error_line("all fine\n") == ""
+    assert outcome.first_error_line("all fine\n") == ""
     # An elastic worker's re-raised errors carry a prefix per layer that printed them.
     nested = "[rank0]: [rank0]: [rank0]: RuntimeError: Connection closed by peer\n"
-    assert supervisor.first_error_line(nested) == "RuntimeError: Connection closed by peer"
-    assert supervisor.first_error_line("[rank1]: [rank1]: stackbench: too few workers\n") == (
+    assert outcome.first_error_line(nested) == "RuntimeError: Connection closed by peer"
+    assert outcome.first_error_line("[rank1]: [rank1]: stackbench: too few workers\n") == (
         "too few workers"
     )
 
@@ -241,7 +241,7 @@ def test_an_elastic_worker_still_running_after_worker_0_ended_is_stopped_and_nam
     status = api.wait(tmp_path, api.open_run(tmp_path, spec.run_id))
     assert status.state is JobState.SUCCEEDED
     assert status.reason == (
-        f"finished with 2 of 3 workers (worker 2 was still running {supervisor.GRACE_S:g} s "
+        f"finished with 2 of 3 workers (worker 2 was still running {outcome.GRACE_S:g} s "
         "after worker 0 ended, and was stopped)"
     )
     # Nothing outlives the run (the supervisor itself exits just after recording it).

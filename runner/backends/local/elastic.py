@@ -9,7 +9,7 @@ group's store is and its name (workloads/adaptive/elastic/launch.py):
 
 The supervisor hosts that store (`hosted_store`) for as long as it runs the request, so it
 outlives every worker; it goes on while workers are left and decides the outcome from the
-exit codes (supervisor.elastic_outcome). `runner join` asks it (joins.py) for one more
+exit codes (outcome.elastic_outcome). `runner join` asks it (joins.py) for one more
 worker, w<n>, which it starts and owns like the others (`joiner_process`). The store's port
 is chosen when the request is made, so `--dry-run` shows the exact commands; if another
 program takes it in between, the run fails with a line that says so.
@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import datetime
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,8 +32,10 @@ from runner.backends.local import launch
 
 if TYPE_CHECKING:
     from runner.job.spec import JobSpec
+    from workloads.adaptive.elastic.rendezvous import Rendezvous
 
 STORE_TIMEOUT_S = 300.0
+WRITER = "w0"  # the worker that writes the run's record (elastic_processes names it)
 
 
 class StoreUnavailable(RuntimeError):
@@ -58,13 +61,49 @@ def joiner_process(template: Process, index: int) -> Process:
     return dataclasses.replace(template, env={**template.env, "STACKBENCH_MEMBER": f"w{index}"})
 
 
+class WriterWatch:
+    """Whether the writer (w0) of an elastic run is frozen past the run's end: the run was
+    said ended in the store (by the writer itself when it closes, or by a survivor that saw
+    it leave: workloads/adaptive/elastic/session.py) and w0's heartbeat has not moved since,
+    while its process lives on (SIGSTOPped, a debugger, a paused VM). Nobody else would end
+    such a run: the survivors exit, and the supervisor waits on worker 0."""
+
+    def __init__(self, rendezvous: Rendezvous | None) -> None:
+        self._rdzv = rendezvous
+        self._count: int | None = None  # w0's heartbeat counter when last seen to move
+        self._since = 0.0  # when it was (monotonic)
+
+    def frozen(self, quiet_s: float) -> bool:
+        """The run ended and w0's heartbeat has been still for `quiet_s` since it did."""
+        if self._rdzv is None:
+            return False
+        try:
+            if not self._rdzv.ended():
+                return False
+            count = self._rdzv.heartbeat_count(WRITER)
+        except (RuntimeError, ValueError):  # a damaged counter: the exit codes still decide
+            return False
+        now = time.monotonic()
+        if count != self._count:
+            self._count, self._since = count, now
+        return now - self._since >= quiet_s
+
+    def close(self) -> None:
+        self._rdzv = None
+
+
 @contextlib.contextmanager
-def hosted_store(port: int | None) -> Iterator[None]:
-    """The elastic run's store on 127.0.0.1:port while the block runs (nothing for None)."""
+def hosted_store(port: int | None) -> Iterator[WriterWatch]:
+    """The elastic run's store on 127.0.0.1:port while the block runs (nothing for None),
+    and a watch on its writer through it."""
     if port is None:
-        yield
+        yield WriterWatch(None)
         return
-    from torch.distributed import TCPStore  # only an elastic run's supervisor pays for torch
+    # Only an elastic run's supervisor pays for torch.
+    from torch.distributed import PrefixStore, TCPStore
+
+    from workloads.adaptive.elastic.launch import STORE_PREFIX
+    from workloads.adaptive.elastic.rendezvous import Rendezvous
 
     try:
         store = TCPStore(launch.LOOPBACK, port, is_master=True, wait_for_workers=False,
@@ -74,7 +113,9 @@ def hosted_store(port: int | None) -> Iterator[None]:
             f"cannot host the elastic workers' store on {launch.LOOPBACK}:{port} ({err}); "
             "submit the run again (another program took the port)"
         ) from None
+    watch = WriterWatch(Rendezvous(PrefixStore(STORE_PREFIX, store), "supervisor"))
     try:
-        yield
+        yield watch
     finally:
+        watch.close()  # its client holds the store too: the server must go with the block
         del store

@@ -36,6 +36,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,10 +159,16 @@ class Started:
     def env(self) -> dict[str, str]:
         return {ENV: self.record.to_env()}
 
-    def broken(self) -> str | None:
+    def broken(self, settle_s: float = 0.0) -> str | None:
         """Why the run's network stopped carrying anything (None: it carries, or there is none
-        to break: loopback)."""
-        return None if self.network is None else self.network.broken()
+        to break: loopback). `settle_s`: how long to wait for a holder's end to show, after a
+        rank's: a namespace's init killed takes its rank down a moment before its holder."""
+        if self.network is None:
+            return None
+        deadline = time.monotonic() + settle_s
+        while (why := self.network.broken()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return why
 
 
 def start(process: Process, started: Started, log_path: Path) -> subprocess.Popen[bytes]:

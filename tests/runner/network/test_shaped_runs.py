@@ -91,3 +91,35 @@ def test_a_killed_namespace_holder_fails_the_run_naming_it(tmp_path: Path) -> No
         f"the shaped network broke: the bridge's namespace holder (pid {bridge.pid}) exited"
     ), status.reason
     assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
+
+
+def test_a_workers_namespace_killed_under_its_rank_fails_the_run_naming_the_network(
+    tmp_path: Path,
+) -> None:
+    """Killing the first process of a worker's PID namespace takes its rank down with it, a
+    moment before the namespace's holder: the run said `rank 1 exited with code -9`, a crash
+    of the rank's own, where the network under it broke."""
+    import psutil
+
+    run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400", "dist_timeout_s=60"])
+    try:
+        deadline = time.monotonic() + 120
+        while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
+            assert time.monotonic() < deadline, "the shaped run never started training"
+            time.sleep(0.2)
+        supervisor = psutil.Process(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"])
+        # A worker's holder stays unshare; its child `cat` is its PID namespace's init.
+        holder = max(
+            (p for p in supervisor.children() if p.cmdline()[:1] == ["unshare"]),
+            key=lambda p: p.pid,
+        )
+        (init,) = holder.children()
+        init.kill()
+        status = api.wait(tmp_path, run)
+    except BaseException:
+        api.cancel(tmp_path, run)
+        raise
+    assert status.state is JobState.FAILED
+    assert status.reason.startswith("the shaped network broke: worker "), status.reason
+    assert f"namespace holder (pid {holder.pid})" in status.reason, status.reason
+    assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
