@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from contract import files
 from contract.events import read_events
-from contract.rundir import EVENTS, JobState
+from contract.rundir import EVENTS, JobState, JobStatus
 from runner import api
 from runner.backends.local import processes
 from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
@@ -64,33 +66,44 @@ def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
     assert status.state is JobState.FAILED and "supervisor died" in status.reason
 
 
-def test_a_killed_namespace_holder_fails_the_run_naming_it(tmp_path: Path) -> None:
-    """Someone kills the bridge's holder: its namespace, and every link, goes with it. The
-    ranks would wait on each other until gloo's timeout (minutes) and then fail with a line
-    that names no cause; the run fails at once, saying what broke."""
+def _kill_while_training(tmp_path: Path, victim: Callable[[Any], Any]) -> tuple[Any, JobStatus]:
+    """A shaped 2-worker run, training: `victim(its supervisor's psutil.Process)` names the
+    process to SIGKILL; (that process, how the run ended). A short collective timeout:
+    without the supervisor's checks, the run fails after it with gloo's line."""
     import psutil
 
-    # A short collective timeout: without the check, the run fails after it with gloo's line.
     run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400", "dist_timeout_s=60"])
     try:
         deadline = time.monotonic() + 120
         while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
             assert time.monotonic() < deadline, "the shaped run never started training"
             time.sleep(0.2)
-        supervisor = psutil.Process(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"])
-        # The bridge's holder is unshare become `cat` (a worker's forks its namespace's first
-        # process, and stays unshare): the supervisor's one child of that name.
-        (bridge,) = [p for p in supervisor.children() if p.cmdline() == ["cat"]]
-        bridge.kill()
+        killed = victim(psutil.Process(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"]))
+        killed.kill()
         status = api.wait(tmp_path, run)
     except BaseException:
         api.cancel(tmp_path, run)
         raise
+    assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
+    return killed, status
+
+
+def test_a_killed_namespace_holder_fails_the_run_naming_it(tmp_path: Path) -> None:
+    """Someone kills the bridge's holder: its namespace, and every link, goes with it. The
+    ranks would wait on each other until gloo's timeout (minutes) and then fail with a line
+    that names no cause; the run fails at once, saying what broke."""
+
+    def bridge(supervisor: Any) -> Any:
+        # The bridge's holder is unshare become `cat` (a worker's forks its namespace's first
+        # process, and stays unshare): the supervisor's one child of that name.
+        (cat,) = [p for p in supervisor.children() if p.cmdline() == ["cat"]]
+        return cat
+
+    killed, status = _kill_while_training(tmp_path, bridge)
     assert status.state is JobState.FAILED
     assert status.reason.startswith(
-        f"the shaped network broke: the bridge's namespace holder (pid {bridge.pid}) exited"
+        f"the shaped network broke: the bridge's namespace holder (pid {killed.pid}) exited"
     ), status.reason
-    assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
 
 
 def test_a_workers_namespace_killed_under_its_rank_fails_the_run_naming_the_network(
@@ -99,27 +112,16 @@ def test_a_workers_namespace_killed_under_its_rank_fails_the_run_naming_the_netw
     """Killing the first process of a worker's PID namespace takes its rank down with it, a
     moment before the namespace's holder: the run said `rank 1 exited with code -9`, a crash
     of the rank's own, where the network under it broke."""
-    import psutil
+    holders = []
 
-    run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400", "dist_timeout_s=60"])
-    try:
-        deadline = time.monotonic() + 120
-        while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
-            assert time.monotonic() < deadline, "the shaped run never started training"
-            time.sleep(0.2)
-        supervisor = psutil.Process(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"])
+    def namespace_init(supervisor: Any) -> Any:
         # A worker's holder stays unshare; its child `cat` is its PID namespace's init.
-        holder = max(
-            (p for p in supervisor.children() if p.cmdline()[:1] == ["unshare"]),
-            key=lambda p: p.pid,
-        )
-        (init,) = holder.children()
-        init.kill()
-        status = api.wait(tmp_path, run)
-    except BaseException:
-        api.cancel(tmp_path, run)
-        raise
+        unshares = [p for p in supervisor.children() if p.cmdline()[:1] == ["unshare"]]
+        holders.append(max(unshares, key=lambda p: p.pid))
+        (init,) = holders[0].children()
+        return init
+
+    _, status = _kill_while_training(tmp_path, namespace_init)
     assert status.state is JobState.FAILED
     assert status.reason.startswith("the shaped network broke: worker "), status.reason
-    assert f"namespace holder (pid {holder.pid})" in status.reason, status.reason
-    assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
+    assert f"namespace holder (pid {holders[0].pid})" in status.reason, status.reason
