@@ -63,6 +63,9 @@ class _Emulator(kmock.KubernetesEmulator):
         self.pod_logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> current log
         self.ended_logs: set[tuple[str, str]] = set()  # containers that stopped: follows end
         self.after_log_read: Callable[[str], None] = lambda pod: None
+        # A GET of (plural, name) answered with what `fn` makes of the object of that name: a
+        # broken or hostile server, or proxy, serving another object than the one asked for.
+        self.swapped: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {}
         self.now = "2030-01-01T00:00:00Z"  # creationTimestamp of what is created
         # A real cluster's versions start far from zero (etcd has a history before our objects),
         # and "0" means "any version" to a watch: start higher, so it never means that here.
@@ -216,7 +219,9 @@ class _Emulator(kmock.KubernetesEmulator):
             if request.params.get("follow") == "true":
                 return self._follow_log(request, key)
             return _chunks(self.pod_logs[key].encode())
-        return await super()._serve_fetch(request)
+        served = await super()._serve_fetch(request)
+        swap = self.swapped.get((request.resource.plural, request.name))
+        return served if swap is None else swap(copy.deepcopy(served))
 
     async def _follow_log(self, request: Any, key: tuple[str, str]) -> AsyncIterator[bytes]:
         """The log so far, then what is appended, until the container stops."""
@@ -357,6 +362,12 @@ class FakeCluster:
             self.emulator.record(resource, self.namespace, name, "MODIFIED")
 
         self._mutate(apply)
+
+    def swap(self, job_api: str, name: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Answer a GET of the job `name` with `fn(the job)` instead (a server or proxy that
+        serves another object than the one asked for)."""
+        plural = JOB_RESOURCES[job_api].rsplit("/", 1)[-1]
+        self._mutate(lambda: self.emulator.swapped.__setitem__((plural, name), fn))
 
     def add_pod(self, pod: dict[str, Any], log: str | None = None, watched: bool = True) -> None:
         """Create or replace a pod (a replacement is a MODIFIED change). A pod that has

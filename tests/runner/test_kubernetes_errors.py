@@ -206,3 +206,52 @@ def test_a_pending_timeout_whose_delete_failed_leaves_a_record_that_cancel_acts_
     assert cluster.job("trainjob", RUN_ID) is None
     assert read_state(run_dir).reason.startswith("pending for 700 s")
     assert "may still run" not in read_state(run_dir).reason
+
+
+def _renamed(job: dict) -> dict:
+    job["metadata"] |= {"name": "someone-elses-job", "uid": "uid-other"}
+    return job
+
+
+def _moved(job: dict) -> dict:
+    job["metadata"]["namespace"] = "another-team"
+    return job
+
+
+def _retyped(job: dict) -> dict:
+    job["kind"], job["apiVersion"] = "PyTorchJob", "kubeflow.org/v1"
+    return job
+
+
+def _unnamed_namespace(job: dict) -> dict:
+    del job["metadata"]["namespace"]
+    return job
+
+
+# A server (or a proxy in front of it) that answers a GET with another object than the one
+# asked for: another job, the same name in another namespace, another kind, no namespace.
+@pytest.mark.parametrize(
+    ("swap", "named"),
+    [
+        (_renamed, "'someone-elses-job'"),
+        (_moved, "'another-team'"),
+        (_retyped, "PyTorchJob"),
+        (_unnamed_namespace, "namespace None"),
+    ],
+)
+def test_a_job_answered_with_another_object_is_refused_where_it_is_read(
+    cluster, tmp_path, swap, named
+):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, run_dir = submit(backend, tmp_path, make_spec())
+    cluster.swap("trainjob", RUN_ID, swap)
+    with pytest.raises(RunnerError) as read:
+        backend.api.get_job(RUN_ID)
+    message = str(read.value)
+    assert f"get TrainJob {RUN_ID}" in message and "instead of" in message, message
+    assert named in message and "\n" not in message, message
+    # The run's record is left as it was: a server's mistake is not the run's end.
+    with pytest.raises(RunnerError, match="instead of"):
+        backend.status(handle)
+    assert read_state(run_dir) is None or not read_state(run_dir).state.finished
+    backend.close()

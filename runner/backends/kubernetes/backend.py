@@ -38,7 +38,8 @@ from typing import Any
 from contract.rundir import JobState, JobStatus
 from runner.backends.base import KubernetesRequest, Request, kubernetes_handle
 from runner.backends.kubernetes import cancelling, collect, demux, observe, overtime
-from runner.backends.kubernetes.client import KubeApi, NotFound
+from runner.backends.kubernetes.apierrors import NotFound
+from runner.backends.kubernetes.client import KubeApi
 from runner.backends.kubernetes.connection import ClusterConnection, connect_reference
 from runner.backends.kubernetes.fetching import fetch_run
 from runner.backends.kubernetes.follow import EventFeed, LogFollower

@@ -13,7 +13,8 @@ from typing import Any
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes import observe
-from runner.backends.kubernetes.client import KubeApi, NameConflict, NotFound
+from runner.backends.kubernetes.apierrors import NameConflict, NotFound
+from runner.backends.kubernetes.client import KubeApi
 from runner.backends.kubernetes.identity import JobIdentity
 from runner.errors import RunnerError
 

@@ -1,6 +1,6 @@
-"""A thin layer over the official kubernetes client: the calls the backend makes, with failures
-turned into one-line RunnerErrors that name the cluster and what to do next, and bounded retries
-of transient ones.
+"""A thin layer over the official kubernetes client: the calls the backend makes, with bounded
+retries of transient failures, and every failure turned into a one-line RunnerError that names
+the cluster and what to do next (apierrors.py).
 
 Collections (the job, its pods, the namespace's warning events) are listed, and watched from a
 list's resourceVersion (streams.py reads the watch); every object that comes in, listed, got or
@@ -25,8 +25,14 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from contract import files
-from contract.rundir import one_line
 from runner.backends.kubernetes import objects
+from runner.backends.kubernetes.apierrors import (
+    RETRIED_STATUSES,
+    ApiErrors,
+    NameConflict,
+    NotFound,
+    status_message,
+)
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
 from runner.backends.kubernetes.streams import Stream, Transient, WatchStream
 from runner.errors import RunnerError
@@ -52,7 +58,6 @@ JOB_RESOURCES = {
         "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "Kubeflow training-operator (v1)"
     ),
 }
-RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 # A watch's read timeout: the server ends it after timeoutSeconds; this much longer without a
 # byte means the connection is dead (a half-open TCP connection sends nothing, ever).
 WATCH_READ_SLACK_S = 30.0
@@ -60,7 +65,6 @@ WATCH_READ_SLACK_S = 30.0
 # the follower reconnects and skips what it has seen.
 FOLLOW_READ_TIMEOUT_S = 600.0
 COLLECTIONS = ("job", "pods", "events")
-MAX_SERVER_TEXT = 300  # of a server's message in an error: enough for any real one
 MAX_UID_CHARS = 128  # a uid is a UUID (36); more is garbage, not to be written into job.json
 
 
@@ -70,23 +74,6 @@ class Selector:
 
     label: str | None = None
     field: str | None = None
-
-
-class NotFound(RunnerError):
-    """The object asked for does not exist (callers decide whether that is an error)."""
-
-
-class NameConflict(RunnerError):
-    """An object of that name exists already (409)."""
-
-
-class BadRequest(RunnerError):
-    """400: the request cannot be served as it is (for a pod's log: its container has not
-    started yet)."""
-
-
-class Gone(RunnerError):
-    """410: the resource version a watch asked for is too old (compacted); list again."""
 
 
 class KubeApi:
@@ -111,6 +98,7 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.host = api_client.configuration.host
+        self.errors = ApiErrors(conn, self.host)
 
     def _load(self, conn: ClusterConnection) -> client.ApiClient:
         path, directory = self._files.enter_context(kubeconfig_file(conn))
@@ -190,10 +178,17 @@ class KubeApi:
             name,
             _preload_content=False,
         )
-        job = self._json(result.data, what)  # type: ignore[attr-defined]
+        job = self.errors.json(result.data, what)  # type: ignore[attr-defined]
         if not isinstance(job, dict) or not isinstance(job.get("metadata"), dict):
-            raise self._garbage(what, "something that is not a job object")
-        return self.checked("job", [job], what)[0]
+            raise self.errors.garbage(what, "something that is not a job object")
+        job = self.checked("job", [job], what)[0]
+        # Another object than the one asked for (a broken server, a proxy) must not have its
+        # state, uid or pods read as this run's, nor be deleted by a cancel.
+        api_version, namespace = f"{r.group}/{r.version}", self.conn.namespace
+        other = objects.another_object(job, api_version, r.kind, namespace, name)
+        if other is not None:
+            raise self.errors.garbage(what, f"{other} instead of {r.kind} {name}")
+        return job
 
     def delete_job(self, name: str, uid: str | None = None) -> None:
         """Delete the job; with `uid`, only that one: a job made again under its name is
@@ -251,11 +246,11 @@ class KubeApi:
             _preload_content=False,
             attempts=attempts,
         )
-        data = self._json(result.data, f"list {collection}")
+        data = self.errors.json(result.data, f"list {collection}")
         items = data.get("items") if isinstance(data, dict) else None
         meta = data.get("metadata") if isinstance(data, dict) else None
         if not isinstance(items, list) or not isinstance(meta, dict):
-            raise self._garbage(f"list {collection}", "a list without items or metadata")
+            raise self.errors.garbage(f"list {collection}", "a list without items or metadata")
         checked = self.checked(collection, items, f"list {collection}", selector)
         return checked, str(meta.get("resourceVersion") or "")
 
@@ -278,7 +273,7 @@ class KubeApi:
                 log.info("%s: ignoring an event whose %s", what, found)
             else:
                 name = item.get("metadata", {}).get("name") if isinstance(item, dict) else None
-                raise self._garbage(what, f"a {kind} object {name!r:.60} whose {found}"[:300])
+                raise self.errors.garbage(what, f"a {kind} object {name!r:.60} whose {found}"[:300])
         return kept
 
     def watch_objects(
@@ -383,11 +378,11 @@ class KubeApi:
                 return fn(*args, **kwargs)
             except ApiException as err:
                 if err.status not in RETRIED_STATUSES or attempt == attempts:
-                    raise self.error(what, err.status or 0, _status_message(err), attempt) from None
+                    raise self.error(what, err.status or 0, status_message(err), attempt) from None
                 reason = f"HTTP {err.status}"
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 if attempt == attempts:
-                    raise self._unreachable(what, err, attempts) from None
+                    raise self.errors.unreachable(what, err, attempts) from None
                 reason = type(err).__name__
             delay_s = self.retry_backoff_s * 2 ** (attempt - 1)
             log.info("%s: %s, retrying in %.1f s (%d/%d)", what, reason, delay_s, attempt, attempts)
@@ -396,71 +391,5 @@ class KubeApi:
 
     def error(self, what: str, status: int, message: str, attempts: int = 1) -> RunnerError:
         """An HTTP error status (of a call, or of a watch's ERROR event) as a RunnerError that
-        names the cluster and what to do. The server's message is its own text, and any
-        server's: it reaches the terminal as one printable line."""
-        ns, where, message = self.conn.namespace, self.conn.source, _server_text(message)
-        if status == 400:
-            return BadRequest(f"cannot {what} on {where}: {message}")
-        if status == 404:
-            return NotFound(f"cannot {what} on {where}: not found ({message})")
-        if status == 409:
-            return NameConflict(f"cannot {what} on {where}: {message}")
-        if status == 410:
-            return Gone(f"cannot {what} on {where}: {message or 'the resource version is gone'}")
-        if status == 401:
-            return RunnerError(
-                f"cannot {what}: the API server at {self.host} rejected the credentials "
-                f"({message}); refresh the kubeconfig of {where}"
-            )
-        if status == 403:
-            return RunnerError(
-                f"cannot {what} in namespace {ns} on {where}: forbidden by RBAC ({message}); ask "
-                f"the cluster admin for the permission; `kubectl auth can-i --list -n {ns}` shows "
-                "what you may do"
-            )
-        if status in RETRIED_STATUSES:
-            return Transient(
-                f"cannot {what} on {where}: the API server answered HTTP {status} {attempts} "
-                f"times ({message}); it may be overloaded or upgrading, try again in a few "
-                f"minutes (`kubectl get --raw /readyz` shows its health)"
-            )
-        return RunnerError(f"cannot {what} on {where}: HTTP {status} ({message})")
-
-    def _unreachable(self, what: str, err: Exception, attempts: int) -> Transient:
-        return Transient(
-            f"cannot {what}: the Kubernetes API server at {self.host} is unreachable "
-            f"({type(err).__name__}) after {attempts} attempts; check the cluster is up and "
-            f"reachable: {self.check_hint()}"
-        )
-
-    def check_hint(self) -> str:
-        """The command that shows whether this cluster is up."""
-        if self.conn.stack:
-            return f"`pulumi stack output --stack {self.conn.stack}` and `pulumi up` if it is down"
-        return "`kubectl cluster-info` with the same kubeconfig and context"
-
-    def _json(self, data: bytes, what: str) -> Any:
-        try:
-            return files.loads(data)
-        except ValueError:
-            raise self._garbage(what, "an answer that is not JSON") from None
-
-    def _garbage(self, what: str, problem: str) -> RunnerError:
-        problem = _server_text(problem)  # it may name a key the server chose
-        return RunnerError(
-            f"cannot {what}: the server at {self.host} sent {problem}; is it a Kubernetes API "
-            f"server? Check the kubeconfig of {self.conn.source} (`kubectl cluster-info`)"
-        )
-
-
-def _server_text(text: str) -> str:
-    """Text a server chose, as one printable line of at most MAX_SERVER_TEXT characters: no
-    newline or terminal escape of its own reaches the user's terminal."""
-    return one_line(str(text))[:MAX_SERVER_TEXT]
-
-
-def _status_message(err: ApiException) -> str:
-    try:
-        return files.loads(err.body or "").get("message") or err.reason
-    except (TypeError, ValueError, AttributeError):
-        return str(err.reason)
+        names the cluster and what to do (apierrors.py)."""
+        return self.errors.status(what, status, message, attempts)

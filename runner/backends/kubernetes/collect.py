@@ -19,7 +19,8 @@ from typing import Any
 from contract import files
 from contract.rundir import SUMMARY, JobState, JobStatus, rank_log
 from runner.backends.kubernetes import demux, observe, records
-from runner.backends.kubernetes.client import KubeApi, NotFound, Selector
+from runner.backends.kubernetes.apierrors import NotFound
+from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results

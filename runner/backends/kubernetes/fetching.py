@@ -13,7 +13,8 @@ from pathlib import Path
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes import collect
-from runner.backends.kubernetes.client import KubeApi, NameConflict, NotFound
+from runner.backends.kubernetes.apierrors import NameConflict, NotFound
+from runner.backends.kubernetes.client import KubeApi
 from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.identity import JobIdentity
 from runner.backends.kubernetes.memory import record_in, state_in

@@ -27,7 +27,8 @@ from typing import Any
 
 from contract.events import parse_line
 from runner.backends.kubernetes import demux, observe
-from runner.backends.kubernetes.client import BadRequest, KubeApi, NotFound
+from runner.backends.kubernetes.apierrors import BadRequest, NotFound
+from runner.backends.kubernetes.client import KubeApi
 from runner.backends.kubernetes.records import check_event
 from runner.backends.kubernetes.streams import Stream, Transient
 from runner.backends.kubernetes.watch import Backoff, JobObserver, View, WatchConfig

@@ -68,6 +68,7 @@ def _strings(value: Any) -> str | None:
 
 METADATA = {
     "name": _text,
+    "namespace": _text,
     "uid": _text,
     "resourceVersion": _text,
     "creationTimestamp": _time,
@@ -101,11 +102,15 @@ POD = {
 }
 TRAINJOB = {
     "metadata": METADATA,
+    "apiVersion": _text,
+    "kind": _text,
     "spec": {"trainer": {"numNodes": _count, "numProcPerNode": _count}},
     "status": {"conditions": CONDITIONS},
 }
 PYTORCHJOB = {
     "metadata": METADATA,
+    "apiVersion": _text,
+    "kind": _text,
     "spec": {
         "nprocPerNode": _count,
         "elasticPolicy": {"minReplicas": _integer},
@@ -148,6 +153,20 @@ def problem(kind: str, obj: Any) -> str | None:
     if found is None and kind == "pytorchjob":
         found = _replicas_problem(obj)
     return found
+
+
+def another_object(
+    job: dict[str, Any], api_version: str, kind: str, namespace: str, name: str
+) -> str | None:
+    """What `job` (checked) is, if it is not the `kind` `name` of `namespace` and `api_version`
+    that was asked for, e.g. "the 'kubeflow.org/v1' 'PyTorchJob' 'x' of namespace 'bench'"
+    (each value quoted and cut short: the server chose them); None if it is."""
+    meta = job["metadata"]
+    found = (job.get("apiVersion"), job.get("kind"), meta.get("namespace"), meta.get("name"))
+    if found == (api_version, kind, namespace, name):
+        return None
+    shown_api, shown_kind, shown_namespace, shown_name = (f"{v!r:.60}" for v in found)
+    return f"the {shown_api} {shown_kind} {shown_name} of namespace {shown_namespace}"
 
 
 def selected(obj: dict[str, Any], label: str | None, field: str | None) -> bool:

@@ -93,7 +93,7 @@ class Stream:
 
 class WatchStream(Stream):
     """A watch: its events, with ERROR events turned into exceptions by `on_error`
-    (a 410 becomes client.Gone; anything else a RunnerError naming the cluster), and each
+    (a 410 becomes apierrors.Gone; anything else a RunnerError naming the cluster), and each
     changed object passed through `check` (the object, kept: a list of it; left out: an empty
     list; refused: a RunnerError)."""
 

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.backends.kubernetes.client import Gone, KubeApi, Selector
+from runner.backends.kubernetes.apierrors import Gone
+from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.streams import Transient, WatchStream
 from runner.errors import RunnerError
