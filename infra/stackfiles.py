@@ -20,6 +20,11 @@ from infra.config import NAMESPACE, StackConfig, parse_stack_config
 # stacks needs no YAML parser, which the runner's start-up path does not load.
 STACKS_DIR = "stacks"
 _STACK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")  # what `pulumi stack init` accepts
+# The most lists, mappings and scalars one value may hold, counted as written out: YAML
+# aliases let a file of a few hundred bytes name a list of 10^9 strings (nested `*a`), which
+# json.dumps would then build for minutes on end. Far above any real setting (apiAllowedCidrs
+# is the one list, and GKE takes at most 50 of them).
+MAX_VALUE_NODES = 10_000
 
 
 class StackFileError(ValueError):
@@ -54,20 +59,18 @@ def as_cli_string(value: Any) -> str:
 
 def cli_values(project_root: Path, stack: str) -> dict[str, str]:
     """key -> string for every `stackbench:` key: declared defaults, then the stack file."""
-    import yaml  # not on the runner's start-up path
-
-    schema = _mapping(yaml.safe_load((project_root / "Pulumi.yaml").read_text()), "Pulumi.yaml")
+    schema = _mapping(_read_yaml(project_root / "Pulumi.yaml"), "Pulumi.yaml")
     values = {
         key: as_cli_string(spec["default"])
         for key, spec in _mapping(schema.get("config"), "Pulumi.yaml config").items()
-        if isinstance(spec, dict) and "default" in spec
+        if isinstance(spec, dict) and "default" in spec and _bounded(spec["default"], key)
     }
     path = stack_file(project_root, stack)
-    settings = _mapping(yaml.safe_load(path.read_text()), path.name).get("config") or {}
+    settings = _mapping(_read_yaml(path), path.name).get("config") or {}
     for key, value in _mapping(settings, f"{path.name} config").items():
         namespace, _, name = str(key).rpartition(":")
-        if namespace in ("", NAMESPACE):  # a bare key belongs to the project
-            values[name] = as_cli_string(value)
+        if namespace in ("", NAMESPACE) and _bounded(value, f"{path.name}: {key}"):
+            values[name] = as_cli_string(value)  # a bare key belongs to the project
     return values
 
 
@@ -79,9 +82,39 @@ def load(project_root: Path, stack: str) -> StackConfig:
     return parse_stack_config(cli_values(project_root, stack), name, str(project_root))
 
 
+def _read_yaml(path: Path) -> Any:
+    """The file's YAML. PyYAML parses nesting by recursion: a file of `[[[[...` (damaged, or
+    made to) would end the command in a RecursionError, where Pulumi refuses it in one line."""
+    import yaml  # not on the runner's start-up path
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except RecursionError:
+        raise StackFileError(f"{path.name} nests lists or mappings too deeply to read") from None
+
+
 def _mapping(value: Any, what: str) -> dict[Any, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise StackFileError(f"{what} is not a YAML mapping")
     return value
+
+
+def _bounded(value: Any, what: str) -> bool:
+    """True, or StackFileError if `value` written out would hold over MAX_VALUE_NODES nodes;
+    counted without writing it out, a node reached twice through an alias counted twice."""
+    budget, pending = MAX_VALUE_NODES, [value]
+    while pending:
+        budget -= 1
+        if budget < 0:
+            raise StackFileError(
+                f"{what} holds over {MAX_VALUE_NODES:,} values (YAML aliases nested into "
+                "each other?); no setting of this project is that large"
+            )
+        node = pending.pop()
+        if isinstance(node, dict):
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return True
