@@ -22,6 +22,10 @@ from runner.errors import RunnerError
 TIMEOUT_S = 120.0
 _PR_SET_PDEATHSIG = 1
 INSTALL = "install it (https://www.pulumi.com/docs/install/)"
+# How pulumi's output is read: it writes UTF-8, but passes on what providers and the cluster
+# say byte for byte, and one invalid byte must not end the command in a UnicodeDecodeError
+# (halfway through a destroy, its outcome unread); it shows as U+FFFD instead.
+ENCODING, DECODE_ERRORS = "utf-8", "replace"
 
 
 def executable(why: str) -> str:
@@ -69,8 +73,9 @@ def run_json(args: list[str], stack: str, why: str, next_step: str) -> Any:
     argv = [executable(why), *args, "--stack", stack]
     shown = f"`pulumi {' '.join(args)} --stack {stack}`"
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S,
-                              cwd=project_dir(), preexec_fn=interrupted_with_parent())  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, encoding=ENCODING, errors=DECODE_ERRORS,
+                              timeout=TIMEOUT_S, cwd=project_dir(),
+                              preexec_fn=interrupted_with_parent())  # fmt: skip
     except subprocess.TimeoutExpired:
         raise RunnerError(
             f"{shown} did not answer in {TIMEOUT_S:.0f} s; check `pulumi whoami` and the state "

@@ -224,7 +224,8 @@ def destroy(stack: str, on_line: Callable[[str], None]) -> None:
         argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
+        encoding=pulumi_cli.ENCODING,
+        errors=pulumi_cli.DECODE_ERRORS,
         cwd=pulumi_cli.project_dir(),
         # Its own session: a Ctrl-C in the terminal reaches this process alone, which passes
         # exactly one SIGINT on (a second one would make pulumi stop without cancelling).

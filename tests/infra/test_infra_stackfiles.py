@@ -65,6 +65,24 @@ def test_a_stack_file_that_is_not_a_mapping_is_refused(tmp_path):
         stackfiles.cli_values(root, "s")
 
 
+def test_a_value_that_aliases_multiply_is_refused_before_it_is_written_out(tmp_path):
+    # 300 bytes naming 10^5 strings (each level ten aliases of the one below): a few more
+    # levels and writing it out as the CLI string would take minutes and gigabytes.
+    levels = ["  l0: &a0 [10.0.0.0/8" + ", 10.0.0.0/8" * 9 + "]\n"]
+    levels += [f"  l{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 5)]
+    root = project(tmp_path, "config:\n" + "".join(levels) + "  stackbench:apiAllowedCidrs: *a4\n")
+    with pytest.raises(stackfiles.StackFileError, match=r"Pulumi\.s\.yaml: l\d holds over 10,000"):
+        stackfiles.cli_values(root, "s")
+
+
+def test_a_file_nested_too_deeply_for_the_yaml_parser_is_refused_in_one_line(tmp_path):
+    root = project(
+        tmp_path, "config:\n  stackbench:apiAllowedCidrs: " + "[" * 50_000 + "]" * 50_000
+    )
+    with pytest.raises(stackfiles.StackFileError, match=r"Pulumi\.s\.yaml nests .* too deeply"):
+        stackfiles.cli_values(root, "s")
+
+
 def test_load_validates_through_the_programs_parser(tmp_path):
     root = project(tmp_path, "config:\n  stackbench:provider: gke\n")
     with pytest.raises(ConfigError) as err:

@@ -57,7 +57,8 @@ echo "$@" >> {log}
 case "$1 $2" in
   "stack output") cat {tmp_path}/outputs.json ;;
   "stack export") cat {tmp_path}/export.json ;;
-  destroy*) echo "Destroying (gke-gpu-8):"; echo "Resources: 12 deleted";
+  destroy*) echo "Destroying (gke-gpu-8):"; cat {tmp_path}/destroy_out 2>/dev/null;
+            echo "Resources: 12 deleted";
             exit $(cat {tmp_path}/destroy_rc) ;;
 esac
 """)
@@ -234,6 +235,23 @@ def test_resource_entries_without_a_urn_are_still_listed_as_leftovers(tmp_path, 
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "2 resource(s) still in stack" in result.output
     assert "(an entry without a URN: {'type': 'gcp:compute/disk:Disk'})" in result.output
+
+
+def test_bytes_pulumi_passes_on_undecoded_are_shown_replaced_never_a_traceback(
+    tmp_path, pulumi_log
+):
+    # What a provider or the cluster says reaches pulumi's output byte for byte: a byte that
+    # is no UTF-8, in destroy's stream or in the exported state, must not cut the teardown
+    # short (its outcome unread, the leftover check never run).
+    (tmp_path / "destroy_out").write_bytes(b"  error: \xff\xfe from the cloud\n")
+    leftover = {"type": "gcp:storage/bucket:Bucket", "urn": "urn:pulumi:s::p::bucket::results-X"}
+    export = json.dumps({"deployment": {"resources": [leftover]}}).encode()
+    (tmp_path / "export.json").write_bytes(export.replace(b"-X", b"-\xff"))
+    result = invoke(tmp_path / "results", "teardown", "--stack", STACK, "--yes")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "error: \ufffd\ufffd from the cloud" in result.output
+    assert "Resources: 12 deleted" in result.output
+    assert "urn:pulumi:s::p::bucket::results-\ufffd" in result.output  # the leftover still listed
 
 
 def test_a_failed_destroy_stops_before_the_leftover_check_and_says_what_next(tmp_path, pulumi_log):
