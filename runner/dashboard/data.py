@@ -1,6 +1,8 @@
-"""The dashboard's one reader of run directories and studies: every file name and record
-format the dashboard knows is here, so moving it to contract/'s typed records changes this
-module alone.
+"""The dashboard's reader of run records and studies: a run's row in the table (job, state,
+summary and manifest, the end of its events while it runs), studies, and runs as reports read
+them. With runner.dashboard.runpage (a run's page: its detail, events, logs and files), every
+file name and record format the dashboard knows is here, so moving them to contract/'s typed
+records changes these two modules alone.
 
 It answers in JSON-ready dicts (the API's payloads) and never raises for one bad run: a run
 whose files are damaged or hostile shows as DAMAGED with the file and the problem, and the
@@ -10,8 +12,9 @@ runner.dashboard.files, so nothing outside the results directory is ever read. S
 the run directory records (kept current by whoever supervises or follows the run), except
 that an unfinished local run whose supervisor is gone reads as failed, as `runner runs` says.
 
-Not here: HTTP (runner.dashboard.server), chart points (runner.dashboard.curves), shaping
-studies and comparisons (runner.dashboard.views), statistics (runner.results).
+Not here: a run's page (runner.dashboard.runpage), HTTP (runner.dashboard.server), chart
+points (runner.dashboard.curves), shaping studies and comparisons (runner.dashboard.views),
+statistics (runner.results).
 """
 
 from __future__ import annotations
@@ -41,12 +44,7 @@ FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 RECORDS = (JOB, STATE, SUMMARY, MANIFEST)
 SUPERVISOR = "supervisor.json"  # the local backend's record of its supervisor process
 MAX_EVENTS_BYTES = 64 << 20  # the largest events.jsonl read whole (a long run's is a few MiB)
-MAX_FILE_BYTES = 64 << 20  # the largest file a link serves
-LOG_TAIL_BYTES = 256 << 10  # how much of a log a page starts with
 LATEST_BYTES = 64 << 10  # the end of a live run's events.jsonl read for the table's figure
-# A run page offers a tab for each rank's log, present or not, up to this many ranks: job.json
-# may be hostile, and a world size of 10**12 would otherwise be a list of 10**12 names.
-MAX_RANK_LOGS = 1024
 
 
 class NotFound(LookupError):
@@ -120,7 +118,10 @@ class RunTable:
             sig = signature(self.root / name)
             cached = self._cache.get(name)
             if cached is None or cached[0] != sig or may_change_unseen(cached[1]):
-                self._cache[name] = (sig, run_row(self.root, name))
+                try:
+                    self._cache[name] = (sig, run_row(self.root, name))
+                except NotFound:  # removed (or swapped for a link) since it was listed
+                    continue
             rows[name] = self._cache[name][1]
         self._cache = {k: v for k, v in self._cache.items() if k in rows}
         return sorted(rows.values(), key=lambda r: r["created_at"] or "", reverse=True)
@@ -142,7 +143,7 @@ def _damaged_row(run_id: str, *problems: dict[str, str]) -> dict[str, Any]:
             "damaged": list(problems), "notes": [], "lower_is_better": False}  # fmt: skip
 
 
-def _record(path: Path, name: str) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+def read_record(path: Path, name: str) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
     """(the JSON record, None), (None, None) when it does not exist, (None, problem)."""
     try:
         return read_json_object(path / name), None
@@ -154,9 +155,9 @@ def _record(path: Path, name: str) -> tuple[dict[str, Any] | None, dict[str, str
         return None, problem(name, err.strerror or str(err))
 
 
-def _typed(path: Path, name: str, parse: Any) -> tuple[Any, dict[str, str] | None]:
+def read_typed(path: Path, name: str, parse: Any) -> tuple[Any, dict[str, str] | None]:
     """A record read and checked field by field (contract/summary.py, manifest.py)."""
-    data, damage = _record(path, name)
+    data, damage = read_record(path, name)
     if data is None:
         return None, damage
     try:
@@ -165,8 +166,8 @@ def _typed(path: Path, name: str, parse: Any) -> tuple[Any, dict[str, str] | Non
         return None, problem(name, err.problem)
 
 
-def _job(path: Path, run_id: str) -> tuple[rundir.RunRecord | None, dict[str, str] | None]:
-    data, damage = _record(path, JOB)
+def read_job(path: Path, run_id: str) -> tuple[rundir.RunRecord | None, dict[str, str] | None]:
+    data, damage = read_record(path, JOB)
     if data is None:
         return None, damage or problem(JOB, "is missing: this is not a complete run directory")
     try:
@@ -202,10 +203,10 @@ def _state(root: Path, path: Path, record: rundir.RunRecord | None) -> JobStatus
 def run_row(root: Path, run_id: str) -> dict[str, Any]:
     """One run as the runs table shows it."""
     path = run_path(root, run_id)
-    records = {SUMMARY: _typed(path, SUMMARY, parse_summary),
-               MANIFEST: _typed(path, MANIFEST, parse_manifest)}  # fmt: skip
+    records = {SUMMARY: read_typed(path, SUMMARY, parse_summary),
+               MANIFEST: read_typed(path, MANIFEST, parse_manifest)}  # fmt: skip
     damage = [p for _, p in records.values() if p]
-    record, job_damage = _job(path, run_id)
+    record, job_damage = read_job(path, run_id)
     try:
         status = _state(root, path, record)
     except DamagedFile as err:
@@ -244,12 +245,6 @@ def _valid_result(row: Mapping[str, Any]) -> dict[str, Any]:
     if row["state"] == "SUCCEEDED" or row["reached"] is None:
         return {}
     return {"reached": False if row["state"] in FINISHED else None, "time_to_target_s": None}
-
-
-def _dig(data: Any, *keys: str) -> Any:
-    for key in keys:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
 
 
 def _headline(summary: Summary) -> dict[str, Any]:
@@ -293,86 +288,6 @@ def _notes(row: Mapping[str, Any], path: Path, summary: Any) -> list[str]:
     return notes
 
 
-def run_detail(root: Path, run_id: str) -> dict[str, Any]:
-    """Everything the run page shows but the curves and the logs' text."""
-    path = run_path(root, run_id)
-    row = run_row(root, run_id)
-    record, _ = _job(path, run_id)
-    job, _ = _record(path, JOB)
-    entries = files.scan(path)
-    logs = [e.path.split("/")[1] for e in entries if e.path.count("/") == 1 and e.kind == "file"
-            and e.path.startswith(f"{LOGS}/")]  # fmt: skip
-    if record is not None:
-        world_size = min(record.spec.placement.world_size, MAX_RANK_LOGS)
-        ranks = [f"rank-{r}.log" for r in range(world_size)]
-        logs = ranks + sorted(set(logs) - set(ranks))
-    return {
-        **row,
-        # The flat view: the keys --set takes, as the page highlights the overridden ones.
-        "config": _flat(record.spec.config) if record else _dig(job, "config"),
-        "overrides": [list(p) for p in record.spec.overrides] if record else [],
-        "open_keys": list(record.spec.open_keys) if record else [],
-        "handle": record.handle if record else None,
-        "cluster": dict(record.cluster) if record and record.cluster else None,
-        "summary": _to_dict(_typed(path, SUMMARY, parse_summary)[0]),
-        "manifest": _to_dict(_typed(path, MANIFEST, parse_manifest)[0]),
-        "files": [{"path": e.path, "size": e.size, "kind": e.kind} for e in entries],
-        "logs": logs,
-    }
-
-
-def events_tail(root: Path, run_id: str) -> files.LineTail:
-    """New whole lines of a run's events.jsonl, from the start."""
-    return files.LineTail(root, (run_path(root, run_id).name, EVENTS))
-
-
-def parse_events(data: bytes) -> list[dict[str, Any]]:
-    return list(parse_lines(data.decode("utf-8", errors="replace").splitlines()))
-
-
-def read_events(root: Path, run_id: str) -> list[dict[str, Any]]:
-    """Every event of a run (DamagedFile when events.jsonl is a link, not a file, too large)."""
-    try:
-        parts = (run_path(root, run_id).name, EVENTS)
-        return parse_events(files.read_beneath(root, parts, MAX_EVENTS_BYTES))
-    except FileNotFoundError:
-        return []
-
-
-def log_tail(root: Path, run_id: str, name: str) -> files.ByteTail:
-    """A log of the run, from its last LOG_TAIL_BYTES on."""
-    if not files.valid_name(name):
-        raise NotFound(f"{name!r} is not a log name")
-    return files.ByteTail(root, (run_path(root, run_id).name, LOGS, name), LOG_TAIL_BYTES)
-
-
-def read_log(root: Path, run_id: str, name: str, offset: int | None) -> dict[str, Any]:
-    """Up to LOG_TAIL_BYTES of a log from `offset` (None: its last LOG_TAIL_BYTES)."""
-    if not files.valid_name(name):
-        raise NotFound(f"{name!r} is not a log name")
-    try:
-        fd = files.open_beneath(root, (run_path(root, run_id).name, LOGS, name))
-    except FileNotFoundError:
-        raise NotFound(f"run {run_id} has no log {name} (yet)") from None
-    with os.fdopen(fd, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        start = min(size, max(0, size - LOG_TAIL_BYTES) if offset is None else offset)
-        f.seek(start)
-        chunk = f.read(LOG_TAIL_BYTES)
-    text = chunk.decode("utf-8", errors="replace")
-    return {"name": name, "start": start, "offset": start + len(chunk), "size": size, "text": text}
-
-
-def read_file(root: Path, run_id: str, relative: str) -> bytes:
-    """A file of the run by its path inside the run directory (InvalidPath, NotFound,
-    DamagedFile for a link, a non-file or one over MAX_FILE_BYTES)."""
-    parts = files.split_path(relative)
-    try:
-        return files.read_beneath(root, (run_path(root, run_id).name, *parts), MAX_FILE_BYTES)
-    except FileNotFoundError:
-        raise NotFound(f"run {run_id} has no file {relative}") from None
-
-
 # ---- results for reports: studies and comparisons -----------------------------------------
 
 
@@ -399,8 +314,8 @@ def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], l
 def _unsafe_for_load_run(path: Path) -> list[dict[str, str]]:
     """load_run's own reads are not defensive: every record read the defensive way first, and
     events.jsonl a plain file under the cap (load_run reads it whole)."""
-    damage = [p for name in RECORDS if name != JOB and (p := _record(path, name)[1])]
-    if job_damage := _job(path, path.name)[1]:  # the table's own check: DAMAGED there too
+    damage = [p for name in RECORDS if name != JOB and (p := read_record(path, name)[1])]
+    if job_damage := read_job(path, path.name)[1]:  # the table's own check: DAMAGED there too
         damage.append(job_damage)
     try:
         with os.fdopen(files.open_beneath(path, (EVENTS,)), "rb") as f:
@@ -449,11 +364,3 @@ def load_study_record(root: Path, study_id: str) -> studies.Study:
         return studies.load(base / study_id / studies.STUDY_FILE)  # its fields checked
     except FileNotFoundError:
         raise NotFound(f"study {study_id!r} has no {studies.STUDY_FILE}") from None
-
-
-def _flat(config: Any) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.flat().items()}
-
-
-def _to_dict(record: Any) -> dict[str, Any] | None:
-    return record.to_dict() if record is not None else None

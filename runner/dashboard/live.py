@@ -15,8 +15,8 @@ Messages are (name, JSON-ready payload):
     curves  {run_id, ...every series}            points  {run_id, ...points added}
     log     {run_id, name, text, reset}          problem {run_id, file, problem}
 
-Feeds read files (through runner.dashboard.data) and block; the server polls them on a
-thread. Not here: HTTP (runner.dashboard.server).
+Feeds read files (through runner.dashboard.data and runpage) and block; the server polls
+them on a thread. Not here: HTTP (runner.dashboard.server).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from contract.files import DamagedFile
-from runner.dashboard import curves, data
+from runner.dashboard import curves, data, runpage
 
 Message = tuple[str, Any]
 # Reads per poll: a reconnecting page catches up on a long run's events over a few polls
@@ -60,7 +60,7 @@ class RunFeed:
 
     def __init__(self, root: Path, run_id: str) -> None:
         self._root, self._run_id = root, run_id
-        self._tail = data.events_tail(root, run_id)
+        self._tail = runpage.events_tail(root, run_id)
         self._curves = curves.Curves()
         self._snapshot_due = True
         self._signature: Any = None
@@ -81,7 +81,7 @@ class RunFeed:
         if sig == self._signature and not stale:
             return []
         self._signature = sig
-        detail = data.run_detail(self._root, self._run_id)
+        detail = runpage.run_detail(self._root, self._run_id)
         changed, self._detail = detail != self._detail, detail
         return [("detail", detail)] if changed else []
 
@@ -94,7 +94,7 @@ class RunFeed:
                     self._curves, self._snapshot_due, events = curves.Curves(), True, []
                 if not chunk:
                     break
-                events += data.parse_events(chunk)
+                events += runpage.parse_events(chunk)
         except DamagedFile as err:
             if self._damage == err.problem:
                 return []
@@ -115,7 +115,7 @@ class LogFeed:
 
     def __init__(self, root: Path, run_id: str, name: str) -> None:
         self._run_id, self._name = run_id, name
-        self._tail = data.log_tail(root, run_id, name)
+        self._tail = runpage.log_tail(root, run_id, name)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._started = False
 

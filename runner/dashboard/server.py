@@ -13,9 +13,10 @@ elsewhere cannot read it through DNS rebinding.
 Every response says `X-Content-Type-Options: nosniff`; the app's own responses carry a strict
 Content-Security-Policy (scripts from this origin and the one inline import map, by hash);
 run files are served as plain text, JSON or a download, sandboxed, never as HTML. File access
-is runner.dashboard.data's, which never leaves the results directory.
+is runner.dashboard.data's and runpage's, which never leave the results directory.
 
-Not here: reading run directories (data), stream contents (live), the page (static/).
+Not here: reading run directories (data, runpage), stream contents (live), the page
+(static/).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 from aiohttp import web
 
 from contract.files import DamagedFile
-from runner.dashboard import data, files, hosts, live, views
+from runner.dashboard import data, files, hosts, live, runpage, views
 
 STATIC = Path(__file__).parent / "static"
 HEARTBEAT_S = 15.0  # a comment line now and then, so proxies and browsers keep the stream
@@ -160,13 +161,13 @@ async def runs(request: web.Request) -> web.Response:
 
 
 async def run(request: web.Request) -> web.Response:
-    return _json(await _call(request, data.run_detail, request.match_info["run_id"]))
+    return _json(await _call(request, runpage.run_detail, request.match_info["run_id"]))
 
 
 async def run_curves(request: web.Request) -> web.Response:
     from runner.dashboard import curves
 
-    events = await _call(request, data.read_events, request.match_info["run_id"])
+    events = await _call(request, runpage.read_events, request.match_info["run_id"])
     return _json({"run_id": request.match_info["run_id"], **curves.series(events)})
 
 
@@ -177,13 +178,13 @@ async def run_log(request: web.Request) -> web.Response:
     if offset is not None and not OFFSET.fullmatch(offset):
         return _error(400, "offset must be a byte count")
     info = request.match_info
-    return _json(await _call(request, data.read_log, info["run_id"], info["name"],
+    return _json(await _call(request, runpage.read_log, info["run_id"], info["name"],
                              None if offset is None else int(offset)))  # fmt: skip
 
 
 async def run_file(request: web.Request) -> web.Response:
     relative = request.match_info["path"]
-    body = await _call(request, data.read_file, request.match_info["run_id"], relative)
+    body = await _call(request, runpage.read_file, request.match_info["run_id"], relative)
     name = relative.rsplit("/", 1)[-1]
     if name.endswith(".json"):
         content_type = "application/json"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import threading
 import time
 
 import psutil
@@ -120,3 +122,33 @@ def test_a_live_run_shows_its_latest_quality_before_any_summary(tmp_path):
     row = run_row(tmp_path, "cnn-a")
 
     assert row["value"] == 0.8 + 0.05 * 3 and row["epoch"] is None  # rundirs' last evaluation
+
+
+def test_a_run_removed_while_the_table_is_read_drops_out_of_it_without_an_error(tmp_path):
+    # A run directory removed between the listing and its row's reads (`rm -r` of a run while
+    # the dashboard is open) made the whole table a 404 naming that run, and its stream died.
+    make_run(tmp_path, "keep", 1, 1.0)
+    done = threading.Event()
+
+    def churn() -> None:
+        try:
+            for i in range(300):
+                copy = tmp_path / f"gone-{i % 3}"
+                shutil.copytree(tmp_path / "keep", copy)
+                shutil.rmtree(copy)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    table, errors = RunTable(tmp_path), []
+    try:
+        while not done.is_set():
+            try:
+                table.rows()
+            except Exception as err:  # what a page would have got instead of the table
+                errors.append(repr(err))
+    finally:
+        worker.join()
+    assert errors == []
+    assert [row["run_id"] for row in table.rows()] == ["keep"]
