@@ -175,14 +175,23 @@ def tables(report: Report) -> list[Table]:
     return [_printable(table) for table in built]
 
 
-# Control characters (C0, DEL, C1): a label from a run directory (a --set value in job.json)
-# may hold an escape sequence that drives the terminal, or a newline that breaks a row.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+# What str.isprintable() refuses (the CLI's own rule, runner.cli.common): a label from a run
+# directory (a --set value in job.json) may hold an escape sequence that drives the terminal, a
+# newline that breaks a row, or a bidi override (U+202E) that shows the rest of its line, the
+# report's own figures included, reversed in report.md and report.html.
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: str) -> str:
-    """`text` with each control character shown as its escape (`\\x1b`, `\\x0a`)."""
-    return text.translate(_CONTROLS)
+    """`text` with each character that is not printable (controls, bidi and other format
+    characters, separators but the space) shown as its escape (`\\x1b`, `\\x0a`, `\\u202e`)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
 
 
 def _printable(table: Table) -> Table:

@@ -629,6 +629,25 @@ def test_a_label_from_a_run_directory_is_shown_as_written_never_read_as_markup(t
     assert "| note=a\\|b\\\\x0a\\| forged \\| row \\|\\\\x1b\\[2J | 1 |" in text
 
 
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_a_bidi_override_in_a_label_is_shown_as_its_escape_in_the_report(tmp_path, fmt):
+    # U+202E in a --set value of job.json reversed the rest of its line where the report is
+    # read (the aggregation note's trusted text after the label: "...0.01" read "10.0..."), and
+    # a zero-width space hid in a label; the CLI's tables already showed both as escapes.
+    for i, note in enumerate(("x\u202e at 1 workers", "y\u200b")):
+        run_dir = make_run(tmp_path, f"b{i}", 1, 10.0 + i, overrides=(f"seed={i}",))
+        job = files.read_json_object(run_dir / "job.json")
+        files.write_json(run_dir / "job.json", job | {"overrides": [["note", note]]})
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(main, [
+        "--results-dir", str(tmp_path), "report", "b0", "b1", "--out", str(tmp_path / "o"),
+        "--format", fmt], catch_exceptions=False)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "o" / f"report.{fmt}").read_text(encoding="utf-8")
+    assert "\u202e" not in text and "\u200b" not in text
+    shown = "\\\\" if fmt == "md" else "\\"  # Markdown escapes the escape's backslash
+    assert f"note=x{shown}u202e at 1 workers" in text and f"note=y{shown}u200b" in text
+
+
 def test_a_results_folder_and_an_out_folder_the_user_links_elsewhere_are_written(tmp_path):
     """The user's own links (a results folder on another disk) are followed: only a link
     planted below them is refused (contract.files)."""
