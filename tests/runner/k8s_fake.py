@@ -5,7 +5,10 @@ compacted away, server-side timeouts and bookmarks), label and field selectors, 
 too), injected failures (403, 409, 500, ...), and connections dropped mid-stream.
 
 The test plays the controllers: it adds pods and sets job conditions the way the Kubeflow
-operators and the kubelet would. The backend under test talks to it with the official client.
+operators and the kubelet would. The fake plays one itself: Kubeflow Trainer's, which makes a
+JobSet (owned by the TrainJob) as a TrainJob is created and removes it with the job, and JobSet's
+labelling of the pods (add_pod gives a pod that names a JobSet that JobSet's uid). The backend
+under test talks to it with the official client.
 Every change, through HTTP or through these helpers, gets the next resource version and is kept
 in a history that watches replay from the version they ask for, as the real API server's watch
 cache does.
@@ -29,6 +32,9 @@ PODS = "v1/pods"
 EVENTS = "v1/events"
 TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
 PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
+JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 JOB_RESOURCES = {"trainjob": TRAINJOBS, "pytorchjob": PYTORCHJOBS}
 LOG_CHUNK_BYTES = 16 * 1024  # a kubelet flushes a streamed log in pieces of about this size
 STATUS_CHANGES = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
@@ -73,6 +79,7 @@ class _Emulator(kmock.KubernetesEmulator):
         self.history: list[Change] = []
         self.oldest_version = 0  # a watch from before this version is told 410 Gone
         self.drops = 0  # bumped to cut every open stream
+        self.make_jobsets = True  # Kubeflow Trainer makes a TrainJob's JobSet at once
         self._tick = asyncio.Event()
 
     # ---- the history of changes --------------------------------------------------------
@@ -123,7 +130,46 @@ class _Emulator(kmock.KubernetesEmulator):
             async with self._lock:
                 self.record(request.resource, request.namespace, name,
                             kind.get(request.action, "MODIFIED"))  # fmt: skip
+                if request.resource.plural == "trainjobs":
+                    self._trainer(request.action, request.namespace, name)
         return response
+
+    def _trainer(self, action: Any, namespace: str, name: str) -> None:
+        """Kubeflow Trainer's part (under the lock): a TrainJob created gets its JobSet, of the
+        same name, owned by it; a TrainJob deleted takes its JobSet with it (garbage collection,
+        at once here)."""
+        if action == kmock.action.DELETE:
+            self.remove_jobset(namespace, name)
+        elif action == kmock.action.CREATE and self.make_jobsets:
+            job = self.objects[TRAINJOBS, namespace, name].raw
+            self.put_jobset(namespace, name, job["metadata"]["uid"])
+
+    def put_jobset(self, namespace: str, name: str, owner_uid: str) -> str:
+        """Make (or replace) the JobSet `name`, controlled by the TrainJob `owner_uid`; its
+        uid (under the lock)."""
+        self.version += 1
+        uid = f"uid-jobset-{name}-{self.version}"
+        owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                 "name": name, "uid": owner_uid, "controller": True}  # fmt: skip
+        meta = {"name": name, "namespace": namespace, "uid": uid,
+                "creationTimestamp": self.now, "ownerReferences": [owner]}  # fmt: skip
+        jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta}
+        self.objects[JOBSETS, namespace, name] = jobset
+        self.record(JOBSETS, namespace, name, "ADDED")
+        return uid
+
+    def remove_jobset(self, namespace: str, name: str) -> None:
+        obj = self.jobset(namespace, name)
+        if obj is not None:
+            self.objects[JOBSETS, namespace, name].delete()
+            self.record(JOBSETS, namespace, name, "DELETED")
+
+    def jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = self.objects[JOBSETS, namespace, name]
+        except KeyError:
+            return None
+        return None if obj.deleted else obj.raw
 
     async def _check_preconditions(self, request: Any) -> None:
         """A delete's `preconditions.uid`, as the API server checks it: 409 if it differs."""
@@ -296,7 +342,13 @@ class FakeCluster:
     async def _start(self) -> tuple[_Emulator, kmock.Server]:
         emulator = _Emulator()
         # Listing needs them declared, even when empty (the CRDs are installed).
-        for resource in (PODS, EVENTS, *(JOB_RESOURCES[api] for api in self._installed)):
+        apis = (JOB_RESOURCES[api] for api in self._installed)
+        for resource in (
+            PODS,
+            EVENTS,
+            *apis,
+            *([JOBSETS] if "trainjob" in self._installed else []),
+        ):
             emulator.resources[resource] = {}
         await emulator.__aenter__()
         server = kmock.Server(emulator)
@@ -363,6 +415,17 @@ class FakeCluster:
 
         self._mutate(apply)
 
+    def jobset(self, name: str) -> dict[str, Any] | None:
+        """The JobSet `name` (a TrainJob's), as Kubeflow Trainer made it; None if there is none."""
+        return self._mutate(lambda: self.emulator.jobset(self.namespace, name))
+
+    def put_jobset(self, name: str, owner_uid: str) -> str:
+        """Make (or replace) the JobSet `name`, controlled by the TrainJob `owner_uid`; its uid."""
+        return self._mutate(lambda: self.emulator.put_jobset(self.namespace, name, owner_uid))
+
+    def remove_jobset(self, name: str) -> None:
+        self._mutate(lambda: self.emulator.remove_jobset(self.namespace, name))
+
     def swap(self, job_api: str, name: str, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         """Answer a GET of the job `name` with `fn(the job)` instead (a server or proxy that
         serves another object than the one asked for)."""
@@ -372,13 +435,19 @@ class FakeCluster:
     def add_pod(self, pod: dict[str, Any], log: str | None = None, watched: bool = True) -> None:
         """Create or replace a pod (a replacement is a MODIFIED change). A pod that has
         stopped (Succeeded, Failed) has a complete log: following it ends. `watched=False`:
-        the API server has the change but no watch has delivered it yet (a lagging watch)."""
+        the API server has the change but no watch has delivered it yet (a lagging watch). A
+        pod labelled with a JobSet's name and no uid gets that JobSet's uid, as JobSet labels
+        the pods it makes."""
         name = pod["metadata"]["name"]
         pod["metadata"].setdefault("namespace", self.namespace)
         pod["metadata"].setdefault("uid", f"uid-{name}")
         key = (self.namespace, name)
 
         def apply() -> None:
+            labels = pod["metadata"].get("labels") or {}
+            jobset = self.emulator.jobset(self.namespace, str(labels.get(JOBSET_NAME)))
+            if jobset is not None:
+                labels.setdefault(JOBSET_UID, jobset["metadata"]["uid"])
             objects = self.emulator.objects
             try:
                 existed = not objects[PODS, self.namespace, name].deleted

@@ -61,11 +61,13 @@ def iso(seconds_after: float = 0.0) -> str:
 def pod(
     job_api: str, name: str, node: int, phase: str = "Running", **status: Any
 ) -> dict[str, Any]:
-    """A pod of node `node`, labelled as TrainJob (JobSet) or PyTorchJob (operator) pods are."""
+    """A pod of node `node`, labelled as TrainJob (JobSet) or PyTorchJob (operator) pods are:
+    a TrainJob's names its JobSet (the fake cluster's add_pod adds that JobSet's uid)."""
     labels = {"stackbench/run-id": name}
     annotations = {}
     if job_api == "trainjob":
         pod_name = f"{name}-node-0-{node}-x{node}"
+        labels["jobset.sigs.k8s.io/jobset-name"] = name
         annotations["batch.kubernetes.io/job-completion-index"] = str(node)
         container = "node"
     else:

@@ -37,6 +37,10 @@ class BadRequest(RunnerError):
     started yet)."""
 
 
+class Forbidden(RunnerError):
+    """403: RBAC forbids the request (callers of an optional one carry on without it)."""
+
+
 class Gone(RunnerError):
     """410: the resource version a watch asked for is too old (compacted); list again."""
 
@@ -66,7 +70,7 @@ class ApiErrors:
                 f"({message}); refresh the kubeconfig of {where}"
             )
         if status == 403:
-            return RunnerError(
+            return Forbidden(
                 f"cannot {what} in namespace {ns} on {where}: forbidden by RBAC ({message}); ask "
                 f"the cluster admin for the permission; `kubectl auth can-i --list -n {ns}` shows "
                 "what you may do"

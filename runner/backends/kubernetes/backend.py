@@ -45,6 +45,7 @@ from runner.backends.kubernetes.fetching import fetch_run
 from runner.backends.kubernetes.follow import EventFeed, LogFollower
 from runner.backends.kubernetes.identity import JobIdentity, parse_handle
 from runner.backends.kubernetes.memory import RunMemory, cluster_reference, record_in, record_uid
+from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.pending import PendingTimeout
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits
@@ -92,6 +93,7 @@ class KubernetesBackend:
         self._observers = Observers(lambda: self.api, watch_config)
         self._finished: set[str] = set()  # jobs seen finished by this backend
         self._identity = JobIdentity(self._memory, lambda: self.api, lambda: self.conn, self._now)
+        self._owners = PodOwners(lambda: self.api)  # which pods of the run's label are its job's
 
     @functools.cached_property
     def conn(self) -> ClusterConnection:
@@ -169,10 +171,11 @@ class KubernetesBackend:
         if not self._identity.ours(name, job):
             return self._settle(name, None, self._identity.vanished(name, job))
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
-        status = observe.job_status(self.conn.job_api, job, pods, [])
+        owner = self._owners.of(name, observe.job_uid(job), pods, job)
+        status = observe.job_status(self.conn.job_api, job, pods, [], owner)
         if status.state is JobState.PENDING:  # only then does an event say why
             events = self.api.list_objects("events", collect.WARNINGS)[0]
-            status = observe.job_status(self.conn.job_api, job, pods, events)
+            status = observe.job_status(self.conn.job_api, job, pods, events, owner)
         return self._settle(name, job, status)
 
     def watch(self, handle: str) -> Iterator[JobStatus]:
@@ -204,7 +207,8 @@ class KubernetesBackend:
     def _view_status(self, name: str, view: View) -> JobStatus:
         if view.job is None or not self._identity.ours(name, view.job):
             return self._identity.vanished(name, view.job)
-        return observe.job_status(self.conn.job_api, view.job, view.pods, view.events)
+        owner = self._owners.of(name, observe.job_uid(view.job), view.pods, view.job)
+        return observe.job_status(self.conn.job_api, view.job, view.pods, view.events, owner)
 
     def _made_again(self, name: str) -> bool:
         """Whether the job of the run's name on the cluster is another than submit created
@@ -272,11 +276,12 @@ class KubernetesBackend:
         finished = recorded is not None and recorded.state.finished
         uid = self._identity.uid(name)
         if not follow or finished:  # a finished run's log no longer grows: read, or say why not
-            yield from collect.rank_lines(self.api, name, node, rank, archived, recorded, uid)
+            yield from collect.rank_lines(self.api, name, node, rank, archived, recorded, uid,
+                                          self._owners)  # fmt: skip
             return
         with self._observers.observing(name) as observer:
             follower = LogFollower(self.api, observer, node, rank, self._done,
-                                   self.watch_config, job_uid=uid)  # fmt: skip
+                                   self.watch_config, job_uid=uid, owners=self._owners)  # fmt: skip
             try:
                 yield from follower.lines()
             finally:
@@ -291,7 +296,7 @@ class KubernetesBackend:
         node = demux.NodeRanks(0, shape.procs_per_node, shape.world_size, shape.elastic)
         observer = self._observers.acquire(name)
         follower = LogFollower(self.api, observer, node, 0, self._done, self.watch_config,
-                               job_uid=self._identity.uid(name))  # fmt: skip
+                               job_uid=self._identity.uid(name), owners=self._owners)  # fmt: skip
         feed = EventFeed(follower, on_end=lambda: self._observers.release(name))
         try:
             while True:
@@ -317,7 +322,7 @@ class KubernetesBackend:
     def fetch(self, handle: str, dest: Path) -> list[str]:
         name = self._name(handle)
         return fetch_run(self.api, self.conn, self._identity, handle, name, dest,
-                         self.store_limits)  # fmt: skip
+                         self.store_limits, self._owners)  # fmt: skip
 
     def cancel(self, handle: str) -> None:
         recorded = self._recorded_state(handle)
@@ -338,7 +343,8 @@ class KubernetesBackend:
         # Whether the job is over is read from its pods too: an elastic job's operator says
         # Failed while the survivors train on, a PyTorchJob's Succeeded while a Worker runs.
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
-        if observe.job_status(self.conn.job_api, job, pods, []).state.finished:
+        owner = self._owners.of(name, observe.job_uid(job), pods, job)
+        if observe.job_status(self.conn.job_api, job, pods, [], owner).state.finished:
             return  # a finished job keeps its pods (and logs) for fetch
         cancelled = JobStatus(JobState.CANCELLED, "cancelled", self._now())
         cancelling.cancel(self.api, name, observe.job_uid(job), cancelled, record)

@@ -58,6 +58,8 @@ JOB_RESOURCES = {
         "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "Kubeflow training-operator (v1)"
     ),
 }
+# What Kubeflow Trainer makes of a TrainJob, under the job's name; it makes the job's pods.
+JOBSET = JobResource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", "JobSet")
 # A watch's read timeout: the server ends it after timeoutSeconds; this much longer without a
 # byte means the connection is dead (a half-open TCP connection sends nothing, ever).
 WATCH_READ_SLACK_S = 30.0
@@ -189,6 +191,22 @@ class KubeApi:
         if other is not None:
             raise self.errors.garbage(what, f"{other} instead of {r.kind} {name}")
         return job
+
+    def get_jobset(self, name: str, attempts: int | None = None) -> dict[str, Any]:
+        """The JobSet `name` (a TrainJob's has the job's name), its fields' types checked."""
+        r, ns = JOBSET, self.conn.namespace
+        what = f"get {r.kind} {name}"
+        get = self.custom.get_namespaced_custom_object
+        result = self.call(what, get, r.group, r.version, ns, r.plural, name,
+                           _preload_content=False, attempts=attempts)  # fmt: skip
+        jobset = self.errors.json(result.data, what)  # type: ignore[attr-defined]
+        if not isinstance(jobset, dict) or not isinstance(jobset.get("metadata"), dict):
+            raise self.errors.garbage(what, "something that is not a JobSet object")
+        jobset = self.checked("jobsets", [jobset], what)[0]
+        other = objects.another_object(jobset, f"{r.group}/{r.version}", r.kind, ns, name)
+        if other is not None:
+            raise self.errors.garbage(what, f"{other} instead of {r.kind} {name}")
+        return jobset
 
     def delete_job(self, name: str, uid: str | None = None) -> None:
         """Delete the job; with `uid`, only that one: a job made again under its name is

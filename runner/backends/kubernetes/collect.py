@@ -22,6 +22,7 @@ from runner.backends.kubernetes import demux, observe, records
 from runner.backends.kubernetes.apierrors import NotFound
 from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
 from runner.backends.kubernetes.streams import Transient
@@ -87,9 +88,11 @@ def rank_lines(
     archived: Iterator[str] | None,
     recorded: JobStatus | None,
     job_uid: str | None = None,
+    owners: PodOwners | None = None,
 ) -> Iterator[str]:
     """One rank's log as it is now: from its pod while the pod exists, else as archived; with
-    `job_uid`, never a pod of another job made under the same name."""
+    `job_uid`, never a pod of another job made under the same name (`owners` tells a
+    TrainJob's pods apart)."""
     try:
         pods = api.list_objects("pods", pods_selector(name))[0]
     except Transient as err:
@@ -97,7 +100,9 @@ def rank_lines(
             raise RunnerError(f"{_no_log(name, rank, recorded)}; {err}") from None
         log.warning("%s; showing the log archived by `runner fetch`", err)
         pods = []
-    pod = observe.pods_by_node(api.conn.job_api, pods, node.elastic, job_uid).get(node.node)
+    owners = owners or PodOwners(lambda: api)
+    owner = owners.of(name, job_uid, pods)
+    pod = observe.pods_by_node(api.conn.job_api, pods, node.elastic, owner).get(node.node)
     if pod is None or not observe.container_started(pod):
         if archived is not None:
             yield from archived
@@ -129,8 +134,10 @@ class Harvest:
         dest: Path,
         limits: StoreLimits,
         job_uid: str | None = None,
+        owners: PodOwners | None = None,
     ) -> None:
-        """`job_uid`: the uid submit created the job with (None: known by its name only)."""
+        """`job_uid`: the uid submit created the job with (None: known by its name only);
+        `owners`: which pods are the job's (a backend's, whose answers are cached)."""
         spec = rundir.read_record(dest).spec
         self.api, self.conn, self.name, self.dest, self.limits = api, conn, name, dest, limits
         self.placement = spec.placement
@@ -142,6 +149,7 @@ class Harvest:
         self.unreachable: RunnerError | None = None
         self.job_gone = False
         self.job_uid = job_uid  # once run: the uid of the job on the cluster, if it is this run's
+        self.owners = owners or PodOwners(lambda: api)
         self.impostor: dict[str, Any] | None = None  # another job, made under this run's name
         # Rank 0's log read to its end from its ended container: all it will ever say.
         self.rank0_log_whole = False
@@ -162,19 +170,20 @@ class Harvest:
         if job is not None:
             self.job_uid = observe.job_uid(job)
             pods = self.api.list_objects("pods", pods_selector(self.name))[0]
-            status = observe.job_status(self.conn.job_api, job, pods, [])
-            self._archive(pods)
+            owner = self.owners.of(self.name, self.job_uid, pods, job)
+            status = observe.job_status(self.conn.job_api, job, pods, [], owner)
+            self._archive(pods, owner)
         self._results()
         # A pending reason without the namespace's events is poorer than the one recorded.
         return None if status is None or status.state is JobState.PENDING else status
 
-    def _archive(self, pods: list[dict[str, Any]]) -> None:
+    def _archive(self, pods: list[dict[str, Any]], owner: observe.PodOwner) -> None:
         """logs/rank-N.log for every rank whose pod still exists (and the node's unattributed
         lines beside them)."""
         per_node, world = self.placement.procs_per_node, self.expected.world_size
         container = observe.CONTAINERS[self.conn.job_api]
         elastic = self.placement.elastic
-        by_node = observe.pods_by_node(self.conn.job_api, pods, elastic, self.job_uid)
+        by_node = observe.pods_by_node(self.conn.job_api, pods, elastic, owner)
         for node, pod in sorted(by_node.items()):
             if node >= self.placement.num_nodes:
                 log.warning("ignoring pod %s: node %d is not in the job", _pod_name(pod), node)

@@ -18,6 +18,7 @@ from runner.backends.kubernetes.client import KubeApi
 from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.identity import JobIdentity
 from runner.backends.kubernetes.memory import record_in, state_in
+from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.results_store import StoreLimits
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,11 @@ def fetch_run(
     name: str,
     dest: Path,
     limits: StoreLimits,
+    owners: PodOwners | None = None,
 ) -> list[str]:
     """Fetch the run `name` into `dest`; what it still lacks (RunnerError when that can never
     be fetched any more)."""
-    harvest = collect.Harvest(api, conn, name, dest, limits, identity.uid(name))
+    harvest = collect.Harvest(api, conn, name, dest, limits, identity.uid(name), owners)
     status = harvest.run()
     status = _settled(harvest, status, identity, name, state_in(dest))
     if status is not None:

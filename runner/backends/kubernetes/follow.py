@@ -29,6 +29,7 @@ from contract.events import parse_line
 from runner.backends.kubernetes import demux, observe
 from runner.backends.kubernetes.apierrors import BadRequest, NotFound
 from runner.backends.kubernetes.client import KubeApi
+from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.records import check_event
 from runner.backends.kubernetes.streams import Stream, Transient
 from runner.backends.kubernetes.watch import Backoff, JobObserver, View, WatchConfig
@@ -51,10 +52,13 @@ class LogFollower:
         config: WatchConfig,
         recheck_s: float = RECHECK_S,
         job_uid: str | None = None,
+        owners: PodOwners | None = None,
     ) -> None:
-        """`job_uid`: the uid submit created the job with; None: the job the observer sees."""
+        """`job_uid`: the uid submit created the job with; None: the job the observer sees.
+        `owners`: which pods are the job's (a backend's, whose answers are cached)."""
         self._api, self._observer, self._node, self._rank = api, observer, node, rank
         self._job_uid = job_uid
+        self._owners = owners or PodOwners(lambda: api)
         self._finished, self._config, self._recheck_s = finished, config, recheck_s
         self._container = observe.CONTAINERS[api.conn.job_api]
         self._closed = False
@@ -78,7 +82,8 @@ class LogFollower:
             current = self._pods_now(view.pods) if done else view.pods
             # Never the pods of another job made under the job's name (their label is the same).
             uid = self._job_uid or observe.job_uid(view.job)
-            pods = observe.pods_by_node(self._api.conn.job_api, current, self._node.elastic, uid)
+            owner = self._owners.of(self._observer.name, uid, current, view.job)
+            pods = observe.pods_by_node(self._api.conn.job_api, current, self._node.elastic, owner)
             pod = pods.get(self._node.node)
             if pod is None or not observe.container_started(pod):
                 if done:
@@ -105,8 +110,8 @@ class LogFollower:
                 return
 
     def _made_again(self, view: View) -> bool:
-        """Whether the job on the cluster is another made under its name: its pods are not
-        this job's, and a TrainJob's do not say whose they are (JobSet's batch Jobs own them)."""
+        """Whether the job on the cluster is another made under its name: none of the pods of
+        the run's label are then this job's to follow."""
         uid = observe.job_uid(view.job)
         return bool(self._job_uid and uid and uid != self._job_uid)
 

@@ -119,6 +119,8 @@ PYTORCHJOB = {
     },
     "status": {"conditions": CONDITIONS},
 }
+# A TrainJob's JobSet: its uid, and the owner reference that names its TrainJob (owners.py).
+JOBSET = {"metadata": METADATA, "apiVersion": _text, "kind": _text}
 EVENT = {
     "metadata": METADATA,
     "type": _text,
@@ -133,14 +135,15 @@ SHAPES: dict[str, Shape] = {
     "pytorchjob": PYTORCHJOB,
     "pods": POD,
     "events": EVENT,
+    "jobsets": JOBSET,
 }
 
 
 def problem(kind: str, obj: Any) -> str | None:
-    """What is wrong with `obj` as a `kind` ("trainjob", "pytorchjob", "pods", "events"), e.g.
-    "status.containerStatuses[0].restartCount is not an integer"; None if nothing. Removes the
-    keys that are null, the API's way of saying absent, so that readers need not tell them
-    apart. A job or a pod must have a name (the watch keeps objects by it)."""
+    """What is wrong with `obj` as a `kind` ("trainjob", "pytorchjob", "pods", "events",
+    "jobsets"), e.g. "status.containerStatuses[0].restartCount is not an integer"; None if
+    nothing. Removes the keys that are null, the API's way of saying absent, so that readers
+    need not tell them apart. A job or a pod must have a name (the watch keeps objects by it)."""
     if not isinstance(obj, dict):
         return "is not an object"
     try:

@@ -34,6 +34,10 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # TrainJob (JobSe
 REPLICA_TYPE = "training.kubeflow.org/replica-type"  # PyTorchJob pods
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
+# What JobSet labels every pod of its jobs with (JobSetNameKey and JobSetUIDKey of
+# sigs.k8s.io/jobset, api/jobset/v1alpha2/jobset_types.go).
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 
 
 @dataclass(frozen=True)
@@ -80,33 +84,59 @@ def _index(value: Any) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) < 7 else None
 
 
+@dataclass(frozen=True)
+class PodOwner:
+    """Which of the pods that carry the run's label (their selector) are its job's: the pods of
+    a job deleted and made again under the same name carry it too, and linger while they
+    terminate. A PyTorchJob's pods name their job's uid in an owner reference. A TrainJob's
+    name a batch Job that its JobSet made; the JobSet labels them with its own name and uid,
+    so they are the job's when those are its JobSet's (owners.py finds which is).
+
+    `job_uid` None: the job is known by its name only, and any pod of the label is its."""
+
+    job_uid: str | None = None
+    # TrainJob, its JobSet found: (name, uid); (name, None) while it has none (no pod is its).
+    jobset: tuple[str, str | None] | None = None
+    # TrainJob whose JobSet cannot be read, or labels no pod with its uid: a pod made before
+    # the job is another job's.
+    not_before: str | None = None
+
+    def owns(self, job_api: str, pod: Mapping[str, Any]) -> bool:
+        if not self.job_uid:
+            return True
+        meta = pod.get("metadata", {})
+        if job_api == "pytorchjob":
+            refs = meta.get("ownerReferences") or []
+            kind = KINDS[job_api]
+            return all(r.get("uid") == self.job_uid for r in refs if r.get("kind") == kind)
+        if self.jobset is not None:
+            labels = meta.get("labels") or {}
+            name, uid = self.jobset
+            if uid is None or labels.get(JOBSET_NAME) != name:
+                return False
+            if JOBSET_UID in labels:
+                return labels[JOBSET_UID] == uid
+            # JobSet before v0.9 (Trainer 2.0 ships 0.8) does not label pods with its uid.
+        # RFC 3339 in UTC, as the API server writes them: the strings sort as the times do.
+        return self.not_before is None or _created(pod) >= self.not_before
+
+
 def pods_by_node(
     job_api: str,
     pods: Iterable[Mapping[str, Any]],
     elastic: bool = False,
-    job_uid: str | None = None,
+    owner: PodOwner = PodOwner(),
 ) -> dict[int, Mapping[str, Any]]:
-    """The newest pod of each node: a replaced pod's successor is the one that counts. With
-    `job_uid`, a pod that another job of the same name made is none of this job's."""
+    """The newest pod of each node: a replaced pod's successor is the one that counts. A pod
+    that `owner` does not own (another job's of the same name) is none of this job's."""
     newest: dict[int, Mapping[str, Any]] = {}
     for pod in pods:
         node = node_rank(job_api, pod, elastic)
-        if node is None or not owned_by(job_api, pod, job_uid):
+        if node is None or not owner.owns(job_api, pod):
             continue
         if node not in newest or _created(pod) >= _created(newest[node]):
             newest[node] = pod
     return newest
-
-
-def owned_by(job_api: str, pod: Mapping[str, Any], job_uid: str | None) -> bool:
-    """Whether `pod` may be the job `job_uid`'s: the pods' selector is the run-id label, which
-    the pods of a job deleted and made again under the same name carry too (the old ones
-    linger while they terminate). A PyTorchJob's pods name their job in an owner reference;
-    a TrainJob's name the batch Job that JobSet made, so they cannot be told apart here."""
-    if not job_uid:
-        return True
-    refs = pod.get("metadata", {}).get("ownerReferences") or []
-    return all(r.get("uid") == job_uid for r in refs if r.get("kind") == KINDS[job_api])
 
 
 def job_uid(job: Mapping[str, Any] | None) -> str | None:
@@ -119,11 +149,15 @@ def job_status(
     job: Mapping[str, Any],
     pods: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
+    owner: PodOwner | None = None,
 ) -> JobStatus:
+    """`owner`: which pods are the job's (owners.py); None: by the job's uid alone, which
+    tells a TrainJob's pods from no other job's."""
     name = job["metadata"]["name"]
     conditions = {c.get("type"): c for c in job.get("status", {}).get("conditions") or []}
     shape = job_shape(job_api, job)
-    by_node = pods_by_node(job_api, pods, shape.elastic, job_uid(job))
+    owner = owner or PodOwner(job_uid(job))
+    by_node = pods_by_node(job_api, pods, shape.elastic, owner)
     if shape.elastic and any(_phase(p) == "Running" for p in by_node.values()):
         conditions = {}  # the workers go on whatever the operator says (elastic_end)
     elif shape.elastic and _phase(by_node.get(0, {})) in ENDED_PHASES:
