@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.events import parse_lines
-from contract.files import DamagedFile, read_json_object
+from contract.files import MAX_RECORD_BYTES, DamagedFile, parse_json_object
 from contract.manifest import parse_manifest
-from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus, read_state
+from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus
 from contract.summary import MicroSummary, Summary, parse_summary
 from runner.dashboard import curves, files
 from runner.errors import RunnerError
@@ -143,10 +143,19 @@ def _damaged_row(run_id: str, *problems: dict[str, str]) -> dict[str, Any]:
             "damaged": list(problems), "notes": [], "lower_is_better": False}  # fmt: skip
 
 
+def open_in_run(path: Path, name: str) -> int:
+    """A descriptor of the regular file `name` in the run directory `path` (one run_path
+    found): the run directory is opened again here without following a link, so one swapped
+    for a link since run_path looked (to a folder outside the results directory) is refused,
+    never read. FileNotFoundError when missing; DamagedFile when a link or not a file."""
+    return files.open_beneath(path.parent, (path.name, name))
+
+
 def read_record(path: Path, name: str) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
     """(the JSON record, None), (None, None) when it does not exist, (None, problem)."""
     try:
-        return read_json_object(path / name), None
+        raw = files.read_beneath(path.parent, (path.name, name), MAX_RECORD_BYTES)
+        return parse_json_object(path / name, raw), None
     except FileNotFoundError:
         return None, None
     except DamagedFile as err:
@@ -185,7 +194,7 @@ def _state(root: Path, path: Path, record: rundir.RunRecord | None) -> JobStatus
     """state.json, but an unfinished local run whose supervisor is gone has failed (the local
     backend's own verdict). Only once the supervisor is on record: before that, a run being
     submitted would flash as failed."""
-    status = read_state(path)
+    status = _read_state(path)
     live = status is None or not status.state.finished
     local = record is not None and record.handle == f"local://{path.name}"
     if live and local and os.path.lexists(path / SUPERVISOR):
@@ -198,6 +207,15 @@ def _state(root: Path, path: Path, record: rundir.RunRecord | None) -> JobStatus
         except (RunnerError, OSError, ValueError, KeyError, TypeError, psutil.Error):
             return status  # its reads are not defensive; state.json was read defensively
     return status
+
+
+def _read_state(path: Path) -> JobStatus | None:
+    """state.json as contract.rundir.read_state reads it, through the run directory's
+    no-follow open (open_in_run)."""
+    data, damage = read_record(path, STATE)
+    if damage:
+        raise DamagedFile(path / STATE, damage["problem"])
+    return None if data is None else JobStatus.from_dict(data, path / STATE)
 
 
 def run_row(root: Path, run_id: str) -> dict[str, Any]:
@@ -265,7 +283,7 @@ def _headline(summary: Summary) -> dict[str, Any]:
 def _latest(path: Path) -> dict[str, Any]:
     """A live run's latest quality figure and epoch, from the end of its events."""
     try:
-        fd = files.open_beneath(path, (EVENTS,))
+        fd = open_in_run(path, EVENTS)
     except (OSError, DamagedFile):
         return {}
     with os.fdopen(fd, "rb") as f:
@@ -318,7 +336,7 @@ def _unsafe_for_load_run(path: Path) -> list[dict[str, str]]:
     if job_damage := read_job(path, path.name)[1]:  # the table's own check: DAMAGED there too
         damage.append(job_damage)
     try:
-        with os.fdopen(files.open_beneath(path, (EVENTS,)), "rb") as f:
+        with os.fdopen(open_in_run(path, EVENTS), "rb") as f:
             size = os.fstat(f.fileno()).st_size
         if size > MAX_EVENTS_BYTES:
             damage.append(problem(EVENTS, f"is {size} bytes, over the {MAX_EVENTS_BYTES} cap"))

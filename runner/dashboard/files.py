@@ -18,7 +18,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,12 +70,27 @@ def _step(dir_fd: int, name: str, flags: int, rel: Path) -> int:
     except FileNotFoundError:
         raise
     except OSError as err:
-        # ELOOP: the last part is a link; ENOTDIR: a directory on the way is a link (or a file).
-        if err.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise DamagedFile(rel, "is, or lies under, a symbolic link: never followed") from None
-        raise DamagedFile(rel, f"cannot be read ({err.strerror or err})") from None
+        raise DamagedFile(rel, _refusal(dir_fd, name, err, bool(flags & os.O_DIRECTORY))) from None
     finally:
         os.close(dir_fd)
+
+
+def _refusal(dir_fd: int, name: str, err: OSError, on_the_way: bool) -> str:
+    """Why `name` in `dir_fd` (the file, or a folder on the way to it) could not be opened,
+    in words that are true: Linux answers ENOTDIR both for a link on the way (O_DIRECTORY
+    with O_NOFOLLOW) and for a regular file on the way (logs/rank-0.log/x), so the entry
+    itself is looked at, never followed."""
+    if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+        return f"cannot be read ({err.strerror or err})"
+    try:
+        linked = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:  # gone meanwhile
+        linked = err.errno == errno.ELOOP
+    if not on_the_way:
+        return "is a symbolic link: never followed" if linked else "is not a regular file"
+    if linked:
+        return f"lies under a symbolic link ({name}): never followed"
+    return f"lies under {name}, which is not a folder"
 
 
 def read_beneath(root: Path, parts: Sequence[str], max_bytes: int) -> bytes:
@@ -102,32 +117,73 @@ def is_plain_dir(path: Path) -> bool:
 class Entry:
     path: str  # relative, '/'-separated
     size: int | None  # None unless a regular file
-    kind: str  # "file", "link" (never followed), "other"
+    # "file"; "unnamed": a regular file whose path is not plain names (hidden, spaces, `<`,
+    # bytes that are not UTF-8), which split_path refuses, so it is never served or linked;
+    # "link" (never followed); "other"
+    kind: str
 
 
 def scan(directory: Path, max_entries: int = 500, max_depth: int = 3) -> list[Entry]:
-    """Everything under `directory` (itself never a link: the caller checked), sorted, without
-    entering links; at most `max_entries`, `max_depth` levels down."""
+    """Everything under `directory`, sorted, without entering links; at most `max_entries`,
+    `max_depth` levels down. Every folder, `directory` itself included, is opened relative to
+    its parent without following a link, so a run directory swapped for a link since the
+    caller checked it lists nothing rather than the link's target."""
     out: list[Entry] = []
 
-    def walk(path: Path, prefix: str, depth: int) -> None:
-        with contextlib.suppress(OSError), os.scandir(path) as it:
+    def walk(fd: int, prefix: str, depth: int) -> None:
+        with contextlib.suppress(OSError), os.scandir(fd) as it:
             for entry in sorted(it, key=lambda e: e.name):
                 if len(out) >= max_entries:
                     return
-                rel = prefix + entry.name
+                rel = prefix + _shown(entry.name)
                 if entry.is_symlink():
                     out.append(Entry(rel, None, "link"))
                 elif entry.is_dir(follow_symlinks=False):
                     if depth < max_depth:
-                        walk(Path(entry.path), rel + "/", depth + 1)
+                        # A folder that cannot be opened (no permission, swapped for a
+                        # link) lists nothing; its siblings are still listed.
+                        with contextlib.suppress(OSError), _folder(fd, entry.name) as sub:
+                            walk(sub, rel + "/", depth + 1)
                 elif entry.is_file(follow_symlinks=False):
-                    out.append(Entry(rel, entry.stat(follow_symlinks=False).st_size, "file"))
+                    kind = "file" if _servable(rel) else "unnamed"
+                    out.append(Entry(rel, entry.stat(follow_symlinks=False).st_size, kind))
                 else:
                     out.append(Entry(rel, None, "other"))
 
-    walk(directory, "", 1)
+    with contextlib.suppress(OSError):
+        parent = os.open(directory.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with _folder(parent, directory.name) as fd:
+                walk(fd, "", 1)
+        finally:
+            os.close(parent)
     return out
+
+
+def _shown(name: str) -> str:
+    """A name as text: bytes that are not UTF-8 (surrogate escapes in `name`) become U+FFFD;
+    as lone surrogates they would reach the page as a string it cannot handle."""
+    return os.fsencode(name).decode("utf-8", errors="replace")
+
+
+def _servable(rel: str) -> bool:
+    """Whether a request can name the file at `rel`: the page links a file only then."""
+    try:
+        split_path(rel)
+    except InvalidPath:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _folder(dir_fd: int, name: str) -> Iterator[int]:
+    """A descriptor of the folder `name` in `dir_fd`, opened without following a link
+    (OSError when it is one), closed on exit."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 class ByteTail:

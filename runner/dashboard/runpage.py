@@ -65,7 +65,7 @@ def run_detail(root: Path, run_id: str) -> dict[str, Any]:
         "cluster": dict(record.cluster) if record and record.cluster else None,
         "summary": _to_dict(read_typed(path, SUMMARY, parse_summary)[0]),
         "manifest": _to_dict(read_typed(path, MANIFEST, parse_manifest)[0]),
-        "files": [{"path": e.path, "size": e.size, "kind": e.kind} for e in entries],
+        "files": [{"path": e.path, "size": e.size, "kind": _kind(e)} for e in entries],
         "logs": logs,
     }
 
@@ -120,6 +120,14 @@ def read_file(root: Path, run_id: str, relative: str) -> bytes:
         return files.read_beneath(root, (run_path(root, run_id).name, *parts), MAX_FILE_BYTES)
     except FileNotFoundError:
         raise NotFound(f"run {run_id} has no file {relative}") from None
+
+
+def _kind(entry: files.Entry) -> str:
+    """An entry's kind as the page shows it: "file" only for one read_file serves, so every
+    link on the page opens; "large" for one over MAX_FILE_BYTES (a log's tab still tails it)."""
+    if entry.kind == "file" and (entry.size or 0) > MAX_FILE_BYTES:
+        return "large"
+    return entry.kind
 
 
 def _flat(config: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 
 import psutil
@@ -196,3 +197,38 @@ def test_a_study_labelled_with_chart_markup_shows_it_as_text(tmp_path, browser):
             pieces = wait_for(lambda: tooltip_text(browser, chart), 10, f"{chart}'s tooltip")  # noqa: B023
             assert any(p.strip().startswith("note={a}b") for p in pieces), pieces
         assert console_errors(browser) == []
+
+
+def test_no_link_on_a_run_page_leads_to_an_error(tmp_path, browser):
+    # The page linked every regular file and made a log tab of every log, while the server
+    # serves only plain names (no hidden files, spaces, `<`, bytes that are not UTF-8) under
+    # its size cap: a user clicked a link to a 404. And a rank's log not written yet had a
+    # download link too.
+    from tests.runner.dashboard.conftest import get
+    from tests.runner.rundirs import make_run
+
+    results = tmp_path / "results"
+    results.mkdir()
+    run_dir = make_run(results, "cnn-a", 2, 12.5)
+    (run_dir / "logs" / "rank-0.log").write_text("step 1\n")  # rank-1.log: none yet
+    for name in (".hidden", "a b.txt", "x<y>.txt", "logs/bad name.log", "logs/.x.log"):
+        (run_dir / name).write_text("text\n")
+    os.close(os.open(bytes(run_dir) + b"/caf\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    os.truncate(os.open(run_dir / "huge.bin", os.O_CREAT | os.O_WRONLY, 0o644), 65 << 20)
+    with dashboard_process(results) as url:
+        browser.get(f"{url}#/run/cnn-a")
+        wait_for(lambda: browser.find_elements("css selector", "table.files"), 60, "the files")
+        hrefs = browser.execute_script(
+            "return [...document.querySelectorAll('a[href]')].map((a) => a.href)"
+            "  .filter((h) => !h.includes('#'));"
+        )
+        tabs = [t.text for t in browser.find_elements("css selector", "#log .tab")]
+        files_text = browser.find_element("css selector", "table.files").text
+        assert console_errors(browser) == []
+        statuses = {href: get(href)[0] for href in hrefs}
+    assert tabs == ["rank-0.log", "rank-1.log"], tabs
+    assert statuses and all(s == 200 for s in statuses.values()), statuses
+    assert sum(1 for h in hrefs if "rank-0.log" in h) == 3  # open, download; the tab's
+    assert not any("rank-1.log" in h or "hidden" in h or "huge" in h for h in hrefs), hrefs
+    assert "a b.txt" in files_text and "not served" in files_text
+    assert "too large to serve" in files_text

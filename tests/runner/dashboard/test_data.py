@@ -14,7 +14,8 @@ import psutil
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.local import processes
-from runner.dashboard.data import RunTable, run_row
+from runner.dashboard import data, files
+from runner.dashboard.data import RunTable, run_path, run_row
 from runner.results import rundir
 from tests.runner.rundirs import make_run
 
@@ -152,3 +153,22 @@ def test_a_run_removed_while_the_table_is_read_drops_out_of_it_without_an_error(
         worker.join()
     assert errors == []
     assert [row["run_id"] for row in table.rows()] == ["keep"]
+
+
+def test_a_run_directory_swapped_for_a_link_after_it_was_checked_is_never_read(tmp_path):
+    # run_path checks that a run directory is no link, and then each reader opened it again
+    # by name, following whatever is there by then: a directory swapped for a link in between
+    # (results/cnn-a -> a folder outside) had its records, events and file list read.
+    results, outside = tmp_path / "results", tmp_path / "outside"
+    results.mkdir()
+    path = run_path(results, make_run(results, "cnn-a", 2, 12.5).name)  # checked: a folder
+    make_run(outside, "cnn-a", 2, None, state="RUNNING", write_summary=False)
+    os.rename(path, tmp_path / "moved")
+    path.symlink_to(outside / "cnn-a")  # the swap, after the check
+
+    state, damage = data.read_record(path, "state.json")
+    assert state is None and damage and "symbolic link" in damage["problem"]
+    assert data.read_job(path, "cnn-a")[0] is None
+    assert data._latest(path) == {}
+    assert any(p["file"] == "events.jsonl" for p in data._unsafe_for_load_run(path))
+    assert files.scan(path) == []

@@ -41,6 +41,21 @@ def test_a_link_as_the_file_or_on_the_way_is_refused(tmp_path):
             open_beneath(root, parts)
 
 
+def test_a_path_under_a_regular_file_is_refused_without_blaming_a_link(tmp_path):
+    # logs/rank-0.log/x: Linux answers ENOTDIR, as it does for a link on the way.
+    (tmp_path / "run" / "logs").mkdir(parents=True)
+    (tmp_path / "run" / "logs" / "rank-0.log").write_text("x\n")
+    (tmp_path / "run" / "file-link").symlink_to(tmp_path / "run" / "logs" / "rank-0.log")
+
+    for parts in [("run", "logs", "rank-0.log", "x"), ("run", "file-link", "x")]:
+        with pytest.raises(DamagedFile) as refused:
+            open_beneath(tmp_path, parts)
+        linked = parts[1] == "file-link"
+        assert ("symbolic link" in refused.value.problem) == linked, refused.value.problem
+    with pytest.raises(DamagedFile, match=r"lies under rank-0\.log, which is not a folder"):
+        open_beneath(tmp_path, ("run", "logs", "rank-0.log", "x"))
+
+
 def test_a_directory_or_a_fifo_is_not_a_file(tmp_path):
     (tmp_path / "d").mkdir()
     os.mkfifo(tmp_path / "fifo")  # opening it must not block

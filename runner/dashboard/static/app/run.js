@@ -127,15 +127,23 @@ function Logs({ run, log, name, setName }) {
   if (!run.logs.length) return html`<p class="muted">no logs yet</p>`;
   return html`<div id="log">
     <div class="tabs">${run.logs.map((n) => html`<button class=${n === name ? "tab on" : "tab"} onClick=${() => setName(n)}>${n}</button>`)}
-      <a class="tab-link" href=${fileHref(run.run_id, `logs/${name}`, true)}>download</a></div>
+      ${run.files.some((f) => f.kind === "file" && f.path === `logs/${name}`) ? html`<a class="tab-link" href=${fileHref(run.run_id, `logs/${name}`, true)}>download</a>` : ""}</div>
     <pre class="log" data-log=${name} ref=${box} onScroll=${onScroll}>${log || "(empty so far)"}</pre>
   </div>`;
 }
 
+// Why an entry that is not a servable file has no link (the server refuses all of these).
+const UNLINKED = {
+  link: "symbolic link: not followed",
+  unnamed: "not served: its name is hidden or not plain letters, digits, '.', '_', '-'",
+  large: "too large to serve",
+  other: "not a file",
+};
+
 function Files({ run }) {
   return html`<table class="files"><tbody>${run.files.map((f) => html`<tr>
     <td class="mono">${f.kind === "file" ? html`<a href=${fileHref(run.run_id, f.path)} target="_blank" rel="noopener">${f.path}</a>` : f.path}</td>
-    <td class="num">${f.kind === "file" ? bytes(f.size) : html`<span class="miss">${f.kind === "link" ? "symbolic link: not followed" : "not a file"}</span>`}</td>
+    <td class="num">${f.kind === "file" ? bytes(f.size) : html`<span class="miss">${UNLINKED[f.kind] || UNLINKED.other}${typeof f.size === "number" ? ` (${bytes(f.size)})` : ""}</span>`}</td>
     <td>${f.kind === "file" ? html`<a href=${fileHref(run.run_id, f.path, true)}>download</a>` : ""}</td>
   </tr>`)}</tbody></table>`;
 }
