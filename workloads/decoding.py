@@ -17,7 +17,7 @@ including EOS), and continues with the best `beam` that do not. A sentence is do
 has `beam` finished hypotheses or reaches its length limit; its answer is the finished
 hypothesis with the best normalised score. Length penalties, for length L and alpha:
   "gnmt":  ((5 + L) / 6) ** alpha   (Wu et al. 2016, the GNMT reference)
-  "power": L ** alpha               (fairseq's lenpen, the Transformer reference)
+  "power": L ** alpha               (fairseq's lenpen; the MLPerf Transformer reference uses "gnmt")
 alpha = 0 ranks by total log-probability, which favours short outputs; larger alpha favours
 longer ones. PAD and BOS are never generated. The model's train/eval mode is the caller's
 to set (evaluation wants eval: no dropout).

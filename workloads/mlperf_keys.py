@@ -33,7 +33,10 @@ def hyperparameters(config: TrainConfig, world_size: int) -> dict[str, Any]:
         events.OPT_NAME: optimizer.name,
         # What the schedule peaks at: the base lr scaled to the workers (config.lr_plan).
         events.OPT_BASE_LR: config.lr_plan(world_size).peak_lr,
-        events.OPT_WEIGHT_DECAY: optimizer.weight_decay,
+        # What the optimizer applies: its own decay plus a model's L2 penalty, whose gradient
+        # it adds (logistic regression's l2_rate, build_optimizer), so the log states the
+        # objective the run minimised.
+        events.OPT_WEIGHT_DECAY: optimizer.weight_decay + config.model.optimizer_weight_decay(),
         events.OPT_LR_DECAY_SCHEDULE: config.schedule.name,
     }
     if isinstance(optimizer, AdamConfig):

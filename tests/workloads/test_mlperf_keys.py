@@ -1,7 +1,13 @@
 import pytest
 
 from contract import events
-from runner.job.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17, Benchmark
+from runner.job.benchmarks import (
+    BENCHMARKS,
+    GNMT_WMT16,
+    LOGREG_EPSILON,
+    TRANSFORMER_WMT17,
+    Benchmark,
+)
 from workloads.mlperf_keys import decay_boundary_epochs, hyperparameters, metadata
 
 TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
@@ -28,8 +34,15 @@ def test_transformer_keys_are_the_mlperf_reference_settings():
     assert metadata(TRANSFORMER) == {
         events.GLOBAL_BATCH_SIZE: {"unit": "tokens"},
         events.MAX_SEQUENCE_LENGTH: {"method": "discard"},
-        events.LENGTH_PENALTY: {"form": "power"},
+        events.LENGTH_PENALTY: {"form": "gnmt"},  # the reference's ((5+|Y|)/6)**alpha
     }
+
+
+def test_logreg_weight_decay_is_the_one_its_optimizer_applies():
+    # The L2 penalty's gradient (l2_rate * w) is the optimizer's weight decay
+    # (build_optimizer): the log says so, not the configured 0 of the optimizer alone.
+    params = hyperparameters(LOGREG_EPSILON.config, world_size=1)
+    assert params[events.OPT_WEIGHT_DECAY] == 2.5e-6
 
 
 def test_gnmt_keys_give_the_step_decay_boundaries_in_epochs():

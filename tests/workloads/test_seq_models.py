@@ -243,9 +243,9 @@ def test_a_decoder_position_does_not_see_later_targets(build):
 
 # MLPerf's WMT17 en-de vocabulary has 33,708 subwords. One shared embedding (V*1024); per
 # encoder layer attention 4*(1024^2+1024) + FFN 2*1024*4096+4096+1024 + 2 LayerNorms; per
-# decoder layer one more attention and LayerNorm.
+# decoder layer one more attention and LayerNorm; a final LayerNorm on each stack (pre-norm).
 def test_transformer_big_has_the_reference_parameter_count():
-    assert meta_params(Transformer, 33_708) == 210_874_368
+    assert meta_params(Transformer, 33_708) == 210_874_368 + 2 * 2 * 1024
 
 
 def test_transformer_shares_one_embedding_matrix_and_has_no_output_bias():
@@ -256,17 +256,57 @@ def test_transformer_shares_one_embedding_matrix_and_has_no_output_bias():
     assert torch.allclose(model.logits(x), x @ model.embedding.weight.T)
 
 
-def test_transformer_layers_are_post_norm():
-    model = tiny_transformer()
-    outputs = []
-    model.encoder[0].register_forward_hook(lambda m, i, o: outputs.append(o))
+def _silence_sublayers(layer: torch.nn.Module) -> None:
+    """Zero the output projections of every attention and FFN of `layer`."""
+    with torch.no_grad():
+        for name, param in layer.named_parameters():
+            if "out_proj" in name or "fc2" in name:
+                param.zero_()
+
+
+def test_transformer_layers_are_pre_norm_as_the_mlperf_reference():
+    # The MLPerf reference (TF, PrePostProcessingWrapper) is pre-norm: x + sublayer(LN(x)).
+    # With every sub-layer's output zeroed, a pre-norm layer passes its input through
+    # untouched; a post-norm one would normalise it (mean 0, variance 1 per position).
+    model = tiny_transformer().eval()
+    x = torch.randn(1, 5, 16) * 7 + 3
+    mask = torch.ones(1, 1, 1, 5, dtype=torch.bool)
+    encoder_layer, decoder_layer = model.encoder[0], model.decoder[0]
+    _silence_sublayers(encoder_layer)
+    _silence_sublayers(decoder_layer)
+    assert torch.equal(encoder_layer(x, mask), x)
+    kv = decoder_layer.self_keys_values(x)
+    assert torch.equal(decoder_layer(x, kv, kv, mask, causal=True), x)
+
+
+def test_transformer_stacks_end_in_a_layer_norm():
+    # Pre-norm leaves the residual stream raw: the encoder's output (what the decoder attends
+    # to) and the decoder's (what the logits project) are normalised once at the end.
+    model = tiny_transformer().eval()
     src, lengths, tgt_in = padded_batch([5], 37)
+    outputs = []
+    model.encoder_norm.register_forward_hook(lambda m, i, o: outputs.append(o))
+    model.decoder_norm.register_forward_hook(lambda m, i, o: outputs.append(o))
     model(src, lengths, tgt_in)
-    # A post-norm layer ends in LayerNorm (unit gain, zero bias at init): every position of
-    # its output has mean 0 and variance 1. A pre-norm layer ends in a residual sum.
-    out = outputs[0]
-    assert torch.allclose(out.mean(-1), torch.zeros(1, 5), atol=1e-5)
-    assert torch.allclose(out.var(-1, unbiased=False), torch.ones(1, 5), atol=1e-3)
+    assert len(outputs) == 2
+    for out in outputs:
+        assert torch.allclose(out.mean(-1), torch.zeros_like(out.mean(-1)), atol=1e-5)
+
+
+def test_transformer_drops_attention_weights_and_relu_outputs_in_training_only():
+    # The reference's attention_dropout and relu_dropout (0.1 each, as its layer dropout).
+    model = tiny_transformer()
+    layer = model.encoder[0]
+    layer.self_attn.dropout, layer.ffn.relu_dropout.p = 0.5, 0.5
+    x = torch.randn(2, 4, 16)
+    k, v = layer.self_attn.keys_values(x)
+    layer.train()
+    torch.manual_seed(0)
+    assert not torch.equal(layer.self_attn.attend(x, k, v), layer.self_attn.attend(x, k, v))
+    assert not torch.equal(layer.ffn(x), layer.ffn(x))
+    layer.eval()
+    assert torch.equal(layer.self_attn.attend(x, k, v), layer.self_attn.attend(x, k, v))
+    assert torch.equal(layer.ffn(x), layer.ffn(x))
 
 
 def test_transformer_input_is_scaled_embedding_plus_sinusoids():

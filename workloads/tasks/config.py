@@ -82,8 +82,8 @@ class TranslationConfig(TaskConfig):
     label_smoothing: float = setting(0.0, ge=0, lt=1)
     beam_size: int = setting(1, ge=1, le=256)  # evaluation's search; 1 is greedy
     length_penalty: float = setting(0.0, ge=0, le=100)  # the search's alpha
-    # "gnmt": ((5+|Y|)/6)^alpha (Wu et al. 2016); "power": |Y|^alpha (fairseq's lenpen,
-    # the MLPerf Transformer reference's).
+    # "gnmt": ((5+|Y|)/6)^alpha (Wu et al. 2016, and both MLPerf translation references);
+    # "power": |Y|^alpha (fairseq's lenpen).
     length_penalty_form: Literal["gnmt", "power"] = "power"
     # A translation is at most source length + this many tokens.
     decode_extra_len: int = setting(50, ge=0, le=100_000)

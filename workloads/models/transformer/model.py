@@ -1,15 +1,18 @@
 """Transformer "big" for task 4b (WMT17 en-de), as the MLPerf v0.6 reference builds it: fairseq's
 transformer_vaswani_wmt_en_de_big (Vaswani et al. 2017, Ott et al. 2018).
 
-- Post-norm layers, as in that reference and the paper: x = LayerNorm(x + Dropout(sublayer(x)))
-  after every sub-layer (fairseq's normalize_before=False), so no final LayerNorm.
+- Pre-norm layers, as that reference (mlcommons/training translation/tensorflow/transformer,
+  its PrePostProcessingWrapper) and the fairseq submissions with its hyperparameters
+  (transformer_wmt_en_de_big_t2t): x = x + Dropout(sublayer(LayerNorm(x))), and a final
+  LayerNorm on the encoder's and the decoder's output (not the paper's post-norm stack).
 - Sinusoidal positions, fairseq's layout (sines in the first half of the channels, cosines in
   the second); token embeddings scaled by sqrt(d_model) before the positions are added.
   Positions count from 0 (fairseq's from padding_idx + 1: the same encoding, shifted).
 - One embedding matrix for the encoder input, the decoder input and the output projection
   (shared source/target BPE vocabulary, fairseq's share_all_embeddings), so no output bias.
-- Dropout on embeddings, after every sub-layer, none inside attention or the FFN's ReLU
-  (fairseq's attention_dropout = relu_dropout = 0 for this architecture).
+- Dropout on embeddings, after every sub-layer, on the attention weights and after the FFN's
+  ReLU, all at `dropout` (the reference's layer_postprocess_, attention_ and relu_dropout are
+  each 0.1).
 - Attention through F.scaled_dot_product_attention with a key-padding mask on the source
   and is_causal on the target (right padding never lies before a real target token).
 - decode_step keeps every decoder layer's self-attention keys and values (a cache grown by
@@ -47,11 +50,12 @@ class Attention(nn.Module):
     """Multi-head attention with separate query/key/value projections, so that keys and
     values can be computed once (the source) or one position at a time (the cache)."""
 
-    def __init__(self, d_model: int, num_heads: int) -> None:
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0) -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not a multiple of num_heads {num_heads}")
         self.num_heads = num_heads
+        self.dropout = dropout  # on the attention weights, in training only
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
@@ -76,14 +80,16 @@ class Attention(nn.Module):
     ) -> Tensor:
         """Queries from x (B, T, D) attend to k, v; mask (B, 1, 1, S) is True where allowed."""
         q = self.split_heads(self.q_proj(x))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         b, h, t, dh = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, h * dh))
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, ffn_dim: int) -> None:
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float = 0.0) -> None:
         super().__init__()
+        self.relu_dropout = nn.Dropout(dropout)
         self.fc1 = nn.Linear(d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, d_model)
         for fc in (self.fc1, self.fc2):
@@ -91,32 +97,33 @@ class FeedForward(nn.Module):
             nn.init.zeros_(fc.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(F.relu(self.fc1(x)))
+        return self.fc2(self.relu_dropout(F.relu(self.fc1(x))))
 
 
 class EncoderLayer(nn.Module):
     def __init__(self, d_model: int, ffn_dim: int, num_heads: int, dropout: float) -> None:
         super().__init__()
-        self.self_attn = Attention(d_model, num_heads)
+        self.self_attn = Attention(d_model, num_heads, dropout)
         self.self_attn_norm = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
         self.ffn_norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        k, v = self.self_attn.keys_values(x)
-        x = self.self_attn_norm(x + self.dropout(self.self_attn.attend(x, k, v, mask)))
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+        # Pre-norm: each sub-layer reads the normalised stream and adds to the raw one.
+        h = self.self_attn_norm(x)
+        x = x + self.dropout(self.self_attn.attend(h, *self.self_attn.keys_values(h), mask))
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, ffn_dim: int, num_heads: int, dropout: float) -> None:
         super().__init__()
-        self.self_attn = Attention(d_model, num_heads)
+        self.self_attn = Attention(d_model, num_heads, dropout)
         self.self_attn_norm = nn.LayerNorm(d_model)
-        self.cross_attn = Attention(d_model, num_heads)
+        self.cross_attn = Attention(d_model, num_heads, dropout)
         self.cross_attn_norm = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, ffn_dim)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
         self.ffn_norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
@@ -129,10 +136,16 @@ class DecoderLayer(nn.Module):
         causal: bool,
     ) -> Tensor:
         """x (B, T, D) attends to self_kv (its own positions, and in decoding the earlier
-        ones) and to cross_kv (the source)."""
-        x = self.self_attn_norm(x + self.dropout(self.self_attn.attend(x, *self_kv, None, causal)))
-        x = self.cross_attn_norm(x + self.dropout(self.cross_attn.attend(x, *cross_kv, src_mask)))
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+        ones: `self_keys_values` of each) and to cross_kv (the source)."""
+        h = self.self_attn_norm(x)
+        x = x + self.dropout(self.self_attn.attend(h, *self_kv, None, causal))
+        x = x + self.dropout(self.cross_attn.attend(self.cross_attn_norm(x), *cross_kv, src_mask))
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))
+
+    def self_keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The self-attention keys and values of positions x (B, T, D): of the normalised
+        stream, as the queries (pre-norm)."""
+        return self.self_attn.keys_values(self.self_attn_norm(x))
 
 
 class Encoded(NamedTuple):
@@ -182,6 +195,9 @@ class Transformer(nn.Module):
         self.decoder = nn.ModuleList(
             DecoderLayer(d_model, ffn_dim, num_heads, dropout) for _ in range(num_layers)
         )
+        # Pre-norm leaves the residual stream unnormalised: each stack ends in a LayerNorm.
+        self.encoder_norm = nn.LayerNorm(d_model)
+        self.decoder_norm = nn.LayerNorm(d_model)
 
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
         """Scaled embeddings plus the positions start, start+1, ... of tokens (B, T)."""
@@ -195,6 +211,7 @@ class Transformer(nn.Module):
         return layers_of(self.decoder, DecoderLayer)
 
     def logits(self, x: Tensor) -> Tensor:
+        """The output projection of the decoder's normalised output x."""
         return F.linear(x, self.embedding.weight)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> Encoded:
@@ -204,6 +221,7 @@ class Transformer(nn.Module):
         x = self.embed(src)
         for layer in self.encoder:
             x = layer(x, mask)
+        x = self.encoder_norm(x)
         return Encoded(mask, [layer.cross_attn.keys_values(x) for layer in self._decoder_layers()])
 
     def forward(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> Tensor:
@@ -211,8 +229,8 @@ class Transformer(nn.Module):
         encoded = self.encode(src, src_lengths)
         x = self.embed(tgt_in)
         for layer, cross_kv in zip(self._decoder_layers(), encoded.cross_kv, strict=True):
-            x = layer(x, layer.self_attn.keys_values(x), cross_kv, encoded.src_mask, causal=True)
-        return self.logits(x)
+            x = layer(x, layer.self_keys_values(x), cross_kv, encoded.src_mask, causal=True)
+        return self.logits(self.decoder_norm(x))
 
     def init_state(self, encoded: Encoded) -> DecoderState:
         del encoded
@@ -226,14 +244,14 @@ class Transformer(nn.Module):
         new_kv = []
         layers = self._decoder_layers()
         for i, (layer, cross_kv) in enumerate(zip(layers, encoded.cross_kv, strict=True)):
-            k, v = layer.self_attn.keys_values(x)
+            k, v = layer.self_keys_values(x)
             if state.self_kv:
                 past_k, past_v = state.self_kv[i]
                 k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
             new_kv.append((k, v))
             # The cache holds only this and earlier positions: no causal mask needed.
             x = layer(x, (k, v), cross_kv, encoded.src_mask, causal=False)
-        log_probs = F.log_softmax(self.logits(x[:, 0]).float(), dim=-1)
+        log_probs = F.log_softmax(self.logits(self.decoder_norm(x[:, 0])).float(), dim=-1)
         return log_probs, DecoderState(state.step + 1, new_kv)
 
     def reorder(
