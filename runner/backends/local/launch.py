@@ -31,6 +31,7 @@ as measured, or "loopback, unshaped" when the request has no link.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import socket
@@ -178,11 +179,18 @@ def start(process: Process, started: Started, log_path: Path) -> subprocess.Pope
     parent = os.getpid()
     # Never through a link: a planted logs/ or launcher log would take the output elsewhere.
     with os.fdopen(files.open_append(log_path), "ab") as log:
-        return subprocess.Popen(
-            started.argv(process), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, env={**os.environ, **process.env, **started.env},
-            cwd=process.cwd, preexec_fn=lambda: lifetime.die_with_parent(parent),
-        )  # fmt: skip
+        try:
+            return subprocess.Popen(
+                started.argv(process), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env={**os.environ, **process.env, **started.env},
+                cwd=process.cwd, preexec_fn=lambda: lifetime.die_with_parent(parent),
+            )  # fmt: skip
+        except subprocess.SubprocessError as err:
+            # The child failed before its program ran (its parent-death signal could not be
+            # armed) and is reaped: a failed start like the others, said in one line.
+            raise OSError(errno.EAGAIN, f"cannot prepare the process ({err})") from None
+        except MemoryError:  # the fork's bookkeeping, at a memory limit
+            raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM)) from None
 
 
 def start_failure(err: OSError) -> str:

@@ -25,6 +25,7 @@ because it left).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import subprocess
 import threading
@@ -110,9 +111,18 @@ class Exits:
         self.changed = threading.Event()
 
     def add(self, proc: subprocess.Popen[bytes]) -> None:
+        """Watch `proc`. OSError, `proc` ended and not watched, when no thread can be had to
+        watch it (a task or memory limit): a process nobody waits on would never count as
+        exited, and the run would wait on it for ever."""
         index = len(self.processes)
         self.processes.append(proc)
-        threading.Thread(target=self._wait, args=(index,), daemon=True).start()
+        try:
+            threading.Thread(target=self._wait, args=(index,), daemon=True).start()
+        except RuntimeError as err:  # "can't start new thread"
+            self.processes.pop()
+            proc.kill()
+            proc.wait()
+            raise OSError(errno.EAGAIN, f"cannot watch its process ({err})") from None
 
     def _wait(self, index: int) -> None:
         self.processes[index].wait()

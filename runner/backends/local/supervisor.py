@@ -15,7 +15,7 @@ An elastic run (--workers MIN:MAX, runner/backends/local/elastic.py): the superv
 hosts the workers' store, and the run goes on until every worker has ended, since a worker's
 death is a change of workers, not the run's end; a worker 0 frozen after the others ended
 the run without it (its heartbeat still: elastic.WriterWatch) is stopped, and the run
-FAILED. It answers `runner join` (joins.serve): one more worker while fewer than MAX are
+FAILED. It answers `runner join` (joins.Server): one more worker while fewer than MAX are
 alive and the writer (worker 0) still runs; worker n (n >= MAX for a joiner) is process n
 and writes rank-n.log.
 
@@ -36,6 +36,7 @@ import signal
 import stat
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -160,7 +161,7 @@ def _run(
     writer_ended: float | None = None  # when worker 0, which ends an elastic run, exited
     stuck: list[int] = []  # the workers still running GRACE_S after it, then stopped
     broken: str | None = None  # why the shaped network stopped carrying anything
-    unsent: dict[str, tuple[bool, str]] = {}  # join answers the disk has not taken yet
+    join_requests = joins.Server(run_dir)  # `runner join`: answered while the run goes on
     while not stop and not exits.all_exited():
         if not elastic and exits.first_failure() is not None:
             break
@@ -184,7 +185,7 @@ def _run(
             stop.append(LEASH_SNAPPED)
             break
         if elastic:
-            joins.serve(run_dir, request, network, exits, unsent)
+            join_requests.serve(request, network, exits)
         exits.wait(POLL_S)
     if broken is None and not stop and not elastic and exits.first_failure() is not None:
         # A rank whose namespace died under it (its init killed) exits before the holder
@@ -235,13 +236,55 @@ def record(run_dir: Path, status: JobStatus) -> None:
             print(f"cannot record {status.state.value} in {run_dir / STATE}: {err}", flush=True)
 
 
-def main() -> int:
-    # As `command` writes it: RUN_DIR --digest SHA256 [--leash FD]. Without a digest, no
-    # request matches, and the run fails saying so.
-    run_dir, *rest = sys.argv[1:]
-    options = dict(zip(rest[::2], rest[1::2], strict=False))
+USAGE = "usage: python -m runner.backends.local.supervisor RUN_DIR --digest SHA256 [--leash FD]"
+
+
+class BadArguments(ValueError):
+    """The supervisor's command line is not one `command` writes (one line)."""
+
+
+def arguments(argv: Sequence[str]) -> tuple[Path, str, int | None]:
+    """RUN_DIR, the digest and the leash's read end from a command line as `command` writes
+    it. BadArguments otherwise: only `runner submit` starts a supervisor, but someone may run
+    the module by hand, and a bad line must not write a state.json into a directory it names
+    (or make one), nor read a descriptor that is not a leash."""
+    if len(argv) % 2 != 1:
+        raise BadArguments("expected RUN_DIR, then options with a value each")
+    run_dir, rest = Path(argv[0]), argv[1:]
+    options = dict(zip(rest[::2], rest[1::2], strict=True))
+    unknown = sorted(set(options) - {"--digest", "--leash"})
+    if unknown or len(options) != len(rest) // 2:
+        raise BadArguments(f"unknown or repeated option {(unknown or rest[::2])[0]}")
+    if "--digest" not in options:
+        raise BadArguments("--digest is missing")
+    if not run_dir.is_dir():
+        raise BadArguments(f"{run_dir} is not a run directory")
     leash = options.get("--leash")
-    status = supervise(Path(run_dir), options.get("--digest", ""), int(leash) if leash else None)
+    return run_dir, options["--digest"], None if leash is None else _leash_fd(leash)
+
+
+def _leash_fd(text: str) -> int:
+    """The leash's read end: a descriptor this process holds, and a pipe (leash.tie)."""
+    if not text.isascii() or not text.isdigit():
+        raise BadArguments(f"--leash {text!r} is not a file descriptor")
+    fd = int(text)
+    try:
+        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (OSError, OverflowError):
+        is_pipe = False
+    if not is_pipe:
+        raise BadArguments(f"--leash {fd} is not an open pipe")
+    return fd
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """0 when the run SUCCEEDED, 1 when it did not, 2 (and one line) for a bad command line."""
+    try:
+        run_dir, request_digest, leash_fd = arguments(sys.argv[1:] if argv is None else argv)
+    except BadArguments as err:
+        print(f"supervisor: {err}; {USAGE}", file=sys.stderr)
+        return 2
+    status = supervise(run_dir, request_digest, leash_fd)
     return 0 if status.state is JobState.SUCCEEDED else 1
 
 
