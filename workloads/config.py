@@ -221,16 +221,6 @@ class TrainConfig(Composite):
                 "worker leaves (docs/adaptive-elastic.md): --set strategy=allreduce (or "
                 "allreduce-per-param, gather-scatter, model-averaging)"
             )  # fmt: skip
-        if self.run.time_budget_s is not None:
-            # Why, and what bounds the run instead: on a cluster its job's deadline is then
-            # runner/backends/kubernetes/render/common.py's DEFAULT_DEADLINE_S.
-            raise ConfigError(
-                "time_budget_s", "an elastic run has no time budget: its check is a "
-                "collective every 20 steps of an epoch, counted by each worker, and a worker "
-                "that joins or survives a departure counts differently; on a cluster the "
-                "job's deadline is then 6 h (activeDeadlineSeconds): bound the run with "
-                "max_epochs, or use a fixed --workers N"
-            )  # fmt: skip
         if self.task.kind != "classification" or not self.data.samples_shared:
             raise ConfigError(
                 "dataset", "elastic workers re-shard each epoch: they drive the "

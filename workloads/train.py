@@ -37,13 +37,16 @@ from workloads.adaptive.elastic.session import KNOB, ElasticSession
 from workloads.adaptive.policy import KnobValue, Policy
 from workloads.components import Composite
 from workloads.config import ConfigError, TrainConfig
+from workloads.data import DataError, canonical, data_root
 from workloads.divergence import DIVERGED_EXIT, Diverged
-from workloads.loop import Deadline, EpochStats
+from workloads.loop import Deadline
+from workloads.over_ranks import epoch_sums, mean_phases
 from workloads.summary import RunTally, summarize
-from workloads.timing import LOOP_PHASES, clock_for
+from workloads.timing import clock_for
 
 PROGRESS_INTERVAL_S = 5.0
 ELASTIC_EXIT = 4  # an elastic run that cannot go on (too few workers, its writer gone)
+DATA_EXIT = 1  # a failure of the run, not of its command line
 C = TypeVar("C", bound=Composite)
 T = TypeVar("T")
 Guard = Callable[[Callable[[], T], tuple[int, int]], T]
@@ -90,6 +93,10 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     except MembershipError as err:  # an elastic run that cannot go on: one line says why
         print(f"stackbench: {err}", flush=True)
         return ELASTIC_EXIT
+    except DataError as err:  # data a rank found missing or damaged (on a cluster, the only
+        # check of the pod's volume): the line names the fix; a trace would bury it
+        print(f"stackbench: {err}", flush=True)
+        return DATA_EXIT
     except RuntimeError as err:  # a peer that stopped answering is no bug of ours: no trace
         reason = watchdog.timeout_reason(err)
         if reason is None:
@@ -129,7 +136,7 @@ def run(
     `env` is None for an elastic worker (--elastic): its group says its rank."""
     init_t0 = time.perf_counter()
     if not args.open_division:
-        _require_canonical_data(config)
+        canonical.require(data_root(config.data.data_dir), config.data.name)
     session, backend = None, ""
     if env is None:
         session, env = _elastic_start(args.elastic, args.device, config)
@@ -187,12 +194,18 @@ def run(
         adaptive.start(start)
     tally = RunTally()
     guard = session.guard if session is not None else _unguarded
-    deadline = Deadline(config.run.time_budget_s, start, device)
+    # An elastic run's budget is agreed in its steps' decisions (session.py); reading it
+    # is no collective. A fixed run's is a collective every few steps and at an epoch's end.
+    out_of_time = (
+        Deadline(config.run.time_budget_s, start, device).expired
+        if session is None
+        else session.expired
+    )
     # A joiner enters the epoch the cursor it received is in, mid-epoch.
     first_epoch = adaptive.cursor.epoch + 1 if joined and adaptive is not None else 1
     divergence.forget()
     try:
-        _train(task, config, device, tally, log, start, deadline, guard, first_epoch)
+        _train(task, config, device, tally, log, start, out_of_time, guard, first_epoch)
         # Steps read one weight each; every weight is read every few steps, and here.
         divergence.check_all_weights("by the end of training")
     except Diverged as err:
@@ -207,7 +220,7 @@ def run(
     tally.close_loop(run_time_s - tally.eval_s)  # throughput is from wall time (summary.py)
     if not tally.diverged:  # a diverged run's ranks may be gone: no collective after it
         phases = tally.phases
-        tally.phases = guard(lambda: _mean_over_ranks(phases, device), (0, elastic.RUN_END))
+        tally.phases = guard(lambda: mean_phases(phases, device), (0, elastic.RUN_END))
     # An elastic run's world at its end (its start's is the manifest's).
     world_size = session.world_size if session is not None else env.world_size
     if session is not None and not tally.diverged:
@@ -262,43 +275,6 @@ def _elastic_start(
     return session, dist.DistEnv(session.rank, 0, session.world_size)
 
 
-def _require_canonical_data(config: TrainConfig) -> None:
-    """A closed-division run trains on the canonical data set only, its split sizes those of
-    docs/benchmarks.md (workloads/data/canonical.py: cheap, so it runs before anything)."""
-    from workloads.data import DataError, canonical, data_root
-
-    problem = canonical.problem(data_root(config.data.data_dir), config.data.name)
-    if problem is not None:
-        raise DataError(f"the closed division trains on the canonical data set only: {problem}")
-
-
-def _mean_loss_over_ranks(loss_sum: float, steps: int, device: torch.device) -> float:
-    """The epoch's mean training loss over every rank's batches, not rank 0's alone."""
-    sums = torch.tensor([loss_sum, float(steps)], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(sums)
-    return float(sums[0] / sums[1]) if sums[1] > 0 else 0.0
-
-
-def _sum_over_ranks(counts: list[int], device: torch.device) -> list[int]:
-    values = torch.tensor(counts, dtype=torch.int64, device=device)
-    torch.distributed.all_reduce(values)
-    return [int(v) for v in values]
-
-
-def _epoch_sums(stats: EpochStats, device: torch.device) -> tuple[int, int, float]:
-    """Samples and tokens over all ranks, and the epoch's mean training loss."""
-    samples, tokens = _sum_over_ranks([stats.samples, stats.tokens], device)
-    return samples, tokens, _mean_loss_over_ranks(stats.loss_sum, stats.steps, device)
-
-
-def _mean_over_ranks(phases: dict[str, float], device: torch.device) -> dict[str, float]:
-    """Phase totals averaged over ranks: ranks wait for each other in different phases."""
-    values = torch.tensor([phases[p] for p in LOOP_PHASES], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(values)
-    world = torch.distributed.get_world_size()
-    return {p: float(v) / world for p, v in zip(LOOP_PHASES, values, strict=True)}
-
-
 def _unguarded(fn: Callable[[], T], where: tuple[int, int]) -> T:
     return fn()
 
@@ -310,7 +286,7 @@ def _train(
     tally: RunTally,
     log: mllog.EventLog,
     start: float,
-    deadline: Deadline,
+    out_of_time: Callable[[], bool],
     guard: Guard = _unguarded,
     first_epoch: int = 1,
 ) -> None:
@@ -327,14 +303,13 @@ def _train(
 
     for epoch in range(first_epoch, config.run.max_epochs + 1):
         log.start(events.EPOCH_START, epoch_num=epoch)
-        stats = task.train_epoch(epoch, deadline.expired, on_step)
+        stats = task.train_epoch(epoch, out_of_time, on_step)
         watchdog.at(f"the end of epoch {epoch}")
         if stats.first_step_s is not None:
             tally.first_step_s = stats.first_step_s
         tally.add_step_times(stats.step_times_s)
-        # Summed, not rank 0's times the ranks: length-batched ranks see different amounts.
         samples, tokens, train_loss = guard(
-            partial(_epoch_sums, stats, device), (epoch, elastic.EPOCH_END)
+            partial(epoch_sums, stats, device), (epoch, elastic.EPOCH_END)
         )
         tally.add_epoch(stats.phases, stats.steps, samples, tokens)
         log.point(events.TRAIN_LOSS, train_loss, epoch_num=epoch)
@@ -373,7 +348,7 @@ def _train(
                 tally.time_to_target_s = now - start
                 if config.run.stop_at_target:
                     return
-        if stats.out_of_time or deadline.expired():
+        if stats.out_of_time or out_of_time():
             tally.out_of_time = True
             return
 

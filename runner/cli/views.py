@@ -103,7 +103,9 @@ def headline(summary: Summary | None, status: JobStatus | None = None) -> str:
         return f"{metric}, no time to target: the run {ended.value}"
     if summary.target_reached and summary.time_to_target_s is not None:
         return f"{metric}, target in {summary.time_to_target_s:.1f} s"
-    return f"{metric}, target {summary.target_value:g} not reached"
+    # A budget that ended the run is why its target was missed: said where the miss is.
+    budget = ": the time budget stopped it" if summary.stopped_by_time_budget else ""
+    return f"{metric}, target {summary.target_value:g} not reached{budget}"
 
 
 def runs_table(infos: list[RunInfo]) -> Table:
@@ -241,6 +243,8 @@ def summary_table(summary: TrainSummary) -> Table:
     )
     if summary.diverged:
         table.add_row("diverged", f"[red]{plain(summary.diverged)}[/red]")
+    if summary.stopped_by_time_budget:
+        table.add_row("stopped", "by its time budget (--set time_budget_s)")
     if summary.target_reached and summary.time_to_target_s is not None:
         table.add_row("time to target", f"{summary.time_to_target_s:.2f} s")
     if summary.final:

@@ -242,6 +242,24 @@ def test_the_summary_of_an_adaptive_run_says_what_its_policies_did():
     assert "batch: 2 decisions (global_batch 2); at the end global_batch 128; B_noise 66" in text
 
 
+def test_a_run_its_time_budget_stopped_says_so_where_its_target_is_missed():
+    record = parse_summary(
+        summary("budget-1", 2, None, steps=100) | {"stopped_by_time_budget": True}
+    )
+    assert isinstance(record, TrainSummary)
+    line = views.headline(record)
+    assert line.endswith("target 0.95 not reached: the time budget stopped it"), line
+    console = Console(record=True, width=200)
+    console.print(views.summary_table(record))
+    assert "│ stopped │ by its time budget (--set time_budget_s) │" in " ".join(
+        console.export_text().split()
+    )
+    # A run that ran out its epochs says nothing of a budget.
+    plain_miss = parse_summary(summary("budget-2", 2, None, steps=100))
+    assert isinstance(plain_miss, TrainSummary)
+    assert views.headline(plain_miss).endswith("not reached")
+
+
 def test_logs_write_a_lines_control_characters_out_on_a_terminal_and_pass_them_down_a_pipe(
     tmp_path,
 ):

@@ -145,8 +145,12 @@ def test_an_elastic_job_whose_pods_the_operator_deleted_reports_its_condition(cl
     cluster.set_job_condition("pytorchjob", RUN_ID, "Failed", deadline)
     status = backend.status(handle)
     assert status.state is JobState.FAILED and status.reason.startswith(deadline)
-    assert "activeDeadlineSeconds 21600 s: an elastic run's fixed limit" in status.reason
-    assert "time_budget_s" not in status.reason  # an elastic run cannot have one
+    # An elastic run has a time budget as a fixed one does: the note says how to get longer.
+    assert (
+        "activeDeadlineSeconds 21600 s: the run's time_budget_s + 1800 s, or 6 h without one"
+        in status.reason
+    )
+    assert "--set time_budget_s=SECONDS" in status.reason
 
 
 def test_join_is_refused_without_touching_the_job_the_operator_would_not_grow(cluster, tmp_path):

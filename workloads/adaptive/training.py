@@ -22,7 +22,8 @@ Samples: where every rank holds the training set, each step takes the next globa
 the epoch's order from the cursor (sampler.py), so the batch (and the world) can change
 mid-epoch; data split into static per-rank shards (epsilon) keep loop.py's batches, and only
 the monitors and the sync policy apply there (workloads/config.py refuses the rest).
-Not here: building the machinery (run.py), the event log, the run's own reductions (train.py).
+Not here: building the machinery (run.py), the event log, the run's own reductions
+(workloads/over_ranks.py).
 """
 
 from __future__ import annotations
@@ -106,14 +107,24 @@ def _shared_epoch(
         return result
 
     def num_steps(done: int) -> int:
+        if _budget_spent(run):  # after the step whose check found it spent, on every worker
+            return done
         return done + run.cursor.steps_left(num, global_batch(), run.trainer.world_size)
 
     stats = timed_steps(
         tr.timer, epoch, num_steps, lambda i: _guarded_step(run, epoch, once), out_of_time, on_step,
         run_after(run),
     )  # fmt: skip
+    stats.out_of_time = stats.out_of_time or _budget_spent(run)
     stats.samples = epoch_samples_share(run)
     return stats
+
+
+def _budget_spent(run: Adaptive) -> bool:
+    """An elastic run's agreed budget check (session.py): its workers count an epoch's steps
+    differently (a joiner enters mid-epoch), so it is taken at the run's step count, in the
+    step's decisions, not at timed_steps' per-epoch count."""
+    return run.elastic is not None and run.elastic.out_of_time
 
 
 def epoch_samples_share(run: Adaptive) -> int:

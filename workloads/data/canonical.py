@@ -34,6 +34,7 @@ from workloads.data import (
     WIKITEXT2_FILES,
     WIKITEXT2_SUBDIR,
     WMT_SUBDIRS,
+    DataError,
     epsilon_cache_dir,
     translation_cache_dir,
 )
@@ -50,6 +51,15 @@ def problem(root: Path, dataset: str) -> str | None:
         return _problem(root, dataset)
     except OSError as err:  # pathlib's is_file() raises all but "no such file" and the like
         return _unreadable(err, dataset, root)
+
+
+def require(root: Path, dataset: str) -> None:
+    """DataError unless `dataset` under `root` is the canonical data set: a closed-division
+    run trains on it only, its split sizes those of docs/benchmarks.md (cheap, so a run's
+    ranks check it before anything)."""
+    found = problem(root, dataset)
+    if found is not None:
+        raise DataError(f"the closed division trains on the canonical data set only: {found}")
 
 
 def _problem(root: Path, dataset: str) -> str | None:

@@ -40,7 +40,7 @@ def past_deadline(condition: Mapping[str, Any]) -> bool:
 
 def deadline_note(job: Mapping[str, Any]) -> str:
     """Which deadline stopped a job, and how a run gets longer (render/common.py sets it from the
-    run's time budget; an elastic run cannot have one, so its limit is fixed)."""
+    run's time budget, an elastic run's as a fixed one's)."""
     spec = job.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     policy = spec.get("runPolicy")
@@ -48,8 +48,6 @@ def deadline_note(job: Mapping[str, Any]) -> str:
     valid = isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0
     given = f"activeDeadlineSeconds {seconds} s" if valid else "activeDeadlineSeconds"
     hung = "the ranks hung (a stuck collective or pod) or the run needs longer"
-    if "elasticPolicy" in spec:
-        return f"{given}: an elastic run's fixed limit; {hung} than it allows"
     return (
         f"{given}: the run's time_budget_s + {DEADLINE_SLACK_S} s, or "
         f"{DEFAULT_DEADLINE_S // 3600} h without one; {hung}: --set time_budget_s=SECONDS"

@@ -60,6 +60,7 @@ def test_generations_round_trip_and_damaged_records_are_refused():
         "{",
         '{"number": 1}',
         after.to_json().replace('"source": 0', '"source": 9'),
+        "[" * 100_000,  # a record from the store nested past json's recursion limit
     ):
         with pytest.raises(MembershipError):
             Generation.from_json(damaged)
@@ -123,19 +124,25 @@ def test_elastic_bounds_and_timeouts_are_validated():
         ElasticConfig(1, 2, heartbeat_s=1.0, dead_after_s=1.5)
 
 
-def test_a_time_budget_is_refused_saying_why_and_what_bounds_the_run_on_a_cluster():
-    # The refusal's one line says why (the per-epoch step count a joiner or a survivor does
-    # not share) and the cluster deadline the run gets instead, and the way out.
-    from runner.job.spec import Placement, SpecError, resolve
+def test_an_elastic_run_takes_a_time_budget_and_its_cluster_deadline_follows_it():
+    # The budget is agreed at the run's step count (session.py), so an elastic run takes one;
+    # on a cluster its job's activeDeadlineSeconds is then the budget plus the slack, as a
+    # fixed run's, and a job stopped there says how to give the run longer.
+    from runner.backends.kubernetes.overtime import deadline_note
+    from runner.backends.kubernetes.render.common import DEADLINE_SLACK_S, deadline_s
+    from runner.job.spec import Placement, resolve
 
-    with pytest.raises(SpecError) as refused:
-        resolve("cnn-digits", ["strategy=allreduce", "time_budget_s=60"],
-                Placement(procs_per_node=2, min_workers=1))  # fmt: skip
-    line = str(refused.value)
-    assert "\n" not in line
-    assert "a worker that joins or survives a departure counts differently" in line
-    assert "the job's deadline is then 6 h (activeDeadlineSeconds)" in line
-    assert "bound the run with max_epochs" in line
+    spec = resolve("cnn-digits", ["strategy=allreduce", "time_budget_s=60"],
+                   Placement(procs_per_node=2, min_workers=1))  # fmt: skip
+    assert spec.config.run.time_budget_s == 60.0
+    assert deadline_s(spec) == 60 + DEADLINE_SLACK_S
+    job = {"spec": {"elasticPolicy": {"minReplicas": 1},
+                    "runPolicy": {"activeDeadlineSeconds": deadline_s(spec)}}}  # fmt: skip
+    note = deadline_note(job)
+    assert note.startswith(
+        f"activeDeadlineSeconds {60 + DEADLINE_SLACK_S} s: the run's time_budget_s"
+    )
+    assert "--set time_budget_s=SECONDS" in note
 
 
 def test_damaged_join_records_and_latest_are_membership_errors_not_crashes():

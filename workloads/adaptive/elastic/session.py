@@ -25,6 +25,14 @@ is admitted, before it builds its task (so its strategy's construction pairs wit
 members' rebuild), loads it once bound, and enters the epoch loop in the middle of that
 step: its first before_step is skipped, since the members took that step's decisions.
 
+The time budget (`--set time_budget_s`): the writer's clock, which started the run, decides.
+Every BUDGET_CHECK_EVERY_STEPS steps of the run (its step count, which every worker shares:
+a change hands it over with the state), before the step's other decisions, rank 0 broadcasts
+whether the budget is spent; every worker then takes that step and stops after it, so all
+stop after the same step, whoever joined or left. The check is taken afresh when a departure
+makes the step be taken again, and a joiner, admitted after it in the same before_step,
+skips it with the step's other decisions. Once spent, no joiner is admitted.
+
 The writer: the worker that is rank 0 at the start (the first of the starting members by
 name: w0 locally, <job>-worker-0 on Kubernetes, the store's host there) writes the run's
 events and summary; a change keeps it rank 0 (membership keeps the old order and appends
@@ -62,6 +70,7 @@ from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor
 from workloads.adaptive.sync import AdaptiveSyncStrategy
 from workloads.config import TrainConfig
+from workloads.loop import BUDGET_CHECK_EVERY_STEPS, agreed_flag
 from workloads.strategies.averaging import ModelAveragingStrategy
 from workloads.strategies.base import Strategy
 
@@ -88,6 +97,8 @@ class ElasticSession:
         self._entry: dict[str, Any] | None = None  # a joiner's state, until bound
         self._entering = False  # a joiner's first step: the members decided it already
         self.joined = False  # this worker joined a running run (rather than starting it)
+        # The time budget is spent: agreed at a check (before_step), the same on every worker.
+        self.out_of_time = False
 
     @classmethod
     def open(
@@ -127,7 +138,16 @@ class ElasticSession:
 
     def policy(self) -> ElasticPolicy:
         """The `workers` knob's policy: admits waiting joiners at decision points."""
-        return ElasticPolicy(self.group.pending_joiners, self.launch.max_workers)
+        return ElasticPolicy(self._joiners_to_admit, self.launch.max_workers)
+
+    def _joiners_to_admit(self) -> int:
+        """Waiting joiners, none once the budget is spent (the run stops after this step)."""
+        return 0 if self.out_of_time else self.group.pending_joiners()
+
+    def expired(self) -> bool:
+        """Whether the run's time budget is spent, as the last check agreed (no collective:
+        the training loop and train.py read it between steps and at an epoch's end)."""
+        return self.out_of_time
 
     def bind(self, run: Adaptive) -> None:
         """The run whose trainer and knobs a change re-forms (the task has built its trainer);
@@ -145,6 +165,7 @@ class ElasticSession:
         if self._entering:
             self._entering = False
             return []
+        self._check_budget(run, step)  # before a change: a joiner admitted now skips it
         decisions = run.controller.before_step(step, lr)
         for decision in decisions:
             if decision.knob == KNOB:
@@ -156,6 +177,17 @@ class ElasticSession:
                     run.record_decisions(decisions)
                     raise
         return decisions
+
+    def _check_budget(self, run: Adaptive, step: int) -> None:
+        """At every check step, rank 0's clock (the writer's, started with the run) says
+        whether the budget is spent, for every worker. Taken again, even when this worker
+        already saw it spent, when a departure makes the step be taken again: a survivor
+        that missed the broadcast takes it then, and the collectives pair up."""
+        budget_s = run.config.run.time_budget_s
+        if budget_s is None or step % BUDGET_CHECK_EVERY_STEPS != 0:
+            return
+        spent = run.seconds_since_start() >= budget_s
+        self.out_of_time = agreed_flag(spent, self.device)
 
     def _grow(self, run: Adaptive, world_size: int, step: int) -> None:
         change = self.group.grow(world_size, step)
