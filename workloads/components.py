@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar, Self, get_args
 
+from contract import files
 from workloads.fields import (
     ConfigError,
     bounds_of,
@@ -243,8 +244,8 @@ class Composite:
     @classmethod
     def from_json(cls, text: str) -> Self:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
+            data = files.loads(text)  # nesting too deep for the parser: ValueError too
+        except ValueError as err:
             raise ConfigError("config", f"not JSON: {err}") from None
         return cls.from_dict(data)
 

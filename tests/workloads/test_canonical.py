@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,48 @@ def test_the_check_imports_neither_torch_nor_numpy(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def _cifar_run(data_dir: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """workloads.train on `data_dir` as a local run starts a rank: directly, with torchrun's
+    variables (torchrun itself prints a trace of its own for any rank that fails)."""
+    import socket
+
+    from runner.job.benchmarks import BENCHMARKS
+
+    config = BENCHMARKS["resnet20-cifar10"].config.replace(
+        data_dir=str(data_dir), max_epochs=2, warmup_epochs=1.0, lr_milestones=(),
+        compile_model=False,
+    )  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+           "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, "-m", "workloads.train", "--config", config.to_json(),
+           "--run-id", "test", "--output-dir", str(out), *args]  # fmt: skip
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("open_division", "said"),
+    [(False, "the closed division trains on the canonical data set only: "),
+     (True, "data_batch_1")],
+)  # fmt: skip
+def test_a_rank_that_finds_its_data_wrong_says_so_in_one_line_without_a_trace(
+    tmp_path, open_division, said
+):
+    # On a cluster a rank's own check is the only one of the pod's volume: its line (which
+    # the runner takes as the run's reason) names the fix, and no traceback buries it.
+    write_cifar10(tmp_path / "data", per_train_batch=32, num_test=40)
+    if open_division:  # generated data is fine there: damage a batch the loader reads
+        batch = tmp_path / "data" / CIFAR10_SUBDIR / CIFAR10_FILES[0]
+        batch.write_bytes(batch.read_bytes()[:100])
+    args = ("--open-division",) if open_division else ()
+    done = _cifar_run(tmp_path / "data", tmp_path / "out", *args)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    [line] = [ln for ln in output.splitlines() if "stackbench: " in ln]
+    assert said in line and "runner data fetch cifar10" in line
+    assert "Traceback" not in output

@@ -144,6 +144,8 @@ def test_from_json_refuses_what_it_cannot_read_naming_it(edit, key, says):
 def test_from_json_refuses_text_that_is_not_a_json_object():
     with pytest.raises(ConfigError, match="not JSON"):
         TrainConfig.from_json("{")
+    with pytest.raises(ConfigError, match="not JSON: nested too deeply"):  # no RecursionError
+        TrainConfig.from_json("[" * 100_000)
     with pytest.raises(ConfigError, match="expected a JSON object"):
         TrainConfig.from_json("[]")
 

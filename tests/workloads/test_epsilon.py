@@ -196,8 +196,9 @@ ONE_ROW = {"train": {"rows": 1}}
             json.dumps(FORMAT | {"num_features": None, "splits": ONE_ROW})
         ),
         lambda meta: meta.write_text(json.dumps({"format": FORMAT["format"], "splits": ONE_ROW})),
+        lambda meta: meta.write_text("[" * 100_000),  # json's parser: a RecursionError
     ],
-    ids=["not-utf8", "a-directory", "num-features-null", "num-features-missing"],
+    ids=["not-utf8", "a-directory", "num-features-null", "num-features-missing", "nested"],
 )
 def test_a_meta_file_of_any_damage_is_a_data_error(tmp_path, damage):
     _prepare(tmp_path)

@@ -26,6 +26,7 @@ from typing import IO
 
 import numpy as np
 
+from contract import files
 from workloads.data import EPSILON_CACHE_FORMAT, DataError
 
 FORMAT = EPSILON_CACHE_FORMAT
@@ -156,7 +157,7 @@ def _convert_split(
 
 def read_meta(cache_dir: Path) -> dict:
     try:
-        meta = json.loads((cache_dir / "meta.json").read_text())
+        meta = files.loads((cache_dir / "meta.json").read_text())  # deep nesting: ValueError
     except FileNotFoundError:
         raise DataError(f"{cache_dir}: no converted data (meta.json missing)") from None
     except (OSError, ValueError) as err:  # a directory, unreadable, not UTF-8, not JSON

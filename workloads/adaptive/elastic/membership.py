@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from contract import files
+
 
 class MembershipError(RuntimeError):
     """The group cannot go on as configured."""
@@ -73,7 +75,7 @@ class Generation:
     def from_json(cls, text: str | bytes) -> Generation:
         """Parse a stored generation; anything malformed is a MembershipError, not a crash."""
         try:
-            data: Any = json.loads(text)
+            data: Any = files.loads(text)  # nesting too deep for the parser: ValueError
             generation = cls(
                 number=int(data["number"]),
                 members=tuple(str(m) for m in data["members"]),
