@@ -323,6 +323,10 @@ def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], l
             try:
                 runs.append(load_run(path))
                 continue
+            except DamagedFile as err:  # swapped for a link since run_path looked, say
+                damage.append(problem(err.path.name, err.problem))
+            except RunnerError as err:  # removed since run_path looked
+                damage.append(problem("", str(err)))
             except (KeyError, TypeError, ValueError, AttributeError, OSError) as err:
                 damage.append(problem(JOB, f"cannot be read as a run ({err!r})"))
         problems += [{"run_id": run_id, **p} for p in damage]

@@ -14,7 +14,8 @@ import errno
 import os
 import re
 import shutil
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,76 @@ def read_record(run_dir: Path) -> RunRecord:
         return RunRecord.from_dict(files.read_json_object(path), path)
     except FileNotFoundError:
         raise RunNotFound(f"{run_dir} has no {JOB}; it is not a run directory") from None
+
+
+class RunFolder:
+    """A run directory opened once, without following a link, and its files read relative to
+    that descriptor: a run directory swapped for a link since a caller found it (to a folder
+    outside the results directory) is refused, never read, and so is a link at a file's name.
+    Links above the run directory (a results folder on another disk) are the user's own and
+    are followed."""
+
+    def __init__(self, run_dir: Path, fd: int) -> None:
+        self.path, self._fd = run_dir, fd
+
+    def read(self, name: str, max_bytes: int = files.MAX_RECORD_BYTES) -> bytes:
+        """The bytes of the regular file `name`; FileNotFoundError when missing, DamagedFile
+        when a link, not a regular file, over `max_bytes` or unreadable."""
+        path = self.path / name
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self._fd)
+        except FileNotFoundError:
+            raise
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise DamagedFile(path, "is a symbolic link, which is never followed") from None
+            raise DamagedFile(path, f"cannot be read ({err.strerror or err})") from None
+        with os.fdopen(fd, "rb") as f:  # a FIFO opened non-blocking is refused below, unread
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise DamagedFile(path, "is not a regular file")
+            try:
+                data = f.read(max_bytes + 1)
+            except OSError as err:  # EIO from a failing disk
+                raise DamagedFile(path, f"cannot be read ({err.strerror or err})") from None
+        if len(data) > max_bytes:
+            raise DamagedFile(path, f"is over the {max_bytes}-byte cap")
+        return data
+
+
+@contextlib.contextmanager
+def open_run(run_dir: Path) -> Iterator[RunFolder]:
+    """The run directory `run_dir` as a RunFolder; RunNotFound when it is gone or not a
+    folder, DamagedFile when it is a symbolic link."""
+    try:
+        fd = files.open_folder(run_dir, create=False)
+    except files.LinkedPath:
+        raise DamagedFile(run_dir, "is a symbolic link, which is never followed") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise RunNotFound(f"{run_dir} is not a run directory (gone, or not a folder)") from None
+    except OSError as err:
+        raise DamagedFile(run_dir, f"cannot be opened ({err.strerror or err})") from None
+    try:
+        yield RunFolder(run_dir, fd)
+    finally:
+        os.close(fd)
+
+
+def record_in(folder: RunFolder) -> RunRecord:
+    """job.json of an opened run directory, or DamagedFile; RunNotFound when there is none."""
+    path = folder.path / JOB
+    try:
+        return RunRecord.from_dict(files.parse_json_object(path, folder.read(JOB)), path)
+    except FileNotFoundError:
+        raise RunNotFound(f"{folder.path} has no {JOB}; it is not a run directory") from None
+
+
+def json_in(folder: RunFolder, name: str) -> Any:
+    """The JSON document `name` of an opened run directory; None when there is none yet."""
+    try:
+        return files.parse_json(folder.path / name, folder.read(name))
+    except FileNotFoundError:
+        return None
 
 
 def write_state(run_dir: Path, status: JobStatus) -> None:

@@ -11,27 +11,32 @@ both use an exact one). Not here: statistics (runner.results.aggregate), cells a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 from contract.events import (
     DECISION,
     EVAL_ACCURACY,
+    MAX_EVENTS_BYTES,
     MONITORS,
     RUN_START,
     TRAIN_LOSS,
+    parse_lines,
     read_events,
 )
-from contract.manifest import Manifest
+from contract.files import DamagedFile
+from contract.manifest import Manifest, parse_manifest
 from contract.records import finite_number
-from contract.rundir import JobState, read_state
-from contract.summary import Summary, TrainSummary
+from contract.rundir import MANIFEST, STATE, SUMMARY, JobState, JobStatus
+from contract.summary import Summary, TrainSummary, parse_summary
 from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.spec import get_benchmark
 from runner.results import rundir
 from workloads.strategies.config import EXACT_STRATEGIES
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -86,11 +91,18 @@ class RunResult:
 
 
 def load_run(run_dir: Path) -> RunResult:
-    """The run as a report reads it; DamagedFile (naming the file) when a record is unusable."""
-    record = rundir.read_record(run_dir)
+    """The run as a report reads it; DamagedFile (naming the file) when a record is unusable
+    or the run directory is a symbolic link. Every file is read through the run directory
+    opened once without following a link (rundir.open_run): one swapped for a link to a
+    folder outside the results directory after a caller found it is refused, never read."""
+    with rundir.open_run(run_dir) as folder:
+        record = rundir.record_in(folder)
+        state_data = rundir.json_in(folder, STATE)
+        summary_data = rundir.json_in(folder, SUMMARY)
+        manifest_data = rundir.json_in(folder, MANIFEST)
+        events = _events_in(folder)
     spec = record.spec
-    state = read_state(run_dir)
-    manifest = rundir.read_manifest(run_dir)
+    state = None if state_data is None else _state(state_data, run_dir / STATE)
     return RunResult(
         run_id=spec.run_id,
         run_dir=run_dir,
@@ -109,10 +121,33 @@ def load_run(run_dir: Path) -> RunResult:
         state=state.state.value if state else "UNKNOWN",
         state_since=state.since if state else None,
         created_at=spec.created_at,
-        summary=rundir.read_summary(run_dir),
-        manifest=manifest,
-        curves=curves(run_dir / rundir.EVENTS),
+        summary=_parsed(summary_data, parse_summary, run_dir / SUMMARY),
+        manifest=_parsed(manifest_data, parse_manifest, run_dir / MANIFEST),
+        curves=curves_of(events),
     )
+
+
+def _parsed(data: Any, parse: Callable[[Any, Path], _T], path: Path) -> _T | None:
+    """A record parsed field by field (DamagedFile naming `path`); None when there is none."""
+    return None if data is None else parse(data, path)
+
+
+def _state(data: Any, path: Path) -> JobStatus:
+    """state.json's record (contract.rundir.read_state's rule), DamagedFile when unusable."""
+    if not isinstance(data, dict):
+        raise DamagedFile(path, f"holds a JSON {type(data).__name__}, not an object")
+    return JobStatus.from_dict(data, path)
+
+
+def _events_in(folder: rundir.RunFolder) -> list[dict[str, Any]]:
+    """events.jsonl's complete events (contract.events.read_events' rule: a missing or
+    unreadable file is no events, a last line without its newline is left out)."""
+    try:
+        data = folder.read(rundir.EVENTS, MAX_EVENTS_BYTES)
+    except (FileNotFoundError, DamagedFile):
+        return []
+    end = data.rfind(b"\n") + 1
+    return list(parse_lines(data[:end].decode("utf-8", errors="replace").splitlines()))
 
 
 # What an adaptive run adds to its curves (from its stackbench_monitors and _decision events).
@@ -124,10 +159,14 @@ MONITORED = {"b_noise": B_NOISE, "global_batch": GLOBAL_BATCH, "world_size": WOR
 
 
 def curves(events_path: Path) -> dict[str, tuple[tuple[float, float], ...]]:
+    """The curves (curves_of) of the events file at `events_path`."""
+    return curves_of(read_events(events_path))
+
+
+def curves_of(events: Sequence[Mapping[str, Any]]) -> dict[str, tuple[tuple[float, float], ...]]:
     """train_loss and eval_accuracy as (seconds since run_start, value) points, and for an
     adaptive run the global batch, B_noise, worker count and LR over time (none of those
     for a run without them). Values that are not finite numbers are left out."""
-    events = read_events(events_path)
     start = next((e["time_ms"] for e in events if e["key"] == RUN_START), None)
     if start is None:
         return {}

@@ -664,3 +664,24 @@ def test_a_results_folder_and_an_out_folder_the_user_links_elsewhere_are_written
         assert result.exit_code == 0, result.output
     assert (real_out / "report.md").is_file()
     assert [p.name for p in (real_results / "reports").iterdir()] == ["a"]
+
+
+def test_load_run_never_reads_a_run_directory_swapped_for_a_link_out_of_the_results(tmp_path):
+    """A caller (the dashboard, a study) checks the run directory, then load_run reads it: one
+    swapped for a link to a folder outside the results directory in between is refused, and
+    so is a link at a record's name; the results folder's own link (another disk) is not."""
+    results = tmp_path / "results"
+    make_run(results, "r", 1, 10.0)
+    make_run(tmp_path / "outside", "r", 1, 99.0)
+    (results / "r").rename(tmp_path / "moved")
+    (results / "r").symlink_to(tmp_path / "outside" / "r")
+    with pytest.raises(files.DamagedFile, match="symbolic link"):
+        load_run(results / "r")
+    make_run(results, "s", 1, 10.0)
+    (results / "s" / "summary.json").unlink()
+    (results / "s" / "summary.json").symlink_to(tmp_path / "outside" / "r" / "summary.json")
+    with pytest.raises(files.DamagedFile, match=r"summary\.json: is a symbolic link"):
+        load_run(results / "s")
+    (tmp_path / "linked-results").symlink_to(tmp_path / "outside")
+    run = load_run(tmp_path / "linked-results" / "r")
+    assert run.train_summary is not None and run.train_summary.time_to_target_s == 99.0

@@ -58,11 +58,13 @@ def console_errors(driver: Any) -> list[str]:
 
 
 @contextmanager
-def dashboard_process(results: Path) -> Iterator[str]:
-    """`runner dashboard --port 0` over `results`; yields its URL, stops it on exit."""
+def dashboard_process(results: Path, port: int = 0) -> Iterator[str]:
+    """`runner dashboard --port PORT` over `results` (0: a free one); yields its URL, stops it
+    on exit."""
     code = "from runner.cli import main; main()"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--results-dir", str(results), "dashboard", "--port", "0"],
+        [sys.executable, "-c", code, "--results-dir", str(results), "dashboard", "--port",
+         str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "COLUMNS": "300"},
     )  # fmt: skip

@@ -2,19 +2,23 @@
 cnn-digits run while it trains shows the run's curves growing, with no reload, and the page
 runs under its Content-Security-Policy without a console error; a worker killed under it
 turns the page to FAILED with the reason and the failed rank's log; a run started while the
-table is open appears in it."""
+table is open appears in it; a run deleted while its page, the table or a comparison is open
+(or while the dashboard restarted) is said to be gone, never shown as it last was."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
+import socket
 import time
 
 import psutil
 import pytest
 
 from runner import api
+from runner.errors import RunNotFound
 from tests.conftest import submit_local
 from tests.runner.dashboard.browser import (
     chart_points,
@@ -109,6 +113,67 @@ def test_a_run_killed_while_open_shows_why_and_the_failed_ranks_log(tmp_path, br
             assert browser.current_url.endswith(f"#/run/{run.run_id}")  # still this page
     finally:
         api.cancel(results, run)
+
+
+def cancel_unless_gone(results, run) -> None:
+    """Nothing outlives the test: cancelled (and waited for) before its directory went."""
+    with contextlib.suppress(RunNotFound):
+        api.cancel(results, run)
+
+
+def test_a_run_deleted_while_its_page_and_the_table_are_open_leaves_both(tmp_path, browser):
+    results = tmp_path / "results"
+    results.mkdir()
+    run = submit_local(results, [f"max_epochs={EPOCHS}", "stop_at_target=false"], workers=1)
+    try:
+        with dashboard_process(results) as url:
+            browser.get(f"{url}#/run/{run.run_id}")
+            wait_for(lambda: chart_points(browser, "loss") > 0, 120, "a loss point")
+            page = browser.current_window_handle
+            browser.switch_to.new_window("window")
+            browser.get(url)
+            row = f"tr[data-run='{run.run_id}']"
+            wait_for(lambda: "RUNNING" in browser.find_element("css selector", row).text, 60,
+                     "the run's row, RUNNING")  # fmt: skip
+            api.cancel(results, run)
+            shutil.rmtree(run.run_dir)
+            wait_for(lambda: not browser.find_elements("css selector", row), 30, "the row gone")
+            browser.switch_to.window(page)
+            wait_for(lambda: "no longer in the results directory" in browser.page_source, 30,
+                     "the run page to say the run is gone")  # fmt: skip
+            assert not browser.find_elements("css selector", ".state")  # no stale RUNNING
+            assert console_errors(browser) == []
+    finally:
+        cancel_unless_gone(results, run)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_run_gone_while_the_dashboard_restarted_is_not_shown_as_running(tmp_path, browser):
+    # The page's stream reconnects to the restarted dashboard, which refuses it (404: no such
+    # run); the browser never retries an HTTP error, and the page kept the run's last state,
+    # RUNNING, with "reconnecting…" forever.
+    results = tmp_path / "results"
+    results.mkdir()
+    run = submit_local(results, [f"max_epochs={EPOCHS}", "stop_at_target=false"], workers=1)
+    port = free_port()
+    try:
+        with dashboard_process(results, port) as url:
+            browser.get(f"{url}#/run/{run.run_id}")
+            wait_for(lambda: chart_points(browser, "loss") > 0, 120, "a loss point")
+            assert browser.find_element("css selector", ".state").text == "RUNNING"
+        api.cancel(results, run)
+        shutil.rmtree(run.run_dir)
+        with dashboard_process(results, port):
+            wait_for(lambda: f"no run {run.run_id!r}" in browser.page_source, 30,
+                     "the run page to say the run is gone")  # fmt: skip
+            assert not browser.find_elements("css selector", ".state")
+    finally:
+        cancel_unless_gone(results, run)
 
 
 def test_the_runs_table_lists_a_run_that_starts_while_it_is_open(tmp_path, browser):
@@ -232,3 +297,20 @@ def test_no_link_on_a_run_page_leads_to_an_error(tmp_path, browser):
     assert not any("rank-1.log" in h or "hidden" in h or "huge" in h for h in hrefs), hrefs
     assert "a b.txt" in files_text and "not served" in files_text
     assert "too large to serve" in files_text
+
+
+def test_a_comparison_whose_run_is_deleted_says_so_rather_than_showing_it(tmp_path, browser):
+    # The stream said the run was gone, the page had no ear for it: the comparison went on
+    # showing the deleted run's figures and configuration as if it were there.
+    from tests.runner.rundirs import make_run
+
+    results = tmp_path / "results"
+    results.mkdir()
+    make_run(results, "a", 1, 10.0)
+    make_run(results, "b", 2, 6.0)
+    with dashboard_process(results) as url:
+        browser.get(f"{url}#/compare/a,b")
+        wait_for(lambda: "Comparing 2 runs" in browser.page_source, 60, "the comparison")
+        shutil.rmtree(results / "b")
+        wait_for(lambda: "no run 'b'" in browser.page_source, 30, "the page to say b is gone")
+        assert "Comparing 2 runs" not in browser.page_source

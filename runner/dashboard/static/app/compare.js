@@ -24,6 +24,8 @@ function figure(value, unit) {
   return show(value);
 }
 
+const GONE = "gone"; // a run's state here once its directory is removed
+
 export function ComparePage({ runIds }) {
   const [curves, setCurves] = useState({});
   const [states, setStates] = useState({});
@@ -32,9 +34,13 @@ export function ComparePage({ runIds }) {
     detail: (d) => setStates((old) => (old[d.run_id] === d.state ? old : { ...old, [d.run_id]: d.state })),
     curves: (c) => setCurves((old) => ({ ...old, [c.run_id]: { ...emptyCurves(), ...c } })),
     points: (p) => setCurves((old) => ({ ...old, [p.run_id]: extend(old[p.run_id] || emptyCurves(), p) })),
+    gone: ({ run_id }) => setStates((old) => ({ ...old, [run_id]: GONE })),
   });
-  // The comparison's figures change when a run's state does (a run finishing writes its summary).
-  const [page, error] = useJSON(`/api/compare?${query}`, JSON.stringify(states));
+  // The comparison's figures change when a run's state does (a run finishing writes its
+  // summary); a run removed, or a stream refused (a run gone while the dashboard restarted),
+  // asks again, and the server says which run is no longer there.
+  const refused = status === "closed" ? "closed" : "";
+  const [page, error] = useJSON(`/api/compare?${query}`, JSON.stringify(states) + refused);
   const [onlyDiffs, setOnlyDiffs] = useState(true);
   const runs = useMemo(() => runIds.map((id) => ({ name: id, curves: curves[id] || emptyCurves() })), [runIds, curves]);
   const phases = useMemo(() => page && cellPhasesOption(

@@ -30,16 +30,23 @@ export function useJSON(url, key) {
   return state;
 }
 
+// How long a stream the server refused (an HTTP error) waits before it asks again.
+const REOPEN_MS = 5000;
+
 // A server-sent event stream (/api/stream?...): `handlers` maps message names to functions of
 // the parsed payload. The server starts every (re)connection with a snapshot, so nothing here
-// keeps a cursor; `status` says whether the stream is up, for the page to show.
+// keeps a cursor; `status` says whether the stream is up, for the page to show: "closed" when
+// the server refused it (a 404: a run it names is gone, say, after a restart of the
+// dashboard), for the page to ask why; it is opened again a while later.
 export function useStream(url, handlers) {
   const latest = useRef(handlers);
   latest.current = handlers;
   const [status, setStatus] = useState("connecting");
+  const [attempt, setAttempt] = useState(0);
   useEffect(() => {
     if (!url) return undefined;
     const source = new EventSource(url);
+    let reopen = null;
     const names = ["runs", "run", "gone", "detail", "curves", "points", "log", "problem"];
     for (const name of names) {
       source.addEventListener(name, (message) => {
@@ -48,14 +55,23 @@ export function useStream(url, handlers) {
       });
     }
     source.onopen = () => setStatus("live");
-    source.onerror = () => setStatus("reconnecting");
-    return () => source.close();
-  }, [url]);
+    source.onerror = () => {
+      // A dropped connection the browser retries by itself; an HTTP error it never retries.
+      if (source.readyState !== EventSource.CLOSED) return setStatus("reconnecting");
+      setStatus("closed");
+      reopen = setTimeout(() => setAttempt((n) => n + 1), REOPEN_MS);
+    };
+    return () => {
+      clearTimeout(reopen);
+      source.close();
+    };
+  }, [url, attempt]);
   return status;
 }
 
 export function LiveBadge({ status }) {
-  const text = { live: "live", connecting: "connecting…", reconnecting: "reconnecting…" }[status];
+  const text = { live: "live", connecting: "connecting…", reconnecting: "reconnecting…",
+    closed: "not live" }[status];
   return html`<span class="live live-${status}" title="updates arrive as the files change">${text}</span>`;
 }
 

@@ -176,7 +176,9 @@ export function RunPage({ runId }) {
   // A stream that cannot open says nothing; the JSON API says why (no such run, a link).
   const [, refused] = useJSON(`/api/runs/${encodeURIComponent(runId)}`, status);
   if (gone) return html`<p class="alert">Run ${runId} is no longer in the results directory.</p>`;
-  if (!run && refused) return html`<p class="alert">${refused}</p>`;
+  // A stream refused after the run was shown (the dashboard restarted, and the run went
+  // meanwhile): what the JSON API says now, never the last state as if it were current.
+  if ((!run || status === "closed") && refused) return html`<p class="alert">${refused}</p>`;
   if (!run) return html`<p class="muted">loading ${runId}…</p>`;
   const overridden = new Set((run.overrides || []).map(([k]) => k));
   const open = new Set(run.open_keys || []);
