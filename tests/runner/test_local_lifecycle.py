@@ -554,3 +554,17 @@ def test_a_stopped_process_is_ended_by_its_sigterm_not_left_for_the_sigkill(tmp_
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_run_whose_directory_is_deleted_ends_taking_its_processes_with_it(tmp_path):
+    """`rm -r` of a live run's directory: nothing could follow or cancel the run any more
+    (`runner cancel` finds no run), so its processes trained on, owned by nobody."""
+    run = _sleeping_run(tmp_path, "cnn-digits-deleted")
+    sup = psutil.Process(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"])
+    deadline = time.monotonic() + 30
+    while not (sleeping := [p for p in sup.children() if p.name() == "sleep"]):
+        assert time.monotonic() < deadline, "the run's process never started"
+        time.sleep(0.05)
+    assert api.status(tmp_path, run).state is JobState.RUNNING
+    shutil.rmtree(run.run_dir)
+    _gone([*sleeping, sup])

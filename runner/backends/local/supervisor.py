@@ -80,6 +80,9 @@ LEASH_SNAPPED = (
     "cancelled: the runner command following it was killed (a followed run ends with it; "
     "`runner submit --detach` starts one that does not)"
 )
+# `rm -r` of a live run's directory: nothing can record, follow or cancel the run any more
+# (`runner cancel` finds no run), so its processes would train on unowned to max_epochs.
+RUN_DIR_DELETED = "cancelled: its run directory was deleted"
 
 
 def command(run_dir: Path, request_digest: str, leash_fd: int | None = None) -> list[str]:
@@ -115,14 +118,18 @@ def supervise(run_dir: Path, request_digest: str, leash_fd: int | None = None) -
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
+    # Held for the run's length: its link count says when the folder itself was deleted.
+    held = os.open(run_dir, os.O_PATH | os.O_DIRECTORY)
     try:
         # The request's network (shaped links, when it has one) lives as long as this block;
         # a SIGKILLed supervisor takes it with it (runner/backends/local/network.py), as it
         # takes an elastic run's store (its socket dies with the process).
         with launch(request) as network, hosted_store(request.store_port) as writer:
-            status = _run(run_dir, request, network, stop, listener, writer)
+            status = _run(run_dir, request, network, stop, listener, writer, held)
     except (NetworkUnavailable, StoreUnavailable) as err:
         status = JobStatus(JobState.FAILED, str(err), since=now())
+    finally:
+        os.close(held)
     _end_orphans()
     record(run_dir, status)
     return status
@@ -144,7 +151,9 @@ def _run(
     stop: list[str],
     listener: leash.Listener,
     writer: WriterWatch,
+    held: int,
 ) -> JobStatus:
+    """`held`: the run directory, open (O_PATH), to see it deleted."""
     exits = processes.Exits()
     for i, p in enumerate(request.processes):
         try:
@@ -183,6 +192,9 @@ def _run(
             break
         if listener.snapped():
             stop.append(LEASH_SNAPPED)
+            break
+        if os.fstat(held).st_nlink == 0:  # removed: a folder has 2 links while it exists
+            stop.append(RUN_DIR_DELETED)
             break
         if elastic:
             join_requests.serve(request, network, exits)
