@@ -8,13 +8,18 @@ callback on one of gloo's worker threads, for an all-reduce queued behind those 
 for ever, deaf to the timeout. A run would sit there indefinitely, billing a cluster's GPUs.
 
 So every collective a strategy issues (workloads/strategies/base.py's Collectives, DDP's
-hook futures) is timed here, and a thread ends the process when one has been outstanding
-for longer than the timeout and a grace (gloo's own error comes first where gloo can raise
-one; `timeout_reason` turns that error into the same line): it prints
+hook futures) is timed here, and a thread ends the process when collectives are outstanding
+and none of them has completed for longer than the timeout and a grace (gloo's own error
+comes first where gloo can raise one; `timeout_reason` turns that error into the same line):
+it prints
 `stackbench: rank 0: collective timed out after 30 s in the gradient all-reduce, at epoch 1,
 step 12`, the line the supervisor takes as the run's reason, and exits STALLED_EXIT at once
 (the blocked threads would hold a normal exit too). Only time spent waiting on a collective
-counts, never compute: a slow step is no stall.
+counts, never compute: a slow step is no stall. Nor is a queue: DDP issues its buckets
+together and gloo runs them a few at a time, so on a slow --link the last bucket waits behind
+the others for longer than the timeout while every one of them moves. A collective's wait is
+therefore timed from the later of its issue and the last completion of any collective of this
+process: a queue that moves is progress, one where nothing completes is a stall.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class _State:
         self.timeout_s = 0.0
         self.place = "the start of the run"  # where the run is (the training loop says)
         self.pending: dict[int, tuple[float, str]] = {}  # token: (since, what)
+        self.last_done = 0.0  # when a collective of this process last completed (monotonic)
         self.thread: threading.Thread | None = None
 
 
@@ -55,6 +61,7 @@ def arm(rank: int, timeout_s: float) -> None:
     with _STATE.lock:
         _STATE.rank, _STATE.timeout_s = rank, timeout_s
         _STATE.pending.clear()
+        _STATE.last_done = 0.0
         if _STATE.thread is None:
             _STATE.thread = threading.Thread(target=_watch, name="stackbench-watchdog", daemon=True)
             _STATE.thread.start()
@@ -115,6 +122,9 @@ def _begin(what: str) -> int:
 
 
 def _end(token: int) -> None:
+    # Progress first, then the token: a watcher that still sees the token in its copy then
+    # reads this completion as well (see _watch), never an old one.
+    _STATE.last_done = time.monotonic()
     _STATE.pending.pop(token, None)
 
 
@@ -136,8 +146,8 @@ _C10D_WORDS = ("gloo", "nccl", "recv operation", "send operation", "waiting for 
 def _reason(what: str) -> str:
     if _STATE.rank is None:  # not armed: only gloo's own timeout, whose value it knows
         return f"collective timed out in {what}, at {_STATE.place}"
-    # The way out too: on a slow --link a big model's exchange may need longer than the
-    # timeout, which (as NCCL's does) now bounds a whole collective on gloo as well.
+    # The way out too: on a slow --link one big collective (a bucket of tens of MB) may need
+    # longer than the timeout, which bounds a collective's wait from the last completion.
     return (
         f"rank {_STATE.rank}: collective timed out after {_STATE.timeout_s:g} s in {what}, "
         f"at {_STATE.place} (a peer stopped, or it needs longer: --set dist_timeout_s=SECONDS)"
@@ -150,8 +160,10 @@ def _watch() -> None:
             rank, limit_s = _STATE.rank, _STATE.timeout_s + GRACE_S
             # A copy in one C call: gloo's threads end tokens without the lock.
             pending = list(_STATE.pending.values()) if rank is not None else []
+        # Read after the copy: a collective that completed since is counted as progress.
+        last_done = _STATE.last_done
         oldest = min(pending, default=None)
-        if oldest is not None and time.monotonic() - oldest[0] > limit_s:
+        if oldest is not None and time.monotonic() - max(oldest[0], last_done) > limit_s:
             _stalled(oldest[1])
         time.sleep(max(0.05, min(1.0, limit_s / 20)) if rank is not None else 0.5)
 

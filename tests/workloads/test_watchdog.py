@@ -219,3 +219,57 @@ def test_only_torch_distributeds_timeouts_are_taken_for_a_collectives():
     assert watchdog.timeout_reason(store) is not None
     assert watchdog.timeout_reason(RuntimeError("DataLoader timed out after 5 seconds")) is None
     assert watchdog.timeout_reason(ValueError("recv operation timed out")) is None
+
+
+# Rank 0 issues COUNT all-reduces at once (as DDP issues its buckets); rank 1 answers each one
+# DELAY_S after the last, so the queue moves all along but its last all-reduce is outstanding
+# COUNT * DELAY_S from its issue: longer than the watchdog's timeout and grace.
+_QUEUE = textwrap.dedent("""
+    import datetime, os, time
+    import torch, torch.distributed as dist
+    from workloads import watchdog
+    from workloads.strategies.base import Collectives
+
+    COUNT, DELAY_S = 16, 0.5
+    rank = int(os.environ["RANK"])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    watchdog.arm(rank, 1.0)
+    watchdog.at("epoch 1, step 1")
+    assert COUNT * DELAY_S > 1.0 + watchdog.GRACE_S
+    collectives = Collectives()
+    if rank == 0:
+        futures = [collectives.all_reduce_mean_async(torch.ones(4)) for _ in range(COUNT)]
+        torch.futures.wait_all(futures)
+    else:
+        for _ in range(COUNT):
+            time.sleep(DELAY_S)
+            collectives.all_reduce_mean(torch.ones(4))
+    watchdog.disarm()
+    dist.destroy_process_group()
+    print("every all-reduce completed", flush=True)
+""")
+
+
+def test_collectives_queued_behind_a_slow_peer_are_no_stall(tmp_path):
+    port = free_port()
+    procs, logs = [], [tmp_path / f"rank-{rank}.log" for rank in range(2)]
+    for rank, log in enumerate(logs):
+        env = dict(
+            os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+        )  # fmt: skip
+        with log.open("w") as out:
+            command = [sys.executable, "-c", _QUEUE]
+            procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out))
+    try:
+        for p in procs:
+            p.wait(timeout=120)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, log in zip(procs, logs, strict=True):
+        said = log.read_text()
+        assert p.returncode == 0 and "every all-reduce completed" in said, said[-3000:]

@@ -60,3 +60,32 @@ def strategy_phases(
         phases[name] = steps
         del strategy  # no DDP reducer may outlive the group (workloads/dist.py)
     return phases
+
+
+def queued_all_reduces(
+    rank: int, world_size: int, count: int, numel: int, watchdog_s: float, stop_s: float
+) -> int:
+    """`count` all-reduces issued at once through workloads' Collectives, as DDP issues its
+    buckets, with the watchdog armed at `watchdog_s`; each waits its turn behind those before
+    it on the slow link. Then, when `stop_s` > 0, rank 1 stops answering for `stop_s` seconds
+    while rank 0 issues one more (the watchdog must end rank 0 then). Returns how many were
+    issued."""
+    import time
+
+    from workloads import watchdog
+    from workloads.strategies.base import Collectives
+
+    collectives = Collectives()
+    watchdog.arm(rank, watchdog_s)
+    watchdog.at("the queued all-reduces")
+    futures = [collectives.all_reduce_mean_async(torch.ones(numel)) for _ in range(count)]
+    torch.futures.wait_all(futures)
+    if stop_s > 0:
+        watchdog.at("the all-reduce after a peer stopped")
+        if rank == 1:
+            watchdog.disarm()
+            time.sleep(stop_s)
+            os._exit(0)  # its peer is gone (ended by its watchdog), and the group with it
+        collectives.all_reduce_mean(torch.ones(1))
+    watchdog.disarm()
+    return count
