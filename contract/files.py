@@ -201,13 +201,15 @@ def open_regular_in_folder(path: Path) -> int:
     return fd
 
 
-def read_bytes(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes:
+def read_bytes(path: Path, max_bytes: int = MAX_RECORD_BYTES, dir_fd: int | None = None) -> bytes:
     """The bytes of a regular file, never through a symbolic link. FileNotFoundError when it
     does not exist; DamagedFile when it is something else, larger than `max_bytes`, or cannot
     be opened or read (a socket, another user's file, a failing disk): whatever a run
-    directory holds, a reader gets a record or a reason, never an OSError of its own."""
+    directory holds, a reader gets a record or a reason, never an OSError of its own.
+    `dir_fd`: the folder `path` is in, held open; the file is opened by name in it."""
+    where = path if dir_fd is None else path.name
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO never blocks
+        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as err:

@@ -14,7 +14,6 @@ import errno
 import os
 import re
 import shutil
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,26 +173,7 @@ class RunFolder:
     def read(self, name: str, max_bytes: int = files.MAX_RECORD_BYTES) -> bytes:
         """The bytes of the regular file `name`; FileNotFoundError when missing, DamagedFile
         when a link, not a regular file, over `max_bytes` or unreadable."""
-        path = self.path / name
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self._fd)
-        except FileNotFoundError:
-            raise
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise DamagedFile(path, "is a symbolic link, which is never followed") from None
-            raise DamagedFile(path, f"cannot be read ({err.strerror or err})") from None
-        with os.fdopen(fd, "rb") as f:  # a FIFO opened non-blocking is refused below, unread
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise DamagedFile(path, "is not a regular file")
-            try:
-                data = f.read(max_bytes + 1)
-            except OSError as err:  # EIO from a failing disk
-                raise DamagedFile(path, f"cannot be read ({err.strerror or err})") from None
-        if len(data) > max_bytes:
-            raise DamagedFile(path, f"is over the {max_bytes}-byte cap")
-        return data
+        return files.read_bytes(self.path / name, max_bytes, dir_fd=self._fd)
 
 
 @contextlib.contextmanager
