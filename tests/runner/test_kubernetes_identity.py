@@ -18,7 +18,7 @@ from contract import files
 from contract.rundir import JobState, rank_log, read_state
 from runner.backends.kubernetes.apierrors import NameConflict
 from runner.backends.kubernetes.backend import KubernetesBackend
-from runner.backends.kubernetes.observe import PodOwner
+from runner.backends.kubernetes.pods import PodOwner
 from runner.errors import RunnerError, StorageError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster

@@ -171,11 +171,10 @@ class KubernetesBackend:
         if not self._identity.ours(name, job):
             return self._settle(name, None, self._identity.vanished(name, job))
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
-        owner = self._owners.of(name, observe.job_uid(job), pods, job)
-        status = observe.job_status(self.conn.job_api, job, pods, [], owner)
+        status = self._job_status(name, job, pods, [])
         if status.state is JobState.PENDING:  # only then does an event say why
             events = self.api.list_objects("events", collect.WARNINGS)[0]
-            status = observe.job_status(self.conn.job_api, job, pods, events, owner)
+            status = self._job_status(name, job, pods, events)
         return self._settle(name, job, status)
 
     def watch(self, handle: str) -> Iterator[JobStatus]:
@@ -207,8 +206,14 @@ class KubernetesBackend:
     def _view_status(self, name: str, view: View) -> JobStatus:
         if view.job is None or not self._identity.ours(name, view.job):
             return self._identity.vanished(name, view.job)
-        owner = self._owners.of(name, observe.job_uid(view.job), view.pods, view.job)
-        return observe.job_status(self.conn.job_api, view.job, view.pods, view.events, owner)
+        return self._job_status(name, view.job, view.pods, view.events)
+
+    def _job_status(
+        self, name: str, job: dict[str, Any], pods: list[dict[str, Any]], events: list[Any]
+    ) -> JobStatus:
+        """The job's state from its own pods (owners.py: never another same-name job's)."""
+        owner = self._owners.of(name, observe.job_uid(job), pods, job)
+        return observe.job_status(self.conn.job_api, job, pods, events, owner)
 
     def _made_again(self, name: str) -> bool:
         """Whether the job of the run's name on the cluster is another than submit created
@@ -264,13 +269,7 @@ class KubernetesBackend:
             return
         self._name(handle)  # from here on the cluster is asked: it must be the run's
         if self._made_again(name):  # its pods are another job's: only what fetch archived
-            if archived is None:
-                raise RunnerError(
-                    f"no log of rank {rank} of {name}: it was never archived by `runner "
-                    f"fetch`, and the {self.api.resource.kind} of that name on "
-                    f"{self.conn.source} is another, made after this run's was deleted"
-                )
-            yield from archived
+            yield from collect.archived_only(self.api, name, rank, archived)
             return
         recorded = self._recorded_state(handle)
         finished = recorded is not None and recorded.state.finished
@@ -343,18 +342,15 @@ class KubernetesBackend:
         # Whether the job is over is read from its pods too: an elastic job's operator says
         # Failed while the survivors train on, a PyTorchJob's Succeeded while a Worker runs.
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
-        owner = self._owners.of(name, observe.job_uid(job), pods, job)
-        if observe.job_status(self.conn.job_api, job, pods, [], owner).state.finished:
+        if self._job_status(name, job, pods, []).state.finished:
             return  # a finished job keeps its pods (and logs) for fetch
         cancelled = JobStatus(JobState.CANCELLED, "cancelled", self._now())
         cancelling.cancel(self.api, name, observe.job_uid(job), cancelled, record)
 
     def join(self, handle: str) -> str:
-        # Raising the Worker replicas would create the next pod only while the job is
-        # unfinished, but a run starts at MAX, so a join follows a departure, and by then
-        # training-operator 1.9 has marked the job Failed (pytorchjob_controller.go,
-        # UpdateJobStatus) and ReconcileJobs (common/job.go) no longer creates pods: a PATCH
-        # would be accepted and do nothing (docs/adaptive-elastic.md, "Joining").
+        # A run starts at MAX, so a join follows a departure, by when training-operator 1.9
+        # has marked the job Failed (UpdateJobStatus) and ReconcileJobs creates no pods: a
+        # PATCH of the Worker replicas would be accepted and do nothing.
         raise RunnerError(
             "joining a Kubernetes run is not supported: training-operator 1.9 creates no pod "
             "for a job it has marked Failed, which it does when a worker leaves; it is a "

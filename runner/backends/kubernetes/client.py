@@ -168,45 +168,30 @@ class KubeApi:
         return None
 
     def get_job(self, name: str) -> dict[str, Any]:
-        r = self.resource
-        what = f"get {r.kind} {name}"
-        result = self.call(
-            what,
-            self.custom.get_namespaced_custom_object,
-            r.group,
-            r.version,
-            self.conn.namespace,
-            r.plural,
-            name,
-            _preload_content=False,
-        )
-        job = self.errors.json(result.data, what)  # type: ignore[attr-defined]
-        if not isinstance(job, dict) or not isinstance(job.get("metadata"), dict):
-            raise self.errors.garbage(what, "something that is not a job object")
-        job = self.checked("job", [job], what)[0]
-        # Another object than the one asked for (a broken server, a proxy) must not have its
-        # state, uid or pods read as this run's, nor be deleted by a cancel.
-        api_version, namespace = f"{r.group}/{r.version}", self.conn.namespace
-        other = objects.another_object(job, api_version, r.kind, namespace, name)
-        if other is not None:
-            raise self.errors.garbage(what, f"{other} instead of {r.kind} {name}")
-        return job
+        return self._get(self.resource, "job", name)
 
     def get_jobset(self, name: str, attempts: int | None = None) -> dict[str, Any]:
         """The JobSet `name` (a TrainJob's has the job's name), its fields' types checked."""
-        r, ns = JOBSET, self.conn.namespace
-        what = f"get {r.kind} {name}"
+        return self._get(JOBSET, "jobsets", name, attempts)
+
+    def _get(
+        self, r: JobResource, kind: str, name: str, attempts: int | None = None
+    ) -> dict[str, Any]:
+        """The object `name` of `r`, its fields' types checked as `kind` (objects.py)."""
+        what, ns = f"get {r.kind} {name}", self.conn.namespace
         get = self.custom.get_namespaced_custom_object
         result = self.call(what, get, r.group, r.version, ns, r.plural, name,
                            _preload_content=False, attempts=attempts)  # fmt: skip
-        jobset = self.errors.json(result.data, what)  # type: ignore[attr-defined]
-        if not isinstance(jobset, dict) or not isinstance(jobset.get("metadata"), dict):
-            raise self.errors.garbage(what, "something that is not a JobSet object")
-        jobset = self.checked("jobsets", [jobset], what)[0]
-        other = objects.another_object(jobset, f"{r.group}/{r.version}", r.kind, ns, name)
+        obj = self.errors.json(result.data, what)  # type: ignore[attr-defined]
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise self.errors.garbage(what, f"something that is not a {r.kind} object")
+        obj = self.checked(kind, [obj], what)[0]
+        # Another object than the one asked for (a broken server, a proxy) must not have its
+        # state, uid or pods read as this run's, nor be deleted by a cancel.
+        other = objects.another_object(obj, f"{r.group}/{r.version}", r.kind, ns, name)
         if other is not None:
             raise self.errors.garbage(what, f"{other} instead of {r.kind} {name}")
-        return jobset
+        return obj
 
     def delete_job(self, name: str, uid: str | None = None) -> None:
         """Delete the job; with `uid`, only that one: a job made again under its name is

@@ -23,6 +23,7 @@ from runner.backends.kubernetes.apierrors import NotFound
 from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.owners import PodOwners
+from runner.backends.kubernetes.pods import PodOwner, pods_by_node
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
 from runner.backends.kubernetes.streams import Transient
@@ -58,6 +59,20 @@ def open_rank_log(path: Path) -> Iterator[str] | None:
 def archived_log(run_dir: Path | None, rank: int) -> Iterator[str] | None:
     """What `runner fetch` archived of `rank`'s log in `run_dir`, if anything."""
     return None if run_dir is None else open_rank_log(rank_log(run_dir, rank))
+
+
+def archived_only(
+    api: KubeApi, name: str, rank: int, archived: Iterator[str] | None
+) -> Iterator[str]:
+    """`rank`'s log where the job of the run's name is another's (made after the run's was
+    deleted): what `runner fetch` archived, its pods never being this run's."""
+    if archived is None:
+        raise RunnerError(
+            f"no log of rank {rank} of {name}: it was never archived by `runner fetch`, and "
+            f"the {api.resource.kind} of that name on {api.conn.source} is another, made "
+            "after this run's was deleted"
+        )
+    yield from archived
 
 
 def run_shape(api: KubeApi, placement: Placement | None, name: str) -> observe.Shape:
@@ -102,7 +117,7 @@ def rank_lines(
         pods = []
     owners = owners or PodOwners(lambda: api)
     owner = owners.of(name, job_uid, pods)
-    pod = observe.pods_by_node(api.conn.job_api, pods, node.elastic, owner).get(node.node)
+    pod = pods_by_node(api.conn.job_api, pods, node.elastic, owner).get(node.node)
     if pod is None or not observe.container_started(pod):
         if archived is not None:
             yield from archived
@@ -177,13 +192,13 @@ class Harvest:
         # A pending reason without the namespace's events is poorer than the one recorded.
         return None if status is None or status.state is JobState.PENDING else status
 
-    def _archive(self, pods: list[dict[str, Any]], owner: observe.PodOwner) -> None:
+    def _archive(self, pods: list[dict[str, Any]], owner: PodOwner) -> None:
         """logs/rank-N.log for every rank whose pod still exists (and the node's unattributed
         lines beside them)."""
         per_node, world = self.placement.procs_per_node, self.expected.world_size
         container = observe.CONTAINERS[self.conn.job_api]
         elastic = self.placement.elastic
-        by_node = observe.pods_by_node(self.conn.job_api, pods, elastic, owner)
+        by_node = pods_by_node(self.conn.job_api, pods, elastic, owner)
         for node, pod in sorted(by_node.items()):
             if node >= self.placement.num_nodes:
                 log.warning("ignoring pod %s: node %d is not in the job", _pod_name(pod), node)

@@ -4,7 +4,7 @@ torchrun prefixes each worker's lines with `[rank<N>]:` in the pod log (render/c
 text after a prefix is the worker's, and any process of a job can print anything, a prefix
 included: `[rank0]:` in node 1's log is a lie. So a line is rank N's only if N is one of the ranks
 of the node whose pod wrote the log (the node index comes from the controller's labels,
-observe.node_rank, never from the log) and N is below the world size. Every other line is
+pods.node_rank, never from the log) and N is below the world size. Every other line is
 unattributed: torchrun's own unprefixed lines, and prefixes that name another node's rank or no
 rank at all. Unattributed lines are kept as they are, per node, in
 `logs/node-<N>.unattributed.log` (only when there are some), and are never written into a rank's

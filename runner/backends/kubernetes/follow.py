@@ -30,6 +30,7 @@ from runner.backends.kubernetes import demux, observe
 from runner.backends.kubernetes.apierrors import BadRequest, NotFound
 from runner.backends.kubernetes.client import KubeApi
 from runner.backends.kubernetes.owners import PodOwners
+from runner.backends.kubernetes.pods import pods_by_node
 from runner.backends.kubernetes.records import check_event
 from runner.backends.kubernetes.streams import Stream, Transient
 from runner.backends.kubernetes.watch import Backoff, JobObserver, View, WatchConfig
@@ -83,7 +84,7 @@ class LogFollower:
             # Never the pods of another job made under the job's name (their label is the same).
             uid = self._job_uid or observe.job_uid(view.job)
             owner = self._owners.of(self._observer.name, uid, current, view.job)
-            pods = observe.pods_by_node(self._api.conn.job_api, current, self._node.elastic, owner)
+            pods = pods_by_node(self._api.conn.job_api, current, self._node.elastic, owner)
             pod = pods.get(self._node.node)
             if pod is None or not observe.container_started(pod):
                 if done:

@@ -1,6 +1,7 @@
 """Reading a Kubeflow job from what the API server says about it: the job's state and, while it
-is pending, why; which pod runs which node. An elastic PyTorchJob's end is read from its pods,
-not from the operator's conditions (elastic_end). (Which rank wrote which log line: demux.py.)
+is pending, why. An elastic PyTorchJob's end is read from its pods, not from the operator's
+conditions (elastic_end). (Which pod runs which node: pods.py; which rank wrote which log
+line: demux.py.)
 
 Pure functions over the JSON objects (job, pods, events); no client, no clock of their own.
 """
@@ -13,12 +14,13 @@ from typing import Any
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes import overtime
+from runner.backends.kubernetes.pods import PodOwner, pods_by_node
 
 # The conditions each API sets when a job ends (TrainJob: Complete/Failed; PyTorchJob 1.9:
 # Succeeded/Failed; both keep a list, the terminal condition is True).
 SUCCESS_CONDITIONS = {"trainjob": "Complete", "pytorchjob": "Succeeded"}
+ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 CONTAINERS = {"trainjob": "node", "pytorchjob": "pytorch"}
-KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
 # Waiting reasons of a container that mean the pod will not start without a change.
 STUCK_WAITING = frozenset(
     {
@@ -30,14 +32,6 @@ STUCK_WAITING = frozenset(
         "CrashLoopBackOff",
     }
 )
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # TrainJob (JobSet) pods
-REPLICA_TYPE = "training.kubeflow.org/replica-type"  # PyTorchJob pods
-REPLICA_INDEX = "training.kubeflow.org/replica-index"
-ENDED_PHASES = frozenset({"Succeeded", "Failed"})
-# What JobSet labels every pod of its jobs with (JobSetNameKey and JobSetUIDKey of
-# sigs.k8s.io/jobset, api/jobset/v1alpha2/jobset_types.go).
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 
 
 @dataclass(frozen=True)
@@ -61,82 +55,6 @@ def job_shape(job_api: str, job: Mapping[str, Any]) -> Shape:
     replicas = spec.get("pytorchReplicaSpecs", {})
     nodes = sum(int(r.get("replicas", 1)) for r in replicas.values())
     return Shape(nodes, int(spec.get("nprocPerNode", "1")), "elasticPolicy" in spec)
-
-
-def node_rank(job_api: str, pod: Mapping[str, Any], elastic: bool = False) -> int | None:
-    """The node a pod runs, from the labels and annotations its controller sets (never from
-    anything the pod writes); None for a pod that has none, or garbage. A PyTorchJob's Master
-    is node 0 and worker i node i + 1, but an elastic job (`elastic`) has Workers only."""
-    meta = pod.get("metadata", {})
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    if job_api == "trainjob":
-        return _index(annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX)))
-    kind, index = str(labels.get(REPLICA_TYPE, "")).lower(), _index(labels.get(REPLICA_INDEX))
-    if index is None or kind not in ("master", "worker"):
-        return None
-    if elastic:
-        return index if kind == "worker" else None
-    return index + (1 if kind == "worker" else 0)
-
-
-def _index(value: Any) -> int | None:
-    text = str(value) if value is not None else ""
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 7 else None
-
-
-@dataclass(frozen=True)
-class PodOwner:
-    """Which of the pods that carry the run's label (their selector) are its job's: the pods of
-    a job deleted and made again under the same name carry it too, and linger while they
-    terminate. A PyTorchJob's pods name their job's uid in an owner reference. A TrainJob's
-    name a batch Job that its JobSet made; the JobSet labels them with its own name and uid,
-    so they are the job's when those are its JobSet's (owners.py finds which is).
-
-    `job_uid` None: the job is known by its name only, and any pod of the label is its."""
-
-    job_uid: str | None = None
-    # TrainJob, its JobSet found: (name, uid); (name, None) while it has none (no pod is its).
-    jobset: tuple[str, str | None] | None = None
-    # TrainJob whose JobSet cannot be read, or labels no pod with its uid: a pod made before
-    # the job is another job's.
-    not_before: str | None = None
-
-    def owns(self, job_api: str, pod: Mapping[str, Any]) -> bool:
-        if not self.job_uid:
-            return True
-        meta = pod.get("metadata", {})
-        if job_api == "pytorchjob":
-            refs = meta.get("ownerReferences") or []
-            kind = KINDS[job_api]
-            return all(r.get("uid") == self.job_uid for r in refs if r.get("kind") == kind)
-        if self.jobset is not None:
-            labels = meta.get("labels") or {}
-            name, uid = self.jobset
-            if uid is None or labels.get(JOBSET_NAME) != name:
-                return False
-            if JOBSET_UID in labels:
-                return labels[JOBSET_UID] == uid
-            # JobSet before v0.9 (Trainer 2.0 ships 0.8) does not label pods with its uid.
-        # RFC 3339 in UTC, as the API server writes them: the strings sort as the times do.
-        return self.not_before is None or _created(pod) >= self.not_before
-
-
-def pods_by_node(
-    job_api: str,
-    pods: Iterable[Mapping[str, Any]],
-    elastic: bool = False,
-    owner: PodOwner = PodOwner(),
-) -> dict[int, Mapping[str, Any]]:
-    """The newest pod of each node: a replaced pod's successor is the one that counts. A pod
-    that `owner` does not own (another job's of the same name) is none of this job's."""
-    newest: dict[int, Mapping[str, Any]] = {}
-    for pod in pods:
-        node = node_rank(job_api, pod, elastic)
-        if node is None or not owner.owns(job_api, pod):
-            continue
-        if node not in newest or _created(pod) >= _created(newest[node]):
-            newest[node] = pod
-    return newest
 
 
 def job_uid(job: Mapping[str, Any] | None) -> str | None:
@@ -396,10 +314,6 @@ def _running_nodes(by_node: Mapping[int, Mapping[str, Any]]) -> set[int]:
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name", "?"))
-
-
-def _created(obj: Mapping[str, Any]) -> str:
-    return str(obj.get("metadata", {}).get("creationTimestamp") or "")
 
 
 def _event_time(event: Mapping[str, Any]) -> str:

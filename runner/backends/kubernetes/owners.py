@@ -1,4 +1,4 @@
-"""Which of the pods that carry a run's label are its job's (observe.PodOwner): the pods of a job
+"""Which of the pods that carry a run's label are its job's (PodOwner): the pods of a job
 deleted and made again under the same name carry the label too, and linger while they terminate.
 
 A PyTorchJob's pods name their job's uid in an owner reference: nothing to ask. A TrainJob's do
@@ -23,6 +23,7 @@ from typing import Any
 from runner.backends.kubernetes import observe
 from runner.backends.kubernetes.apierrors import Forbidden, NotFound
 from runner.backends.kubernetes.client import MAX_UID_CHARS, KubeApi
+from runner.backends.kubernetes.pods import PodOwner
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
@@ -47,19 +48,19 @@ class PodOwners:
         uid: str | None,
         pods: Sequence[Mapping[str, Any]],
         job: Mapping[str, Any] | None = None,
-    ) -> observe.PodOwner:
+    ) -> PodOwner:
         """Which of `pods` may be the job `name`'s, the job `uid` (None: known by its name
         only, any pod is). `job`: the job as read now, if at hand."""
         api = self._api()
         if uid is None or api.conn.job_api != "trainjob":
-            return observe.PodOwner(uid)
+            return PodOwner(uid)
         self._remember_created(uid, job)
         if not pods and not self._forbidden:
-            return observe.PodOwner(uid, jobset=(name, self._known(uid)))  # no GET for no pods
+            return PodOwner(uid, jobset=(name, self._known(uid)))  # no GET for no pods
         with self._resolving:
             known = self._known(uid)
             if known is not None:
-                return observe.PodOwner(uid, jobset=(name, known), not_before=self._since(uid))
+                return PodOwner(uid, jobset=(name, known), not_before=self._since(uid))
             if self._forbidden:
                 return self._by_time(api, name, uid)
             return self._resolve(api, name, uid)
@@ -68,11 +69,11 @@ class PodOwners:
         with self._lock:
             return self._jobsets.get(uid)
 
-    def _resolve(self, api: KubeApi, name: str, uid: str) -> observe.PodOwner:
+    def _resolve(self, api: KubeApi, name: str, uid: str) -> PodOwner:
         try:
             jobset = api.get_jobset(name, attempts=1)
         except NotFound:
-            return observe.PodOwner(uid, jobset=(name, None))  # not made yet: no pod is the job's
+            return PodOwner(uid, jobset=(name, None))  # not made yet: no pod is the job's
         except Forbidden as err:
             self._forbid(err)
             return self._by_time(api, name, uid)
@@ -82,10 +83,10 @@ class PodOwners:
         found = _jobset_uid(jobset, uid)
         if found is None:
             # An earlier TrainJob's, not yet removed: Trainer makes ours once it is gone.
-            return observe.PodOwner(uid, jobset=(name, None))
+            return PodOwner(uid, jobset=(name, None))
         with self._lock:
             self._jobsets[uid] = found
-        return observe.PodOwner(uid, jobset=(name, found), not_before=self._since(uid))
+        return PodOwner(uid, jobset=(name, found), not_before=self._since(uid))
 
     def _since(self, uid: str) -> str | None:
         with self._lock:
@@ -103,7 +104,7 @@ class PodOwners:
                 PERMISSION,
             )
 
-    def _by_time(self, api: KubeApi, name: str, uid: str) -> observe.PodOwner:
+    def _by_time(self, api: KubeApi, name: str, uid: str) -> PodOwner:
         """The owner by time only: a pod made before the job is another job's."""
         with self._lock:
             created = self._created.get(uid)
@@ -116,7 +117,7 @@ class PodOwners:
                 self._remember_created(uid, job)
                 with self._lock:
                     created = self._created.get(uid)
-        return observe.PodOwner(uid, not_before=created)
+        return PodOwner(uid, not_before=created)
 
     def _remember_created(self, uid: str, job: Mapping[str, Any] | None) -> None:
         created = (job or {}).get("metadata", {}).get("creationTimestamp")
