@@ -50,6 +50,17 @@ def _pyplot() -> Any:
     return plt
 
 
+def _log_scale(ax: Any) -> None:
+    """A log y axis whose ticks read as numbers. Its default formatter writes every tick as
+    mathtext (`$\\mathdefault{10^{1}}$`), which _pyplot turns off for labels' sake: the ticks
+    of every log axis then showed that markup, wide enough to run over the next panel."""
+    from matplotlib.ticker import LogFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+
+
 def _save(fig: Any, base: Path) -> list[Path]:
     """Each format rendered in memory, then written whole (contract.files): a file planted
     where a figure goes (a link to ~/.bashrc in a shared results directory) is replaced,
@@ -221,7 +232,8 @@ def curves_figure(
     if target is not None and _plottable(target):
         acc_ax.axhline(target, color="k", ls="--", lw=1, label=f"target {target:g}")
     _note_left_out(fig, left_out)
-    loss_ax.set(xlabel="time since run_start (s)", ylabel="training loss", yscale="log")
+    loss_ax.set(xlabel="time since run_start (s)", ylabel="training loss")
+    _log_scale(loss_ax)
     acc_ax.set(xlabel="time since run_start (s)", ylabel="quality metric (eval_accuracy)")
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)
@@ -269,7 +281,9 @@ def adaptive_figure(
     from matplotlib.ticker import MaxNLocator
 
     for ax, (key, ylabel, log, _) in zip(axes.flat, ADAPTIVE_PANELS, strict=True):
-        ax.set(ylabel=ylabel, yscale="log" if log and ax.has_data() else "linear")
+        ax.set(ylabel=ylabel)
+        if log and ax.has_data():
+            _log_scale(ax)
         ax.grid(alpha=0.3)
         if key == "workers":
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))

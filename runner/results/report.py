@@ -141,12 +141,23 @@ def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
     several_devices = len({r.device for r in runs}) > 1  # a CPU and a GPU time never averaged
     several_links = len({r.link for r in runs}) > 1
 
-    def label(run: RunResult) -> str:
+    def plain(run: RunResult) -> str:
         parts = [run.benchmark] if several_benchmarks else []
         parts += [f"device={run.device}"] if several_devices else []
         parts += [f"link={run.link or UNSHAPED}"] if several_links else []
         parts += [f"{k}={shown[k][_used(run, k)]}" for k in varying]
         return ", ".join(parts) or f"strategy={run.strategy}"
+
+    # A run can be open division with no --set key to show it (an elastic --workers 2:3
+    # beside a fixed 3); without its division in the label, --allow-mixed would average it
+    # with the closed runs of the same label in one cell, as one configuration.
+    divisions: dict[str, set[str]] = {}
+    for run in runs:
+        divisions.setdefault(plain(run), set()).add(run.division)
+
+    def label(run: RunResult) -> str:
+        text = plain(run)
+        return f"{text}, division={run.division}" if len(divisions[text]) > 1 else text
 
     return label
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 import io
 import json
 
+import matplotlib
 from rich.console import Console
 
+from contract import files
 from runner.cli.progress import TrainingProgress
-from runner.results import export
+from runner.job.spec import Placement, resolve
+from runner.results import export, rundir
 from runner.results import report as reports
 from runner.results.runs import curves, load_run
 from tests.runner.rundirs import make_run
@@ -104,3 +107,42 @@ def test_the_live_view_of_a_run_without_policies_shows_none_of_it():
     view = TrainingProgress(Console(file=io.StringIO()), 30, "top1_accuracy")
     view.on_event(_event("train_loss", 0.5, 100))
     assert view.progress.tasks[0].fields["info"] == "loss 0.500"
+
+
+def _elastic_run(root, run_id, time_to_target_s):
+    """A run as `--workers 2:3 --set strategy=allreduce` records it: open division with no
+    --set key to say so (its range is the placement's)."""
+    run_dir = make_run(root, run_id, 3, time_to_target_s, overrides=("strategy=allreduce",))
+    placement = Placement(1, 3, "cpu", min_workers=2)
+    spec = resolve("cnn-digits", ["strategy=allreduce"], placement, run_id=run_id)
+    job = files.read_json_object(run_dir / rundir.JOB)
+    files.write_json(run_dir / rundir.JOB, job | spec.to_dict() | {"created_at": job["created_at"]})
+    return run_dir
+
+
+def test_an_open_run_never_shares_a_cell_with_closed_runs_of_the_same_label(tmp_path):
+    fixed = load_run(make_run(tmp_path, "fixed", 3, 10.0, overrides=("strategy=allreduce",)))
+    elastic = load_run(_elastic_run(tmp_path, "elastic", 30.0))
+    assert (fixed.division, elastic.division, elastic.world_size) == ("closed", "open", 3)
+    built = reports.build([fixed, elastic], "t", allow_mixed=True)
+    cells = {c.series: [r.run_id for r in c.runs] for c in built.cells}
+    assert cells == {
+        "strategy=allreduce, division=closed": ["fixed"],
+        "strategy=allreduce, division=open": ["elastic"],
+    }
+    assert {c.tta.mean_s for c in built.cells} == {10.0, 30.0}  # never their mean, 20
+
+
+def test_the_log_axes_of_the_figures_read_as_numbers_not_markup(tmp_path):
+    """Labels are never mathtext (a --set value may hold `$`); the log axes' ticks, which
+    matplotlib writes as mathtext, must still read as numbers in the files written."""
+    fixed = make_run(tmp_path / "r", "fixed", 2, 12.0)
+    built = reports.build([load_run(fixed), load_run(_adaptive_run(tmp_path / "r"))], "t",
+                          allow_mixed=True)  # fmt: skip
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # the SVG's text as text
+        written = export.write_figures(built, tmp_path / "out")
+    texts = {p.name: p.read_text() for p in written if p.suffix == ".svg"}
+    assert {"curves.svg", "adaptive.svg"} <= set(texts)
+    for name, svg in texts.items():
+        assert "mathdefault" not in svg, name
+    assert ">100<" in texts["adaptive.svg"]  # the global batch's 64 to 128, on a log axis

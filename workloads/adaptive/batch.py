@@ -11,10 +11,11 @@ B / W samples). The batch never shrinks: a falling estimate is as often noise as
 and a monotone batch schedule is the one Smith et al. 2018 study ("Don't decay the learning
 rate, increase the batch size"). A change waits `cooldown_steps` after the previous one, so
 the EMAs see the new batch, and the first waits until the EMAs have taken `min_readings`
-estimates (run.py: their memory, 1/(1 - decay)): an EMA that starts at its first value
-holds little else before that, and the first estimates of a fresh model are the noisiest
-(ResNet-20 on generated CIFAR-format data read B_noise near 10^4 in its first readings and
-about 40 by its third epoch).
+estimates (run.py: their memory, 1/(1 - decay) for their decay per reading: about 100
+steps of training by default, at any monitoring interval, config.reading_decay): an EMA that
+starts at its first value holds little else before that, and the first estimates of a
+fresh model are the noisiest (ResNet-20 on generated CIFAR-format data read B_noise near 10^4
+in its first readings and about 40 by its third epoch).
 
 The learning-rate rule, stated: the LR follows the global batch relative to the batch it was
 tuned at, B0 (the run's starting global batch): factor = B/B0 ("linear", Goyal et al. 2017,

@@ -41,7 +41,8 @@ class AdaptiveConfig(Component):
     # The monitors without a policy: the noise scale, variance and step times as events.
     monitor: bool = False
     monitor_interval_steps: int = setting(10, ge=1, le=1_000_000)
-    noise_ema_decay: float = setting(0.9, ge=0, lt=1)  # KungFu's default for both EMAs
+    # KungFu's default for both EMAs, per EMA_STEPS steps of training (reading_decay).
+    noise_ema_decay: float = setting(0.9, ge=0, lt=1)
     # policy=batch: the global batch (samples over all workers) stays within these bounds;
     # None: the run's starting global batch (min) and DEFAULT_MAX_BATCH_FACTOR times it (max).
     min_global_batch: int | None = setting(None, ge=1, le=2**24)
@@ -118,6 +119,22 @@ class AdaptiveConfig(Component):
     def knobs(self) -> tuple[str, ...]:
         """The knobs the policies own, in order (what a run's summary reports)."""
         return tuple(k for p in self.policy for k in POLICY_KNOBS[p])
+
+
+# The steps of training over which noise_ema_decay applies once: one reading at the default
+# monitor_interval_steps, so the defaults read as KungFu's EMA of 0.9 per reading.
+EMA_STEPS = 10
+
+
+def reading_decay(decay: float, interval_steps: int) -> float:
+    """The decay of the noise-scale EMAs per reading, for readings `interval_steps` apart:
+    decay ** (interval / EMA_STEPS). The EMAs then remember the same span of training, about
+    EMA_STEPS / (1 - decay) steps, at any interval. Applied per reading whatever the
+    interval, one decay made an interval of 100 smooth over 1,000 steps of training and an
+    interval of 1 over 10: as the gradients shrink through training, the same run read a
+    B_noise of 33, 103 and 5,440 at step 400 at intervals 100, 10 and 1, and the batch
+    policy would grow the batch by the monitoring interval, which should set only its cost."""
+    return float(decay ** (interval_steps / EMA_STEPS))
 
 
 def fit_to_world(global_batch: int, world_size: int) -> int:

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from contract.events import STEP_PHASES
+from workloads.adaptive.config import reading_decay
 from workloads.adaptive.noise import (
     NoiseEstimates,
     NoiseScale,
@@ -52,13 +53,19 @@ COMPUTE_PHASES = tuple(p for p in STEP_PHASES if p != "communication")
 @dataclass(frozen=True)
 class MonitorConfig:
     interval_steps: int = 10
-    ema_decay: float = 0.9  # KungFu's default for its noise-scale EMAs
+    ema_decay: float = 0.9  # KungFu's default for its noise-scale EMAs, per EMA_STEPS steps
 
     def __post_init__(self) -> None:
         if self.interval_steps < 1:
             raise ValueError(f"interval_steps must be at least 1, got {self.interval_steps}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+
+    @property
+    def reading_decay(self) -> float:
+        """The EMAs' decay per reading (config.reading_decay: the same memory in steps at
+        every interval)."""
+        return reading_decay(self.ema_decay, self.interval_steps)
 
 
 @dataclass(frozen=True)
@@ -192,7 +199,7 @@ class Monitor:
     _divergence: tuple[float, float] = (NAN, NAN)
 
     def __post_init__(self) -> None:
-        self.noise = NoiseScale.start(self.config.ema_decay)
+        self.noise = NoiseScale.start(self.config.reading_decay)
 
     def due(self, step: int) -> bool:
         """Whether step `step` (0-based: optimizer steps done before it) is a monitoring step."""

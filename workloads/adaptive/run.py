@@ -146,6 +146,7 @@ def build(
     if not adaptive.monitored and not extra:
         return None
     base = config.data.batch_size * world_size
+    monitor_config = MonitorConfig(adaptive.monitor_interval_steps, adaptive.noise_ema_decay)
     policies: list[Policy] = [p for p, _ in extra]
     initial: dict[str, KnobValue] = {k: v for _, knobs in extra for k, v in knobs.items()}
     for name in adaptive.policy:
@@ -153,7 +154,7 @@ def build(
             low, high = adaptive.batch_bounds(base)
             batch = AdaptiveBatchConfig(
                 low, high, adaptive.batch_growth, adaptive.batch_lr_rule,
-                adaptive.batch_cooldown_steps, ema_memory(adaptive.noise_ema_decay),
+                adaptive.batch_cooldown_steps, ema_memory(monitor_config.reading_decay),
             )  # fmt: skip
             start = adaptive.start_global_batch(base, world_size)  # as the summary says
             policies.append(AdaptiveBatchPolicy(batch, base))
@@ -163,8 +164,7 @@ def build(
             initial |= {"sync_mode": "exact", "averaging_period": adaptive.sync_min_period}
     monitor = None
     if adaptive.monitored:
-        monitor = Monitor(MonitorConfig(adaptive.monitor_interval_steps, adaptive.noise_ema_decay),
-                          device)  # fmt: skip
+        monitor = Monitor(monitor_config, device)
     agreement: Agreement = RankZeroDecides(device) if world_size > 1 or extra else SingleProcess()
     clock = _Clock()
     controller = Controller(policies, initial, agreement, adaptive.monitor_interval_steps, clock)
@@ -174,7 +174,7 @@ def build(
 
 
 def ema_memory(decay: float) -> int:
-    """How many values an EMA of this decay averages over, about: 1/(1 - decay)."""
+    """How many values an EMA of this decay (per value) averages over, about: 1/(1 - decay)."""
     return math.ceil(1.0 / (1.0 - decay) - 1e-9)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 from typing import Any
 
 import pytest
@@ -139,7 +140,7 @@ def test_step_and_compute_times_are_each_workers_own_means_since_the_last_gather
 
 def test_the_noise_scale_is_the_ratio_of_the_smoothed_estimates(ranks):
     first, second = (ranks[0]["ddp"]["snapshots"][s] for s in (0, 2))
-    decay = MonitorConfig().ema_decay
+    decay = MonitorConfig(interval_steps=2).reading_decay  # as _both_strategies monitors
     g = decay * first["grad_sq"] + (1 - decay) * second["grad_sq"]
     s = decay * first["trace_sigma"] + (1 - decay) * second["trace_sigma"]
     assert second["grad_sq_ema"] == pytest.approx(g)
@@ -182,3 +183,25 @@ def test_divergence_is_relative_to_the_averaged_model():
 
 def test_an_unarmed_probe_reads_nothing():
     assert GradientProbe().disarm() is None
+
+
+def _rows_of_a_converging_run(step: int) -> list[list[float]]:
+    """Two workers' exact norms at `step` of a run whose |G|^2 shrinks as training goes on
+    (e^(-step/100)) under a constant tr(Sigma) = 1: B_noise grows, as in real training."""
+    grad_sq, trace, b = math.exp(-step / 100), 1.0, 8
+    row = [grad_sq + trace / b, grad_sq + trace / (2 * b), b, 0.1, 0.1, math.nan, math.nan]
+    return [row, list(row)]
+
+
+@pytest.mark.parametrize("decay", [0.9, 0.5])
+def test_the_noise_scale_of_a_run_does_not_depend_on_how_often_it_is_read(decay):
+    """The interval sets what monitoring costs (bench/adaptive_overhead.py), not what it
+    reads: the EMAs remember the same steps of training at intervals 1, 10 and 100."""
+    b_noise = {}
+    for interval in (1, 10, 100):
+        monitor = Monitor(MonitorConfig(interval, decay), torch.device("cpu"))
+        noise = monitor.noise
+        for step in range(0, 601, interval):
+            snapshot, noise = summarize(_rows_of_a_converging_run(step), step, noise)
+        b_noise[interval] = snapshot.b_noise
+    assert max(b_noise.values()) / min(b_noise.values()) < 2, b_noise
