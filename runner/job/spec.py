@@ -191,6 +191,8 @@ def resolve(
         raise SpecError("--set", _config_message(bench, err)) from None
     if isinstance(bench, Benchmark) and bench.global_batch_size and "batch_size" not in parsed:
         config = config.replace(batch_size=_split_batch(bench, placement.world_size))
+    if isinstance(config, TrainConfig):
+        _check_policies(config, placement)
     open_keys = open_division_keys(bench, parsed, config)
     if placement.elastic:
         _check_elastic(bench, config)
@@ -227,6 +229,18 @@ ADAPTIVE_KEYS = frozenset(f.name for f in fields(AdaptiveConfig))
 
 # What open_keys says of an elastic run: its worker count is no key, but it is not closed.
 ELASTIC_KEY = "--workers MIN:MAX"
+
+
+def _check_policies(config: TrainConfig, placement: Placement) -> None:
+    """The policies decide from how the workers' gradients differ (the noise scale, their
+    variance): on one worker they would never act, and the run would pay for the monitors
+    and be open division for nothing."""
+    acting = [p for p in config.adaptive.policy if p in ("batch", "sync")]
+    if acting and placement.world_size < 2:
+        raise SpecError(
+            "--workers", f"policy={acting[0]} decides from how the workers' gradients differ, "
+            "so it needs 2 or more workers: --workers 2"
+        )  # fmt: skip
 
 
 def _check_elastic(bench: AnyBenchmark, config: TrainConfig | AllReduceMicroConfig) -> None:

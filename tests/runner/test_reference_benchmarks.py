@@ -171,10 +171,22 @@ def test_every_other_key_of_a_training_benchmark_makes_its_run_open(name):
         assert open_division_keys(bench, {key: "x"}, bench.config) == (key,), key
 
 
+@pytest.mark.parametrize("policy", ["batch", "sync"])
+def test_a_policy_on_one_worker_is_refused_naming_the_fix(policy):
+    # It decides from how the workers' gradients differ: on one it never acted, and the run
+    # paid for the monitors and was open division for nothing.
+    sets = [f"policy={policy}"] + (["strategy=adaptive-sync"] if policy == "sync" else [])
+    with pytest.raises(SpecError, match=f"policy={policy} .* needs 2 or more workers: --workers 2"):
+        resolve("cnn-digits", sets, Placement(procs_per_node=1))
+    assert resolve("cnn-digits", sets, Placement(procs_per_node=2)).division == "open"
+    assert resolve("cnn-digits", ["monitor=true"], Placement(procs_per_node=1))  # it watches
+
+
 @pytest.mark.parametrize("name", ["cnn-digits", "resnet20-cifar10", "vgg11-cifar10"])
 def test_adaptive_keys_make_a_run_open_only_when_a_policy_or_the_monitor_is_on(name):
     # compile_model=false: each batch the policy picks would otherwise compile in the clock.
-    on = resolve(name, ["policy=batch", "batch_growth=4", "compile_model=false"], Placement())
+    on = resolve(name, ["policy=batch", "batch_growth=4", "compile_model=false"],
+                 Placement(procs_per_node=2))  # fmt: skip
     assert on.division == "open" and on.open_keys == ("batch_growth", "policy")
     watched = resolve(name, ["monitor=true"], Placement())
     assert watched.division == "open" and watched.open_keys == ("monitor",)
