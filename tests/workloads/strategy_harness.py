@@ -82,8 +82,9 @@ def step(tr: Trainer, i: int) -> dict[str, float]:
     return tr.timer.finish()
 
 
-def backward_gradients(tr: Trainer, i: int = 0) -> list[torch.Tensor]:
-    """The gradients a strategy leaves after backward + communication of batch i (no step)."""
+def backward_gradients(tr: Trainer, i: int = 0) -> list[torch.Tensor | None]:
+    """The gradients a strategy leaves after backward + communication of batch i (no step);
+    None for a parameter left without one."""
     tr.strategy.module.train()
     x, y = (
         tr.splits.train_x[i * BATCH : (i + 1) * BATCH],
@@ -91,7 +92,7 @@ def backward_gradients(tr: Trainer, i: int = 0) -> list[torch.Tensor]:
     )
     tr.timer.start()
     tr.strategy.backward(nn.functional.cross_entropy(tr.strategy.module(x), y), tr.timer)
-    grads = [p.grad.clone() for p in tr.strategy.inner.parameters()]
+    grads = [None if p.grad is None else p.grad.clone() for p in tr.strategy.inner.parameters()]
     tr.optimizer.zero_grad(set_to_none=True)
     return grads
 

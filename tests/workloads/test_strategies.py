@@ -24,7 +24,11 @@ from tests.workloads.strategy_harness import (
     trainer,
     two_bucket_net,
 )
+from workloads import strategies
+from workloads.optim import build_optimizer
 from workloads.strategies.averaging import averaging_due
+from workloads.strategies.local import LocalStrategy
+from workloads.timing import CpuClock, StepTimer
 
 EXACT = ("allreduce", "allreduce-per-param", "gather-scatter")
 COMPRESSED = {"fp16-compress": torch.float16, "bf16-compress": torch.bfloat16}
@@ -104,12 +108,87 @@ def test_a_parameter_unused_on_some_ranks_is_averaged_as_zeros_there(name):
     # Skipping the missing gradient would give the ranks collectives of different sizes
     # (gloo aborts, or a hang) or, sizes alike, average one rank's layer with another's.
     ranks = run_ranks(_steps_with_unused_parameters, world_size=2, timeout_s=60, name=name)
+    unused = [i for i, (n, _) in enumerate(BranchNet(0).named_parameters()) if "unused" in n]
     for r in ranks:
-        for ours, mean in zip(r["first"], r["mean"], strict=True):
-            torch.testing.assert_close(ours, mean, rtol=1e-5, atol=1e-7)
+        for i, (ours, mean) in enumerate(zip(r["first"], r["mean"], strict=True)):
+            if i in unused:  # in no rank's forward: no gradient, as in one process
+                assert ours is None
+            else:
+                torch.testing.assert_close(ours, mean, rtol=1e-5, atol=1e-7)
     assert ranks[0]["first"][2].abs().sum() > 0  # rank 0's branch gradient reached rank 1
     for a, b in zip(ranks[0]["weights"], ranks[1]["weights"], strict=True):
         assert torch.equal(a, b)  # still one model
+
+
+class UnusedLayerNet(nn.Module):
+    """An MLP beside a layer in no forward (a head left over, a frozen-by-accident branch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+        self.unused = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+GLOBAL_BATCH, GLOBAL_STEPS = 12, 4
+SGD = {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01}
+
+
+def _global_batches() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(GLOBAL_STEPS, GLOBAL_BATCH, 1, 8, 8, generator=generator)
+    return x, torch.randint(0, 10, (GLOBAL_STEPS, GLOBAL_BATCH), generator=generator)
+
+
+def _sgd_steps(strategy, optimizer, xs, ys) -> list[torch.Tensor]:
+    timer = StepTimer(CpuClock())
+    for x, y in zip(xs, ys, strict=True):
+        timer.start()
+        loss = nn.functional.cross_entropy(strategy.module(x), y)
+        timer.lap("forward")
+        strategy.backward(loss, timer)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        timer.lap("optimizer")
+        strategy.after_step(timer)
+        timer.finish()
+    return [p.detach().clone() for p in strategy.inner.parameters()]
+
+
+def _shard_of_the_global_batch(rank: int, world_size: int, name: str) -> list[torch.Tensor]:
+    warm_up = {"averaging_warmup_steps": GLOBAL_STEPS} if name == "model-averaging" else {}
+    policy = {"policy": ("sync",)} if name == "adaptive-sync" else {}  # it starts exact
+    config = config_for(name, **SGD, **warm_up, **policy)
+    model = UnusedLayerNet()
+    strategy = strategies.build(config, model, CpuClock())
+    per_rank = slice(rank * GLOBAL_BATCH // world_size, (rank + 1) * GLOBAL_BATCH // world_size)
+    xs, ys = _global_batches()
+    return _sgd_steps(
+        strategy, build_optimizer(config, model.parameters()), xs[:, per_rank], ys[:, per_rank]
+    )
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("name", [*EXACT, "model-averaging", "adaptive-sync"])
+def test_an_exact_strategy_trains_the_model_one_process_trains_on_the_global_batch(
+    name, world_size
+):
+    # Model averaging in its warm-up is all-reduce, adaptive-sync in its exact mode. A layer
+    # in no forward has no gradient in one process, so SGD leaves it alone: exchanged as
+    # zeros, weight decay and momentum moved it on every worker (and `allreduce` was another
+    # model than `local`).
+    model = UnusedLayerNet()
+    config = config_for("allreduce", **SGD)
+    xs, ys = _global_batches()
+    one = _sgd_steps(LocalStrategy(model), build_optimizer(config, model.parameters()), xs, ys)
+    ranks = run_ranks(_shard_of_the_global_batch, world_size=world_size, timeout_s=60, name=name)
+    for weights in ranks:
+        for ours, theirs in zip(weights, one, strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert torch.equal(ranks[0][-1], UnusedLayerNet().unused.bias)  # untouched, as in one
 
 
 def _ddp_with_an_unused_parameter(rank: int, world_size: int, name: str) -> str:

@@ -44,9 +44,9 @@ from workloads.strategies.averaging import average_model
 from workloads.strategies.base import (
     Collectives,
     LocalGradients,
+    UsageCarrier,
     broadcast_state,
     flat_all_reduce_mean,
-    gradients,
     trainable,
 )
 from workloads.timing import StepTimer
@@ -160,6 +160,7 @@ class AdaptiveSyncStrategy(LocalGradients):
         self.state = state
         self._collectives = collectives
         self._params = trainable(model)
+        self._usage = UsageCarrier(self._params)  # exact mode: as one process (base.py)
         self._exchange = (
             probe.wrap_exchange(flat_all_reduce_mean) if probe else flat_all_reduce_mean
         )
@@ -169,7 +170,7 @@ class AdaptiveSyncStrategy(LocalGradients):
 
     def synchronize(self, timer: StepTimer) -> None:
         if self.syncing and self.state.mode == "exact":
-            self._exchange(gradients(self._params), self._collectives)
+            self._usage.exchange(self._exchange, self._collectives)
         timer.lap("communication")
 
     def after_step(self, timer: StepTimer) -> None:

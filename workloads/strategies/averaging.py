@@ -27,9 +27,9 @@ from torch import nn
 from workloads.strategies.base import (
     Collectives,
     LocalGradients,
+    UsageCarrier,
     broadcast_state,
     flat_all_reduce_mean,
-    gradients,
     trainable,
 )
 from workloads.timing import StepTimer
@@ -56,6 +56,7 @@ class ModelAveragingStrategy(LocalGradients):
         self.inner = self.module = model
         self._collectives = collectives
         self._params = trainable(model)
+        self._usage = UsageCarrier(self._params)
         self._period = period
         self._warmup_steps = warmup_steps
         self._steps_done = 0
@@ -68,7 +69,7 @@ class ModelAveragingStrategy(LocalGradients):
 
     def synchronize(self, timer: StepTimer) -> None:
         if self.syncing and self._steps_done < self._warmup_steps:
-            flat_all_reduce_mean(gradients(self._params), self._collectives)
+            self._usage.exchange(flat_all_reduce_mean, self._collectives)
         timer.lap("communication")
 
     def after_step(self, timer: StepTimer) -> None:

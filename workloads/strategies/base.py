@@ -9,7 +9,7 @@ Not here: the strategies themselves (ddp.py, gradients.py, averaging.py in this 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
@@ -25,7 +25,12 @@ from workloads.timing import StepTimer
 class Collectives:
     """Collectives over the default process group; means divide before summing (as DDP does,
     so that fp16 buffers do not overflow). Each is timed by the watchdog (workloads/
-    watchdog.py): one that never completes ends the run in one line, gloo's timeout or not."""
+    watchdog.py): one that never completes ends the run in one line, gloo's timeout or not.
+
+    `carried`: set by a strategy for one gradient exchange (UsageCarrier), a small tensor that
+    the exchange averages along with the gradients, in their collectives (carry_on)."""
+
+    carried: torch.Tensor | None = None
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> None:
         tensor.div_(dist.get_world_size())
@@ -73,6 +78,9 @@ class Collectives:
         return future
 
 
+GradientExchange = Callable[[list[torch.Tensor], Collectives], None]
+
+
 class Strategy(Protocol):
     # Read-only members, so that a strategy may hold a subclass (DDP's DistributedDataParallel).
     @property
@@ -115,15 +123,51 @@ def gradients(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     with zeros. Every rank then exchanges the same tensors in the same order, whatever its
     own forward used (skipping them would mismatch the collectives, or silently average one
     rank's layer with another's), and the mean is the global batch's gradient, to which a
-    rank that did not use a parameter contributes zero. A parameter no rank used gets a zero
-    gradient (DDP's find_unused_parameters would leave it None): the optimizer's weight
-    decay and momentum still apply to it."""
+    rank that did not use a parameter contributes zero. A parameter that no rank used gets
+    its gradient taken away again after the exchange (UsageCarrier)."""
     grads = []
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
     return grads
+
+
+class UsageCarrier:
+    """Which parameters any rank's forward used, agreed within the gradient exchange itself.
+
+    A parameter that no rank used has no gradient in one process training on the global
+    batch, and the optimizer skips it: no weight decay, no momentum step (torch's SGD and
+    Adam, and DDP's find_unused_parameters, leave such a gradient None). Exchanged as zeros
+    it would decay and drift, so an exact strategy on N workers would train another model
+    than one process does. Each rank's used flags ride on the exchange (Collectives.carried:
+    in the flat buffer, or on the last tensor's collective; a collective of their own would
+    cost every step a round trip), past any probe that reads the gradients, and where every
+    rank's flag is 0 the gradient is set back to None."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self._params = params
+        self._used: list[bool] = []
+
+    def exchange(self, exchange: GradientExchange, collectives: Collectives) -> None:
+        """`exchange` of gradients(params), then the gradients no rank produced dropped."""
+        self._used = [p.grad is not None for p in self._params]
+        grads = gradients(self._params)
+        if not grads:
+            return
+        flags = torch.tensor(self._used, dtype=grads[-1].dtype, device=grads[-1].device)
+        collectives.carried = flags
+        try:
+            exchange(grads, collectives)
+        finally:
+            collectives.carried = None
+        # A rank that used every parameter knows that every share is at least 1/N: nothing to
+        # read (reading the flags waits for the exchange on CUDA).
+        if all(self._used):
+            return
+        for p, share in zip(self._params, flags.tolist(), strict=True):
+            if share == 0:
+                p.grad = None
 
 
 # Below this size an exchange costs its round trips, not its bytes (a logistic regression's
@@ -139,6 +183,9 @@ def flat_all_reduce_mean(tensors: list[torch.Tensor], collectives: Collectives) 
     over the same rows in the same order, so all of them hold the same result."""
     if not tensors:
         return
+    carried = taken_carried(collectives)
+    if carried is not None:
+        tensors = [*tensors, carried]
     flat = _flatten_dense_tensors(tensors)
     if flat.numel() * flat.element_size() <= SMALL_EXCHANGE_BYTES:
         flat = collectives.all_gather(flat).mean(dim=0)
@@ -146,6 +193,35 @@ def flat_all_reduce_mean(tensors: list[torch.Tensor], collectives: Collectives) 
         collectives.all_reduce_mean(flat)
     for tensor, synced in zip(tensors, _unflatten_dense_tensors(flat, tensors), strict=True):
         tensor.copy_(synced)
+
+
+def taken_carried(collectives: Collectives) -> torch.Tensor | None:
+    """The tensor `collectives` carries for this exchange, which takes it (None: nothing);
+    read with getattr, as a stand-in for Collectives in a test need not have the field."""
+    carried = getattr(collectives, "carried", None)
+    if carried is not None:
+        collectives.carried = None
+    return carried
+
+
+def carry_on(tensor: torch.Tensor, collectives: Collectives) -> torch.Tensor:
+    """What an exchange of one tensor at a time sends for `tensor`: `tensor` itself, or, for
+    the tensor that takes the exchange's carried one along, a copy with it appended (written
+    back by carried_back)."""
+    carried = getattr(collectives, "carried", None)  # a stand-in's may have none
+    if carried is None:
+        return tensor
+    return torch.cat([tensor.detach().reshape(-1), carried])
+
+
+def carried_back(tensor: torch.Tensor, sent: torch.Tensor, collectives: Collectives) -> None:
+    """After `sent` (from carry_on) was exchanged: its parts back into `tensor` and the
+    carried tensor, which is then done with."""
+    carried = taken_carried(collectives)
+    if carried is None:
+        return
+    tensor.copy_(sent[: tensor.numel()].view_as(tensor))
+    carried.copy_(sent[tensor.numel() :])
 
 
 @torch.no_grad()

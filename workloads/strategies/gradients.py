@@ -17,7 +17,6 @@ training-mode BatchNorm never reads its running statistics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -25,11 +24,14 @@ from torch import nn
 
 from workloads.strategies.base import (
     Collectives,
+    GradientExchange,
     LocalGradients,
+    UsageCarrier,
     broadcast_buffers,
     broadcast_state,
+    carried_back,
+    carry_on,
     flat_all_reduce_mean,
-    gradients,
     trainable,
 )
 from workloads.timing import StepTimer
@@ -37,19 +39,30 @@ from workloads.timing import StepTimer
 if TYPE_CHECKING:
     from workloads.adaptive.probes import GradientProbe
 
-GradientExchange = Callable[[list[torch.Tensor], Collectives], None]
-
 
 def per_tensor_all_reduce_mean(grads: list[torch.Tensor], collectives: Collectives) -> None:
-    for grad in grads:
+    for grad in grads[:-1]:
         collectives.all_reduce_mean(grad)
+    if grads:  # the last collective takes along what the exchange carries (UsageCarrier)
+        sent = carry_on(grads[-1], collectives)
+        collectives.all_reduce_mean(sent)
+        carried_back(grads[-1], sent, collectives)
 
 
 def gather_scatter_mean(grads: list[torch.Tensor], collectives: Collectives) -> None:
-    for grad in grads:
-        gathered = collectives.gather(grad, dst=0)
-        parts = None if gathered is None else mean_for_each(gathered)
-        collectives.scatter(grad, parts, src=0)
+    for grad in grads[:-1]:
+        gather_scatter_one(grad, collectives)
+    if grads:  # the last collectives take along what the exchange carries (UsageCarrier)
+        sent = carry_on(grads[-1], collectives)
+        gather_scatter_one(sent, collectives)
+        carried_back(grads[-1], sent, collectives)
+
+
+def gather_scatter_one(tensor: torch.Tensor, collectives: Collectives) -> None:
+    """`tensor` replaced by its mean over ranks, taken on rank 0 and scattered back."""
+    gathered = collectives.gather(tensor, dst=0)
+    parts = None if gathered is None else mean_for_each(gathered)
+    collectives.scatter(tensor, parts, src=0)
 
 
 def mean_for_each(gathered: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -60,17 +73,22 @@ def mean_for_each(gathered: list[torch.Tensor]) -> list[torch.Tensor]:
 
 class GradientSyncStrategy(LocalGradients):
     def __init__(
-        self, model: nn.Module, collectives: Collectives, exchange: GradientExchange
+        self,
+        model: nn.Module,
+        collectives: Collectives,
+        exchange: GradientExchange,
+        probe: GradientProbe | None = None,
     ) -> None:
         self.inner = self.module = model
         self._collectives = collectives
-        self._exchange = exchange
         self._params = trainable(model)
+        self._usage = UsageCarrier(self._params)
+        self._exchange = probed(exchange, probe)
         broadcast_state(model, collectives)
 
     def synchronize(self, timer: StepTimer) -> None:
         if self.syncing:
-            self._exchange(gradients(self._params), self._collectives)
+            self._usage.exchange(self._exchange, self._collectives)
         timer.lap("communication")
 
     def after_step(self, timer: StepTimer) -> None:
@@ -89,16 +107,16 @@ def probed(exchange: GradientExchange, probe: GradientProbe | None) -> GradientE
 def flat_all_reduce(
     model: nn.Module, collectives: Collectives, probe: GradientProbe | None = None
 ) -> GradientSyncStrategy:
-    return GradientSyncStrategy(model, collectives, probed(flat_all_reduce_mean, probe))
+    return GradientSyncStrategy(model, collectives, flat_all_reduce_mean, probe)
 
 
 def per_param_all_reduce(
     model: nn.Module, collectives: Collectives, probe: GradientProbe | None = None
 ) -> GradientSyncStrategy:
-    return GradientSyncStrategy(model, collectives, probed(per_tensor_all_reduce_mean, probe))
+    return GradientSyncStrategy(model, collectives, per_tensor_all_reduce_mean, probe)
 
 
 def gather_scatter(
     model: nn.Module, collectives: Collectives, probe: GradientProbe | None = None
 ) -> GradientSyncStrategy:
-    return GradientSyncStrategy(model, collectives, probed(gather_scatter_mean, probe))
+    return GradientSyncStrategy(model, collectives, gather_scatter_mean, probe)

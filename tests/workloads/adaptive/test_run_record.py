@@ -46,11 +46,12 @@ def _steps_into_epoch(run: api.Run, epoch: int) -> int:
 def elastic_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A `--workers 2:3` run under a batch policy held at 15 (5 a worker), whose w2 is
     SIGKILLed 5 steps into epoch 2: the survivors train the rest at 14, the largest multiple
-    of 2 workers."""
+    of 2 workers. At lr 0.01: at the default LR, batches of 5 a worker diverge for some seeds
+    (and for seed 0 after any change to the order gloo sums in)."""
     results = tmp_path_factory.mktemp("elastic")
     overrides = ["strategy=allreduce", "stop_at_target=false", "heartbeat_s=0.2",
                  "dead_after_s=2", "max_epochs=3", "policy=batch", "batch_size=5",
-                 "max_global_batch=15", *EVERY_STEP]  # fmt: skip
+                 "max_global_batch=15", "lr=0.01", *EVERY_STEP]  # fmt: skip
     spec = resolve("cnn-digits", overrides, Placement(procs_per_node=3, min_workers=2))
     run = api.submit(spec, LocalBackend(results), results)
     deadline = time.monotonic() + 120
