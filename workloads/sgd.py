@@ -123,7 +123,7 @@ class FusedSGD:
         ValueError) none. It may come from another worker (an elastic joiner's): checked like
         anything received, since the fused kernel trusts every buffer to be its parameter's
         size and writes past the end of a smaller one."""
-        groups = state_dict["param_groups"]
+        groups, saved_state = _checked_layout(state_dict)
         if len(groups) != len(self.param_groups) or any(
             len(g["params"]) != len(mine["params"])
             for g, mine in zip(groups, self.param_groups, strict=True)
@@ -132,8 +132,8 @@ class FusedSGD:
         params = [p for group in self.param_groups for p in group["params"]]
         by_id = dict(zip((i for g in groups for i in g["params"]), params, strict=True))
         state: defaultdict[torch.Tensor, dict[str, torch.Tensor]] = defaultdict(dict)
-        for key, values in state_dict["state"].items():
-            p = by_id.get(int(key))
+        for key, values in saved_state.items():
+            p = by_id.get(int(key)) if _is_index(key) else None
             if p is None or not isinstance(values, dict):
                 raise ValueError(f"the state of parameter {key} is of no parameter here")
             # Copies: the state must not alias the optimizer (or message) it came from.
@@ -144,9 +144,38 @@ class FusedSGD:
             group.update(saved)
 
 
+def _checked_layout(state_dict: object) -> tuple[list[dict[str, Any]], dict[Any, Any]]:
+    """The groups and the per-parameter state of a state_dict, refused (ValueError) unless
+    they are a list of groups, each a dict with a list of parameter indices, and a dict."""
+    if not isinstance(state_dict, dict):
+        raise ValueError("the state is not an optimizer's state_dict")
+    groups, state = state_dict.get("param_groups"), state_dict.get("state")
+    if not isinstance(groups, list) or not isinstance(state, dict):
+        raise ValueError("the state has no list of param_groups and dict of state")
+    for group in groups:
+        ids = group.get("params") if isinstance(group, dict) else None
+        if not isinstance(ids, list) or not all(_is_index(i) for i in ids):
+            raise ValueError("a group of the state has no list of parameter indices")
+    return groups, state
+
+
+def _is_index(key: object) -> bool:
+    """An index of a parameter as a state_dict holds it: an int, or its decimal digits."""
+    if isinstance(key, bool):
+        return False
+    return isinstance(key, int) or (isinstance(key, str) and key.isascii() and key.isdigit())
+
+
 def _checked_buffer(key: object, name: str, value: object, p: torch.Tensor) -> torch.Tensor:
     if name != "momentum_buffer" or not isinstance(value, torch.Tensor):
         raise ValueError(f"the state of parameter {key} has an unknown entry {name!r}")
+    # The fused kernel takes dense real values only (a sparse buffer failed at the next step,
+    # a meta one has no values to copy).
+    if value.layout != torch.strided or value.is_meta or not value.is_floating_point():
+        raise ValueError(
+            f"the momentum buffer of parameter {key} is not dense real numbers "
+            f"({value.layout}, {value.dtype}, {value.device})"
+        )
     if value.shape != p.shape:
         raise ValueError(
             f"the momentum buffer of parameter {key} is {list(value.shape)}, "
@@ -166,7 +195,9 @@ def _checked_hyperparameters(saved: dict[str, Any]) -> dict[str, Any]:
             ok = any(v is allowed for allowed in _TORCH_FLAGS[k])
         else:
             number = isinstance(v, int | float) and not isinstance(v, bool)
-            ok = k in _NUMBERS and number and math.isfinite(v)
+            # torch.optim.SGD refuses a negative one too (a negative momentum or weight
+            # decay is no SGD: it amplifies what it should damp).
+            ok = k in _NUMBERS and number and math.isfinite(v) and v >= 0
         if not ok:
             raise ValueError(f"the state's {k} is not an SGD hyperparameter: {v!r}")
     if out.get("nesterov") and not out.get("momentum", 0) > 0:

@@ -153,6 +153,21 @@ _DAMAGED = {
     "a learning rate of text": (_saved(torch.ones(4), lr="0.1"), "lr is not"),
     "a learning rate nan": (_saved(torch.ones(4), lr=float("nan")), "lr is not"),
     "maximize": (_saved(torch.ones(4), maximize=True), "maximize is not"),
+    # torch.optim.SGD refuses these at construction; taken, they amplified every step.
+    "a negative momentum": (_saved(torch.ones(4), momentum=-3.0), "momentum is not"),
+    "a negative learning rate": (_saved(torch.ones(4), lr=-0.1), "lr is not"),
+    # The fused kernel failed on a sparse buffer at the next step, mid-run.
+    "a sparse buffer": (_saved(torch.ones(4).to_sparse()), "not dense real numbers"),
+    "a buffer without values": (_saved(torch.empty(4, device="meta")), "not dense real"),
+    "a buffer of integers": (_saved(torch.ones(4, dtype=torch.int64)), "not dense real"),
+    # Not an AttributeError or a KeyError from deep inside.
+    "a state that is a list": ({"state": [], "param_groups": [{"params": [0]}]}, "no list"),
+    "no state at all": ({"param_groups": [{"params": [0]}]}, "no list of param_groups"),
+    "parameter ids of text": (
+        {"state": {}, "param_groups": [{"params": ["a"]}]},
+        "no list of parameter indices",
+    ),
+    "a key that is no index": ({"state": {"x": {}}, "param_groups": [{"params": [0]}]}, "x is of"),
 }
 
 
