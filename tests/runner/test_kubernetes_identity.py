@@ -386,3 +386,25 @@ def test_a_trainjob_pod_without_jobsets_uid_label_is_told_by_its_creation_time()
     assert not PodOwner("job-uid", jobset=(RUN_ID, None)).owns(
         "trainjob", _jobset_pod("2030-01-01T00:00:06Z", None)
     )
+
+
+def test_logs_of_a_new_command_tell_pods_without_jobsets_uid_label_by_time(
+    cluster, tmp_path, monkeypatch
+):
+    """JobSet before v0.9 labels pods with its name only: `runner logs` in a command of its own
+    (a backend that has read no status yet) must tell an earlier TrainJob's leftover pods from
+    the run's by their creation time, as status does."""
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    handle, _ = submit(backend, tmp_path, make_spec(nodes=2))
+    backend.close()
+    with monkeypatch.context() as patched:  # JobSet 0.8: no uid label on the pods it makes
+        patched.setattr(cluster.emulator, "jobset", lambda namespace, name: None)
+        for node in (0, 1):  # an earlier TrainJob's, made before the run's, still terminating
+            made = pod("trainjob", RUN_ID, node, "Running")
+            made["metadata"]["name"] += "-old"
+            made["metadata"]["creationTimestamp"] = "2029-12-31T23:59:00Z"
+            cluster.add_pod(made, log=f"[rank{2 * node}]:a line of the earlier job\n")
+    fresh = make_backend(cluster, tmp_path, "trainjob")
+    assert list(fresh.logs(handle, 0, follow=False)) == []
+    assert fresh.status(handle).reason == WAITING
+    fresh.close()

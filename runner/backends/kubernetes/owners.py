@@ -60,7 +60,7 @@ class PodOwners:
         with self._resolving:
             known = self._known(uid)
             if known is not None:
-                return PodOwner(uid, jobset=(name, known), not_before=self._since(uid))
+                return PodOwner(uid, jobset=(name, known), not_before=self._since(api, name, uid))
             if self._forbidden:
                 return self._by_time(api, name, uid)
             return self._resolve(api, name, uid)
@@ -86,11 +86,23 @@ class PodOwners:
             return PodOwner(uid, jobset=(name, None))
         with self._lock:
             self._jobsets[uid] = found
-        return PodOwner(uid, jobset=(name, found), not_before=self._since(uid))
+        return PodOwner(uid, jobset=(name, found), not_before=self._since(api, name, uid))
 
-    def _since(self, uid: str) -> str | None:
+    def _since(self, api: KubeApi, name: str, uid: str) -> str | None:
+        """The TrainJob's creationTimestamp: remembered from a job read here, else asked for
+        once (a `runner logs` has read no job), since a JobSet before v0.9 labels no pod
+        with its uid and the time is then all that tells an earlier job's pods apart."""
         with self._lock:
-            return self._created.get(uid)
+            created = self._created.get(uid)
+        if created is None:
+            try:
+                job: Mapping[str, Any] | None = api.get_job(name)
+            except RunnerError:
+                job = None
+            self._remember_created(uid, job)
+            with self._lock:
+                created = self._created.get(uid)
+        return created
 
     def _forbid(self, err: RunnerError) -> None:
         with self._lock:
@@ -106,18 +118,7 @@ class PodOwners:
 
     def _by_time(self, api: KubeApi, name: str, uid: str) -> PodOwner:
         """The owner by time only: a pod made before the job is another job's."""
-        with self._lock:
-            created = self._created.get(uid)
-        if created is None:
-            try:
-                job: Mapping[str, Any] | None = api.get_job(name)
-            except RunnerError:
-                job = None
-            if observe.job_uid(job) == uid:
-                self._remember_created(uid, job)
-                with self._lock:
-                    created = self._created.get(uid)
-        return PodOwner(uid, not_before=created)
+        return PodOwner(uid, not_before=self._since(api, name, uid))
 
     def _remember_created(self, uid: str, job: Mapping[str, Any] | None) -> None:
         created = (job or {}).get("metadata", {}).get("creationTimestamp")
