@@ -193,7 +193,7 @@ def _run(
         if listener.snapped():
             stop.append(LEASH_SNAPPED)
             break
-        if os.fstat(held).st_nlink == 0:  # removed: a folder has 2 links while it exists
+        if _deleted(held):
             stop.append(RUN_DIR_DELETED)
             break
         if elastic:
@@ -211,6 +211,15 @@ def _run(
     if broken is not None and cancelled is None:
         return failed(broken, storage_problem(run_dir))
     return outcome(run_dir, request, codes, cancelled, first_failed=exits.first_failure())
+
+
+def _deleted(held: int) -> bool:
+    """Whether the run directory held open has been removed: a folder has 2 links while it
+    exists, 0 once deleted; a handle gone stale (NFS: ESTALE) names no folder either."""
+    try:
+        return os.fstat(held).st_nlink == 0
+    except OSError:
+        return True
 
 
 def _stop(run_dir: Path, exits: processes.Exits) -> None:
