@@ -279,6 +279,8 @@ def summary_table(summary: TrainSummary) -> Table:
     )
     if summary.adaptive:
         table.add_row("adaptive", adaptive_text(summary.adaptive))
+    if summary.precision != "fp32":  # a benchmark compares like with like: say when not
+        table.add_row("precision", summary.precision)
     table.add_row("division", summary.division)
     return table
 

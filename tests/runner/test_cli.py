@@ -260,6 +260,16 @@ def test_a_run_its_time_budget_stopped_says_so_where_its_target_is_missed():
     assert views.headline(plain_miss).endswith("not reached")
 
 
+def test_the_summary_names_a_precision_other_than_fp32():
+    console = Console(record=True, width=200)
+    for precision in ("bf16", "fp32"):
+        record = parse_summary(summary("p-1", 2, 3.0, steps=10) | {"precision": precision})
+        assert isinstance(record, TrainSummary)
+        console.print(views.summary_table(record))
+    text = " ".join(console.export_text().split())
+    assert text.count("│ precision │ bf16 │") == 1 and "│ precision │ fp32" not in text
+
+
 def test_logs_write_a_lines_control_characters_out_on_a_terminal_and_pass_them_down_a_pipe(
     tmp_path,
 ):
