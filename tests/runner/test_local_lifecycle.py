@@ -568,3 +568,4 @@ def test_a_run_whose_directory_is_deleted_ends_taking_its_processes_with_it(tmp_
     assert api.status(tmp_path, run).state is JobState.RUNNING
     shutil.rmtree(run.run_dir)
     _gone([*sleeping, sup])
+    assert not run.run_dir.exists()  # not made again to hold a state.json alone

@@ -129,9 +129,11 @@ def supervise(run_dir: Path, request_digest: str, leash_fd: int | None = None) -
     except (NetworkUnavailable, StoreUnavailable) as err:
         status = JobStatus(JobState.FAILED, str(err), since=now())
     finally:
+        gone = _deleted(held)
         os.close(held)
     _end_orphans()
-    record(run_dir, status)
+    if not gone:  # else writing its state would make the folder again, holding only that
+        record(run_dir, status)
     return status
 
 
