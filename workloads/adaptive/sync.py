@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -227,6 +227,7 @@ def average_measuring(model: nn.Module, collectives: Collectives) -> tuple[float
 @torch.no_grad()
 def average_optimizer_state(optimizer: Optimizer, collectives: Collectives) -> None:
     """The per-parameter floating-point state (momentum buffers, Adam moments) averaged."""
+    _fill_missing_state(optimizer, collectives)
     tensors = [
         value
         for group in optimizer.param_groups
@@ -235,3 +236,34 @@ def average_optimizer_state(optimizer: Optimizer, collectives: Collectives) -> N
         if torch.is_tensor(value) and value.is_floating_point() and value.shape == param.shape
     ]
     flat_all_reduce_mean(tensors, collectives)
+
+
+@torch.no_grad()
+def _fill_missing_state(optimizer: Optimizer, collectives: Collectives) -> None:
+    """Fresh (zero) state for a parameter whose state another replica holds and this one does
+    not: one that no rank used in exact mode has none anywhere (UsageCarrier), and one that
+    only some replicas then used while averaging has it on those alone. The replicas then
+    average the same tensors (a missing one counted as zeros, as a gradient is), where they
+    gave the all-reduce buffers of different sizes. Zeros are what a fresh state starts from
+    (SGD's first buffer is its gradient, Adam's moments and step start at 0)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not params:
+        return
+    held = [bool(optimizer.state.get(p)) for p in params]
+    anywhere = torch.tensor(held, dtype=torch.float32, device=params[0].device)
+    collectives.all_reduce_mean(anywhere)
+    template = next(((p, optimizer.state[p]) for p, h in zip(params, held, strict=True) if h), None)
+    for p, mine, share in zip(params, held, anywhere.tolist(), strict=True):
+        if mine or share == 0 or template is None:
+            continue
+        like, state = template
+        optimizer.state[p] = {k: _zeros(v, p, like) for k, v in state.items()}
+
+
+def _zeros(value: Any, param: torch.Tensor, like: torch.Tensor) -> Any:
+    """`value` (of parameter `like`'s state) as the fresh state of `param`: zeros."""
+    if not torch.is_tensor(value):
+        return type(value)()
+    if value.shape == like.shape:  # per element of the parameter (a buffer, a moment)
+        return torch.zeros_like(param, dtype=value.dtype)
+    return torch.zeros_like(value)  # a count (Adam's step)

@@ -20,6 +20,7 @@ from workloads.adaptive.sync import (
     next_sync,
     predicted_divergence,
 )
+from workloads.sgd import FusedSGD
 from workloads.strategies.base import Collectives
 from workloads.timing import CpuClock, StepTimer
 
@@ -181,3 +182,51 @@ def test_switching_back_to_exact_makes_the_replicas_bitwise_identical_and_keeps_
 
 def test_buffers_are_averaged_before_evaluation(switching):
     assert _equal(switching[0]["buffers"], switching[1]["buffers"])
+
+
+class _LateLayerNet(nn.Module):
+    """A layer in no forward while the run is exact, then in rank 0's alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(6, 3)
+        self.late = nn.Linear(3, 3)
+        self.late_on_rank: int | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.body(x)
+        return self.late(y) if torch.distributed.get_rank() == self.late_on_rank else y
+
+
+def _late_layer_run(rank: int, world_size: int) -> list[torch.Tensor]:
+    model = _LateLayerNet()
+    strategy = AdaptiveSyncStrategy(model, Collectives(), SyncState("exact", 100))
+    optimizer = FusedSGD(model.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(rank)
+    timer = StepTimer(CpuClock())
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            timer.start()
+            x, y = torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)
+            strategy.backward(nn.functional.cross_entropy(model(x), y), timer)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            strategy.after_step(timer)
+            timer.finish()
+
+    steps(2)  # exact: `late` has no gradient, so no optimizer state, on any rank
+    strategy.switch(SyncState("averaging", 100), optimizer)
+    model.late_on_rank = 0
+    steps(2)  # local: rank 0's optimizer alone gives `late` state
+    strategy.switch(SyncState("exact", 100), optimizer)
+    steps(2)
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_state_that_only_some_replicas_hold_is_averaged_when_switching_back():
+    # The replicas gave the optimizer-state all-reduce buffers of different sizes (gloo
+    # aborted): the others' missing state now counts as zeros, a fresh state.
+    first, second = run_ranks(_late_layer_run, world_size=2, timeout_s=60)
+    assert _equal(first, second)
