@@ -132,9 +132,8 @@ _STALLED_CALLBACK = textwrap.dedent("""
 """)
 
 
-def test_a_collective_whose_completion_never_comes_ends_its_rank_without_a_gloo_timeout(
-    tmp_path,
-):
+def _two_ranks(program: str, tmp_path) -> tuple[list[subprocess.Popen[bytes]], list]:
+    """Two gloo ranks running `program`, each writing its own log."""
     port = free_port()
     procs, logs = [], [tmp_path / f"rank-{rank}.log" for rank in range(2)]
     for rank, log in enumerate(logs):
@@ -143,8 +142,15 @@ def test_a_collective_whose_completion_never_comes_ends_its_rank_without_a_gloo_
             MASTER_PORT=str(port), OMP_NUM_THREADS="1",
         )  # fmt: skip
         with log.open("w") as out:
-            command = [sys.executable, "-c", _STALLED_CALLBACK]
+            command = [sys.executable, "-c", program]
             procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out))
+    return procs, logs
+
+
+def test_a_collective_whose_completion_never_comes_ends_its_rank_without_a_gloo_timeout(
+    tmp_path,
+):
+    procs, logs = _two_ranks(_STALLED_CALLBACK, tmp_path)
     ended: list[int] = []  # ranks in the order they exited
     try:
         _wait_for(lambda: _note_exits(procs, ended))  # without a watchdog: rank 1 never
@@ -252,16 +258,7 @@ _QUEUE = textwrap.dedent("""
 
 
 def test_collectives_queued_behind_a_slow_peer_are_no_stall(tmp_path):
-    port = free_port()
-    procs, logs = [], [tmp_path / f"rank-{rank}.log" for rank in range(2)]
-    for rank, log in enumerate(logs):
-        env = dict(
-            os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-        )  # fmt: skip
-        with log.open("w") as out:
-            command = [sys.executable, "-c", _QUEUE]
-            procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out))
+    procs, logs = _two_ranks(_QUEUE, tmp_path)
     try:
         for p in procs:
             p.wait(timeout=120)
