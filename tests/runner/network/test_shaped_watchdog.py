@@ -33,7 +33,7 @@ def test_collectives_queued_on_a_slow_link_are_no_stall(tmp_path: Path) -> None:
 
 
 def test_a_peer_that_stops_after_a_queue_still_ends_its_rank(tmp_path: Path) -> None:
-    stop_s = 3 * (WATCHDOG_S + GRACE_S)  # rank 1 answers nothing for that long, then leaves
+    stop_s = 2 * (WATCHDOG_S + GRACE_S)  # rank 1 answers nothing for that long, then leaves
     with (
         ShapedNetwork.open(parse_link("1mbit"), num_workers=2) as net,
         pytest.raises(AssertionError) as failed,

@@ -105,7 +105,7 @@ def test_a_worker_leaving_and_one_joining_still_stop_every_worker_at_the_budget(
         tmp_path,
         2,
         3,
-        45,
+        30,
         "batch_size=8",
         "lr=0.01",
         "dist_timeout_s=60",
