@@ -15,7 +15,8 @@ estimates (run.py: their memory, 1/(1 - decay) for their decay per reading: abou
 steps of training by default, at any monitoring interval, config.reading_decay): an EMA that
 starts at its first value holds little else before that, and the first estimates of a
 fresh model are the noisiest (ResNet-20 on generated CIFAR-format data read B_noise near 10^4
-in its first readings and about 40 by its third epoch).
+in its first readings and about 40 by its third epoch). Even then it reads the median of the
+last 5 smoothed estimates taken since the batch last changed (evidence.py), never one.
 
 The learning-rate rule, stated: the LR follows the global batch relative to the batch it was
 tuned at, B0 (the run's starting global batch): factor = B/B0 ("linear", Goyal et al. 2017,
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workloads.adaptive.config import LrRule, bounded_start, fit_to_world, lr_factor
+from workloads.adaptive.evidence import Evidence, EvidenceConfig
 from workloads.adaptive.policy import Hook, Knob, Proposal, View
 
 __all__ = ["LrRule", "fit_to_world", "lr_factor"]  # defined in config.py (torch-free)
@@ -77,38 +79,49 @@ class AdaptiveBatchConfig:
 
 
 class AdaptiveBatchPolicy:
-    """Decides after monitoring steps, from the agreed B_noise; knobs global_batch, lr_factor."""
+    """Decides after monitoring steps, from the agreed B_noise; knobs global_batch, lr_factor.
+
+    It acts on evidence (evidence.py): the median of the last smoothed B_noise readings taken
+    since the batch last changed, never on one reading."""
 
     name = "adaptive-batch"
     knobs = (Knob("global_batch", integral=True), Knob("lr_factor"))
     hooks: tuple[Hook, ...] = ("after_step",)
 
-    def __init__(self, config: AdaptiveBatchConfig, base_global_batch: int) -> None:
+    def __init__(
+        self,
+        config: AdaptiveBatchConfig,
+        base_global_batch: int,
+        evidence: EvidenceConfig | None = None,
+    ) -> None:
         self.config = config
         self.base_global_batch = base_global_batch
+        self._evidence = Evidence("b_noise", evidence or EvidenceConfig())
 
     def propose(self, hook: Hook, view: View) -> Sequence[Proposal]:
         snapshot = view.snapshot
-        if snapshot is None or snapshot.b_noise is None:
-            return ()
-        if snapshot.noise_readings < self.config.min_readings:
+        if snapshot is None:
             return ()
         last = view.last_change.get("global_batch")
+        ready = snapshot.noise_readings >= self.config.min_readings
+        self._evidence.observe(snapshot.b_noise if ready else None, last)
+        b_noise = self._evidence.value
+        if b_noise is None:
+            return ()
         if last is not None and view.step - last < self.config.cooldown_steps:
             return ()
         current = int(view.knobs["global_batch"])
         new = grown_batch(
-            current,
-            snapshot.b_noise,
-            snapshot.world_size,
-            self.config.max_global_batch,
-            self.config.growth,
+            current, b_noise, snapshot.world_size, self.config.max_global_batch, self.config.growth
         )
         if new is None:
             return ()
         factor = lr_factor(self.config.lr_rule, new, self.base_global_batch)
-        why = f"B_noise {snapshot.b_noise:.1f} >= {self.config.growth:g} x global batch {current}"
+        why = f"median B_noise {b_noise:.1f} >= {self.config.growth:g} x global batch {current}"
+        evidence = self._evidence.record(growth=self.config.growth)
         return (
-            Proposal("global_batch", new, why),
-            Proposal("lr_factor", factor, f"{self.config.lr_rule} LR rule at batch {new}"),
+            Proposal("global_batch", new, why, evidence),
+            Proposal(
+                "lr_factor", factor, f"{self.config.lr_rule} LR rule at batch {new}", evidence
+            ),
         )

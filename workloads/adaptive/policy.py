@@ -65,6 +65,7 @@ class Proposal:
     knob: str
     value: KnobValue
     reason: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)  # what it read (evidence.py)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class Decision:
     old: KnobValue
     new: KnobValue
     reason: str
+    # Rank 0's evidence for its proposal (evidence.py): the statistic, its median and the
+    # readings it was taken from; empty for a follower's copy or a recorded membership change.
+    evidence: Mapping[str, Any] = field(default_factory=dict)
 
     def agreed_part(self) -> tuple[int, str, KnobValue, KnobValue]:
         """What every rank must have identical (time and a follower's reason may differ)."""
@@ -92,6 +96,7 @@ class Decision:
             "old": self.old,
             "new": self.new,
             "reason": self.reason,
+            "evidence": dict(self.evidence),
         }
 
 
@@ -228,9 +233,12 @@ class Controller:
                 continue
             new = knob.decode(encoded)
             mine = proposals.get(name)
-            reason = mine.reason if mine is not None and mine.value == new else FOLLOWED
+            reason, evidence = FOLLOWED, {}
+            if mine is not None and mine.value == new:
+                reason, evidence = mine.reason, dict(mine.evidence)
+            old = self.values[name]
             decisions.append(
-                Decision(step, self._clock_s(), policy.name, name, self.values[name], new, reason)
+                Decision(step, self._clock_s(), policy.name, name, old, new, reason, evidence)
             )
         return decisions
 

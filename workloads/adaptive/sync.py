@@ -12,7 +12,8 @@ H local steps of SGD from a common point move the replicas apart like a random w
 (the divergence term of local-SGD analyses: Stich 2019, "Local SGD converges fast and
 communicates little"; Lin et al. 2018, "Don't use large mini-batches, use local SGD"), and
 training switches to averaging at `min_period` when the prediction is below `low`. `low` <
-`high` gives the switch hysteresis. KungFu switches between synchronous SGD and synchronous
+`high` gives the switch hysteresis, and each statistic is the median of its last 5 readings
+since the mode last changed (evidence.py), never one reading. KungFu switches between synchronous SGD and synchronous
 model averaging at a fixed step (AdaptiveSGDOptimizer, srcs/python/kungfu/tensorflow/
 optimizers/ada_sgd.py); here the step is chosen by the statistic.
 
@@ -37,6 +38,8 @@ import torch
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from workloads.adaptive.evidence import Evidence, EvidenceConfig
+from workloads.adaptive.monitors import Snapshot
 from workloads.adaptive.policy import Hook, Knob, Proposal, View
 from workloads.adaptive.probes import GradientProbe, sq_norm
 from workloads.sgd import Optimizer
@@ -110,14 +113,25 @@ def next_sync(
 
 
 class AdaptiveSyncPolicy:
-    """Decides after monitoring steps; knobs sync_mode and averaging_period."""
+    """Decides after monitoring steps; knobs sync_mode and averaging_period.
+
+    It acts on evidence (evidence.py), never on one reading: under averaging, the median of
+    the last measured divergences; under exact training, the median of the last predicted
+    ones, times a calibration. The calibration is what averaging showed the prediction to be
+    worth: measured / predicted divergence at the period it ran (never below 1), so a
+    prediction that proved 80 times too low once does not switch to averaging again at the
+    same reading."""
 
     name = "adaptive-sync"
     knobs = (Knob("sync_mode", choices=SYNC_MODES), Knob("averaging_period", integral=True))
     hooks: tuple[Hook, ...] = ("after_step",)
 
-    def __init__(self, config: AdaptiveSyncConfig) -> None:
+    def __init__(self, config: AdaptiveSyncConfig, evidence: EvidenceConfig | None = None) -> None:
         self.config = config
+        self._measured = Evidence("divergence", evidence or EvidenceConfig())
+        self._predicted = Evidence("predicted_divergence", evidence or EvidenceConfig())
+        self.calibration = 1.0
+        self._predicted_at_switch: float | None = None  # per min_period, when averaging began
 
     def propose(self, hook: Hook, view: View) -> Sequence[Proposal]:
         snapshot = view.snapshot
@@ -125,24 +139,48 @@ class AdaptiveSyncPolicy:
             return ()
         mode: SyncMode = "averaging" if view.knobs["sync_mode"] == "averaging" else "exact"
         state = SyncState(mode, int(view.knobs["averaging_period"]))
-        predicted = None
-        if snapshot.grad_variance is not None and snapshot.param_sq_norm:
-            predicted = predicted_divergence(
-                view.lr,
-                self.config.momentum,
-                self.config.min_period,
-                snapshot.grad_variance,
-                snapshot.world_size,
-                snapshot.param_sq_norm,
-            )
-        step = next_sync(state, snapshot.divergence, predicted, self.config)
+        changed = max((view.last_change.get(k.name, -1) for k in self.knobs), default=-1)
+        self._measured.observe(snapshot.divergence if mode == "averaging" else None, changed)
+        self._predicted.observe(self._prediction(view, snapshot), changed)
+        measured = self._measured.value if mode == "averaging" else None
+        self._calibrate(state, measured)
+        predicted = self._predicted.value
+        calibrated = predicted * self.calibration if predicted is not None else None
+        step = next_sync(state, measured, calibrated if mode == "exact" else None, self.config)
         if step is None:
             return ()
         new, reason = step
+        used = self._measured if mode == "averaging" else self._predicted
+        evidence = used.record(calibration=self.calibration, low=self.config.low,
+                               high=self.config.high)  # fmt: skip
+        if mode == "exact":
+            self._predicted_at_switch = predicted
         return (
-            Proposal("sync_mode", new.mode, reason),
-            Proposal("averaging_period", new.period, reason),
+            Proposal("sync_mode", new.mode, reason, evidence),
+            Proposal("averaging_period", new.period, reason, evidence),
         )
+
+    def _prediction(self, view: View, snapshot: Snapshot) -> float | None:
+        if snapshot.grad_variance is None or not snapshot.param_sq_norm:
+            return None
+        return predicted_divergence(
+            view.lr,
+            self.config.momentum,
+            self.config.min_period,
+            snapshot.grad_variance,
+            snapshot.world_size,
+            snapshot.param_sq_norm,
+        )
+
+    def _calibrate(self, state: SyncState, measured: float | None) -> None:
+        """Once averaging's divergence is in evidence, what the prediction that started it was
+        worth (the prediction grows linearly with the period)."""
+        predicted = self._predicted_at_switch
+        if measured is None or not predicted:
+            return
+        expected = predicted * state.period / self.config.min_period
+        self.calibration = max(self.calibration, measured / expected)
+        self._predicted_at_switch = None  # one calibration per stretch of averaging
 
 
 class AdaptiveSyncStrategy(LocalGradients):

@@ -65,28 +65,53 @@ def _view(step: int, b_noise: float | None, last: int | None = None) -> View:
     return View(step, 0.1, {"global_batch": 64, "lr_factor": 2.0}, snapshot, changes)
 
 
+def _readings(policy: AdaptiveBatchPolicy, b_noises: list[float], last: int | None = None):
+    """The proposals of one decision point per reading, 10 steps apart, from step 10."""
+    return [
+        policy.propose("after_step", _view(10 * (i + 1), b, last)) for i, b in enumerate(b_noises)
+    ]
+
+
 def test_the_policy_proposes_the_batch_and_its_lr_together():
     policy = AdaptiveBatchPolicy(
         AdaptiveBatchConfig(32, 1024, lr_rule="sqrt"), base_global_batch=32
     )
-    batch, lr = policy.propose("after_step", _view(10, 300.0))
+    *_, (batch, lr) = _readings(policy, [300.0] * 5)
     assert (batch.knob, batch.value) == ("global_batch", 256)
     assert (lr.knob, lr.value) == ("lr_factor", pytest.approx(8**0.5))
     assert "B_noise 300.0" in batch.reason
+    assert batch.evidence["readings"] == [300.0] * 5
+
+
+def test_one_outlier_reading_grows_nothing():
+    policy = AdaptiveBatchPolicy(AdaptiveBatchConfig(32, 1024), 32)
+    assert not any(_readings(policy, [50.0, 60.0, 1e5, 55.0, 60.0, 50.0, 58.0]))
+
+
+def test_a_sustained_rise_grows_the_batch_once_the_median_holds_it():
+    policy = AdaptiveBatchPolicy(AdaptiveBatchConfig(32, 1024), 32)
+    proposals = _readings(policy, [50.0, 60.0, 300.0, 320.0, 310.0, 330.0])
+    assert [i for i, p in enumerate(proposals) if p] == [4, 5]  # median 300 from the fifth
+    assert proposals[4][0].evidence["median"] == 300.0
 
 
 def test_the_policy_waits_for_a_noise_scale_and_its_cooldown():
     policy = AdaptiveBatchPolicy(AdaptiveBatchConfig(32, 1024, cooldown_steps=50), 32)
     assert policy.propose("after_step", _view(10, None)) == ()
-    assert policy.propose("after_step", _view(60, 300.0, last=20)) == ()
-    assert len(policy.propose("after_step", _view(70, 300.0, last=20))) == 2
+    [*early, last] = [
+        policy.propose("after_step", _view(s, 300.0, last=20)) for s in (30, 40, 50, 60, 70)
+    ]
+    assert not any(early) and len(last) == 2
 
 
 def test_the_first_change_waits_for_the_noise_scales_memory_of_readings():
     policy = AdaptiveBatchPolicy(AdaptiveBatchConfig(32, 1024, min_readings=10), 32)
-    early = Snapshot(step=40, world_size=4, b_noise=1e4, noise_readings=5)
-    view = View(40, 0.1, {"global_batch": 64, "lr_factor": 2.0}, early, {})
-    assert policy.propose("after_step", view) == ()
-    ready = Snapshot(step=100, world_size=4, b_noise=1e4, noise_readings=10)
-    view = View(100, 0.1, {"global_batch": 64, "lr_factor": 2.0}, ready, {})
-    assert len(policy.propose("after_step", view)) == 2
+
+    def propose(step: int, readings: int):
+        snapshot = Snapshot(step=step, world_size=4, b_noise=1e4, noise_readings=readings)
+        view = View(step, 0.1, {"global_batch": 64, "lr_factor": 2.0}, snapshot, {})
+        return policy.propose("after_step", view)
+
+    assert not any(propose(10 * r, r) for r in range(1, 10))
+    assert not any(propose(10 * r, r) for r in range(10, 14))  # 4 readings of evidence
+    assert len(propose(140, 14)) == 2

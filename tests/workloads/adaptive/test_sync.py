@@ -74,15 +74,65 @@ def test_thresholds_and_periods_are_validated():
         AdaptiveSyncConfig(min_period=1)
 
 
-def test_the_policy_proposes_mode_and_period_from_the_snapshot():
+def _feed(policy: AdaptiveSyncPolicy, mode: str, readings: list[dict[str, float]]) -> list:
+    """Feeds one snapshot a decision point (10 steps apart) and applies what it proposes, as
+    the Controller does; returns the proposals of every point."""
+    knobs: dict[str, Any] = {"sync_mode": mode, "averaging_period": 2}
+    changes: dict[str, int] = {}
+    out = []
+    for i, fields in enumerate(readings):
+        step = 10 * (i + 1)
+        view = View(step, 0.01, dict(knobs), Snapshot(step=step, world_size=2, **fields), changes)
+        proposals = policy.propose("after_step", view)
+        for p in proposals:
+            knobs[p.knob] = p.value
+            changes[p.knob] = step
+        out.append(proposals)
+    return out
+
+
+def _variance_for(predicted: float) -> dict[str, float]:
+    """A snapshot whose predicted divergence (lr 0.01, period 2, 2 workers, |theta|^2 1) is
+    `predicted`."""
+    return {"grad_variance": predicted / (0.01**2 * 2 * 0.5), "param_sq_norm": 1.0}
+
+
+def test_one_outlier_reading_switches_nothing():
+    # The issue's run: one variance reading far below its neighbours switched to averaging.
+    readings = [_variance_for(v) for v in (1e-3, 2e-3, 1e-6, 3e-3, 1e-3, 2e-3, 1e-3)]
+    assert not any(_feed(AdaptiveSyncPolicy(CONFIG), "exact", readings))
+
+
+def test_a_sustained_low_divergence_switches_once_with_its_evidence():
+    readings = [_variance_for(v) for v in (1e-3, 2e-3, 1e-6, 2e-6, 1e-6, 3e-6, 2e-6)]
+    proposals = _feed(AdaptiveSyncPolicy(CONFIG), "exact", readings)
+    switched = [i for i, p in enumerate(proposals) if p]
+    assert switched == [4]  # the fifth reading: the median of five is low only now
+    mode, _ = proposals[4]
+    assert mode.value == "averaging"
+    assert mode.evidence["statistic"] == "predicted_divergence"
+    assert mode.evidence["median"] == pytest.approx(2e-6)
+    assert len(mode.evidence["readings"]) == 5
+
+
+def test_averaging_waits_for_readings_of_its_own_before_tightening():
+    readings = [{"divergence": 5e-4}] * 4
     policy = AdaptiveSyncPolicy(CONFIG)
-    snapshot = Snapshot(step=10, world_size=2, divergence=5e-4)
-    view = View(10, 0.1, {"sync_mode": "averaging", "averaging_period": 2}, snapshot)
-    mode, period = policy.propose("after_step", view)
+    assert not any(_feed(policy, "averaging", readings))
+    [[mode, period]] = [p for p in _feed(policy, "averaging", [{"divergence": 5e-4}]) if p]
     assert (mode.value, period.value) == ("exact", 2)
-    quiet = Snapshot(step=10, world_size=2, grad_variance=1e-6, param_sq_norm=100.0)
-    view = View(10, 0.01, {"sync_mode": "exact", "averaging_period": 2}, quiet)
-    assert policy.propose("after_step", view)[0].value == "averaging"
+
+
+def test_a_prediction_that_averaging_proved_too_low_is_calibrated():
+    policy = AdaptiveSyncPolicy(CONFIG)
+    low = [_variance_for(2e-6)] * 5
+    assert _feed(policy, "exact", low)[-1][0].value == "averaging"
+    # Averaging measured 100 times the prediction: back to exact, and the same prediction
+    # no longer starts averaging.
+    back = _feed(policy, "averaging", [{"divergence": 2e-4}] * 5)
+    assert back[-1][0].value == "exact"
+    assert policy.calibration == pytest.approx(100)
+    assert not any(_feed(policy, "exact", low))
 
 
 # ---- on 2 gloo ranks ------------------------------------------------------------------
