@@ -148,3 +148,61 @@ def mean_phase_ms_per_step(
         return {}
     phases = per_run[0].keys()
     return {p: statistics.fmean(r.get(p, 0.0) for r in per_run) for p in phases}
+
+
+# The adaptive-versus-fixed ratio's interval: a seeded percentile bootstrap, so a report
+# says the same numbers every time it is built from the same runs.
+BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Mean time to target of arm A over arm B, with a bootstrap confidence interval."""
+
+    ratio: float | None  # None: too few runs that reached the target in an arm
+    low: float | None
+    high: float | None
+    runs_a: int  # runs that reached the target, in each arm
+    runs_b: int
+    method: str
+
+    @property
+    def verdict(self) -> str:
+        """'no difference' when the interval holds 1; else which arm is faster."""
+        if self.ratio is None or self.low is None or self.high is None:
+            return "too few runs"
+        if self.low <= 1.0 <= self.high:
+            return "no difference"
+        return "faster" if self.high < 1.0 else "slower"
+
+
+def ratio_interval(
+    times_a: Sequence[float | None],
+    times_b: Sequence[float | None],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = BOOTSTRAP_LEVEL,
+    seed: int = BOOTSTRAP_SEED,
+) -> Ratio:
+    """mean(A) / mean(B) of the runs that reached the target, and its percentile bootstrap
+    interval: each resample draws as many runs as each arm has, with replacement, from that
+    arm alone (the arms are independent runs, not pairs). Needs two runs in each arm."""
+    import random
+
+    a = [t for t in times_a if t is not None and math.isfinite(t) and t > 0]
+    b = [t for t in times_b if t is not None and math.isfinite(t) and t > 0]
+    method = (f"percentile bootstrap of mean/mean, {resamples} resamples, seed {seed}, "
+              f"{level:.0%} interval, over the runs that reached the target")  # fmt: skip
+    if len(a) < 2 or len(b) < 2:
+        return Ratio(None, None, None, len(a), len(b), method)
+    rng = random.Random(seed)
+    ratios = sorted(
+        statistics.fmean(rng.choices(a, k=len(a))) / statistics.fmean(rng.choices(b, k=len(b)))
+        for _ in range(resamples)
+    )
+    tail = (1.0 - level) / 2
+    low = ratios[int(tail * (resamples - 1))]
+    high = ratios[int((1.0 - tail) * (resamples - 1))]
+    return Ratio(_mean(a) / _mean(b), low, high, len(a), len(b), method)

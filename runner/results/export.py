@@ -170,8 +170,29 @@ def environment_table(report: Report) -> Table:
     return Table("Reproducibility", ("what", "value", "across runs"), tuple(rows), tuple(notes))
 
 
+def arms_table(report: Report) -> Table | None:
+    """Adaptive against fixed as a number, wherever two series differ only by adapting."""
+    if not report.arms:
+        return None
+    header = ("workers", "adaptive", "fixed", "adaptive / fixed", "95% interval", "verdict")
+    rows = []
+    for arm in report.arms:
+        r = arm.ratio
+        interval = "-" if r.low is None else f"{r.low:.2f}-{r.high:.2f}"
+        rows.append((str(arm.workers), arm.adaptive, arm.fixed, _num(r.ratio, ".2f"), interval,
+                     f"{r.verdict} ({r.runs_a} and {r.runs_b} runs)"))  # fmt: skip
+    notes = (
+        "adaptive / fixed: mean time to target of the adaptive arm over its fixed arm's "
+        "(below 1: adaptive is faster); 'no difference' when the interval holds 1",
+        f"interval: {report.arms[0].ratio.method}",
+    )
+    return Table("Adaptive against fixed", header, tuple(rows), notes)
+
+
 def tables(report: Report) -> list[Table]:
-    built = [cells_table(report), runs_table(report), environment_table(report)]
+    arms = arms_table(report)
+    built = [cells_table(report), *([arms] if arms else []), runs_table(report),
+             environment_table(report)]  # fmt: skip
     return [_printable(table) for table in built]
 
 

@@ -25,9 +25,11 @@ from runner.results import rundir
 from runner.results import study as studies
 from runner.results.aggregate import (
     Aggregate,
+    Ratio,
     mean_phase_ms_per_step,
     mlperf_aggregate,
     outliers,
+    ratio_interval,
     speedups,
 )
 from runner.results.runs import (
@@ -72,6 +74,17 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class ArmRatio:
+    """An adaptive series against its fixed arm at one number of workers: two cells whose
+    runs differ only by their policies (or an elastic range)."""
+
+    workers: int
+    adaptive: str  # the series labels
+    fixed: str
+    ratio: Ratio  # adaptive / fixed time to target
+
+
+@dataclass(frozen=True)
 class Report:
     title: str
     runs: tuple[RunResult, ...]
@@ -80,6 +93,7 @@ class Report:
     conflicts: tuple[str, ...]
     env_diffs: Mapping[str, list[str]]
     costs: Mapping[str, Cost] = field(default_factory=dict)  # by run id; cluster runs only
+    arms: tuple[ArmRatio, ...] = ()  # adaptive against fixed, where two series differ so
 
     @property
     def series(self) -> list[str]:
@@ -122,7 +136,43 @@ def build(
     cells.sort(key=lambda c: (*_series_order(c.runs[0]), c.series, c.workers))
     cells = _with_speedups(cells)
     envs = environment_differences(runs)
-    return Report(title, tuple(runs), tuple(cells), excluded, conflicts, envs, dict(costs or {}))
+    return Report(title, tuple(runs), tuple(cells), excluded, conflicts, envs, dict(costs or {}),
+                  arms=tuple(arm_ratios(cells)))  # fmt: skip
+
+
+# What adapts: the policies a run follows and an elastic range. Two cells whose runs differ in
+# these alone are an adaptive arm and its fixed one; the seed and run controls aside.
+ADAPTATION_KEYS = frozenset({"policy", "monitor"})
+
+
+def adapts(run: RunResult) -> bool:
+    return bool(run.config.get("policy")) or run.min_workers is not None
+
+
+def _arm_config(run: RunResult) -> str:
+    """What must be equal between an adaptive arm and its fixed one."""
+    kept = {k: v for k, v in run.config.items()
+            if k not in RUN_CONTROLS and k not in ADAPTATION_KEYS}  # fmt: skip
+    where = (run.benchmark, run.device, run.link, run.world_size)
+    return json.dumps([where, kept], sort_keys=True, default=str)
+
+
+def arm_ratios(cells: Sequence[Cell]) -> list[ArmRatio]:
+    """adaptive / fixed time to target wherever an adaptive cell has a fixed twin."""
+    fixed: dict[str, Cell] = {}
+    for c in cells:
+        if not any(adapts(r) for r in c.runs):
+            fixed.setdefault(_arm_config(c.runs[0]), c)
+    out = []
+    for c in cells:
+        if not all(adapts(r) for r in c.runs):
+            continue
+        twin = fixed.get(_arm_config(c.runs[0]))
+        if twin is not None:
+            ratio = ratio_interval([r.time_to_target_s for r in c.runs],
+                                   [r.time_to_target_s for r in twin.runs])  # fmt: skip
+            out.append(ArmRatio(c.workers, c.series, twin.series, ratio))
+    return out
 
 
 def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:

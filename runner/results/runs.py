@@ -60,6 +60,7 @@ class RunResult:
     summary: Summary | None
     manifest: Manifest | None
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    min_workers: int | None = None  # an elastic run's MIN (--workers MIN:MAX)
 
     @property
     def strategy(self) -> str:
@@ -124,6 +125,7 @@ def load_run(run_dir: Path) -> RunResult:
         summary=_parsed(summary_data, parse_summary, run_dir / SUMMARY),
         manifest=_parsed(manifest_data, parse_manifest, run_dir / MANIFEST),
         curves=curves_of(events),
+        min_workers=spec.placement.min_workers,
     )
 
 

@@ -685,3 +685,40 @@ def test_load_run_never_reads_a_run_directory_swapped_for_a_link_out_of_the_resu
     (tmp_path / "linked-results").symlink_to(tmp_path / "outside")
     run = load_run(tmp_path / "linked-results" / "r")
     assert run.train_summary is not None and run.train_summary.time_to_target_s == 99.0
+
+
+def _arms(root, adaptive_s, fixed_s):
+    names = [make_run(root, f"fixed-{i}", 2, t, overrides=(f"seed={i}", "policy=none")).name
+             for i, t in enumerate(fixed_s)]  # fmt: skip
+    names += [make_run(root, f"batch-{i}", 2, t, overrides=(f"seed={i}", "policy=batch")).name
+              for i, t in enumerate(adaptive_s)]  # fmt: skip
+    return reports.build(load(root, *names), "t", allow_mixed=True)  # open beside closed
+
+
+def test_an_adaptive_arm_beside_its_fixed_arm_gets_a_ratio_with_an_interval(tmp_path):
+    built = _arms(tmp_path, [5.0, 5.5, 6.0, 5.2, 5.8], [10.0, 11.0, 10.5, 9.5, 10.2])
+    [arm] = built.arms
+    assert (arm.adaptive, arm.fixed) == ("policy=batch", "policy=none")
+    assert arm.ratio.ratio == pytest.approx(5.5 / 10.24)
+    assert arm.ratio.low < arm.ratio.ratio < arm.ratio.high < 1
+    table = next(t for t in export.tables(built) if t.title == "Adaptive against fixed")
+    assert table.rows[0][3] == "0.54" and table.rows[0][5].startswith("faster")
+    assert "bootstrap" in " ".join(table.notes) and "seed 0" in " ".join(table.notes)
+    again = _arms(tmp_path / "again", [5.0, 5.5, 6.0, 5.2, 5.8], [10.0, 11.0, 10.5, 9.5, 10.2])
+    assert again.arms[0].ratio == arm.ratio  # seeded: the same runs, the same interval
+
+
+def test_arms_whose_interval_holds_one_read_no_difference(tmp_path):
+    built = _arms(tmp_path, [9.0, 12.0, 10.0, 11.0], [10.0, 11.5, 9.5, 10.5])
+    [arm] = built.arms
+    assert arm.ratio.low < 1 < arm.ratio.high
+    assert arm.ratio.verdict == "no difference"
+
+
+def test_series_that_differ_by_more_than_their_policy_get_no_ratio(tmp_path):
+    names = [make_run(tmp_path, f"f-{i}", 2, 10.0 + i, overrides=(f"seed={i}", "lr=0.05")).name
+             for i in range(2)]  # fmt: skip
+    names += [make_run(tmp_path, f"b-{i}", 2, 5.0 + i,
+                       overrides=(f"seed={i}", "policy=batch", "lr=0.1")).name
+              for i in range(2)]  # fmt: skip
+    assert reports.build(load(tmp_path, *names), "t", allow_mixed=True).arms == ()
