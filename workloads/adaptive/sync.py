@@ -13,9 +13,9 @@ H local steps of SGD from a common point move the replicas apart like a random w
 communicates little"; Lin et al. 2018, "Don't use large mini-batches, use local SGD"), and
 training switches to averaging at `min_period` when the prediction is below `low`. `low` <
 `high` gives the switch hysteresis, and each statistic is the median of its last 5 readings
-since the mode last changed (evidence.py), never one reading. KungFu switches between synchronous SGD and synchronous
-model averaging at a fixed step (AdaptiveSGDOptimizer, srcs/python/kungfu/tensorflow/
-optimizers/ada_sgd.py); here the step is chosen by the statistic.
+since the mode last changed (evidence.py), never one reading. KungFu switches between
+synchronous SGD and synchronous model averaging at a fixed step (AdaptiveSGDOptimizer,
+srcs/python/kungfu/tensorflow/optimizers/ada_sgd.py); here the step is chosen by the statistic.
 
 Mechanism (`AdaptiveSyncStrategy`, a Strategy as in workloads/strategies/): exact mode
 all-reduces the flattened gradients after backward (the `allreduce` strategy, through the
