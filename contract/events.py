@@ -71,6 +71,9 @@ MANIFEST, SUMMARY = "stackbench_manifest", "stackbench_summary"
 COMPILE_TIME = "stackbench_compile_time_s"  # torch.compile, before run_start
 ALLREDUCE_RESULT = "allreduce_result"  # allreduce-micro: one measurement (size x dtype)
 PROGRESS = "stackbench_progress"  # within an epoch, at most every few seconds
+# stackbench: the moment the target is first met, valued with the time to target the summary
+# will hold (the same float), so that a live page or a cancelled run shows the same figure.
+TIME_TO_TARGET = "stackbench_time_to_target_s"
 # stackbench: adaptive training (workloads/adaptive/run.py). MONITORS: one per monitoring
 # step, the monitors every rank agreed on (step, world_size, b_noise, grad_variance,
 # step_time_s per worker, divergence, ...) and the global batch, LR and knobs of that step.

@@ -346,6 +346,7 @@ def _train(
             met = tasks.reached(config.target_metric, result.value, config.target.target_value)
             if met and tally.time_to_target_s is None:
                 tally.time_to_target_s = now - start
+                log.point(events.TIME_TO_TARGET, tally.time_to_target_s, epoch_num=epoch)
                 if config.run.stop_at_target:
                     return
         if stats.out_of_time or out_of_time():

@@ -12,6 +12,12 @@ report's curves figure (runner.results.runs.curves). Series:
     throughput      samples/s per epoch: the training set's size over the epoch's wall time
                     (epoch_start to epoch_stop); the summary's figure is the run's exact one
     phases          per epoch, seconds spent in each step phase (the mean over ranks)
+    headline        the live headline figures (runner.dashboard.headline), when they changed
+    decisions       an adaptive run's decisions and membership changes: {t, step, knob, old,
+                    new, reason, policy}, drawn as markers with their reason
+    clock           anchors [t, epoch, step] (at each epoch's start and end and each progress
+                    event; epochs fractional, steps counted over the run) through which a page
+                    draws any series against epochs or steps instead of seconds
     progress        where the run is: the epoch under way and, once a progress event of that
                     epoch came (every few seconds), its step and steps
     global_batch    an adaptive run's global batch: at each monitoring step and when a
@@ -31,6 +37,7 @@ from typing import Any
 from contract import events as keys
 from contract.events import DECISION, MONITORS
 from contract.records import finite_number
+from runner.dashboard.headline import Headline
 
 POINT_SERIES = (keys.TRAIN_LOSS, keys.EVAL_ACCURACY, keys.EVAL_LOSS)
 GLOBAL_BATCH, B_NOISE, WORKERS = "global_batch", "b_noise", "workers"
@@ -41,6 +48,9 @@ DECIDED = {"global_batch": GLOBAL_BATCH, "workers": WORKERS}
 THROUGHPUT = "throughput"
 PHASES = "phases"
 PROGRESS = "progress"
+HEADLINE = "headline"
+CLOCK = "clock"
+DECISIONS = "decisions"
 
 
 def _number(value: Any) -> float | None:
@@ -55,7 +65,8 @@ def _epoch(event: Mapping[str, Any]) -> int | None:
 
 def empty() -> dict[str, Any]:
     series = (*POINT_SERIES, *ADAPTIVE_SERIES)
-    return {**{k: [] for k in series}, THROUGHPUT: [], PHASES: [], PROGRESS: None}
+    return {**{k: [] for k in series}, THROUGHPUT: [], PHASES: [], DECISIONS: [], CLOCK: [],
+            PROGRESS: None, HEADLINE: None}  # fmt: skip
 
 
 class Curves:
@@ -65,6 +76,9 @@ class Curves:
         self._start_ms: float | None = None
         self._train_samples: float | None = None
         self._epoch_start_ms: dict[int, float] = {}
+        self._headline = Headline()
+        self._stepped: dict[str, float] = {}  # global_batch, workers: the last value drawn
+        self._steps_done = 0  # optimizer steps of the epochs finished
 
     def feed(self, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         """The points these events add (empty lists when none)."""
@@ -74,6 +88,8 @@ class Curves:
             key = event.get("key")
             if time_ms is None or not isinstance(key, str):
                 continue
+            if self._headline.feed(event):
+                out[HEADLINE] = self._headline.figures()
             if key == keys.RUN_START and self._start_ms is None:
                 self._start_ms = time_ms
             elif key == keys.TRAIN_SAMPLES:
@@ -84,6 +100,7 @@ class Curves:
                 if self._start_ms is not None:  # progress events come every few seconds only
                     t_s = (time_ms - self._start_ms) / 1000
                     out[PROGRESS] = {"epoch": epoch, "step": None, "steps": None, "t": t_s}
+                    out[CLOCK].append([t_s, epoch - 1, self._steps_done])  # type: ignore[operator]
             elif self._start_ms is not None:
                 self._point(out, key, event, time_ms)
         return out
@@ -103,6 +120,10 @@ class Curves:
             wall_s = (time_ms - started_ms) / 1000 if started_ms is not None else 0.0
             if wall_s > 0 and self._train_samples:
                 out[THROUGHPUT].append([t_s, self._train_samples / wall_s])
+            steps = self._headline.steps_of(epoch) if epoch is not None else None
+            if epoch is not None and steps:
+                self._steps_done += steps
+                out[CLOCK].append([t_s, epoch, self._steps_done])
         elif key == keys.EPOCH_PHASES and isinstance(value, dict):
             phases = {p: _number(value.get(p)) for p in keys.STEP_PHASES}
             if all(v is not None for v in phases.values()):
@@ -111,17 +132,48 @@ class Curves:
             fields = {k: value.get(k) for k in ("epoch", "step", "steps")}
             if all(isinstance(v, int) and not isinstance(v, bool) for v in fields.values()):
                 out[PROGRESS] = {**fields, "t": t_s}
+                if fields["steps"] > 0 and 0 <= fields["step"] <= fields["steps"]:
+                    done = fields["step"] / fields["steps"]
+                    out[CLOCK].append([t_s, fields["epoch"] - 1 + done,
+                                       self._steps_done + fields["step"]])  # fmt: skip
         elif key == MONITORS and isinstance(value, dict):
             for name, series in MONITORED.items():
                 number = _number(value.get(name))
                 if number is not None:
-                    out[series].append([t_s, number])
+                    self._add(out, series, t_s, number, number)
         elif key == DECISION and isinstance(value, dict):
-            knob = value.get("knob")
-            decided = DECIDED.get(knob) if isinstance(knob, str) else None
-            number = _number(value.get("new"))
-            if decided is not None and number is not None:
-                out[decided].append([t_s, number])
+            self._decision(out, t_s, value)
+        elif key == keys.RUN_STOP:
+            # A knob's series ends at the run's end, at its last value (a step series would
+            # end at its last change and read as if the run had stopped there).
+            for series, last in self._stepped.items():
+                out[series].append([t_s, last])
+
+    def _add(self, out: dict[str, Any], series: str, t_s: float, value: float, start: float
+             ) -> None:  # fmt: skip
+        """A point of a stepped series; its first starts at the run's start, at `start` (what
+        the knob was before its first change: a series built from changes alone started at
+        the first change, and an elastic run that began with 3 workers read as begun with 2)."""
+        if series in (GLOBAL_BATCH, WORKERS):
+            if series not in self._stepped:
+                out[series].append([0.0, start])
+            self._stepped[series] = value
+        out[series].append([t_s, value])
+
+    def _decision(self, out: dict[str, Any], t_s: float, value: Mapping[str, Any]) -> None:
+        knob = value.get("knob")
+        new, old = _number(value.get("new")), _number(value.get("old"))
+        decided = DECIDED.get(knob) if isinstance(knob, str) else None
+        if decided is not None and new is not None:
+            self._add(out, decided, t_s, new, old if old is not None else new)
+        text = {k: value.get(k) for k in ("knob", "policy", "reason")}
+        changed = {k: value.get(k) for k in ("old", "new", "step")}
+        out[DECISIONS].append({
+            "t": t_s,
+            **{k: v if isinstance(v, str) else None for k, v in text.items()},
+            **{k: v if isinstance(v, str) or _number(v) is not None else None
+               for k, v in changed.items()},
+        })  # fmt: skip
 
 
 def series(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -103,16 +103,57 @@ def test_an_adaptive_runs_batch_noise_scale_and_workers_are_series():
         event("stackbench_decision", {"knob": "lr_factor", "old": 1.0, "new": 2.0}, 2.5),
         event("stackbench_monitors", {"b_noise": math.inf, "global_batch": "64"}, 3.0),
         event("stackbench_decision", {"knob": "workers", "new": None}, 3.5),
+        event("run_stop", None, 4.0),
     ]
 
     s = series(events)
 
-    assert s["global_batch"] == [[1.0, 64.0], [1.5, 128.0]]
+    # The knobs' series start at the run's start and end at its end, at their values then.
+    assert s["global_batch"] == [[0.0, 64.0], [1.0, 64.0], [1.5, 128.0], [4.0, 128.0]]
     assert s["b_noise"] == [[1.0, 140.0]]
-    assert s["workers"] == [[1.0, 3.0], [2.0, 2.0]]
+    assert s["workers"] == [[0.0, 3.0], [1.0, 3.0], [2.0, 2.0], [4.0, 2.0]]
+    assert [(d["t"], d["knob"], d["old"], d["new"]) for d in s["decisions"]] == [
+        (1.5, "global_batch", 64, 128), (2.0, "workers", 3, 2), (2.5, "lr_factor", 1.0, 2.0),
+        (3.5, "workers", None, None),
+    ]  # fmt: skip
+
+
+def test_an_elastic_runs_workers_start_at_the_first_decisions_old_value():
+    # An elastic run without monitors: its workers series comes from membership decisions.
+    left = {"knob": "workers", "old": 3, "new": 2, "reason": "worker 2 left", "policy": "elastic"}
+    joined = {"knob": "workers", "old": 2, "new": 3, "reason": "worker 3 joined"}
+    events = [
+        event("run_start"),
+        event("stackbench_decision", left, 14.0),
+        event("stackbench_decision", joined, 22.0),
+        event("run_stop", None, 101.0),
+    ]
+
+    s = series(events)
+
+    assert s["workers"] == [[0.0, 3.0], [14.0, 2.0], [22.0, 3.0], [101.0, 3.0]]
+    assert s["decisions"][0]["reason"] == "worker 2 left"
+
+
+def test_the_live_headline_is_the_time_to_target_event_and_the_last_epoch():
+    events = [*run_events(), event("stackbench_time_to_target_s", 12.345, 12.4, 2)]
+
+    headline = series(events)["headline"]
+
+    assert headline["time_to_target_s"] == 12.345  # the very float the summary holds
+    # Each epoch: 1000 samples, 10 steps (its progress event), 8 s, of which 3 s communicating.
+    assert headline == {"time_to_target_s": 12.345, "epoch": 2, "throughput_samples_per_s": 125.0,
+                        "step_time_ms": 800.0, "communication_share": 0.375}  # fmt: skip
 
 
 def test_a_run_without_policies_has_empty_adaptive_series():
     s = series(run_events())
 
     assert s["global_batch"] == s["b_noise"] == s["workers"] == []
+
+
+def test_the_clock_maps_seconds_to_epochs_and_steps_for_other_x_axes():
+    # Epochs of 10 steps (their progress events say so), 8 s each, 2 s apart.
+    assert series(run_events())["clock"] == [
+        [0.0, 0, 0], [2.0, 0.5, 5], [8.0, 1, 10], [10.0, 1, 10], [12.0, 1.5, 15], [18.0, 2, 20],
+    ]  # fmt: skip
