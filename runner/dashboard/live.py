@@ -25,7 +25,9 @@ import codecs
 from pathlib import Path
 from typing import Any, Protocol
 
+from contract.events import RUN_START, parse_line
 from contract.files import DamagedFile
+from runner.cli.views import event_text  # `runner logs`' own formatter, not a second one
 from runner.dashboard import curves, data, runpage
 
 Message = tuple[str, Any]
@@ -111,13 +113,18 @@ class RunFeed:
 
 
 class LogFeed:
-    """One log of one run: its recent tail first, then what is appended."""
+    """One log of one run: its recent tail first, then what is appended, each event line shown
+    as `runner logs` shows it (runner.cli.views.event_text: time since run_start, key, value),
+    every other line as it is. A line is sent once whole; a last line without its newline is
+    sent as it is after a poll that brought nothing more (a killed writer's last words)."""
 
     def __init__(self, root: Path, run_id: str, name: str) -> None:
         self._run_id, self._name = run_id, name
         self._tail = runpage.log_tail(root, run_id, name)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._started = False
+        self._partial = ""  # the text after the last newline, waiting for its end
+        self._start_ms: int | None = None
 
     def poll(self) -> list[Message]:
         parts: list[str] = []
@@ -128,6 +135,7 @@ class LogFeed:
                 if restarted:
                     parts, reset = [], True
                     self._decoder.reset()
+                    self._partial, self._start_ms = "", None
                 if not chunk:
                     break
                 parts.append(self._decoder.decode(chunk))
@@ -137,12 +145,27 @@ class LogFeed:
             self._started = True
             return [("problem", {"run_id": self._run_id, "file": str(err.path),
                                  "problem": err.problem})]  # fmt: skip
-        text = "".join(parts)
+        text = self._readable("".join(parts))
         if not text and not reset:
             return []
         self._started = True
         return [("log", {"run_id": self._run_id, "name": self._name, "text": text,
                          "reset": reset})]  # fmt: skip
+
+    def _readable(self, text: str) -> str:
+        if not text and self._partial:  # nothing more came: the last line is all there is
+            text, self._partial = self._partial + "\n", ""
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        return "".join(self._line(line) + "\n" for line in lines)
+
+    def _line(self, line: str) -> str:
+        event = parse_line(line)
+        if event is None:
+            return line
+        if event["key"] == RUN_START:
+            self._start_ms = event["time_ms"]
+        return event_text(event, self._start_ms)
 
 
 def poll_all(feeds: list[Feed]) -> list[Message]:

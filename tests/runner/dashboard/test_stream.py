@@ -93,6 +93,26 @@ def test_a_log_streams_its_tail_then_what_is_appended(results, dashboard):
         stream.close()
 
 
+def test_a_log_reads_as_runner_logs_shows_it(results, dashboard):
+    from runner.cli.views import event_text
+
+    run_dir = make_run(results, "cnn-a", 2, 30.0, state="RUNNING")
+    start, accuracy = event_line("run_start", None, 1000), event_line("eval_accuracy", 0.9, 2500, 1)
+    (run_dir / "logs" / "rank-0.log").write_text(
+        f"hello\n:::MLLOG {start}:::MLLOG {accuracy}:::MLLOG {{\"key\": "  # the last cut
+    )
+    stream = EventStream(dashboard, "/api/stream?log=cnn-a/rank-0.log")
+    try:
+        text = stream.until("log")["text"]
+        shown = event_text(json.loads(accuracy), 1000)
+        assert text.splitlines() == ["hello", event_text(json.loads(start), 1000), shown]
+        assert shown == "[    +1.50 s] eval_accuracy 0.9 epoch_num=1"
+        # A last line never ended is shown as it is once nothing more comes.
+        assert stream.until("log")["text"] == ':::MLLOG {"key": \n'
+    finally:
+        stream.close()
+
+
 def test_a_stream_of_an_unknown_run_is_not_found(results, dashboard):
     stream = EventStream(dashboard, "/api/stream?run=nope")
     try:
