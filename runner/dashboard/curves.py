@@ -190,4 +190,6 @@ def latest(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             out["value"] = _number(event["value"])
         elif event.get("key") == keys.EPOCH_START and _epoch(event) is not None:
             out["epoch"] = _epoch(event)
+        elif event.get("key") == keys.TIME_TO_TARGET and _number(event.get("value")) is not None:
+            out["target_met_s"] = _number(event["value"])  # a result only if the run succeeds
     return out

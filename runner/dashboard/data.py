@@ -33,6 +33,7 @@ from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStat
 from contract.summary import MicroSummary, Summary, parse_summary
 from runner.dashboard import curves, files
 from runner.errors import RunnerError
+from runner.job.spec import Placement
 from runner.results import rundir
 from runner.results import study as studies
 from runner.results.runs import RunResult, load_run
@@ -134,13 +135,14 @@ def may_change_unseen(row: Mapping[str, Any]) -> bool:
 ROW_FIELDS = (
     "reason", "since", "failed_rank", "exit_code", "benchmark", "division", "backend", "stack",
     "workers", "nodes", "device", "strategy", "created_at", "metric", "target", "value", "epoch",
-    "max_epochs", "reached", "time_to_target_s", "run_time_s", "throughput",
+    "max_epochs", "reached", "time_to_target_s", "run_time_s", "throughput", "link", "target_met_s",
 )  # fmt: skip
 
 
 def _damaged_row(run_id: str, *problems: dict[str, str]) -> dict[str, Any]:
     return {**dict.fromkeys(ROW_FIELDS), "run_id": run_id, "state": DAMAGED, "reason": "",
-            "damaged": list(problems), "notes": [], "lower_is_better": False}  # fmt: skip
+            "damaged": list(problems), "notes": [], "lower_is_better": False,
+            "keys": {}}  # fmt: skip
 
 
 def open_in_run(path: Path, name: str) -> int:
@@ -249,11 +251,42 @@ def run_row(root: Path, run_id: str) -> dict[str, Any]:
         "device": spec.placement.device, "strategy": config.get("strategy"),
         "created_at": spec.created_at, "metric": metric, "target": config.get("target_value"),
         "lower_is_better": metric in LOWER_IS_BETTER, "max_epochs": config.get("max_epochs"),
+        "link": spec.placement.link,
+        "keys": config_keys(config, spec.placement, spec.division, records[MANIFEST][0]),
     }  # fmt: skip
     row.update(_headline(summary) if summary else _latest(path))
     row.update(_valid_result(row))
     row["notes"] = _notes(row, path, summary)
     return row
+
+
+# Keys every run has beside its config's, named as a page groups and filters by them.
+UNSHAPED = "unshaped"
+
+
+def config_keys(
+    config: Mapping[str, Any], placement: Placement, division: str, manifest: Any
+) -> dict[str, str]:
+    """Every configuration key of a run as text, for the table's columns, filters and groups:
+    the keys --set takes, and where it ran (workers, the link), its division and, for a run
+    of a plugin's code, the plugin its manifest names (whatever field holds it)."""
+    keys = {k: _text(v) for k, v in config.items()}
+    keys |= {"workers": placement.workers_text, "link": placement.link or UNSHAPED,
+             "division": division}  # fmt: skip
+    keys["policy"] = keys.get("policy") or "none"
+    recorded = manifest.to_dict() if manifest is not None else {}
+    for field in ("plugin", "plugins"):
+        if recorded.get(field):
+            keys["plugin"] = _text(recorded[field])
+    return keys
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(_text(v) for v in value)
+    if isinstance(value, dict):  # a plugin's record by its name, or names to records
+        return str(value["name"]) if "name" in value else ",".join(map(str, value))
+    return "" if value is None else str(value)
 
 
 def _valid_result(row: Mapping[str, Any]) -> dict[str, Any]:

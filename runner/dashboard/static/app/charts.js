@@ -64,23 +64,54 @@ function axisTooltip(params) {
     .join("\n");
 }
 
+// Colours told apart at a glance (ECharts' own palette has a pale yellow that vanishes on
+// white); the report's figures use matplotlib's tab10, which this follows, less its olive.
+const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
+  "#e377c2", "#7f7f7f", "#393b79"];
+const LEGEND_CHARS = 26; // a legend entry's length; the whole name shows on hover
+
+export function short(name, chars = LEGEND_CHARS) {
+  const text = String(name);
+  return text.length <= chars ? text : `${text.slice(0, chars - 1)}…`;
+}
+
 function base(title, yName, xName) {
   return {
     animation: false,
+    color: PALETTE,
     title: { text: title, left: 0, top: 0, textStyle: { fontSize: 13, fontWeight: 600 } },
     tooltip: { ...TOOLTIP, trigger: "axis", formatter: axisTooltip },
-    legend: { type: "scroll", top: 22, left: 0, right: 8 },
+    // Short entries, the full name on hover: a legend of full run ids was cut and paged.
+    legend: { type: "scroll", top: 22, left: 0, right: 8, formatter: (n) => plain(short(n)),
+      tooltip: { show: true, ...TOOLTIP, formatter: (p) => plain(p.name) } },
     grid: { left: 64, right: 24, top: 58, bottom: 44 },
-    xAxis: { type: "value", name: xName, nameLocation: "middle", nameGap: 28, min: 0 },
-    yAxis: { type: "value", name: yName, scale: true, nameLocation: "middle", nameGap: 46 },
+    // Labels that would overlap are left out, never drawn over each other.
+    xAxis: { type: "value", name: xName, nameLocation: "middle", nameGap: 28, min: 0,
+      axisLabel: { hideOverlap: true } },
+    yAxis: { type: "value", name: yName, scale: true, nameLocation: "middle", nameGap: 46,
+      axisLabel: { hideOverlap: true } },
     dataZoom: [{ type: "inside", filterMode: "none" }],
   };
+}
+
+// Vertical markers at decisions: [{x, text}], the text shown on hover (not a template:
+// ECharts would read `{a}` in a reason as markup).
+function decisionMarks(marks) {
+  return marks.map((m) => ({
+    xAxis: m.x,
+    lineStyle: { type: "dotted", color: "#8c564b", width: 1.2 },
+    label: { show: false, formatter: () => plain(m.text) },
+    emphasis: { label: { show: true, position: "insideEndTop", formatter: () => plain(m.text) } },
+  }));
 }
 
 // Lines against seconds since run_start: [{name, data: [[t, v], ...]}]. `target`: a dashed
 // horizontal line at the target value. `steps`: "all", or the names of the lines drawn as
 // steps (a value that changes at once, such as an adaptive run's global batch).
-export function linesOption({ title, yName, lines, target = null, log = false, steps = [] }) {
+export function linesOption({
+  title, yName, lines, target = null, log = false, steps = [], xName = "seconds since run_start",
+  marks = [],
+}) {
   const series = lines.map((line, i) => ({
     id: line.name,
     name: plain(line.name),
@@ -90,16 +121,19 @@ export function linesOption({ title, yName, lines, target = null, log = false, s
     showSymbol: line.data.length <= 60,
     symbolSize: 5,
     lineStyle: { width: 1.6 },
-    ...(i === 0 && target !== null ? {
+    ...(i === 0 && (target !== null || marks.length) ? {
       markLine: {
-        symbol: "none", silent: true, lineStyle: { type: "dashed", color: "#333" },
+        symbol: "none", silent: false, lineStyle: { type: "dashed", color: "#333" },
         // A function, not a template: a template reads `{a}`, `{b}`... in the text.
         label: { formatter: () => plain(`target ${target}`), position: "insideEndTop" },
-        data: [{ yAxis: target }],
+        data: [...(target !== null ? [{ yAxis: target }] : []), ...decisionMarks(marks)],
       },
     } : {}),
   }));
-  const option = base(title, yName, "seconds since run_start");
+  const option = base(title, yName, xName);
+  // A line's `full` name (a comparison's run id) on hovering its short legend entry.
+  const full = Object.fromEntries(lines.filter((l) => l.full).map((l) => [plain(l.name), l.full]));
+  option.legend = { ...option.legend, tooltip: { ...option.legend.tooltip, formatter: (p) => plain(full[p.name] || p.name) } };
   if (log) option.yAxis = { ...option.yAxis, type: "log", scale: false };
   return { ...option, series };
 }
@@ -111,7 +145,7 @@ export function epochPhasesOption(phases) {
     ...option,
     tooltip: { ...TOOLTIP, trigger: "axis", axisPointer: { type: "shadow" }, formatter: axisTooltip },
     xAxis: { type: "category", name: "epoch", nameLocation: "middle", nameGap: 28,
-      data: phases.map((p) => String(p.epoch)) },
+      data: phases.map((p) => String(p.epoch)), axisLabel: { hideOverlap: true } },
     series: PHASE_ORDER.map((phase) => ({
       id: phase, name: phase, type: "bar", stack: "phases", barMaxWidth: 40,
       itemStyle: { color: PHASE_COLORS[phase] },
@@ -126,7 +160,9 @@ export function cellPhasesOption(cells, title) {
   return {
     ...option,
     title: { ...option.title, text: title },
-    xAxis: { ...option.xAxis, name: "", data: cells.map((c) => plain(c.label)), axisLabel: { interval: 0 } },
+    // Every label that fits, each cut to its share of the width; the tooltip has them whole.
+    xAxis: { ...option.xAxis, name: "", data: cells.map((c) => plain(c.label)),
+      axisLabel: { interval: 0, hideOverlap: true, overflow: "truncate", width: 96 } },
     yAxis: { ...option.yAxis, name: "ms per step" },
     series: option.series.map((s) => ({ ...s, data: cells.map((c) => c.phase_ms[s.id] ?? 0) })),
   };

@@ -5,8 +5,8 @@ import { useMemo, useState } from "preact/hooks";
 import { cellPhasesOption, Chart } from "./charts.js";
 import { CurveCharts, emptyCurves, extend } from "./run.js";
 import {
-  html, LiveBadge, metricName, num, percent, Problems, quality, runHref, seconds, StateBadge, useJSON,
-  useStream,
+  html, LiveBadge, metricName, num, percent, Problems, quality, runHref, seconds, shortNames, StateBadge,
+  useJSON, useStream,
 } from "./lib.js";
 
 function show(value) {
@@ -42,9 +42,10 @@ export function ComparePage({ runIds }) {
   const refused = status === "closed" ? "closed" : "";
   const [page, error] = useJSON(`/api/compare?${query}`, JSON.stringify(states) + refused);
   const [onlyDiffs, setOnlyDiffs] = useState(true);
-  const runs = useMemo(() => runIds.map((id) => ({ name: id, curves: curves[id] || emptyCurves() })), [runIds, curves]);
+  const names = useMemo(() => shortNames(runIds), [runIds]);
+  const runs = useMemo(() => runIds.map((id, i) => ({ name: names[i], full: id, curves: curves[id] || emptyCurves() })), [runIds, names, curves]);
   const phases = useMemo(() => page && cellPhasesOption(
-    page.runs.map((r, i) => ({ label: r.run_id, phase_ms: page.phase_ms[i] })),
+    page.runs.map((r, i) => ({ label: shortNames(page.runs.map((x) => x.run_id))[i], phase_ms: page.phase_ms[i] })),
     "Step phases (ms per step, whole run)",
   ), [page]);
   if (error) return html`<p class="alert">${error}</p>`;

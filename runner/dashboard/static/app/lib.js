@@ -147,3 +147,14 @@ export function KeyValues({ data, mark }) {
     </tr>`)}
   </tbody></table>`;
 }
+
+// Short names for run ids shown together: what tells them apart (the ids less the words they
+// all start with), at most `chars` long; the page shows the whole id on hover.
+export function shortNames(ids, chars = 22) {
+  const words = ids.map((id) => String(id).split("-"));
+  let common = 0;
+  while (words.every((w) => w.length > common + 1 && w[common] === words[0][common])) common += 1;
+  const names = words.map((w) => w.slice(common).join("-"));
+  return names.map((n, i) => (new Set(names).size === names.length && n.length <= chars ? n
+    : `${n.slice(0, chars - 3)}…${i}`));
+}

@@ -7,13 +7,13 @@ import {
   quality, seconds, StateBadge, useJSON, useStream, when,
 } from "./lib.js";
 
-const SERIES = ["train_loss", "eval_accuracy", "eval_loss", "throughput", "phases", "global_batch", "b_noise", "workers"];
+const SERIES = ["train_loss", "eval_accuracy", "eval_loss", "throughput", "phases", "global_batch", "b_noise", "workers", "decisions", "clock"];
 const LOG_LIMIT = 1 << 20; // characters of a log kept on the page; older text is dropped
 
 export function emptyCurves() {
   return {
     train_loss: [], eval_accuracy: [], eval_loss: [], throughput: [], phases: [],
-    global_batch: [], b_noise: [], workers: [], progress: null,
+    global_batch: [], b_noise: [], workers: [], decisions: [], clock: [], progress: null, headline: null,
   };
 }
 
@@ -22,35 +22,89 @@ export function extend(curves, points) {
   const next = { ...curves };
   for (const key of SERIES) if (points[key] && points[key].length) next[key] = [...curves[key], ...points[key]];
   if (points.progress) next.progress = points.progress;
+  if (points.headline) next.headline = points.headline;
   return next;
+}
+
+const X_AXES = { time: "seconds since run_start", epoch: "epoch", step: "optimizer step" };
+
+// The x of a point at t seconds on the axis chosen: t itself, or the epoch or step the run's
+// clock ([t, epoch, step] anchors from its events) puts there, linearly between anchors.
+export function xMapper(clock, axis) {
+  if (axis === "time" || !clock.length) return (t) => t;
+  const column = axis === "epoch" ? 1 : 2;
+  return (t) => {
+    if (t <= clock[0][0]) return clock[0][column];
+    let hi = clock.findIndex((c) => c[0] >= t);
+    if (hi < 0) return clock[clock.length - 1][column]; // after the last anchor: its value
+    const [a, b] = [clock[hi - 1], clock[hi]];
+    const span = b[0] - a[0];
+    return span > 0 ? a[column] + ((t - a[0]) / span) * (b[column] - a[column]) : b[column];
+  };
+}
+
+// TensorBoard's smoothing: an exponential moving average of weight `weight`, debiased so
+// that the first points are not pulled towards zero. 0 leaves the series as it is.
+export function smooth(data, weight) {
+  if (!weight) return data;
+  let last = 0;
+  return data.map(([x, v], i) => {
+    last = weight * last + (1 - weight) * v;
+    return [x, last / (1 - weight ** (i + 1))];
+  });
+}
+
+function decisionText(d) {
+  const change = d.old !== null || d.new !== null ? ` ${d.old ?? "?"} → ${d.new ?? "?"}` : "";
+  return `${d.knob || "?"}${change}: ${d.reason || "no reason recorded"}${d.step !== null ? ` (step ${d.step}${d.policy ? `, ${d.policy}` : ""})` : ""}`;
+}
+
+function ChartControls({ view, setView }) {
+  return html`<div class="chart-controls">
+    <label>x axis <select data-control="x" value=${view.x} onChange=${(e) => setView({ ...view, x: e.target.value })}>
+      ${Object.keys(X_AXES).map((k) => html`<option value=${k}>${k}</option>`)}</select></label>
+    <label>smoothing <input type="range" data-control="smoothing" min="0" max="0.95" step="0.05" value=${view.smoothing}
+      onInput=${(e) => setView({ ...view, smoothing: Number(e.target.value) })} /> ${view.smoothing.toFixed(2)}</label>
+  </div>`;
 }
 
 export function CurveCharts({ runs, target, metric, children }) {
   // runs: [{name, curves}] — one line per run (several on the comparison page).
+  const [view, setView] = useState({ x: "time", smoothing: 0 });
   const options = useMemo(() => {
     const one = runs.length === 1;
+    const xs = new Map(runs.map((r) => [r, xMapper(r.curves.clock, view.x)]));
+    // A series on the axis chosen, smoothed unless it is a knob (a knob changes at once).
+    const on = (r, key, knob = false) => {
+      const x = xs.get(r);
+      const data = r.curves[key].map(([t, v]) => [x(t), v]);
+      return knob ? data : smooth(data, view.smoothing);
+    };
     // One run: lines named by what they show; several: by run.
-    const lines = (key, label) => runs.map((r) => ({ name: one ? label : r.name, data: r.curves[key] }));
+    const lines = (key, label, knob = false) => runs.map((r) => ({ name: one ? label : r.name, full: r.full, data: on(r, key, knob) }));
+    const marks = one ? runs[0].curves.decisions.map((d) => ({ x: xs.get(runs[0])(d.t), text: decisionText(d) })) : [];
+    const common = { xName: X_AXES[view.x], marks };
     return {
       loss: linesOption({
-        title: "Loss", yName: "loss", log: true,
-        lines: one ? [{ name: "training", data: runs[0].curves.train_loss }, { name: "evaluation", data: runs[0].curves.eval_loss }]
+        ...common, title: "Loss", yName: "loss", log: true,
+        lines: one ? [{ name: "training", data: on(runs[0], "train_loss") }, { name: "evaluation", data: on(runs[0], "eval_loss") }]
           : lines("train_loss"),
       }),
-      quality: linesOption({ title: `Quality: ${metricName(metric)}`, yName: metricName(metric), lines: lines("eval_accuracy", "evaluation"), target }),
+      quality: linesOption({ ...common, title: `Quality: ${metricName(metric)}`, yName: metricName(metric), lines: lines("eval_accuracy", "evaluation"), target }),
       throughput: linesOption({
-        title: "Throughput per epoch (training set / epoch wall time)", yName: "samples/s",
+        ...common, title: "Throughput per epoch (training set / epoch wall time)", yName: "samples/s",
         lines: lines("throughput", "samples/s"),
       }),
       phases: one ? epochPhasesOption(runs[0].curves.phases) : null,
       // An adaptive run's knobs and monitors (none for a run without policies or monitors).
-      adaptive: runs.some((r) => r.curves.global_batch.length || r.curves.b_noise.length) ? adaptiveOption(runs) : null,
+      adaptive: runs.some((r) => r.curves.global_batch.length || r.curves.b_noise.length) ? adaptiveOption(runs, on, common) : null,
       workers: runs.some((r) => r.curves.workers.length) ? linesOption({
-        title: "Workers", yName: "workers", lines: lines("workers", "workers"), steps: "all",
+        ...common, title: "Workers", yName: "workers", lines: lines("workers", "workers", true), steps: "all",
       }) : null,
     };
-  }, [runs, target, metric]);
-  return html`<div class="charts">
+  }, [runs, target, metric, view]);
+  return html`<${ChartControls} view=${view} setView=${setView} />
+  <div class="charts">
     <${Chart} name="loss" option=${options.loss} />
     <${Chart} name="quality" option=${options.quality} />
     <${Chart} name="throughput" option=${options.throughput} />
@@ -62,12 +116,15 @@ export function CurveCharts({ runs, target, metric, children }) {
 }
 
 // The global batch (drawn as steps: it changes at once) beside the noise scale it follows.
-function adaptiveOption(runs) {
+// Runs without a series (a fixed run has no B_noise) have no legend entry.
+function adaptiveOption(runs, on, common) {
   const one = runs.length === 1;
-  const batch = runs.map((r) => ({ name: one ? "global batch" : `${r.name} batch`, data: r.curves.global_batch }));
-  const noise = runs.map((r) => ({ name: one ? "B_noise" : `${r.name} B_noise`, data: r.curves.b_noise }));
+  const batch = runs.filter((r) => r.curves.global_batch.length)
+    .map((r) => ({ name: one ? "global batch" : `${r.name} batch`, full: r.full, data: on(r, "global_batch", true) }));
+  const noise = runs.filter((r) => r.curves.b_noise.length)
+    .map((r) => ({ name: one ? "B_noise" : `${r.name} B_noise`, full: r.full, data: on(r, "b_noise") }));
   return linesOption({
-    title: "Global batch and gradient noise scale B_noise", yName: "samples", log: true,
+    ...common, title: "Global batch and gradient noise scale B_noise", yName: "samples", log: true,
     lines: [...batch, ...noise], steps: batch.map((l) => l.name),
   });
 }
@@ -77,10 +134,13 @@ function plural(count, word) {
 }
 
 function facts(run) {
+  const policy = (run.config || {}).policy;
   return [
     run.benchmark || "?", `${run.division || "?"} division`,
     `${plural(run.workers, "worker")} (${plural(run.nodes, "node")}, ${run.device || "?"})`,
-    run.strategy, run.stack ? `stack ${run.stack}` : run.backend, `started ${when(run.created_at)}`,
+    run.strategy, `link ${run.link || "unshaped"}`,
+    Array.isArray(policy) && policy.length ? `policy ${policy.join(",")}` : "fixed (no policy)",
+    run.stack ? `stack ${run.stack}` : run.backend, `started ${when(run.created_at)}`,
     run.since && `${run.state.toLowerCase()} since ${when(run.since)}`,
   ].filter(Boolean);
 }
@@ -99,18 +159,29 @@ function Header({ run, progress, showLog }) {
   </div>`;
 }
 
-function Figures({ run }) {
+// The headline tiles: the summary's figures once it exists; before that (and for a run that
+// never writes one, cancelled or killed) the live ones, computed from the events as they
+// arrive (runner/dashboard/headline.py): time to target the moment it is met, throughput and
+// step time over the last epoch, communication's share of the epochs so far.
+function Figures({ run, live }) {
   const s = run.summary || {};
+  const final = typeof s.run_time_s === "number";
+  const l = live || {};
+  const from = final ? "whole run" : typeof l.epoch === "number" ? `live, epoch ${l.epoch}` : "live";
+  const pick = (field) => (final ? s[field] : l[field]);
+  const tta = run.reached ? run.time_to_target_s : l.time_to_target_s;
+  const ttaNote = run.reached ? "" : typeof l.time_to_target_s === "number"
+    ? (FINISHED.includes(run.state) ? ` (met, then ${run.state.toLowerCase()}: no result)` : " (met, live)") : "";
   const items = [
-    [`${metricName(run.metric)} / target`, quality(run)],
-    ["time to target", run.reached ? seconds(run.time_to_target_s) : "–"],
-    ["run time", seconds(run.run_time_s)],
-    ["init (outside the clock)", seconds(s.init_time_s)],
-    ["throughput", run.throughput ? `${num(run.throughput, 0)} samples/s` : "–"],
-    ["step time", typeof s.step_time_ms === "number" ? `${num(s.step_time_ms, 2)} ms` : "–"],
-    ["communication share", percent(s.communication_share)],
+    ["quality", `${metricName(run.metric)} / target`, quality(run), null],
+    ["time_to_target", "time to target", typeof tta === "number" ? `${seconds(tta)}${ttaNote}` : "–", tta],
+    ["run_time", "run time", seconds(run.run_time_s), run.run_time_s],
+    ["init_time", "init (outside the clock)", seconds(s.init_time_s), s.init_time_s],
+    ["throughput", `throughput (${from})`, typeof pick("throughput_samples_per_s") === "number" ? `${num(pick("throughput_samples_per_s"), 0)} samples/s` : "–", pick("throughput_samples_per_s")],
+    ["step_time", `step time (${from})`, typeof pick("step_time_ms") === "number" ? `${num(pick("step_time_ms"), 2)} ms` : "–", pick("step_time_ms")],
+    ["communication_share", `communication share (${final ? "whole run" : "live"})`, percent(pick("communication_share")), pick("communication_share")],
   ];
-  return html`<dl class="figures">${items.map(([k, v]) => html`<div><dt>${k}</dt><dd>${v}</dd></div>`)}</dl>`;
+  return html`<dl class="figures">${items.map(([id, k, v, raw]) => html`<div data-figure=${id} data-value=${typeof raw === "number" ? String(raw) : ""}><dt>${k}</dt><dd>${v}</dd></div>`)}</dl>`;
 }
 
 function Logs({ run, log, name, setName }) {
@@ -188,7 +259,7 @@ export function RunPage({ runId }) {
       pickLog(name);
       document.getElementById("log")?.scrollIntoView();
     }} />
-    <${Figures} run=${run} />
+    <${Figures} run=${run} live=${curves.headline} />
     <${Problems} problems=${problems} />
     <${CurveCharts} runs=${runs} target=${run.target} metric=${run.metric} />
     <h2>Logs</h2>

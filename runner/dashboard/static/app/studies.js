@@ -65,8 +65,15 @@ function Figures({ report }) {
       phases: cellPhasesOption(labelled, "Compute and communication per step (ms, mean over runs)"),
       curves: linesOption({
         title: "Quality of every run", yName: "quality", target: report.target,
-        lines: report.curves.map((c) => ({ name: `${c.run_id} (${c.label})`, data: c.series.eval_accuracy || [] })),
+        lines: report.curves.map((c, i) => ({ name: `${c.label} #${i + 1}`, full: `${c.run_id} (${c.label})`, data: c.series.eval_accuracy || [] })),
       }),
+      // As `runner report`'s adaptive figure: B_noise of the runs that measured it (a fixed
+      // run has none, and no legend entry).
+      noise: report.curves.some((c) => (c.series.b_noise || []).length) ? linesOption({
+        title: "Gradient noise scale B_noise", yName: "samples", log: true,
+        lines: report.curves.filter((c) => (c.series.b_noise || []).length)
+          .map((c) => ({ name: `${c.label} #${report.curves.indexOf(c) + 1}`, full: `${c.run_id} (${c.label})`, data: c.series.b_noise })),
+      }) : null,
     };
   }, [report]);
   return html`<div class="charts">
@@ -74,6 +81,7 @@ function Figures({ report }) {
     <${Chart} name="time_to_accuracy" option=${options.tta} />
     <${Chart} name="compute_communication" option=${options.phases} />
     <${Chart} name="curves" option=${options.curves} />
+    ${options.noise ? html`<${Chart} name="b_noise" option=${options.noise} />` : ""}
   </div>`;
 }
 
