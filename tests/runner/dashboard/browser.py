@@ -92,3 +92,26 @@ def chart_points(driver: Any, chart: str, series: int = 0) -> int:
         "return series.length > arguments[1] ? series[arguments[1]].data.length : -1;",
         chart, series,
     )  # fmt: skip
+
+
+def text_overlaps(driver: Any, chart: str) -> list[tuple[str, str]]:
+    """The pairs of texts that chart `chart` draws over each other (their bounding boxes, in
+    the canvas's pixels, overlap by more than a pixel each way); labels ECharts left out
+    (ignored, invisible) are not drawn and do not count."""
+    boxes = driver.execute_script(
+        "const el = document.querySelector(`[data-chart='${arguments[0]}']`);"
+        "const zr = window.echarts.getInstanceByDom(el).getZr();"
+        "return zr.storage.getDisplayList(true)"
+        "  .filter((d) => (d.type === 'tspan' || d.type === 'text') && !d.ignore && !d.invisible && d.style"
+        "    && String(d.style.text || '').trim())"
+        "  .map((d) => { const r = d.getBoundingRect().clone();"
+        "    if (d.transform) r.applyTransform(d.transform);"
+        "    return [r.x, r.y, r.width, r.height, String(d.style.text)]; });",
+        chart,
+    )  # fmt: skip
+    pairs = []
+    for i, (x1, y1, w1, h1, a) in enumerate(boxes):
+        for x2, y2, w2, h2, b in boxes[i + 1 :]:
+            if min(x1 + w1, x2 + w2) - max(x1, x2) > 1 and min(y1 + h1, y2 + h2) - max(y1, y2) > 1:
+                pairs.append((a, b))
+    return pairs

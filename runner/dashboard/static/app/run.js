@@ -59,8 +59,16 @@ function decisionText(d) {
   return `${d.knob || "?"}${change}: ${d.reason || "no reason recorded"}${d.step !== null ? ` (step ${d.step}${d.policy ? `, ${d.policy}` : ""})` : ""}`;
 }
 
-function ChartControls({ view, setView }) {
+// One marker per moment: decisions taken together (a batch and its LR) share their line.
+function decisionMarks(decisions, x) {
+  const byTime = new Map();
+  for (const d of decisions) byTime.set(d.t, [...(byTime.get(d.t) || []), decisionText(d)]);
+  return [...byTime.entries()].map(([t, texts]) => ({ x: x(t), text: texts.join("\n") }));
+}
+
+function ChartControls({ view, setView, decisions }) {
   return html`<div class="chart-controls">
+    ${decisions ? html`<span class="decisions-key" data-decisions=${decisions}>dotted lines: ${decisions} decision${decisions === 1 ? "" : "s"} (hover one for its reason)</span>` : ""}
     <label>x axis <select data-control="x" value=${view.x} onChange=${(e) => setView({ ...view, x: e.target.value })}>
       ${Object.keys(X_AXES).map((k) => html`<option value=${k}>${k}</option>`)}</select></label>
     <label>smoothing <input type="range" data-control="smoothing" min="0" max="0.95" step="0.05" value=${view.smoothing}
@@ -82,7 +90,7 @@ export function CurveCharts({ runs, target, metric, children }) {
     };
     // One run: lines named by what they show; several: by run.
     const lines = (key, label, knob = false) => runs.map((r) => ({ name: one ? label : r.name, full: r.full, data: on(r, key, knob) }));
-    const marks = one ? runs[0].curves.decisions.map((d) => ({ x: xs.get(runs[0])(d.t), text: decisionText(d) })) : [];
+    const marks = one ? decisionMarks(runs[0].curves.decisions, xs.get(runs[0])) : [];
     const common = { xName: X_AXES[view.x], marks };
     return {
       loss: linesOption({
@@ -103,7 +111,8 @@ export function CurveCharts({ runs, target, metric, children }) {
       }) : null,
     };
   }, [runs, target, metric, view]);
-  return html`<${ChartControls} view=${view} setView=${setView} />
+  const decided = runs.length === 1 ? new Set(runs[0].curves.decisions.map((d) => d.t)).size : 0;
+  return html`<${ChartControls} view=${view} setView=${setView} decisions=${decided} />
   <div class="charts">
     <${Chart} name="loss" option=${options.loss} />
     <${Chart} name="quality" option=${options.quality} />
