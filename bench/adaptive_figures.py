@@ -23,8 +23,8 @@ import matplotlib.pyplot as plt
 from contract.events import EVAL_ACCURACY, TRAIN_LOSS
 from runner.results.runs import B_NOISE, GLOBAL_BATCH, RunResult
 
-COLORS = {"none": "#1f77b4", "batch": "#d62728"}
-LABELS = {"none": "fixed", "batch": "adaptive"}
+COLORS = {"none": "#1f77b4", "adaptive": "#d62728"}  # the arms (adaptive_study.py)
+LABELS = {"none": "fixed", "adaptive": "adaptive"}
 DPI = 100
 
 

@@ -1,4 +1,5 @@
-"""Fixed against adaptive batch size: time to target over N runs of each, by the MLPerf rule.
+"""Fixed against adaptive (batch size, or synchronisation): time to target over N runs of
+each, by the MLPerf rule, and their ratio with a bootstrap interval.
 
 Two tasks, each a study run through the runner's own API (runner.sweep, the local backend,
 2 gloo workers), exactly as `runner sweep TASK --set policy=none,batch` runs one, except
@@ -14,18 +15,27 @@ seed i: the arms are paired run by run.
   so that it ends well before the target, target 70 % (the benchmark's light target), at
   most 16 epochs.
 
-The fixed arm is the benchmark (policy=none: no monitors); the adaptive arm adds
+- sync: cnn-digits with strategy=adaptive-sync in both arms; the fixed arm trains with its
+  exact all-reduce throughout (policy=none), the adaptive arm switches to model averaging
+  and back by the replicas' divergence (policy=sync, evidence.py's median rule).
+
+An elastic run beside its fixed arm (a worker leaving and joining) is
+bench/adaptive_elastic_study.py: it needs a kill and a join in the middle of each run.
+
+The batch tasks' fixed arm is the benchmark (policy=none: no monitors); the adaptive arm adds
 policy=batch with its defaults (workloads/adaptive/config.py: the global batch starts at the
 fixed arm's, grows by powers of 2 up to 16x when the smoothed B_noise reaches twice it, the
 LR following it linearly; monitors every 10 steps; the first change after 10 readings). Both
 set compile_model=false (the batch policy refuses compilation, so the fixed arm does too).
 Printed: every run's time to target, the MLPerf aggregate of each arm (runner.results.
-aggregate), their ratio, the decisions taken and the final global batch; with --figures,
+aggregate), their ratio with a seeded percentile-bootstrap 95 % interval (runner.results.
+aggregate.ratio_interval, as `runner report` gives it), the decisions taken and the final
+global batch; with --figures,
 bench/adaptive_figures.py's two figures. `--studies` reads finished studies back instead of
 running new ones (the same table, JSON and figures). A measurement, not a test: it asserts
 nothing.
 
-Usage: python bench/adaptive_study.py [--runs 5] [--tasks cnn-digits resnet20]
+Usage: python bench/adaptive_study.py [--runs 5] [--tasks cnn-digits resnet20 sync]
        [--results-dir results] [--json out.json] [--figures bench/figures]
        [--studies STUDY_ID ...]
 """
@@ -49,12 +59,12 @@ from bench.adaptive_data import SynthCifar, write  # noqa: E402
 from runner import sweep  # noqa: E402
 from runner.job.target import local_target  # noqa: E402
 from runner.results import study as studies  # noqa: E402
-from runner.results.aggregate import Aggregate, mlperf_aggregate  # noqa: E402
+from runner.results.aggregate import Aggregate, mlperf_aggregate, ratio_interval  # noqa: E402
 from runner.results.runs import RunResult, load_run  # noqa: E402
 
 WORKERS = 2
-FIXED, ADAPTIVE = "none", "batch"  # the policy=... value of each arm
-ARMS = {FIXED: "fixed", ADAPTIVE: "adaptive"}
+FIXED = "none"  # the fixed arm's policy=...; the adaptive arm's is its task's
+ADAPTIVE = "adaptive"  # the key of the adaptive arm's rows, whatever its policy
 SYNTH = SynthCifar(num_train=2500, num_test=500)
 DATA_SUBDIR = "adaptive-study-data"
 
@@ -65,6 +75,14 @@ class Task:
     benchmark: str
     sets: tuple[str, ...]  # --set items both arms share
     needs_data: bool = False
+    policy: str = "batch"  # the adaptive arm's policy=...
+
+
+ARMS = {FIXED: "fixed", ADAPTIVE: "adaptive"}
+
+
+def arm_of(planned: studies.PlannedRun) -> str:
+    return FIXED if dict(planned.sets)["policy"] == FIXED else ADAPTIVE
 
 
 TASKS = {
@@ -75,18 +93,21 @@ TASKS = {
         ("compile_model=false", "warmup_epochs=1", "max_epochs=16", "target_value=0.7"),
         needs_data=True,
     ),
+    "sync": Task(
+        "sync", "cnn-digits", ("compile_model=false", "strategy=adaptive-sync"), policy="sync"
+    ),
 }
 
 
 def alternated(study: studies.Study) -> studies.Study:
     """The study's runs reordered fixed, adaptive, fixed, ... (run i of each arm in turn)."""
     order = {FIXED: 0, ADAPTIVE: 1}
-    runs = sorted(study.runs, key=lambda r: (r.index, order[dict(r.sets)["policy"]]))
+    runs = sorted(study.runs, key=lambda r: (r.index, order[arm_of(r)]))
     return replace(study, runs=tuple(runs))
 
 
 def run_task(task: Task, results_dir: Path, runs: int, data_dir: Path | None) -> studies.Study:
-    sets = [*task.sets, f"policy={FIXED},{ADAPTIVE}"]
+    sets = [*task.sets, f"policy={FIXED},{task.policy}"]
     if data_dir is not None:
         sets.append(f"data_dir={data_dir}")
     target = local_target(results_dir)
@@ -95,7 +116,7 @@ def run_task(task: Task, results_dir: Path, runs: int, data_dir: Path | None) ->
 
     def on_end(i: int, planned: studies.PlannedRun, outcome: Any) -> None:
         run = load_run(outcome.run.run_dir)
-        print(f"  {i + 1:>2}/{len(study.runs)} {ARMS[dict(planned.sets)['policy']]:<8} "
+        print(f"  {i + 1:>2}/{len(study.runs)} {ARMS[arm_of(planned)]:<8} "
               f"seed {planned.seed}: {outcome.status.state.value:<9} {_time(run)}",
               flush=True)  # fmt: skip
 
@@ -114,7 +135,7 @@ def arm_runs(results_dir: Path, study: studies.Study) -> dict[str, list[RunResul
     out: dict[str, list[RunResult]] = {FIXED: [], ADAPTIVE: []}
     for planned in sorted(study.runs, key=lambda r: r.seed):
         if planned.run_id is not None:
-            out[dict(planned.sets)["policy"]].append(load_run(results_dir / planned.run_id))
+            out[arm_of(planned)].append(load_run(results_dir / planned.run_id))
     return out
 
 
@@ -151,6 +172,7 @@ def table(task: str, rows: dict[str, list[dict[str, Any]]], aggs: dict[str, Aggr
     fixed, adaptive = aggs[FIXED].mean_s, aggs[ADAPTIVE].mean_s
     if fixed and adaptive:
         lines.append(f"  adaptive / fixed: {adaptive / fixed:.2f} ({aggs[FIXED].rule})")
+    lines.append("  " + ratio_line(rows[ADAPTIVE], rows[FIXED], "adaptive / fixed"))
     to_target = {p: epochs_aggregate(rows[p]).mean_s for p in ARMS}
     fixed_epochs, adaptive_epochs = to_target[FIXED], to_target[ADAPTIVE]
     if fixed_epochs and adaptive_epochs:
@@ -158,6 +180,15 @@ def table(task: str, rows: dict[str, list[dict[str, Any]]], aggs: dict[str, Aggr
                      f"{adaptive_epochs:.2f}, ratio {adaptive_epochs / fixed_epochs:.2f} "
                      "(the algorithm's part, without the machine's speed)")  # fmt: skip
     return "\n".join(lines)
+
+
+def ratio_line(a: list[dict[str, Any]], b: list[dict[str, Any]], what: str) -> str:
+    """The report's ratio of mean times to target with its bootstrap interval, in a line."""
+    r = ratio_interval([x["time_to_target_s"] for x in a], [x["time_to_target_s"] for x in b])
+    if r.ratio is None:
+        return f"{what}, all runs that reached the target: too few runs ({r.runs_a}, {r.runs_b})"
+    return (f"{what}, all runs that reached the target: {r.ratio:.2f}, 95 % interval "
+            f"{r.low:.2f}-{r.high:.2f}: {r.verdict} ({r.method})")  # fmt: skip
 
 
 def epochs_aggregate(rows: list[dict[str, Any]]) -> Aggregate:
@@ -214,6 +245,8 @@ def main() -> None:
             study = run_task(task, results_dir, args.runs, data_dir)
         runs = arm_runs(results_dir, study)
         rows = {p: [run_row(r) for r in runs[p]] for p in ARMS}
+        r = ratio_interval([x["time_to_target_s"] for x in rows[ADAPTIVE]],
+                           [x["time_to_target_s"] for x in rows[FIXED]])  # fmt: skip
         aggs = {p: mlperf_aggregate([r["time_to_target_s"] for r in rows[p]]) for p in ARMS}
         print(table(name, rows, aggs), flush=True)
         report["tasks"][name] = {
@@ -223,6 +256,8 @@ def main() -> None:
             "aggregate": {p: {"mean_s": a.mean_s, "kept_s": list(a.kept_s), "rule": a.rule,
                               "reason": a.reason} for p, a in aggs.items()},
             "epochs_aggregate": {p: epochs_aggregate(rows[p]).mean_s for p in ARMS},
+            "ratio": {"adaptive_over_fixed": r.ratio, "low": r.low, "high": r.high,
+                      "verdict": r.verdict, "method": r.method},
         }  # fmt: skip
         if args.figures is not None:
             from bench.adaptive_figures import run_figure
