@@ -95,15 +95,15 @@ def chart_points(driver: Any, chart: str, series: int = 0) -> int:
 
 
 def text_overlaps(driver: Any, chart: str) -> list[tuple[str, str]]:
-    """The pairs of texts that chart `chart` draws over each other (their bounding boxes, in
-    the canvas's pixels, overlap by more than a pixel each way); labels ECharts left out
-    (ignored, invisible) are not drawn and do not count."""
+    """The pairs of texts (zrender's tspans) that chart `chart` draws over each other: their
+    bounding boxes, in the canvas's pixels, overlap by more than a pixel each way. Labels
+    ECharts left out (ignored, invisible) are not drawn and do not count."""
     boxes = driver.execute_script(
         "const el = document.querySelector(`[data-chart='${arguments[0]}']`);"
         "const zr = window.echarts.getInstanceByDom(el).getZr();"
         "return zr.storage.getDisplayList(true)"
-        "  .filter((d) => (d.type === 'tspan' || d.type === 'text') && !d.ignore && !d.invisible && d.style"
-        "    && String(d.style.text || '').trim())"
+        "  .filter((d) => (d.type === 'tspan' || d.type === 'text') && !d.ignore"
+        "    && !d.invisible && d.style && String(d.style.text || '').trim())"
         "  .map((d) => { const r = d.getBoundingRect().clone();"
         "    if (d.transform) r.applyTransform(d.transform);"
         "    return [r.x, r.y, r.width, r.height, String(d.style.text)]; });",

@@ -32,6 +32,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # Long enough to watch (about 0.3 s an epoch on 2 idle cores, more on a busy machine); the
 # test cancels the run as soon as it has seen the curve grow.
 EPOCHS = 200
+# The live page's run: the target is met within a few epochs, and the rest leaves time to
+# read the live figures before the run ends with its summary.
+LIVE_EPOCHS = 40
 
 
 def wait_for(condition, timeout_s: float, what: str):
@@ -61,24 +64,58 @@ def browser(tmp_path):
         yield driver
 
 
-def test_the_run_page_shows_a_live_runs_curve_growing(tmp_path, browser):
+def figure(driver, name: str) -> float | None:
+    """The number a headline tile of the run page shows (its data-value), None when none."""
+    tiles = driver.find_elements("css selector", f"[data-figure='{name}']")
+    value = tiles[0].get_attribute("data-value") if tiles else ""
+    return float(value) if value else None
+
+
+HEADLINE = ("time_to_target", "throughput", "step_time", "communication_share")
+SUMMARY_FIELDS = {
+    "time_to_target": "time_to_target_s",
+    "throughput": "throughput_samples_per_s",
+    "step_time": "step_time_ms",
+    "communication_share": "communication_share",
+}
+
+
+def test_the_run_page_shows_a_live_run_and_its_headline_as_the_summary_will(tmp_path, browser):
+    # Its tiles stayed "-" while the run trained, even once the target was met.
     results = tmp_path / "results"
     results.mkdir()
-    run = submit_local(results, [f"max_epochs={EPOCHS}", "stop_at_target=false"], workers=2)
+    run = submit_local(results, [f"max_epochs={LIVE_EPOCHS}", "stop_at_target=false"], workers=2)
     try:
         with dashboard_process(results) as url:
             browser.get(f"{url}#/run/{run.run_id}")
             browser.execute_script("window.notReloaded = true")
             first = wait_for(lambda: max(chart_points(browser, "loss"), 0), 120, "a loss point")
+            live = wait_for(lambda: browser.find_element("css selector", ".state").text
+                            == "RUNNING" and figure(browser, "time_to_target"), 120,
+                            "the time to target while the run trains")  # fmt: skip
             assert browser.find_element("css selector", ".state").text == "RUNNING"
+            shown = {name: figure(browser, name) for name in HEADLINE}
+            assert all(v is not None and v > 0 for v in shown.values()), shown
             wait_for(lambda: chart_points(browser, "loss") >= first + 3, 120, "more loss points")
             assert chart_points(browser, "quality") >= first  # the quality curve grows too
             assert browser.execute_script("return window.notReloaded") is True
             hover(browser, "quality")  # a tooltip must draw within the page's policy too
+            wait_for(lambda: browser.find_element("css selector", ".state").text == "SUCCEEDED",
+                     120, "the page to show the run succeeded")  # fmt: skip
+            summary = json.loads((run.run_dir / "summary.json").read_text())
+            # The live time to target is the summary's, to the last bit; once the summary is
+            # there the tiles are its figures (throughput, step time and communication share
+            # of the whole run, where the live ones were the last epoch's).
+            assert live == summary["time_to_target_s"]
+            wait_for(lambda: figure(browser, "throughput") == summary["throughput_samples_per_s"],
+                     30, "the summary's figures")  # fmt: skip
+            assert {n: figure(browser, n) for n in HEADLINE} == {
+                n: summary[f] for n, f in SUMMARY_FIELDS.items()
+            }
+            # The log pane reads as `runner logs` does: no raw event lines.
+            log = browser.find_element("css selector", "pre.log").text
+            assert ":::MLLOG" not in log and "eval_accuracy 0." in log, log[-2000:]
             assert console_errors(browser) == []
-            api.cancel(results, run)
-            wait_for(lambda: browser.find_element("css selector", ".state").text == "CANCELLED",
-                     30, "the page to show the run cancelled")  # fmt: skip
     finally:
         api.cancel(results, run)  # idempotent; nothing outlives the test
 
@@ -196,20 +233,69 @@ def test_the_runs_table_lists_a_run_that_starts_while_it_is_open(tmp_path, brows
         assert console_errors(browser) == []
 
 
-def test_an_adaptive_runs_page_draws_its_global_batch_and_noise_scale(tmp_path, browser):
+def choose(driver, select: str, text: str) -> None:
+    """Picks the option shown as `text` of the <select> at CSS `select` (Preact sets an
+    option's value as a property, which Selenium's by-value lookup does not see)."""
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("css selector", select)).select_by_visible_text(text)
+
+
+def chart_option(driver, chart: str, script: str):
+    """`script` run on chart `chart`'s option (`o`)."""
+    return driver.execute_script(
+        "const el = document.querySelector(`[data-chart='${arguments[0]}']`);"
+        f"const o = window.echarts.getInstanceByDom(el).getOption(); return {script};",
+        chart,
+    )
+
+
+def test_an_adaptive_runs_page_draws_its_decisions_knobs_and_noise_scale(tmp_path, browser):
+    from contract.events import read_events
+    from runner.cli.views import event_text
+
     results = tmp_path / "results"
     results.mkdir()
     # A small starting batch, so that the noise scale soon exceeds it and the batch grows.
     sets = ["policy=batch", "batch_size=4", "lr=0.01", "max_epochs=2", "stop_at_target=false",
-            "strategy=allreduce"]  # fmt: skip
+            "strategy=allreduce", "monitor_interval_steps=5"]  # fmt: skip
     run = submit_local(results, sets, workers=2)
     try:
         assert api.wait(results, run).state.value == "SUCCEEDED"
+        events = read_events(run.run_dir / "events.jsonl")
+        start_ms = next(e["time_ms"] for e in events if e["key"] == "run_start")
+        stop_s = (next(e["time_ms"] for e in events if e["key"] == "run_stop") - start_ms) / 1000
+        decisions = [e for e in events if e["key"] == "stackbench_decision"]
+        moments = sorted({(e["time_ms"] - start_ms) / 1000 for e in decisions})
+        assert moments, "the batch never grew: nothing to draw"
         with dashboard_process(results) as url:
             browser.get(f"{url}#/run/{run.run_id}")
             wait_for(lambda: chart_points(browser, "adaptive", 0) > 2, 60, "the batch series")
             assert chart_points(browser, "adaptive", 1) > 2  # B_noise beside it
-            assert chart_points(browser, "workers") > 2
+            # The knobs' series run from the run's start to its end (not from the first
+            # change to the last).
+            for chart in ("workers", "adaptive"):
+                first, last = chart_option(
+                    browser,
+                    chart,
+                    "[o.series[0].data[0], o.series[0].data[o.series[0].data.length - 1]]",
+                )
+                assert first[0] == 0 and last[0] == pytest.approx(stop_s, abs=1e-3), chart
+            # Each moment of decision a marker, its reason on hover.
+            marks = chart_option(browser, "loss", "o.series[0].markLine.data.map("
+                                 "(m) => [m.xAxis, m.emphasis.label.formatter()])")  # fmt: skip
+            assert [m[0] for m in marks] == pytest.approx(moments, abs=1e-3)
+            assert decisions[0]["value"]["reason"] in marks[0][1]
+            assert "evidence" in decisions[0]["value"]  # what the policy acted on
+            # The log pane: `runner logs`' own lines, the decisions among them.
+            log = browser.find_element("css selector", "pre.log").text.splitlines()
+            assert event_text(decisions[0], start_ms) in log
+            # Epochs on the x axis: the loss (one point an epoch) at epochs 1 and 2.
+            choose(browser, "select[data-control='x']", "epoch")
+            wait_for(lambda: chart_option(browser, "loss", "o.xAxis[0].name") == "epoch", 10,
+                     "the epoch axis")  # fmt: skip
+            xs = chart_option(browser, "loss", "o.series[0].data.map((p) => p[0])")
+            assert xs == pytest.approx([1, 2])
             hover(browser, "adaptive")
             assert console_errors(browser) == []
     finally:
@@ -314,3 +400,73 @@ def test_a_comparison_whose_run_is_deleted_says_so_rather_than_showing_it(tmp_pa
         shutil.rmtree(results / "b")
         wait_for(lambda: "no run 'b'" in browser.page_source, 30, "the page to say b is gone")
         assert "Comparing 2 runs" not in browser.page_source
+
+
+def test_any_configuration_key_filters_groups_and_labels_without_overlap(tmp_path, browser):
+    # The link and the policy were in neither the table nor a filter; compare and study
+    # legends of full run ids were cut and paged, and their x labels drawn over each other.
+    from runner.results import study
+    from tests.runner.dashboard.browser import text_overlaps
+    from tests.runner.rundirs import make_run
+
+    results = tmp_path / "results"
+    results.mkdir()
+    arms = [("none", "allreduce"), ("batch", "allreduce"), ("none", "allreduce-per-param"),
+            ("batch", "allreduce-per-param")]  # fmt: skip
+    ids, planned = [], []
+    for i, (policy, strategy) in enumerate(arms):
+        run_id = f"cnn-digits-20260101-00000{i}-{i}a1b2c-{strategy}-{policy}"
+        run_dir = make_run(results, run_id, 2, 10.0 + i,
+                           overrides=(f"policy={policy}", f"strategy={strategy}"))  # fmt: skip
+        job = json.loads((run_dir / "job.json").read_text())
+        job["placement"]["link"] = "25mbit" if i % 2 else None
+        (run_dir / "job.json").write_text(json.dumps(job))
+        ids.append(run_id)
+        sets = (("policy", policy), ("strategy", strategy))
+        planned.append(study.PlannedRun(2, sets, 0, 0, run_id, "SUCCEEDED"))
+    record = study.Study("study-keys", "cnn-digits", (2,), {"policy": ("none", "batch"),
+                         "strategy": ("allreduce", "allreduce-per-param")}, (), 1, "local",
+                         tuple(planned), state="complete")  # fmt: skip
+    study.save(results, record)
+
+    def runs_shown() -> list[str]:
+        rows = browser.find_elements("css selector", "tr.run-row")
+        return sorted(r.get_attribute("data-run") for r in rows)
+
+    with dashboard_process(results) as url:
+        browser.get(url)
+        wait_for(lambda: len(runs_shown()) == 4, 60, "the runs")
+        links = [c.text for c in browser.find_elements("css selector", "td[data-key='link']")]
+        assert sorted(links) == ["25mbit", "25mbit", "unshaped", "unshaped"]
+        search = browser.find_element("css selector", "input[type=search]")
+        search.send_keys("policy=batch 25mbit")
+        wait_for(lambda: runs_shown() == [ids[1], ids[3]], 10, "the filtered runs")
+        search.clear()
+        choose(browser, "select[aria-label='group by']", "group by strategy")
+        groups = browser.find_elements("css selector", "tbody[data-group]")
+        assert [g.get_attribute("data-group") for g in groups] == [
+            "allreduce",
+            "allreduce-per-param",
+        ]
+        choose(browser, "select[aria-label='add a column']", "batch_size")
+        assert browser.find_elements("css selector", "td[data-key='batch_size']")
+        pages = {f"#/compare/{','.join(ids)}": ("loss", "quality", "phases"),
+                 "#/study/study-keys": ("speedup", "time_to_accuracy", "compute_communication",
+                                        "curves")}  # fmt: skip
+        for page, charts in pages.items():
+            browser.get(f"{url}{page}")
+            wait_for(lambda c=charts: chart_points(browser, c[-1]) > 0, 60, f"{page}'s charts")
+            for width in (1400, 800):
+                browser.set_window_size(width, 1000)
+                time.sleep(0.5)  # the charts follow the resize on the next frame
+                for chart in charts:
+                    assert text_overlaps(browser, chart) == [], (page, width, chart)
+            browser.set_window_size(1400, 1000)
+        browser.get(f"{url}#/compare/{','.join(ids)}")
+        wait_for(lambda: chart_points(browser, "loss") > 0, 60, "the comparison")
+        names = chart_option(browser, "loss", "o.series.map((s) => s.name)")
+        assert all(len(n) <= 26 for n in names) and len(set(names)) == 4, names
+        full = chart_option(browser, "loss", "o.series.map((s) => "
+                            "o.legend[0].tooltip.formatter({ name: s.name }))")  # fmt: skip
+        assert full == ids
+        assert console_errors(browser) == []

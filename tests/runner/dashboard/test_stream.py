@@ -99,7 +99,7 @@ def test_a_log_reads_as_runner_logs_shows_it(results, dashboard):
     run_dir = make_run(results, "cnn-a", 2, 30.0, state="RUNNING")
     start, accuracy = event_line("run_start", None, 1000), event_line("eval_accuracy", 0.9, 2500, 1)
     (run_dir / "logs" / "rank-0.log").write_text(
-        f"hello\n:::MLLOG {start}:::MLLOG {accuracy}:::MLLOG {{\"key\": "  # the last cut
+        f'hello\n:::MLLOG {start}:::MLLOG {accuracy}:::MLLOG {{"key": '  # the last cut
     )
     stream = EventStream(dashboard, "/api/stream?log=cnn-a/rank-0.log")
     try:

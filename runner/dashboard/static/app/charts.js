@@ -11,13 +11,56 @@ const PHASE_COLORS = {
   data: "#bdbdbd", forward: "#6baed6", backward: "#3182bd", optimizer: "#9ecae1", communication: "#e6550d",
 };
 
+// A legend that wraps onto as many lines as its entries need, the plot below it: a scrolling
+// legend paged its entries (1/2, 1/3) and drew its pager over them. Entries are measured as
+// ECharts draws them (12px sans-serif, a 25 px icon, 5 px to the text, 10 px between).
+const LEGEND_FONT = "12px sans-serif";
+const LEGEND_LINE_PX = 22;
+let measure = null;
+
+function textWidth(text) {
+  measure = measure || document.createElement("canvas").getContext("2d");
+  measure.font = LEGEND_FONT;
+  return measure.measureText(text).width;
+}
+
+function legendLines(option, width) {
+  const entries = (option.series || []).map((s) => s.name).filter((n, i, all) => all.indexOf(n) === i);
+  const format = option.legend.formatter || ((n) => n);
+  let lines = 1;
+  let used = 0;
+  const room = width - 8 - 10; // the legend's right offset and its padding
+  for (const name of entries) {
+    const item = 25 + 5 + textWidth(format(name)) + 10;
+    if (used > 0 && used + item > room) {
+      lines += 1;
+      used = 0;
+    }
+    used += item;
+  }
+  return entries.length ? lines : 0;
+}
+
+function fitted(option, width) {
+  if (!option || !option.legend || !option.grid || !width) return option;
+  const lines = legendLines(option, width);
+  return { ...option, legend: { ...option.legend, type: "plain" },
+    grid: { ...option.grid, top: 36 + LEGEND_LINE_PX * Math.max(1, lines) } };
+}
+
 // `name` labels the chart for tests and people alike (data-chart attribute).
 export function Chart({ option, name }) {
   const box = useRef(null);
   const chart = useRef(null);
+  const latest = useRef(option);
+  latest.current = option;
   useEffect(() => {
     chart.current = echarts.init(box.current, null, { renderer: "canvas" });
-    const observer = new ResizeObserver(() => chart.current && chart.current.resize());
+    const observer = new ResizeObserver(() => {
+      if (!chart.current || !box.current) return; // gone with its page
+      chart.current.setOption(fitted(latest.current, box.current.clientWidth), { replaceMerge: ["series"] });
+      chart.current.resize();
+    });
     observer.observe(box.current);
     return () => {
       observer.disconnect();
@@ -27,7 +70,9 @@ export function Chart({ option, name }) {
   }, []);
   useEffect(() => {
     // Merge, replacing the series: a live update keeps the zoom and the legend's choices.
-    chart.current.setOption(option, { replaceMerge: ["series"] });
+    if (chart.current && box.current) {
+      chart.current.setOption(fitted(option, box.current.clientWidth), { replaceMerge: ["series"] });
+    }
   }, [option]);
   return html`<div class="chart" ref=${box} data-chart=${name}></div>`;
 }
@@ -82,7 +127,7 @@ function base(title, yName, xName) {
     title: { text: title, left: 0, top: 0, textStyle: { fontSize: 13, fontWeight: 600 } },
     tooltip: { ...TOOLTIP, trigger: "axis", formatter: axisTooltip },
     // Short entries, the full name on hover: a legend of full run ids was cut and paged.
-    legend: { type: "scroll", top: 22, left: 0, right: 8, formatter: (n) => plain(short(n)),
+    legend: { type: "plain", top: 22, left: 0, right: 8, formatter: (n) => plain(short(n)),
       tooltip: { show: true, ...TOOLTIP, formatter: (p) => plain(p.name) } },
     grid: { left: 64, right: 24, top: 58, bottom: 44 },
     // Labels that would overlap are left out, never drawn over each other.

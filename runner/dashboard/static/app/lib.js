@@ -148,13 +148,13 @@ export function KeyValues({ data, mark }) {
   </tbody></table>`;
 }
 
-// Short names for run ids shown together: what tells them apart (the ids less the words they
-// all start with), at most `chars` long; the page shows the whole id on hover.
+// Short names for run ids shown together: the words (between dashes) in which they differ,
+// at most `chars` long and never two alike; the page shows the whole id on hover.
 export function shortNames(ids, chars = 22) {
   const words = ids.map((id) => String(id).split("-"));
-  let common = 0;
-  while (words.every((w) => w.length > common + 1 && w[common] === words[0][common])) common += 1;
-  const names = words.map((w) => w.slice(common).join("-"));
-  return names.map((n, i) => (new Set(names).size === names.length && n.length <= chars ? n
-    : `${n.slice(0, chars - 3)}…${i}`));
+  const longest = Math.max(0, ...words.map((w) => w.length));
+  const varying = [...Array(longest).keys()].filter((i) => new Set(words.map((w) => w[i])).size > 1);
+  const names = words.map((w) => varying.map((i) => w[i]).filter((x) => x !== undefined).join("-") || w.join("-"));
+  const cut = names.map((n) => (n.length <= chars ? n : `${n.slice(0, chars - 1)}…`));
+  return new Set(cut).size === cut.length ? cut : cut.map((n, i) => `${i + 1}: ${n}`);
 }

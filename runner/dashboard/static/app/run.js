@@ -30,8 +30,11 @@ const X_AXES = { time: "seconds since run_start", epoch: "epoch", step: "optimiz
 
 // The x of a point at t seconds on the axis chosen: t itself, or the epoch or step the run's
 // clock ([t, epoch, step] anchors from its events) puts there, linearly between anchors.
+// Without a clock (a run whose events have no epochs yet) no point has an epoch or a step:
+// null, and the series is empty on that axis rather than drawn at its seconds.
 export function xMapper(clock, axis) {
-  if (axis === "time" || !clock.length) return (t) => t;
+  if (axis === "time") return (t) => t;
+  if (!clock.length) return () => null;
   const column = axis === "epoch" ? 1 : 2;
   return (t) => {
     if (t <= clock[0][0]) return clock[0][column];
@@ -85,12 +88,12 @@ export function CurveCharts({ runs, target, metric, children }) {
     // A series on the axis chosen, smoothed unless it is a knob (a knob changes at once).
     const on = (r, key, knob = false) => {
       const x = xs.get(r);
-      const data = r.curves[key].map(([t, v]) => [x(t), v]);
+      const data = r.curves[key].map(([t, v]) => [x(t), v]).filter(([at]) => at !== null);
       return knob ? data : smooth(data, view.smoothing);
     };
     // One run: lines named by what they show; several: by run.
     const lines = (key, label, knob = false) => runs.map((r) => ({ name: one ? label : r.name, full: r.full, data: on(r, key, knob) }));
-    const marks = one ? decisionMarks(runs[0].curves.decisions, xs.get(runs[0])) : [];
+    const marks = one ? decisionMarks(runs[0].curves.decisions, xs.get(runs[0])).filter((m) => m.x !== null) : [];
     const common = { xName: X_AXES[view.x], marks };
     return {
       loss: linesOption({
