@@ -172,3 +172,26 @@ def test_a_run_directory_swapped_for_a_link_after_it_was_checked_is_never_read(t
     assert data._latest(path) == {}
     assert any(p["file"] == "events.jsonl" for p in data._unsafe_for_load_run(path))
     assert files.scan(path) == []
+
+
+def test_a_cancelled_run_that_met_its_target_says_when_but_has_no_result(tmp_path):
+    run_dir = make_run(tmp_path, "cnn-c", 2, None, state="CANCELLED", write_summary=False)
+    met = {"time_ms": 1_700_000_004_250, "key": "stackbench_time_to_target_s", "value": 4.25,
+           "metadata": {"epoch_num": 2}}  # fmt: skip
+    with open(run_dir / "events.jsonl", "a") as f:
+        f.write(json.dumps(met) + "\n")
+
+    row = run_row(tmp_path, "cnn-c")
+
+    assert row["target_met_s"] == 4.25  # shown, as the run met it
+    assert row["time_to_target_s"] is None and row["reached"] is not True  # no result
+
+
+def test_every_configuration_key_is_a_key_of_the_row(tmp_path):
+    make_run(tmp_path, "cnn-k", 2, 5.0, overrides=("policy=batch", "strategy=allreduce"))
+
+    keys = run_row(tmp_path, "cnn-k")["keys"]
+
+    assert keys["policy"] == "batch" and keys["strategy"] == "allreduce"
+    assert keys["link"] == "unshaped" and keys["workers"] == "2" and keys["division"] == "open"
+    assert keys["batch_size"] == "32"  # a key left at its default is a key too
