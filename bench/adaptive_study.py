@@ -76,6 +76,9 @@ class Task:
     sets: tuple[str, ...]  # --set items both arms share
     needs_data: bool = False
     policy: str = "batch"  # the adaptive arm's policy=...
+    # --set items of one arm alone, where the arms differ by more than policy=...
+    fixed_only: tuple[str, ...] = ()
+    adaptive_only: tuple[str, ...] = ()
 
 
 ARMS = {FIXED: "fixed", ADAPTIVE: "adaptive"}
@@ -104,6 +107,23 @@ def alternated(study: studies.Study) -> studies.Study:
     order = {FIXED: 0, ADAPTIVE: 1}
     runs = sorted(study.runs, key=lambda r: (r.index, order[arm_of(r)]))
     return replace(study, runs=tuple(runs))
+
+
+def run_pairs(task: Task, results_dir: Path, runs: int) -> dict[str, list[RunResult]]:
+    """Arms that differ by more than their policy cannot be one sweep's grid (a sweep takes
+    every combination): each run is a study of its own, the arms alternating, seed i both."""
+    target = local_target(results_dir)
+    out: dict[str, list[RunResult]] = {FIXED: [], ADAPTIVE: []}
+    for seed in range(runs):
+        for arm, own in ((FIXED, task.fixed_only), (ADAPTIVE, task.adaptive_only)):
+            policy = FIXED if arm == FIXED else task.policy
+            sets = [*task.sets, *own, f"policy={policy}"]
+            study = sweep.new_study(task.benchmark, [WORKERS], sets, 1, target, base_seed=seed)
+            done = sweep.run_study(results_dir, study, target, sweep.Callbacks())
+            run = load_run(results_dir / done.runs[0].run_id)  # type: ignore[operator]
+            print(f"  seed {seed} {ARMS[arm]:<8} {run.state:<9} {_time(run)}", flush=True)
+            out[arm].append(run)
+    return out
 
 
 def run_task(task: Task, results_dir: Path, runs: int, data_dir: Path | None) -> studies.Study:
@@ -238,20 +258,24 @@ def main() -> None:
         report["load_start"] = load_start
     for i, name in enumerate(args.tasks):
         task = TASKS[name]
-        if args.studies is not None:
+        if task.fixed_only and args.studies is None:
+            runs, study = run_pairs(task, results_dir, args.runs), None
+        elif args.studies is not None:
             study = read_study(results_dir, args.studies[i])
         else:
             data_dir = write(SYNTH, results_dir / DATA_SUBDIR).parent if task.needs_data else None
             study = run_task(task, results_dir, args.runs, data_dir)
-        runs = arm_runs(results_dir, study)
+        if study is not None:
+            runs = arm_runs(results_dir, study)
         rows = {p: [run_row(r) for r in runs[p]] for p in ARMS}
         r = ratio_interval([x["time_to_target_s"] for x in rows[ADAPTIVE]],
                            [x["time_to_target_s"] for x in rows[FIXED]])  # fmt: skip
         aggs = {p: mlperf_aggregate([r["time_to_target_s"] for r in rows[p]]) for p in ARMS}
         print(table(name, rows, aggs), flush=True)
         report["tasks"][name] = {
-            "study_id": study.study_id, "benchmark": task.benchmark, "sets": list(task.sets),
-            "created_at": study.created_at, "finished_at": study.finished_at,
+            "study_id": study.study_id if study else None, "benchmark": task.benchmark,
+            "sets": list(task.sets), "created_at": study.created_at if study else None,
+            "finished_at": study.finished_at if study else None,
             "rows": rows,
             "aggregate": {p: {"mean_s": a.mean_s, "kept_s": list(a.kept_s), "rule": a.rule,
                               "reason": a.reason} for p, a in aggs.items()},

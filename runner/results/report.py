@@ -149,10 +149,18 @@ def adapts(run: RunResult) -> bool:
     return bool(run.config.get("policy")) or run.min_workers is not None
 
 
+# A strategy that a policy switches, and the fixed strategy it is when nothing switches it:
+# adaptive-sync's exact mode is the allreduce strategy (workloads/adaptive/sync.py), and
+# adaptive-sync needs policy=sync, so its fixed arm can only be allreduce.
+SWITCHED_STRATEGIES = {"adaptive-sync": "allreduce"}
+
+
 def _arm_config(run: RunResult) -> str:
     """What must be equal between an adaptive arm and its fixed one."""
     kept = {k: v for k, v in run.config.items()
             if k not in RUN_CONTROLS and k not in ADAPTATION_KEYS}  # fmt: skip
+    strategy = kept.get("strategy")
+    kept["strategy"] = SWITCHED_STRATEGIES.get(str(strategy), strategy)
     where = (run.benchmark, run.device, run.link, run.world_size)
     return json.dumps([where, kept], sort_keys=True, default=str)
 
