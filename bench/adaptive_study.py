@@ -96,8 +96,14 @@ TASKS = {
         ("compile_model=false", "warmup_epochs=1", "max_epochs=16", "target_value=0.7"),
         needs_data=True,
     ),
+    # adaptive-sync needs policy=sync; its exact mode is the allreduce strategy, the fixed arm.
     "sync": Task(
-        "sync", "cnn-digits", ("compile_model=false", "strategy=adaptive-sync"), policy="sync"
+        "sync",
+        "cnn-digits",
+        ("compile_model=false",),
+        policy="sync",
+        fixed_only=("strategy=allreduce",),
+        adaptive_only=("strategy=adaptive-sync",),
     ),
 }
 
