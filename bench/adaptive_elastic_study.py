@@ -125,10 +125,16 @@ def one_run(results: Path, seed: int, elastic: bool) -> dict[str, Any]:
         leave_and_join(results, run)
     status = api.wait(results, run)
     result = load_run(run.run_dir)
-    row = {"run_id": run.run_id, "seed": seed, "arm": "elastic" if elastic else "fixed",
-           "state": status.state.value, "time_to_target_s": result.time_to_target_s,
-           "workers": _changes(run)}  # fmt: skip
-    changes = " ".join(f"{c['old']}->{c['new']} at {c['t_s']:.1f} s" for c in row["workers"])
+    changed = _changes(run)
+    row: dict[str, Any] = {
+        "run_id": run.run_id,
+        "seed": seed,
+        "arm": "elastic" if elastic else "fixed",
+        "state": status.state.value,
+        "time_to_target_s": result.time_to_target_s,
+        "workers": changed,
+    }
+    changes = " ".join(f"{c['old']}->{c['new']} at {c['t_s']:.1f} s" for c in changed)
     tta = row["time_to_target_s"]
     print(f"  seed {seed} {row['arm']:<8} {row['state']:<9} "
           f"{'miss' if tta is None else f'{tta:.2f} s':>9} {changes}", flush=True)  # fmt: skip

@@ -2,9 +2,11 @@
 
     PYTHONPATH=. .venv/bin/python docs/screenshots.py RESULTS_DIR
 
-RESULTS_DIR must hold a finished study with runs on 2 workers (`runner sweep cnn-digits
---workers 1,2 --runs 5 --local` makes one). The script starts one more cnn-digits run on 2
-workers with another batch size, so that the table and the run page show a run training and
+RESULTS_DIR must hold a finished study with runs on 2 workers; the README's is fixed against
+adaptive batch size (`runner sweep cnn-digits --workers 2 --runs 3 --set policy=none,batch
+--set batch_size=4 --set lr=0.01 --set strategy=allreduce --set monitor_interval_steps=5`).
+The script starts one more cnn-digits run on 2 workers under the batch policy, so that the
+table and the run page show a run training, its batch decisions marked on its curves, and
 the comparison sets it beside one of the study's; it serves RESULTS_DIR with `runner dashboard`
 and writes docs/dashboard-{runs,run,compare,study}.png, then cancels its run. Needs chromium,
 chromium-driver and selenium (tests/runner/dashboard/browser.py).
@@ -64,7 +66,8 @@ def main(root: Path) -> None:
     if not studies:
         raise SystemExit(f"no finished study in {root}; run a sweep first (see the docstring)")
     study_id = studies[0]["study_id"]
-    overrides = ["batch_size=64", "max_epochs=60", "stop_at_target=false"]
+    overrides = ["policy=batch", "batch_size=4", "lr=0.01", "strategy=allreduce",
+                 "monitor_interval_steps=5", "max_epochs=60", "stop_at_target=false"]  # fmt: skip
     spec = resolve("cnn-digits", overrides, Placement(procs_per_node=2))
     run = api.submit(spec, LocalBackend(root), root, "local")
     try:
@@ -75,18 +78,20 @@ def main(root: Path) -> None:
         ):
             live = f"{url}#/run/{run.run_id}"
             driver.get(live)
-            wait_for(lambda: chart_points(driver, "loss") >= 6, 600)
+            # Until the batch has grown (a decision to mark) and the target is met (live tiles).
+            wait_for(lambda: chart_points(driver, "loss") >= 6
+                     and driver.find_elements("css selector", "[data-decisions]"), 600)  # fmt: skip
             shoot(driver, url, "runs", lambda: driver.find_elements("css selector", "tr.run-row"),
                   height=900)  # fmt: skip
             driver.set_window_size(WIDTH, 900)
-            shoot(driver, live, "run", lambda: chart_points(driver, "loss") >= 6, height=1650)
+            shoot(driver, live, "run", lambda: chart_points(driver, "loss") >= 6, height=1950)
             driver.set_window_size(WIDTH, 900)
             pair = f"{study_run(root, study_id, 2)},{run.run_id}"
             shoot(driver, f"{url}#/compare/{pair}", "compare",
                   lambda: chart_points(driver, "quality") > 0, height=1500)  # fmt: skip
             driver.set_window_size(WIDTH, 900)
             shoot(driver, f"{url}#/study/{study_id}", "study",
-                  lambda: chart_points(driver, "speedup") > 0, height=1900)  # fmt: skip
+                  lambda: chart_points(driver, "speedup") > 0, height=2300)  # fmt: skip
     finally:
         api.cancel(root, run)
 

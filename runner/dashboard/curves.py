@@ -57,6 +57,10 @@ def _number(value: Any) -> float | None:
     return finite_number(value)  # None also for an integer too large for a float
 
 
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _epoch(event: Mapping[str, Any]) -> int | None:
     metadata = event.get("metadata")
     epoch = metadata.get("epoch_num") if isinstance(metadata, dict) else None
@@ -129,13 +133,7 @@ class Curves:
             if all(v is not None for v in phases.values()):
                 out[PHASES].append({"epoch": _epoch(event), "t": t_s, **phases})
         elif key == keys.PROGRESS and isinstance(value, dict):
-            fields = {k: value.get(k) for k in ("epoch", "step", "steps")}
-            if all(isinstance(v, int) and not isinstance(v, bool) for v in fields.values()):
-                out[PROGRESS] = {**fields, "t": t_s}
-                if fields["steps"] > 0 and 0 <= fields["step"] <= fields["steps"]:
-                    done = fields["step"] / fields["steps"]
-                    out[CLOCK].append([t_s, fields["epoch"] - 1 + done,
-                                       self._steps_done + fields["step"]])  # fmt: skip
+            self._progress(out, t_s, value)
         elif key == MONITORS and isinstance(value, dict):
             for name, series in MONITORED.items():
                 number = _number(value.get(name))
@@ -148,6 +146,14 @@ class Curves:
             # end at its last change and read as if the run had stopped there).
             for series, last in self._stepped.items():
                 out[series].append([t_s, last])
+
+    def _progress(self, out: dict[str, Any], t_s: float, value: Mapping[str, Any]) -> None:
+        epoch, step, steps = (_int(value.get(k)) for k in ("epoch", "step", "steps"))
+        if epoch is None or step is None or steps is None:
+            return
+        out[PROGRESS] = {"epoch": epoch, "step": step, "steps": steps, "t": t_s}
+        if steps > 0 and 0 <= step <= steps:
+            out[CLOCK].append([t_s, epoch - 1 + step / steps, self._steps_done + step])
 
     def _add(self, out: dict[str, Any], series: str, t_s: float, value: float, start: float
              ) -> None:  # fmt: skip
