@@ -205,9 +205,10 @@ export function cellPhasesOption(cells, title) {
   return {
     ...option,
     title: { ...option.title, text: title },
-    // Every label that fits, each cut to its share of the width; the tooltip has them whole.
+    // Every label that fits beside its neighbours (the others left out); the tooltip has
+    // them all. Not cut to a width: a cut label of two lines drew its lines over each other.
     xAxis: { ...option.xAxis, name: "", data: cells.map((c) => plain(c.label)),
-      axisLabel: { interval: 0, hideOverlap: true, overflow: "truncate", width: 96 } },
+      axisLabel: { interval: 0, hideOverlap: true, lineHeight: 14 } },
     yAxis: { ...option.yAxis, name: "ms per step" },
     series: option.series.map((s) => ({ ...s, data: cells.map((c) => c.phase_ms[s.id] ?? 0) })),
   };
