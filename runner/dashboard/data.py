@@ -32,8 +32,8 @@ from contract.manifest import parse_manifest
 from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus
 from contract.summary import MicroSummary, Summary, parse_summary
 from runner.dashboard import curves, files
+from runner.dashboard.keys import config_keys
 from runner.errors import RunnerError
-from runner.job.spec import Placement
 from runner.results import rundir
 from runner.results import study as studies
 from runner.results.runs import RunResult, load_run
@@ -258,35 +258,6 @@ def run_row(root: Path, run_id: str) -> dict[str, Any]:
     row.update(_valid_result(row))
     row["notes"] = _notes(row, path, summary)
     return row
-
-
-# Keys every run has beside its config's, named as a page groups and filters by them.
-UNSHAPED = "unshaped"
-
-
-def config_keys(
-    config: Mapping[str, Any], placement: Placement, division: str, manifest: Any
-) -> dict[str, str]:
-    """Every configuration key of a run as text, for the table's columns, filters and groups:
-    the keys --set takes, and where it ran (workers, the link), its division and, for a run
-    of a plugin's code, the plugin its manifest names (whatever field holds it)."""
-    keys = {k: _text(v) for k, v in config.items()}
-    keys |= {"workers": placement.workers_text, "link": placement.link or UNSHAPED,
-             "division": division}  # fmt: skip
-    keys["policy"] = keys.get("policy") or "none"
-    recorded = manifest.to_dict() if manifest is not None else {}
-    for field in ("plugin", "plugins"):
-        if recorded.get(field):
-            keys["plugin"] = _text(recorded[field])
-    return keys
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, list | tuple):
-        return ",".join(_text(v) for v in value)
-    if isinstance(value, dict):  # a plugin's record by its name, or names to records
-        return str(value["name"]) if "name" in value else ",".join(map(str, value))
-    return "" if value is None else str(value)
 
 
 def _valid_result(row: Mapping[str, Any]) -> dict[str, Any]:
