@@ -3,7 +3,7 @@ N runs of each, and elastic / fixed with the report's bootstrap interval.
 
 cnn-digits on the local backend (gloo, strategy=allreduce: elastic runs need a strategy not
 built on DDP), 8 samples a worker at LR 0.025 (so that an epoch has enough steps for a worker
-to leave and join inside the run before its target, 97 % here), alternating runs of the two
+to leave and join inside the run before its target, 96 % here), alternating runs of the two
 arms, run i of both with seed i:
 
 - fixed: 3 workers throughout (--workers 3);
@@ -48,10 +48,11 @@ from runner.job.spec import Placement, resolve  # noqa: E402
 from runner.results.aggregate import mlperf_aggregate, ratio_interval  # noqa: E402
 from runner.results.runs import load_run  # noqa: E402
 
-# A target of 97 %, past the benchmark's 95 %: at 95 % a run met it about as soon as the leaver
-# was gone, before the joiner (a new process importing torch) was admitted.
+# A target of 96 %, past the benchmark's 95 %: at 95 % a run met it about as soon as the leaver
+# was gone, before the joiner (a new process importing torch) was admitted; 97 % was missed
+# in 20 epochs by a fixed run of this setting.
 SETS = ["strategy=allreduce", "compile_model=false", "batch_size=8", "lr=0.025",
-        "heartbeat_s=0.2", "dead_after_s=2", "max_epochs=20", "target_value=0.97"]  # fmt: skip
+        "heartbeat_s=0.2", "dead_after_s=2", "max_epochs=30", "target_value=0.96"]  # fmt: skip
 WORKERS = 3
 LEAVER = "w2"
 WAIT_S = 300
