@@ -68,7 +68,10 @@ export function ComparePage({ runIds }) {
       <tbody>
         <tr><th>state</th>${page.runs.map((r) => html`<td><${StateBadge} state=${r.state} /></td>`)}</tr>
         <tr><th>${metricName(first.metric)} / target</th>${page.runs.map((r) => html`<td class="num">${quality(r)}</td>`)}</tr>
-        <tr><th>time to target</th>${page.runs.map((r) => html`<td class="num">${r.reached ? seconds(r.time_to_target_s) : "–"}</td>`)}</tr>
+        <tr><th>time to target</th>${page.runs.map((r) => {
+          const met = ((curves[r.run_id] || {}).headline || {}).time_to_target_s; // live, or a run cancelled after it
+          return html`<td class="num">${r.reached ? seconds(r.time_to_target_s) : typeof met === "number" ? `${seconds(met)} (met; ${(r.state || "").toLowerCase()})` : "–"}</td>`;
+        })}</tr>
         ${page.summary.map((s) => html`<tr><th>${s.label}</th>${s.values.map((v) => html`<td class="num">${figure(v, s.unit)}</td>`)}</tr>`)}
         <tr class="section"><th colspan=${page.runs.length + 1}>
           configuration: ${differing} of ${page.config.length} keys differ

@@ -92,7 +92,9 @@ export function CurveCharts({ runs, target, metric, children }) {
       return knob ? data : smooth(data, view.smoothing);
     };
     // One run: lines named by what they show; several: by run.
-    const lines = (key, label, knob = false) => runs.map((r) => ({ name: one ? label : r.name, full: r.full, data: on(r, key, knob) }));
+    // Several runs: one without the series (a fixed run has no workers series) has no entry.
+    const lines = (key, label, knob = false) => runs.filter((r) => one || r.curves[key].length)
+      .map((r) => ({ name: one ? label : r.name, full: r.full, data: on(r, key, knob) }));
     const marks = one ? decisionMarks(runs[0].curves.decisions, xs.get(runs[0])).filter((m) => m.x !== null) : [];
     const common = { xName: X_AXES[view.x], marks };
     return {
