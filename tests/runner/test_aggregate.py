@@ -88,3 +88,11 @@ def test_times_whose_sum_is_past_the_float_range_still_average():
 def test_speedups_name_the_baseline_they_are_against():
     out = {s.workers: s for s in speedups({1: None, 2: 8.0, 4: 4.0})}
     assert {s.base_workers for s in out.values()} == {2}
+
+
+def test_a_ratio_needs_two_runs_that_reached_the_target_in_each_arm():
+    from runner.results.aggregate import ratio_interval
+
+    ratio = ratio_interval([5.0, None, 6.0], [10.0])  # the miss is no time; one run is no spread
+    assert ratio.ratio is None and ratio.verdict == "too few runs"
+    assert (ratio.runs_a, ratio.runs_b) == (2, 1)
