@@ -106,11 +106,12 @@ def benchmarks(benchmark: str | None) -> None:
     """
     from runner.cli.views import benchmarks_table, keys_table
     from runner.job.benchmarks import BENCHMARKS
-    from runner.job.spec import get_benchmark
 
     if benchmark is None:
         console.print(benchmarks_table(list(BENCHMARKS.values())))
         return
+    from runner.job.spec import get_benchmark  # resolving one: the whole job model
+
     console.print(keys_table(get_benchmark(benchmark)))
 
 

@@ -6,9 +6,6 @@ command runs, so `runner --help` never pays for it.
 
 from __future__ import annotations
 
-import errno
-import socket
-
 import click
 
 from runner.cli.common import Settings, console, handle_errors, pass_settings, plain, require
@@ -63,6 +60,9 @@ def dashboard(settings: Settings, port: int, host: str, allowed_hosts: tuple[str
 def _bind_error(err: OSError, host: str, port: int) -> Exception:
     """Why the address could not be bound: --host names no address of this machine (bad
     input), or the port is taken or not ours."""
+    import errno
+    import socket
+
     reason = err.strerror or str(err)
     if isinstance(err, socket.gaierror) or err.errno == errno.EADDRNOTAVAIL:
         return SpecError("--host", f"cannot serve on {host!r} ({reason}); give an address of "

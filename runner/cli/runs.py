@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from contract.events import RUN_START, parse_line
-from runner import api
-from runner.cli import views
 from runner.cli.common import (
     Settings,
     confirm,
@@ -22,7 +20,15 @@ from runner.cli.common import (
     terminal_safe,
     yes_option,
 )
+from runner.cli.lazy import deferred_module
 from runner.errors import RunInputError, RunnerError, SpecError
+
+if TYPE_CHECKING:
+    from runner import api
+    from runner.cli import views
+else:  # imported by the command that runs (runner.cli.lazy)
+    api = deferred_module("runner.api")
+    views = deferred_module("runner.cli.views")
 
 
 @click.command()
@@ -86,6 +92,8 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
       runner logs RUN --rank 1 --follow
       runner logs RUN --raw | grep :::MLLOG
     """
+    from contract.events import RUN_START, parse_line
+
     run = api.open_run(settings.results_dir, run_id)
     _check_rank(run, rank)
     start_ms: int | None = None
