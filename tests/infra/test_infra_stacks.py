@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+import kustomize_target
 from infra_harness import REPO, Evaluation, Secret, evaluate, stack_file_config, stack_names
 
 from contract.stack import (
@@ -276,7 +277,12 @@ def test_pytorchjob_stack_installs_training_operator_instead_of_trainer():
     assert ev.value("job_api") == "pytorchjob"
     assert not ev.of_type("kubernetes:helm.sh/v3:Release") and not ev.of_type(RUNTIME_TYPE)
     directory = ev.one("kubernetes:kustomize/v2:Directory")
-    assert directory.inputs["directory"].endswith("/tree/v1.9.4/manifests/overlays/standalone")
+    target = kustomize_target.parse(directory.inputs["directory"])  # as kustomize reads it
+    assert (target.repo_path, target.root_path) == (
+        "kubeflow/training-operator",
+        "manifests/overlays/standalone",
+    )
+    assert target.ref == "v1.9.4"
     assert directory.deleted_with == cluster_resource(ev).urn
 
 
