@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kustomize_target
 import pytest
 import yaml
-import kustomize_target
 from infra_harness import REPO, Evaluation, Secret, evaluate, stack_file_config, stack_names
 
 from contract.stack import (
