@@ -15,6 +15,7 @@ from runner.cli.common import (
     errors,
     handle_errors,
     pass_settings,
+    plain,
     require,
     run_argument,
     terminal_safe,
@@ -47,14 +48,17 @@ def runs(settings: Settings, as_json: bool) -> None:
     summary_damage, damage. A damaged run's status.state is DAMAGED, its status.reason and
     damage say which file and what is wrong, and what could not be read is null.
     """
-    infos = api.list_runs(settings.results_dir)
+    from runner.cli import listing  # rows from the run index: no record read that is known
+
+    root = settings.results_dir
+    found = listing.rows(root, listing.JSON if as_json else listing.TABLE)
     if as_json:
-        click.echo(json.dumps([views.run_json(i) for i in infos], indent=2))
-    elif not infos:
-        shown = views.plain(str(settings.results_dir))
+        click.echo(json.dumps([listing.as_json(root, n, row) for n, row in found], indent=2))
+    elif not found:
+        shown = plain(str(root))
         console.print(f"no runs under {shown}/; start one with `runner submit cnn-digits`")
     else:
-        console.print(views.runs_table(infos))
+        click.echo(listing.table(found, colour=sys.stdout.isatty()))
 
 
 @click.command()
