@@ -168,8 +168,9 @@ def join(settings: Settings, run_id: str) -> None:
     """Start one more worker in a running elastic run (`--workers MIN:MAX`), up to MAX.
 
     \b
-    The worker joins at the run's next decision point with the current weights, optimizer
-    state, step and place in the epoch. A local run only.
+    A run starts with MAX workers, so a join is refused until a worker has left; it brings
+    the run back up. The worker joins at the run's next decision point with the current
+    weights, optimizer state, step and place in the epoch. A local run only.
     Examples:
       runner join RUN
     """
