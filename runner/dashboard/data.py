@@ -113,7 +113,7 @@ class RunTable:
         self.root = root
         self._index = index.RowIndex(
             root, "dashboard", (*RECORDS, EVENTS, SUPERVISOR), index.code_key(BUILDERS),
-            self._build, may_change_unseen, lambda row: isinstance(row, dict),
+            self._build, may_change_unseen, _stored_row,
         )  # fmt: skip
         self._lock = threading.Lock()  # one table serves every page's stream, from threads
 
@@ -137,6 +137,15 @@ class RunTable:
             return run_row(self.root, name)
         except NotFound:  # removed (or swapped for a link) since it was listed
             return None
+
+
+def _stored_row(row: Any) -> bool:
+    """A row from the run index has the shape run_row builds (else it is built again)."""
+    return (
+        isinstance(row, dict) and set(row) >= {*ROW_FIELDS, "run_id", "state", "damaged", "notes"}
+        and isinstance(row["state"], str) and isinstance(row["created_at"], str | None)
+        and isinstance(row["backend"], str | None)
+    )  # fmt: skip
 
 
 def may_change_unseen(row: Mapping[str, Any]) -> bool:

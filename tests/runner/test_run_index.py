@@ -149,3 +149,13 @@ def test_the_dashboards_table_keeps_its_rows_in_the_index_too(tmp_path):
     rundir.write_state(run_dir, JobStatus(JobState.FAILED, "rank 1 exited with code 1"))
     (changed,) = RunTable(tmp_path).rows()
     assert changed["state"] == "FAILED" and changed["value"] == 0.123456
+
+
+def test_a_dashboard_row_of_another_shape_in_the_index_is_built_again(tmp_path):
+    make_run(tmp_path, "run-a", 2, 5.0)
+    (first,) = RunTable(tmp_path).rows()
+    path = tmp_path / ".stackbench-index-dashboard.json"
+    document = json.loads(path.read_text())
+    sig, _ = document["rows"]["run-a"]
+    files.write_json(path, dict(document, rows={"run-a": [sig, {"run_id": "run-a"}]}))
+    assert RunTable(tmp_path).rows() == [first]
