@@ -13,7 +13,13 @@ torch._dynamo on its first step, about a second here; stackbench's SGD does not,
 workloads/sgd.py). Rounds alternate the order of the three. Ratios are
 of medians. A speed benchmark, not a test.
 
-Usage: python bench/startup.py [--rounds 5]
+With --cli it measures instead how fast the CLI itself starts: `runner --help` and `runner
+benchmarks` against `python -c pass` (the same interpreter, so the ratio is what the runner
+adds to Python's own start), by wall time and by CPU time (user + system, which other work
+on a shared machine disturbs less), and checks the budget: within CLI_BUDGET_RATIO of
+Python's start. tests/runner/test_cli_startup.py lists what `--help` must not import.
+
+Usage: python bench/startup.py [--rounds 5] | python bench/startup.py --cli [--rounds 15]
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -78,14 +85,65 @@ def stackbench() -> tuple[float, float]:
     return at["run_start"] - t0, end - at["run_stop"]
 
 
+CLI_BUDGET_RATIO = 2.0  # issue 33: `runner --help` and `runner benchmarks` within 2x
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s) of one run of `argv`, its output discarded."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def cli_startup(rounds: int) -> dict[str, object]:
+    """Medians over rounds that rotate which command goes first."""
+    runner = str(Path(sys.executable).with_name("runner"))
+    with tempfile.TemporaryDirectory() as results:
+        sides = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "runner --help": [runner, "--help"],
+            "runner benchmarks": [runner, "--results-dir", results, "benchmarks"],
+        }
+        names = list(sides)
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+        for i in range(rounds):
+            for name in names[i % 3 :] + names[: i % 3]:
+                times[name].append(timed(sides[name]))
+    wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
+    cpu = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
+    base = "python -c pass"
+    out: dict[str, object] = {
+        "median_wall_s": {k: round(v, 3) for k, v in wall.items()},
+        "median_cpu_s": {k: round(v, 3) for k, v in cpu.items()},
+    }
+    for name in names[1:]:
+        by_wall, by_cpu = wall[name] / wall[base], cpu[name] / max(cpu[base], 1e-3)
+        out[f"{name}: ratio to python"] = {
+            "wall": round(by_wall, 2), "cpu": round(by_cpu, 2),
+            "budget": CLI_BUDGET_RATIO,
+            "met": "met" if by_wall <= CLI_BUDGET_RATIO else "not met",
+        }  # fmt: skip
+    out |= {"rounds": rounds, "load_average_1m_at_end": os.getloadavg()[0]}
+    return out
+
+
 def ratio(medians: dict[str, float], reference: str) -> float:
     return round(medians["stackbench"] / medians[reference], 3)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=None, help="5; with --cli 15")
+    parser.add_argument("--cli", action="store_true", help="the CLI's own start-up instead")
     args = parser.parse_args()
+    if args.cli:
+        print(json.dumps(cli_startup(args.rounds or 15), indent=2))
+        return
+    args.rounds = args.rounds or 5
     with tempfile.TemporaryDirectory() as scripts:
         allreduce, sgd = Path(scripts, "allreduce.py"), Path(scripts, "sgd_step.py")
         allreduce.write_text(BARE.format(step=""))

@@ -19,7 +19,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import Any
@@ -94,7 +93,7 @@ def _replace_in(folder: int, name: str, data: bytes) -> None:
 def _create_temp(folder: int, name: str) -> str:
     """A new empty file `.<name>.<random>.tmp` in `folder` (as tempfile.mkstemp names one)."""
     while True:
-        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        tmp = f".{name}.{os.urandom(4).hex()}.tmp"  # not secrets: hashlib at import
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             os.close(os.open(tmp, flags, 0o600, dir_fd=folder))

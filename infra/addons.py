@@ -5,8 +5,8 @@ infra/runtime.py, for trainjob stacks; training-operator 1.9.x manifests for pyt
 stacks), the NVIDIA device plugin where the cloud does not provide one (eks GPU stacks: GKE
 ships its own, kind stacks are CPU-only), the jobs' namespace and the service account jobs
 run as. Every object uses the cluster's explicit Kubernetes provider, every chart a pinned
-version, and every object is `deleted_with` the cluster, so destroy removes the cluster
-without waiting on its contents.
+version (where each comes from: infra/sources.py), and every object is `deleted_with` the
+cluster, so destroy removes the cluster without waiting on its contents.
 
 The jobs' service account is an identity for the results store and nothing else: no Role or
 RoleBinding names it and it mounts no API token. What a job needs from the cluster it gets
@@ -29,14 +29,9 @@ from infra.image import TrainingImage
 from infra.outputs import GPU_PRESENT_LABEL, gpu_tolerations
 from infra.results import ResultsStore
 from infra.runtime import runtime_manifest
+from infra.sources import DEVICE_PLUGIN, TRAINER, TRAINING_OPERATOR
 
-TRAINER_CHART = "oci://ghcr.io/kubeflow/charts/kubeflow-trainer"
 TRAINER_NAMESPACE = "kubeflow-system"
-TRAINING_OPERATOR_MANIFESTS = (
-    "https://github.com/kubeflow/trainer/tree/v{version}/manifests/overlays/standalone"
-)
-DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
-DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 HELM_TIMEOUT_S = 600
 
 
@@ -105,7 +100,7 @@ class Addons(pulumi.ComponentResource):
         return k8s.helm.v3.Release(
             f"{name}-trainer",
             name="kubeflow-trainer",
-            chart=TRAINER_CHART,
+            chart=TRAINER.location,
             version=self.cfg.trainer_version,
             namespace=TRAINER_NAMESPACE,
             # The chart's own torch-distributed runtime is off: the stack installs its own
@@ -135,12 +130,11 @@ class Addons(pulumi.ComponentResource):
 
     def _training_operator(self, name: str) -> k8s.kustomize.v2.Directory:
         # training-operator 1.9 ships no Helm chart; its kustomize overlay, pinned by tag, is
-        # the upstream install (it creates the `kubeflow` namespace itself).
+        # the upstream install (it creates the `kubeflow` namespace itself). The provider hands
+        # the target to kustomize, which clones the repository at the ref (infra/sources.py).
         return k8s.kustomize.v2.Directory(
             f"{name}-training-operator",
-            directory=TRAINING_OPERATOR_MANIFESTS.format(
-                version=self.cfg.training_operator_version
-            ),
+            directory=TRAINING_OPERATOR.reference(self.cfg.training_operator_version),
             opts=self._k8s,
         )
 
@@ -148,9 +142,9 @@ class Addons(pulumi.ComponentResource):
         return k8s.helm.v3.Release(
             f"{name}-device-plugin",
             name="nvidia-device-plugin",
-            chart=DEVICE_PLUGIN_CHART,
+            chart=DEVICE_PLUGIN.chart,
             version=self.cfg.device_plugin_version,
-            repository_opts={"repo": DEVICE_PLUGIN_REPO},
+            repository_opts={"repo": DEVICE_PLUGIN.location},
             namespace="kube-system",
             values={
                 "nodeSelector": {GPU_PRESENT_LABEL: "true"},

@@ -33,8 +33,9 @@ from infra import kind_bandwidth
 from infra.cluster import ClusterComponent
 from infra.config import StackConfig
 from infra.pools import training_pool
+from infra.sources import KIND_REGISTRY
 
-REGISTRY_IMAGE = "registry:2.8.3"
+REGISTRY_IMAGE = KIND_REGISTRY.reference()
 REGISTRY_PORT = 5001  # host port; pods pull localhost:5001/..., which containerd maps below
 REGISTRY_HOST = f"localhost:{REGISTRY_PORT}"
 # The registry container's label naming the resultsDir of the stack that made it: a container

@@ -19,6 +19,7 @@ import json
 import shlex
 
 from infra.config import PROJECT_ROOT
+from infra.sources import kind_node_image
 
 NODE_DOCKERFILE = PROJECT_ROOT / "images" / "kind-node.Dockerfile"
 CONFLIST = "/etc/cni/net.d/05-stackbench.conflist"
@@ -32,7 +33,7 @@ def node_image(kubernetes_version: str) -> str:
 
 
 def build_command(kubernetes_version: str) -> str:
-    base = shlex.quote(f"kindest/node:v{kubernetes_version}")
+    base = shlex.quote(kind_node_image(kubernetes_version))
     return (
         f"docker build -t {shlex.quote(node_image(kubernetes_version))} "
         f"--build-arg NODE_IMAGE={base} - < {shlex.quote(str(NODE_DOCKERFILE))} >&2"

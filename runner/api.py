@@ -339,6 +339,12 @@ def list_runs(results_root: Path) -> list[RunInfo]:
     return [_info(results_root, run_dir) for run_dir in rundir.list_dirs(results_root)]
 
 
+def run_info(results_root: Path, run_dir: Path) -> RunInfo:
+    """One run directory's entry of list_runs (`runner runs` builds its rows one at a time,
+    only for runs whose records changed: runner/cli/listing.py)."""
+    return _info(results_root, run_dir)
+
+
 def _info(results_root: Path, run_dir: Path) -> RunInfo:
     try:
         run = Run(run_dir, _record(run_dir))

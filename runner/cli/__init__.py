@@ -6,6 +6,7 @@
     study.py    sweep, report
     stack.py    cost, teardown
     dashboard.py dashboard (the web app itself: runner/dashboard/)
+    doctor.py   doctor (the checks themselves: runner/doctor/)
     common.py   what they share: error handling, exit codes, option definitions
 
 Only this package writes to the terminal. Commands import what they need inside their bodies,
@@ -48,7 +49,7 @@ from typing import Any  # noqa: E402
 
 import click  # noqa: E402
 
-from runner.cli import dashboard, data, runs, stack, study, submit  # noqa: E402
+from runner.cli import dashboard, data, doctor, runs, stack, study, submit  # noqa: E402
 from runner.cli.common import (  # noqa: E402
     RunnerGroup,
     Settings,
@@ -106,15 +107,16 @@ def benchmarks(benchmark: str | None) -> None:
     """
     from runner.cli.views import benchmarks_table, keys_table
     from runner.job.benchmarks import BENCHMARKS
-    from runner.job.spec import get_benchmark
 
     if benchmark is None:
         console.print(benchmarks_table(list(BENCHMARKS.values())))
         return
+    from runner.job.spec import get_benchmark  # resolving one: the whole job model
+
     console.print(keys_table(get_benchmark(benchmark)))
 
 
-for _module in (submit, runs, data, study, stack, dashboard):
+for _module in (submit, runs, data, study, stack, dashboard, doctor):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

@@ -12,21 +12,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import logging
 import math
-import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console, ConsoleDimensions
-from rich.markup import escape
 
 from contract.files import DamagedFile
+from runner.cli.lazy import deferred
 from runner.errors import Interrupted, RunInputError, RunnerError, SpecError, interruption
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,46 +37,16 @@ class Settings:
     debug: bool = False
 
 
-class _Console(Console):
-    """A console as wide as its terminal, and wide enough elsewhere (a pipe, a file, a CI log)
-    for a state and its reason (at most 600 characters) to stay one line: rich takes 80
-    columns there, and `runner status RUN | grep FAILED` found half a reason. A COLUMNS the
-    user set is kept."""
-
-    @property
-    def size(self) -> ConsoleDimensions:
-        size = super().size
-        if self.is_terminal or "COLUMNS" in os.environ:
-            return size
-        return ConsoleDimensions(max(size.width, PIPE_COLUMNS), size.height)
-
-    @size.setter
-    def size(self, new_size: tuple[int, int]) -> None:
-        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
-
-
-PIPE_COLUMNS = 1000
-
-
-class _StdoutConsole(_Console):
-    """stdout, where a reader that stops reading (`runner submit ... | head -1`) is no failure:
-    rich would exit 1 at the next print, from wherever it is, even from within the callbacks
-    of a followed run. Here output stops and the command goes on to its own end and exit code
-    (a followed run's is its outcome's); the run's record is what matters."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        # What is left in sys.stdout's buffer goes nowhere at exit, rather than a second
-        # BrokenPipeError ("Exception ignored ...") as Python flushes it.
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-
-
 pass_settings = click.make_pass_decorator(Settings)
-console = _StdoutConsole()
-errors = _Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    console: Console
+    errors: Console
+else:
+    # Made at their first print: rich's console is a tenth of what `runner --help` imports.
+    console = deferred(lambda: _consoles().StdoutConsole())
+    errors = deferred(lambda: _consoles().Console(stderr=True))
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 INSTALL = "pip install -c constraints.txt -e '.[{extra}]'"
@@ -136,6 +103,19 @@ def fail(message: str | Sequence[str], code: int = EXIT_FAILED) -> None:
     text = "\n".join(escape(terminal_safe(line)) for line in lines)
     errors.print(f"[red]error:[/red] {text}", soft_wrap=True)
     sys.exit(code)
+
+
+def _consoles() -> Any:
+    from runner.cli import consoles
+
+    return consoles
+
+
+def escape(text: str) -> str:
+    """rich's markup escape (brackets shown as written), imported when first needed."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def terminal_safe(line: str) -> str:
@@ -227,6 +207,8 @@ def configure_logging(verbose: int) -> None:
     """-v: what the runner does (INFO); -vv: everything, libraries included (DEBUG)."""
     if not verbose:
         return
+    import logging  # here: only -v needs it, and `runner --help` starts without it
+
     level = logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if verbose == 1:

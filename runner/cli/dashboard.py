@@ -6,9 +6,6 @@ command runs, so `runner --help` never pays for it.
 
 from __future__ import annotations
 
-import errno
-import socket
-
 import click
 
 from runner.cli.common import Settings, console, handle_errors, pass_settings, plain, require
@@ -50,7 +47,10 @@ def dashboard(settings: Settings, port: int, host: str, allowed_hosts: tuple[str
     def ready(url: str) -> None:
         note = "" if results_dir.is_dir() else " (no runs yet: it shows them as they appear)"
         shown = plain(str(results_dir))
-        console.print(f"dashboard of {shown}/ at [bold]{url}[/bold]{note}; Ctrl-C stops it")
+        first, *more = open_urls(url, config.allowed_hosts)
+        also = "".join(f"; also {plain(u)}" for u in more)
+        console.print(f"dashboard of {shown}/ at [bold]{plain(first)}[/bold]{also}{note}; "
+                      "Ctrl-C stops it")  # fmt: skip
 
     try:
         serve(config, ready)
@@ -60,9 +60,38 @@ def dashboard(settings: Settings, port: int, host: str, allowed_hosts: tuple[str
         console.print("dashboard stopped")
 
 
+def open_urls(url: str, allowed: tuple[str, ...]) -> list[str]:
+    """Addresses a browser can open for the served `url`. Bound to every address (0.0.0.0,
+    ::), which no browser can open, it prints one that the server answers (hosts.policy) and
+    others can reach: the first --allow-host name, else this machine's full name, else an
+    address of its network interfaces; then loopback, for this machine."""
+    import ipaddress
+    import urllib.parse
+
+    from runner.dashboard.hosts import ANY_ADDRESS, LOOPBACK_NAMES, local_addresses, machine_names
+
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").strip("[]")
+    if host not in ANY_ADDRESS:
+        return [url]
+    here = "[::1]" if host == "::" else "127.0.0.1"
+    full_names = sorted(n for n in machine_names() if "." in n and n not in LOOPBACK_NAMES)
+    addresses = sorted(
+        (a for a in local_addresses() if not ipaddress.ip_address(a).is_loopback
+         and not ipaddress.ip_address(a).is_link_local),
+        key=lambda a: (ipaddress.ip_address(a).version, a),
+    )  # fmt: skip
+    first = next(iter([*allowed, *full_names, *addresses]), None)
+    out = [] if first is None else [f"[{first}]" if ":" in first else first]
+    return [f"http://{name}:{parts.port}/" for name in (*out, here)]
+
+
 def _bind_error(err: OSError, host: str, port: int) -> Exception:
     """Why the address could not be bound: --host names no address of this machine (bad
     input), or the port is taken or not ours."""
+    import errno
+    import socket
+
     reason = err.strerror or str(err)
     if isinstance(err, socket.gaierror) or err.errno == errno.EADDRNOTAVAIL:
         return SpecError("--host", f"cannot serve on {host!r} ({reason}); give an address of "

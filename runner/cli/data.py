@@ -7,16 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
 
 from runner.cli.common import console, handle_errors, plain
 
@@ -71,9 +61,10 @@ def fetch_data(name: str, directory: Path | None, mirror: str | None, force: boo
             f"{name} is already prepared in {plain(str(datasets.prepared_path(name, root)))}"
         )
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), _AmountColumn())
+    from runner.cli.progress import download_bar
+
     tasks: dict[str, Any] = {}
-    with Progress(*columns, TimeElapsedColumn(), console=console) as bar:
+    with download_bar(console) as bar:
 
         def on_progress(what: str, done: int, total: int | None, unit: str) -> None:
             if what not in tasks:
@@ -106,20 +97,6 @@ def _mirror(url: str | None) -> str | None:
             param_hint="--mirror",
         )
     return url
-
-
-class _AmountColumn(ProgressColumn):
-    """Bytes (with speed) for downloads, counts for conversions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._bytes, self._speed = DownloadColumn(), TransferSpeedColumn()
-        self._count = MofNCompleteColumn()
-
-    def render(self, task: Any) -> Any:
-        if task.fields.get("unit") == "bytes":
-            return f"{self._bytes.render(task)} {self._speed.render(task)}"
-        return self._count.render(task)
 
 
 COMMANDS = (data,)

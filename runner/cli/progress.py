@@ -12,7 +12,16 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 
 from contract import events as keys
 from contract.rundir import JobStatus
@@ -150,3 +159,23 @@ class MeasurementProgress(_View):
         busbw = r.get("busbw_gbps", 0.0)
         info = f"{r.get('dtype')} {r.get('elements', 0):,} elements: busbw {busbw:.3f} GB/s"
         self.progress.update(self.task, total=meta.get("total"), advance=1, info=info)
+
+
+def download_bar(console: Console) -> Progress:
+    """`runner data fetch`'s bars: one a download or conversion, with bytes or counts."""
+    columns = (TextColumn("{task.description}"), BarColumn(), _AmountColumn())
+    return Progress(*columns, TimeElapsedColumn(), console=console)
+
+
+class _AmountColumn(ProgressColumn):
+    """Bytes (with speed) for downloads, counts for conversions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bytes, self._speed = DownloadColumn(), TransferSpeedColumn()
+        self._count = MofNCompleteColumn()
+
+    def render(self, task: Any) -> Any:
+        if task.fields.get("unit") == "bytes":
+            return f"{self._bytes.render(task)} {self._speed.render(task)}"
+        return self._count.render(task)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from contract.events import RUN_START, parse_line
-from runner import api
-from runner.cli import views
 from runner.cli.common import (
     Settings,
     confirm,
@@ -17,12 +15,21 @@ from runner.cli.common import (
     errors,
     handle_errors,
     pass_settings,
+    plain,
     require,
     run_argument,
     terminal_safe,
     yes_option,
 )
+from runner.cli.lazy import deferred_module
 from runner.errors import RunInputError, RunnerError, SpecError
+
+if TYPE_CHECKING:
+    from runner import api
+    from runner.cli import views
+else:  # imported by the command that runs (runner.cli.lazy)
+    api = deferred_module("runner.api")
+    views = deferred_module("runner.cli.views")
 
 
 @click.command()
@@ -41,14 +48,17 @@ def runs(settings: Settings, as_json: bool) -> None:
     summary_damage, damage. A damaged run's status.state is DAMAGED, its status.reason and
     damage say which file and what is wrong, and what could not be read is null.
     """
-    infos = api.list_runs(settings.results_dir)
+    from runner.cli import listing  # rows from the run index: no record read that is known
+
+    root = settings.results_dir
+    found = listing.rows(root, listing.JSON if as_json else listing.TABLE)
     if as_json:
-        click.echo(json.dumps([views.run_json(i) for i in infos], indent=2))
-    elif not infos:
-        shown = views.plain(str(settings.results_dir))
+        click.echo(json.dumps([listing.as_json(root, n, row) for n, row in found], indent=2))
+    elif not found:
+        shown = plain(str(root))
         console.print(f"no runs under {shown}/; start one with `runner submit cnn-digits`")
     else:
-        console.print(views.runs_table(infos))
+        click.echo(listing.table(found, colour=sys.stdout.isatty()))
 
 
 @click.command()
@@ -86,6 +96,8 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
       runner logs RUN --rank 1 --follow
       runner logs RUN --raw | grep :::MLLOG
     """
+    from contract.events import RUN_START, parse_line
+
     run = api.open_run(settings.results_dir, run_id)
     _check_rank(run, rank)
     start_ms: int | None = None
@@ -156,8 +168,9 @@ def join(settings: Settings, run_id: str) -> None:
     """Start one more worker in a running elastic run (`--workers MIN:MAX`), up to MAX.
 
     \b
-    The worker joins at the run's next decision point with the current weights, optimizer
-    state, step and place in the epoch. A local run only.
+    A run starts with MAX workers, so a join is refused until a worker has left; it brings
+    the run back up. The worker joins at the run's next decision point with the current
+    weights, optimizer state, step and place in the epoch. A local run only.
     Examples:
       runner join RUN
     """

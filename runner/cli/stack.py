@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from contract.files import DamagedFile
 from runner.cli.common import (
@@ -16,6 +15,7 @@ from runner.cli.common import (
     confirm,
     console,
     errors,
+    escape,
     exit_code,
     handle_errors,
     pass_settings,

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
-from contract import events, files
-from contract.events import EVAL_ACCURACY
-from runner import api
-from runner.cli import views
 from runner.cli.common import (
     Settings,
     console,
     device_option,
     errors,
+    escape,
     exit_code,
     handle_errors,
     no_blank_ids,
@@ -28,9 +24,23 @@ from runner.cli.common import (
     signals_interrupt,
     where_options,
 )
-from runner.cli.progress import bar, metric_label
+from runner.cli.lazy import deferred_module, deferred_name
 from runner.errors import Interrupted, RunnerError, SpecError
-from runner.job.target import ClusterOptions
+
+if TYPE_CHECKING:
+    from contract import events, files
+    from runner import api
+    from runner.cli import views
+    from runner.cli.progress import bar, metric_label
+    from runner.job.target import ClusterOptions
+else:  # imported by the command that runs (runner.cli.lazy)
+    api = deferred_module("runner.api")
+    events = deferred_module("contract.events")
+    files = deferred_module("contract.files")
+    views = deferred_module("runner.cli.views")
+    bar = deferred_name("runner.cli.progress", "bar")
+    metric_label = deferred_name("runner.cli.progress", "metric_label")
+    ClusterOptions = deferred_name("runner.job.target", "ClusterOptions")
 
 
 @click.command()
@@ -115,7 +125,7 @@ def _run_with_progress(results_dir: Path, study: Any, target: Any) -> Any:
 
         def on_event(event: dict[str, Any]) -> None:
             value = event.get("value")
-            if event.get("key") == EVAL_ACCURACY and isinstance(value, int | float):
+            if event.get("key") == events.EVAL_ACCURACY and isinstance(value, int | float):
                 meta = events.metadata(event)
                 progress.update(task, info=f"epoch {meta.get('epoch_num')} {label} {value:.4f}")
 

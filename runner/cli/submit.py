@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
 
 from contract.files import DamagedFile
-from runner import api
-from runner.cli import views
 from runner.cli.common import (
     WORKERS,
     Settings,
     console,
     device_option,
     errors,
+    escape,
     exit_code,
     handle_errors,
     link_option,
@@ -25,8 +24,17 @@ from runner.cli.common import (
     signals_interrupt,
     where_options,
 )
+from runner.cli.lazy import deferred_module, deferred_name
 from runner.errors import Interrupted, RunnerError
-from runner.job.target import ClusterOptions
+
+if TYPE_CHECKING:
+    from runner import api
+    from runner.cli import views
+    from runner.job.target import ClusterOptions
+else:  # imported by the command that runs (runner.cli.lazy)
+    api = deferred_module("runner.api")
+    views = deferred_module("runner.cli.views")
+    ClusterOptions = deferred_name("runner.job.target", "ClusterOptions")
 
 
 @click.command()

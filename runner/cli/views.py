@@ -16,13 +16,13 @@ from contract.events import STEP_PHASES as PHASES
 from contract.files import DamagedFile
 from contract.rundir import JobState, JobStatus
 from contract.summary import AdaptiveSummary, MicroSummary, Summary, TrainSummary
-from runner.api import Outcome, Run, RunInfo
 from runner.cli.common import plain, terminal_safe
 from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
 from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
 from workloads.tasks.config import LOWER_IS_BETTER
 
 if TYPE_CHECKING:
+    from runner.api import Outcome, Run, RunInfo  # annotations: `runner benchmarks` needs no api
     from runner.cli.progress import MeasurementProgress, TrainingProgress
     from runner.job.spec import JobSpec
 

@@ -34,7 +34,7 @@ from contract.summary import MicroSummary, Summary, parse_summary
 from runner.dashboard import curves, files
 from runner.dashboard.keys import config_keys
 from runner.errors import RunnerError
-from runner.results import rundir
+from runner.results import index, rundir
 from runner.results import study as studies
 from runner.results.runs import RunResult, load_run
 from workloads.tasks.config import LOWER_IS_BETTER
@@ -97,13 +97,25 @@ def signature(path: Path) -> tuple[Any, ...]:
     return tuple(out)
 
 
+# What builds a row (run_row): a change to any of them makes the stored rows another code's.
+BUILDERS = (
+    __name__, "runner.dashboard.curves", "runner.backends.local.backend", "contract.summary",
+    "contract.manifest", "contract.rundir", "runner.job.spec",
+)  # fmt: skip
+
+
 class RunTable:
     """Every run's row, rebuilt only when its files change (an unfinished local run's is
-    rebuilt on every call: its supervisor can die without a file changing)."""
+    rebuilt on every call: its supervisor can die without a file changing). The rows are
+    kept in the results directory's run index (runner/results/index.py), so the first page
+    of a new server reads no record that is known."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._index = index.RowIndex(
+            root, "dashboard", (*RECORDS, EVENTS, SUPERVISOR), index.code_key(BUILDERS),
+            self._build, may_change_unseen, _stored_row,
+        )  # fmt: skip
         self._lock = threading.Lock()  # one table serves every page's stream, from threads
 
     def rows(self) -> list[dict[str, Any]]:
@@ -111,21 +123,30 @@ class RunTable:
             return self._rows()
 
     def _rows(self) -> list[dict[str, Any]]:
-        rows = {}
+        rows, dirs = {}, []
         for name, is_link in _entries(self.root):
             if is_link:
                 rows[name] = _damaged_row(name, problem(name, "is a symbolic link, never followed"))
                 continue
-            sig = signature(self.root / name)
-            cached = self._cache.get(name)
-            if cached is None or cached[0] != sig or may_change_unseen(cached[1]):
-                try:
-                    self._cache[name] = (sig, run_row(self.root, name))
-                except NotFound:  # removed (or swapped for a link) since it was listed
-                    continue
-            rows[name] = self._cache[name][1]
-        self._cache = {k: v for k, v in self._cache.items() if k in rows}
+            with contextlib.suppress(OSError):  # gone since it was listed
+                dirs.append((name, os.lstat(self.root / name).st_ino))
+        rows |= {name: row for name, (_, row) in self._index.rows(dirs).items()}
         return sorted(rows.values(), key=lambda r: r["created_at"] or "", reverse=True)
+
+    def _build(self, name: str) -> dict[str, Any] | None:
+        try:
+            return run_row(self.root, name)
+        except NotFound:  # removed (or swapped for a link) since it was listed
+            return None
+
+
+def _stored_row(row: Any) -> bool:
+    """A row from the run index has the shape run_row builds (else it is built again)."""
+    return (
+        isinstance(row, dict) and set(row) >= {*ROW_FIELDS, "run_id", "state", "damaged", "notes"}
+        and isinstance(row["state"], str) and isinstance(row["created_at"], str | None)
+        and isinstance(row["backend"], str | None)
+    )  # fmt: skip
 
 
 def may_change_unseen(row: Mapping[str, Any]) -> bool:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kustomize_target
 import pytest
 import yaml
 from infra_harness import REPO, Evaluation, Secret, evaluate, stack_file_config, stack_names
@@ -276,7 +277,12 @@ def test_pytorchjob_stack_installs_training_operator_instead_of_trainer():
     assert ev.value("job_api") == "pytorchjob"
     assert not ev.of_type("kubernetes:helm.sh/v3:Release") and not ev.of_type(RUNTIME_TYPE)
     directory = ev.one("kubernetes:kustomize/v2:Directory")
-    assert directory.inputs["directory"].endswith("/tree/v1.9.4/manifests/overlays/standalone")
+    target = kustomize_target.parse(directory.inputs["directory"])  # as kustomize reads it
+    assert (target.repo_path, target.root_path) == (
+        "kubeflow/training-operator",
+        "manifests/overlays/standalone",
+    )
+    assert target.ref == "v1.9.4"
     assert directory.deleted_with == cluster_resource(ev).urn
 
 

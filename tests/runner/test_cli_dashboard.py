@@ -10,8 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 
+import pytest
 from click.testing import CliRunner
 
 from runner.cli import main
@@ -92,7 +94,10 @@ def test_a_name_given_with_allow_host_is_served_and_a_rebound_name_refused(tmp_p
     )  # fmt: skip
     try:
         line = proc.stdout.readline()
-        port = int(line.split(" at ")[1].split(";")[0].strip().rstrip("/").rsplit(":", 1)[1])
+        url = line.split(" at ")[1].split(";")[0].strip()
+        assert url.startswith("http://bench.example.org:"), line  # one a browser can open
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        assert f"also http://127.0.0.1:{port}/" in line  # and from this machine
         for host, expected in [("bench.example.org", 200), ("attacker.example", 403)]:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             conn.request("GET", "/api/runs", headers={"Host": f"{host}:{port}"})
@@ -112,3 +117,20 @@ def test_an_allowed_host_or_an_address_not_of_this_machine_is_bad_input(tmp_path
         result = CliRunner().invoke(main, ["--results-dir", str(tmp_path), "dashboard", *args])
         assert result.exit_code == 2, (args, result.output)
         assert f"Invalid value for {what}" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("bound", ["0.0.0.0", "::"])
+def test_bound_to_every_address_it_prints_urls_a_browser_can_open_and_it_answers(bound):
+    """0.0.0.0 is no address to open; what is printed instead is one the server's own host
+    policy answers (and loopback, for this machine)."""
+    from runner.cli.dashboard import open_urls
+    from runner.dashboard.hosts import ANY_ADDRESS, policy
+
+    shown = f"[{bound}]" if ":" in bound else bound
+    urls = open_urls(f"http://{shown}:8765/", ())
+    assert urls[-1] in ("http://127.0.0.1:8765/", "http://[::1]:8765/")
+    for url in urls:
+        netloc = urllib.parse.urlsplit(url).netloc
+        assert urllib.parse.urlsplit(url).hostname not in ANY_ADDRESS
+        assert policy(bound).allows(netloc), url
+    assert open_urls("http://127.0.0.1:8765/", ()) == ["http://127.0.0.1:8765/"]

@@ -117,9 +117,10 @@ def _interrupted_in_an_import(
 
 def test_ctrl_c_while_the_commands_import_exits_130_without_a_traceback(tmp_path):
     """The SIGINT lands inside the imports of `runner.cli` (as a Ctrl-C in the first fifth of
-    a second does), as runner.api starts to import."""
+    a second does), as runner.cli.common starts to import (the commands' own imports,
+    runner.api's among them, wait until a command runs: the test below)."""
     proc = _interrupted_in_an_import(
-        tmp_path, "runner.api", "os.kill(os.getpid(), signal.SIGINT)", "runs"
+        tmp_path, "runner.cli.common", "os.kill(os.getpid(), signal.SIGINT)", "runs"
     )
     assert "imported" not in proc.stdout
     _interrupted_cleanly(proc, proc.stderr)  # type: ignore[arg-type]
@@ -127,7 +128,7 @@ def test_ctrl_c_while_the_commands_import_exits_130_without_a_traceback(tmp_path
 
 @pytest.mark.parametrize(
     "module",
-    ["runner.api", "runner.backends.local.backend"],
+    ["runner.cli.common", "runner.api"],
     ids=["as-runner-cli-imports", "as-submit-imports"],
 )
 def test_ctrl_c_while_a_class_is_created_in_an_import_exits_130_without_a_traceback(
