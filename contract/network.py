@@ -23,7 +23,10 @@ ENV = "STACKBENCH_NETWORK"
 LATENCY_NOT_EMULATED = "not emulated"
 # Long enough for any description we write; a longer value is not one of ours.
 MAX_ENV_CHARS = 4096
-QUANTITIES = ("asked_mbit_s", "measured_mbit_s", "rtt_ms", "asked_rtt_ms", "asked_loss_percent")
+QUANTITIES = (
+    "asked_mbit_s", "measured_mbit_s", "rtt_ms", "asked_rtt_ms", "asked_loss_percent",
+    "base_rtt_ms",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,8 @@ class NetworkRecord:
     latency: str = LATENCY_NOT_EMULATED  # added propagation delay
     method: str | None = None  # how measured_mbit_s and rtt_ms were measured
     asked_rtt_ms: float | None = None  # what the link adds to a round trip (its delay twice)
-    asked_loss_percent: float | None = None  # of each worker's outgoing packets
+    asked_loss_percent: float | None = None  # of the packets between workers
+    base_rtt_ms: float | None = None  # rtt_ms with the delay off; rtt_ms - this: what it adds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

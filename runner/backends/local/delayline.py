@@ -4,7 +4,7 @@ the order they came, or dropped.
 
     line = DelayLine.start(link, ns_file="/proc/<pid>/ns/net")   # one per link, one thread
     ...                                                           # the link has its delay
-    line.set_loss(True)                                           # after the probe
+    line.impair(delay=False, loss=False)      # the probe's base round trip; then both True
     line.stop(); line.tally()                                     # what it held, dropped
 
 Each packet waits in the kernel; this process only holds its id and the time it may leave:
@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from runner.backends.local import realtime
 from runner.backends.local.namespaces import in_namespace
 from runner.backends.local.nfqueue import Packet, QueueSocket
 from runner.job.link import PPM, Link
@@ -130,6 +131,7 @@ class DelayLine:
         self._queue = queue
         self._schedule = schedule
         self._loss_share = loss_share
+        self._delay = (schedule.delay_s, schedule.jitter_s)
         self._wake_r, self._wake_w = os.pipe()
         self._lock = threading.Lock()
         self.failure: str | None = None
@@ -137,9 +139,10 @@ class DelayLine:
 
     @classmethod
     def start(cls, link: Link, ns_file: str, loss_now: bool = False) -> DelayLine:
-        """A line for `link` on the queue of the namespace at `ns_file`, running; its loss
-        waits for set_loss(True) unless `loss_now` (the probe measures the round trip
-        without it). OSError (QueueError) when the kernel refuses the queue."""
+        """A line for `link` on the queue of the namespace at `ns_file`, running, with its
+        delay; its loss waits for impair(..., loss=True) unless `loss_now` (the probe
+        measures the round trip without it). OSError (QueueError) when the kernel refuses
+        the queue."""
         queue = in_namespace(ns_file, lambda: QueueSocket.bind(QUEUE_NUM, MAX_KERNEL_PACKETS))
         loss_share = link.loss_ppm / PPM
         schedule = Schedule(
@@ -150,9 +153,11 @@ class DelayLine:
         line._thread.start()
         return line
 
-    def set_loss(self, on: bool) -> None:
+    def impair(self, delay: bool, loss: bool) -> None:
+        """Switch the link's delay (and jitter) and its loss on or off, for what arrives next."""
         with self._lock:
-            self._schedule.loss_share = self._loss_share if on else 0.0
+            self._schedule.delay_s, self._schedule.jitter_s = self._delay if delay else (0, 0)
+            self._schedule.loss_share = self._loss_share if loss else 0.0
 
     def alive(self) -> bool:
         return self._thread.is_alive()
@@ -173,10 +178,11 @@ class DelayLine:
             self._queue.close()
 
     def _run(self) -> None:
+        realtime.prefer_this_thread()
         try:
             self._loop()
         except Exception as err:  # the line's end is the link's: say why for broken()
-            self.failure = f"the delay line stopped: {err}"
+            self.failure = f"delay line stopped: {err}"
 
     def _loop(self) -> None:
         schedule, queue = self._schedule, self._queue

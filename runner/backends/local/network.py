@@ -231,22 +231,29 @@ class ShapedNetwork:
     def probe(self) -> NetworkRecord:
         """The link as measured now (run it before the workers start: it needs the link idle),
         idle again when this returns, and its loss switched on. ProbeError (one line) when it
-        carries nothing, or its round trip is not the delay asked for."""
+        carries nothing, or the round trip it adds is not the delay asked for.
+
+        With a delay, the round trip is measured twice: through the link with its delay off
+        (the machine's own round trip, the delay line's pass included), then on; what the
+        delay adds is the difference, compared with what was asked."""
         description = probe.describe(self.link, self.num_workers, self._impairment_text())
         if self.num_workers < 2:
-            self._switch_loss_on()
+            self._impair(delay=True, loss=True)
             return probe.unmeasured(self.link, description)
-        sender, receiver = self._workers[0], self._workers[1]
-        found = probe.measure(
-            sender.ns_file("net"), receiver.ns_file("net"), address(1), probe.warmup_s(self.link)
-        )
+        ends = (self._workers[0].ns_file("net"), self._workers[1].ns_file("net"), address(1))
+        base_ms = None
+        if self.link.delay_us:
+            self._impair(delay=False, loss=False)
+            base_ms = probe.round_trip_only(*ends)
+            self._impair(delay=True, loss=False)
+        found = probe.measure(*ends, warmup_s=probe.warmup_s(self.link))
         self._await_idle(self._probed_queues())
-        if self.impairment is not None:
-            mismatch = probe.round_trip_problem(self.link, found.rtt_ms)
+        if base_ms is not None:
+            mismatch = probe.round_trip_problem(self.link, found.rtt_ms, base_ms)
             if mismatch is not None:
                 raise probe.ProbeError(mismatch)
-        self._switch_loss_on()
-        return probe.record(self.link, description, found)
+        self._impair(delay=True, loss=True)
+        return probe.record(self.link, description, found, base_ms)
 
     def _impairment_text(self) -> str:
         if self.impairment == NETEM:
@@ -258,14 +265,13 @@ class ShapedNetwork:
             )
         return ""
 
-    def _switch_loss_on(self) -> None:
-        if not self.link.loss_ppm:
-            return
+    def _impair(self, delay: bool, loss: bool) -> None:
+        """Switch every link's delay and loss on or off (the probe measures without them)."""
         if self.impairment == NETEM:
             for worker in self._workers:
-                namespaces.run_batch(worker, "tc", [_netem(self.link, "change", loss=True)])
+                namespaces.run_batch(worker, "tc", [_netem(self.link, "change", delay, loss)])
         for line in self._lines:
-            line.set_loss(True)
+            line.impair(delay, loss)
 
     def traffic(self, index: int) -> LinkTraffic:
         """What worker `index`'s link has carried, counted by its qdiscs."""
@@ -383,7 +389,7 @@ class ShapedNetwork:
         """tbf alone; under netem for a delay; or with the delay line's rule and reader."""
         if self.impairment == NETEM:
             tbf = self._tbf(INTERFACE).replace("root", "parent 1:1 handle 10:")
-            namespaces.run_batch(worker, "tc", [_netem(self.link, "add", loss=False), tbf])
+            namespaces.run_batch(worker, "tc", [_netem(self.link, "add", True, False), tbf])
             return
         namespaces.run_batch(worker, "tc", [self._tbf(INTERFACE)])
         if self.impairment == DELAY_LINE:
@@ -409,9 +415,11 @@ def delay_line_rule() -> list[str]:
     return ["-A", "INPUT", "-i", INTERFACE, "-j", "NFQUEUE", "--queue-num", str(QUEUE_NUM)]
 
 
-def _netem(link: Link, verb: str, loss: bool) -> str:
-    """The netem qdisc of a worker's end (`verb`: add or change), the tbf as its child."""
-    text = f"qdisc {verb} dev {INTERFACE} root handle 1: netem delay {format_time(link.delay_us)}"
+def _netem(link: Link, verb: str, delay: bool, loss: bool) -> str:
+    """The netem qdisc of a worker's end (`verb`: add or change), the tbf as its child; its
+    delay and loss switched on or off."""
+    text = f"qdisc {verb} dev {INTERFACE} root handle 1: netem"
+    text += f" delay {format_time(link.delay_us)}" if delay and link.delay_us else " delay 0us"
     return text + (f" loss {link.loss_percent:g}%" if loss and link.loss_ppm else "")
 
 

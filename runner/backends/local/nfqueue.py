@@ -9,10 +9,10 @@ read the packets an iptables `-j NFQUEUE` rule hands it, and give each its verdi
 
 No extra package: the protocol is a 16-byte netlink header, a 4-byte nfnetlink header whose
 res_id is the queue number, then type-length-value attributes (linux/netfilter/
-nfnetlink_queue.h). The queue copies each packet's first COPY_BYTES only (its length comes with
-them; the payload never crosses into this process) and takes GSO packets whole (NFQA_CFG_F_GSO), so a 64 KiB TCP
-segment is one verdict, not 44. Fail-open is off: a packet the queue cannot hold, or one
-queued while no socket is bound, is dropped, never sent unshaped.
+nfnetlink_queue.h). The queue copies each packet's first COPY_BYTES only (its length comes
+with them; the payload never crosses into this process) and takes GSO packets whole
+(NFQA_CFG_F_GSO), so a 64 KiB TCP segment is one verdict, not 44. Fail-open is off: a packet
+the queue cannot hold, or one queued while no socket is bound, is dropped, never sent unshaped.
 
 A netlink socket belongs to the network namespace it was created in; the caller creates this
 one inside the worker's (namespaces.in_namespace).

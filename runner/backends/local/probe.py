@@ -27,9 +27,11 @@ import socket
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from contract.network import NetworkRecord
+from runner.backends.local import realtime
 from runner.backends.local.namespaces import NamespaceError, in_namespace
 from runner.job.link import Link
 
@@ -84,16 +86,21 @@ def unmeasured(link: Link, description: str) -> NetworkRecord:
     )  # fmt: skip
 
 
-def record(link: Link, description: str, found: Measurement) -> NetworkRecord:
-    """The manifest's `network` entry for a link measured as `found`: asked and measured."""
+def record(
+    link: Link, description: str, found: Measurement, base_rtt_ms: float | None = None
+) -> NetworkRecord:
+    """The manifest's `network` entry for a link measured as `found` (and with its delay off,
+    `base_rtt_ms`): asked and measured."""
     return dataclasses.replace(
         unmeasured(link, description + _limited(found.payload_mbit_s, link.rate_mbit_s)),
         measured_mbit_s=round(found.payload_mbit_s, 2),
         rtt_ms=round(found.rtt_ms, 3),
+        base_rtt_ms=None if base_rtt_ms is None else round(base_rtt_ms, 3),
         method=(
             f"TCP payload rate of one stream worker 0 -> worker 1 over {WINDOW_S} s after "
             f"{warmup_s(link):.2f} s of warm-up; round trip: median of {ROUND_TRIPS} one-byte "
-            "exchanges on the idle link, before loss is switched on"
+            "exchanges on the idle link, before loss is switched on (base_rtt_ms: the same "
+            "with the delay off)"
         ),
     )
 
@@ -106,15 +113,18 @@ def latency(link: Link) -> str:
     return f"{link.delay_ms:g} ms one way{jitter}"
 
 
-def round_trip_problem(link: Link, rtt_ms: float) -> str | None:
-    """Why a measured round trip is not the link asked for, in one line; None when it is."""
+def round_trip_problem(link: Link, rtt_ms: float, base_rtt_ms: float) -> str | None:
+    """Why a round trip measured with the delay (`rtt_ms`) and without it (`base_rtt_ms`) is
+    not the link asked for, in one line; None when it is."""
     asked_ms = link.added_round_trip_ms
     tolerance_ms = max(RTT_TOLERANCE_SHARE * asked_ms, RTT_TOLERANCE_MS)
-    if abs(rtt_ms - asked_ms) <= tolerance_ms:
+    added_ms = rtt_ms - base_rtt_ms
+    if abs(added_ms - asked_ms) <= tolerance_ms:
         return None
     return (
-        f"the link's round trip measured {rtt_ms:.3f} ms, not the {asked_ms:g} ms that "
-        f"delay={link.delay_ms:g}ms each way asks for (+- {tolerance_ms:.2g} ms): this machine "
+        f"the link's delay added {added_ms:.3f} ms to a round trip ({base_rtt_ms:.3f} -> "
+        f"{rtt_ms:.3f} ms), not the {asked_ms:g} ms that delay={link.delay_ms:g}ms each way "
+        f"asks for (+- {tolerance_ms:.2g} ms): this machine "
         "cannot give that delay now (a busy CPU delays the delay line's timers); try again "
         "on an idle machine, or a larger delay"
     )
@@ -146,7 +156,28 @@ def measure(
         raise ProbeError(f"cannot measure the link to {receiver_addr}: {err}") from err
 
 
+def round_trip_only(sender_ns: str, receiver_ns: str, receiver_addr: str) -> float:
+    """The round trip alone (ms), as `measure` takes it."""
+    try:
+        with _connected(sender_ns, receiver_ns, receiver_addr) as (client, peer):
+            return round_trip_ms(client, peer)
+    except (OSError, NamespaceError) as err:
+        raise ProbeError(f"cannot measure the link to {receiver_addr}: {err}") from err
+
+
 def _measure(sender_ns: str, receiver_ns: str, receiver_addr: str, warmup_s: float) -> Measurement:
+    with _connected(sender_ns, receiver_ns, receiver_addr) as (client, peer):
+        rtt_ms = round_trip_ms(client, peer)
+        rate_mbit_s = payload_rate_mbit_s(client, peer, warmup_s)
+        return Measurement(payload_mbit_s=rate_mbit_s, rtt_ms=rtt_ms)
+
+
+@contextlib.contextmanager
+def _connected(
+    sender_ns: str, receiver_ns: str, receiver_addr: str
+) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A TCP connection (Nagle off) from the sender's namespace to the receiver's: (the
+    sender's end, the receiver's)."""
     server = in_namespace(receiver_ns, lambda: socket.create_server((receiver_addr, PORT)))
     with contextlib.ExitStack() as stack:
         stack.enter_context(server)
@@ -158,12 +189,17 @@ def _measure(sender_ns: str, receiver_ns: str, receiver_addr: str, warmup_s: flo
         for sock in (client, peer):
             sock.settimeout(IO_TIMEOUT_S)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        rtt_ms = round_trip_ms(client, peer)
-        rate_mbit_s = payload_rate_mbit_s(client, peer, warmup_s)
-        return Measurement(payload_mbit_s=rate_mbit_s, rtt_ms=rtt_ms)
+        yield client, peer
 
 
 def round_trip_ms(client: socket.socket, peer: socket.socket) -> float:
+    """The median of ROUND_TRIPS exchanges, this thread at a real-time priority where allowed
+    (realtime.py): the round trip of the link, not of the machine's run queue."""
+    with realtime.preferred():
+        return _round_trip_ms(client, peer)
+
+
+def _round_trip_ms(client: socket.socket, peer: socket.socket) -> float:
     times_s = []
     for _ in range(ROUND_TRIPS):
         start = time.perf_counter()
