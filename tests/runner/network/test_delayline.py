@@ -119,7 +119,7 @@ def test_a_reader_that_dies_breaks_the_network_naming_it_and_its_link_carries_no
 def test_a_round_trip_far_from_the_delay_fails_the_probe_in_one_line() -> None:
     with ShapedNetwork.open(parse_link("100mbit,delay=2ms"), num_workers=2) as net:
         for line in net._lines:
-            line._schedule.delay_s = 0.010  # what a busy machine's late timers would add
+            line._delay = (0.010, 0.0)  # what a busy machine's late timers would add
         with pytest.raises(ProbeError) as caught:
             net.probe()
     said = str(caught.value)
