@@ -27,13 +27,6 @@ REPO = Path(__file__).resolve().parents[3]
 PORT = 6000
 
 
-@pytest.fixture(scope="module")
-def delaying(shaping: None) -> None:
-    reason = network.problem(parse_link("100mbit,delay=1ms,jitter=1ms"))
-    if reason is not None:
-        pytest.skip(f"a delay line cannot be built here: {reason}")
-
-
 pytestmark = pytest.mark.usefixtures("delaying")
 
 
