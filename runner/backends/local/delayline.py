@@ -162,6 +162,11 @@ class DelayLine:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def thread_id(self) -> int | None:
+        """The reader thread's id (/proc/self/task/<id>), for what it costs."""
+        return self._thread.native_id
+
     def tally(self) -> Tally:
         with self._lock:
             return self._schedule.tally()

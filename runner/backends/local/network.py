@@ -184,8 +184,10 @@ class ShapedNetwork:
         self.tally_path: Path | None = None  # where close() writes what the links carried
 
     @classmethod
-    def open(cls, link: Link, num_workers: int) -> ShapedNetwork:
-        """Build it; NetworkUnavailable (one line) when this machine cannot."""
+    def open(cls, link: Link, num_workers: int, delay_line: bool = False) -> ShapedNetwork:
+        """Build it; NetworkUnavailable (one line) when this machine cannot. `delay_line`:
+        through the delay line even where the link asks nothing of it (bench/
+        shaped_delayline.py measures what the line itself costs)."""
         if not 1 <= num_workers <= MAX_WORKERS:
             raise ValueError(f"num_workers must be 1..{MAX_WORKERS}, got {num_workers}")
         lifeline = Lifeline()
@@ -197,6 +199,7 @@ class ShapedNetwork:
             for _ in range(num_workers):
                 holders.append(namespaces.spawn(lifeline, Kind.NET_PID_MOUNT))
             net = cls(link, bridge, holders[1:], lifeline)
+            net.impairment = DELAY_LINE if delay_line else net.impairment
             net._configure()
         except BaseException as err:
             if net is not None:
@@ -215,6 +218,11 @@ class ShapedNetwork:
     def holders(self) -> tuple[Holder, ...]:
         """The bridge's holder, then each worker's (for tests and the probe)."""
         return (self._bridge, *self._workers)
+
+    @property
+    def lines(self) -> tuple[DelayLine, ...]:
+        """Each worker's delay line (none without one), in worker order."""
+        return tuple(self._lines)
 
     def worker(self, index: int) -> Holder:
         return self._workers[index]

@@ -89,7 +89,7 @@ def test_loss_is_switched_on_after_the_probe_and_counted_in_the_tally() -> None:
 def test_a_reader_that_dies_breaks_the_network_naming_it_and_its_link_carries_nothing() -> None:
     with ShapedNetwork.open(parse_link("100mbit,delay=1ms,jitter=1ms"), num_workers=2) as net:
         assert net.broken() is None
-        line = net._lines[1]
+        line = net.lines[1]
         # Its socket replaced under it: its next read fails, as a reader's bug would end it,
         # and the kernel unbinds the queue.
         null = os.open(os.devnull, os.O_RDONLY)
@@ -111,7 +111,7 @@ def test_a_reader_that_dies_breaks_the_network_naming_it_and_its_link_carries_no
 
 def test_a_round_trip_far_from_the_delay_fails_the_probe_in_one_line() -> None:
     with ShapedNetwork.open(parse_link("100mbit,delay=2ms"), num_workers=2) as net:
-        for line in net._lines:
+        for line in net.lines:
             line._delay = (0.010, 0.0)  # what a busy machine's late timers would add
         with pytest.raises(ProbeError) as caught:
             net.probe()
