@@ -62,7 +62,9 @@ def main() -> None:
     tbf_mbit, line_mbit = statistics.median(tbf), statistics.median(line)
     print(f"link {link.text}, one TCP stream, median of {args.repeats} (payload Mbit/s)")
     print(f"  tbf alone:                 {tbf_mbit:8.1f}   ({', '.join(f'{r:.0f}' for r in tbf)})")
-    print(f"  tbf + delay line, delay 0: {line_mbit:8.1f}   ({', '.join(f'{r:.0f}' for r in line)})")
+    print(
+        f"  tbf + delay line, delay 0: {line_mbit:8.1f}   ({', '.join(f'{r:.0f}' for r in line)})"
+    )
     print(f"  ratio: {line_mbit / tbf_mbit:.2f}x (the bar: at least 0.8x)")
     print(f"  delay line CPU: {cpu_per_gbit:.3f} core-seconds per Gbit carried "
           f"({100 * cpu_per_gbit:.1f} % of a core per Gbit/s)")  # fmt: skip

@@ -63,19 +63,30 @@ def measure_cell(link: str, workers: int, args: argparse.Namespace) -> list[dict
     with ShapedNetwork.open(parsed, workers) as net:
         record = net.probe()
         ranks = run_ranks(net, workers, settings, args.timeout_s, RANK_SCRIPT)
-    base = {"link": link, "workers": workers, "delay_s": parsed.delay_us / 1e6,
-            "rate_bit_s": parsed.rate_bit_s, "rtt_ms": record.rtt_ms,
-            "base_rtt_ms": record.base_rtt_ms, "measured_mbit_s": record.measured_mbit_s}  # fmt: skip
+    base = {
+        "link": link, "workers": workers, "delay_s": parsed.delay_us / 1e6,
+        "rate_bit_s": parsed.rate_bit_s, "rtt_ms": record.rtt_ms,
+        "base_rtt_ms": record.base_rtt_ms, "measured_mbit_s": record.measured_mbit_s,
+    }  # fmt: skip
     size = gradient_bytes(args.width_divisor)
     strategy_ranks = [{k: v for k, v in r.items() if k != "allreduce-micro"} for r in ranks]
     rows = [
-        {**base, "strategy": row["strategy"], "size_bytes": size, "time_s": row["comm_s"],
-         "step_s": row["time_s"]}  # fmt: skip
+        {
+            **base,
+            "strategy": row["strategy"],
+            "size_bytes": size,
+            "time_s": row["comm_s"],
+            "step_s": row["time_s"],
+        }
         for row in rows_for(link, workers, strategy_ranks)
     ]
     rows += [
-        {**base, "strategy": "allreduce-micro", "size_bytes": m["size_bytes"],
-         "time_s": m["time_s"]}  # fmt: skip
+        {
+            **base,
+            "strategy": "allreduce-micro",
+            "size_bytes": m["size_bytes"],
+            "time_s": m["time_s"],
+        }
         for m in ranks[0]["allreduce-micro"]
     ]
     return rows
@@ -135,9 +146,10 @@ def figure(rows: list[dict[str, Any]], args: argparse.Namespace, out_dir: Path) 
         train, held = split(mine, held_delays, held_rates)
         model = fit(strategy, train)
         for group, marker, label in ((train, "o", "fitted on"), (held, "x", "held out")):
-            ax.scatter([1e3 * model.predict_s(p) for p in group], [1e3 * p.time_s for p in group],
-                       marker=marker, label=label,
-                       c=[1e3 * p.delay_s for p in group], cmap="viridis", vmin=0, vmax=20)  # fmt: skip
+            predicted = [1e3 * model.predict_s(p) for p in group]
+            delays_ms = [1e3 * p.delay_s for p in group]
+            ax.scatter(predicted, [1e3 * p.time_s for p in group], marker=marker, label=label,
+                       c=delays_ms, cmap="viridis", vmin=0, vmax=20)  # fmt: skip
         low = min(1e3 * p.time_s for p in mine)
         high = max(1e3 * p.time_s for p in mine)
         ax.plot([low, high], [low, high], "k--", lw=0.8)

@@ -18,9 +18,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.iterations import iterations  # noqa: E402
-from workloads.micro import measure  # noqa: E402
-from workloads.microconfig import MeasurementConfig  # noqa: E402
+from bench.iterations import iterations
+from workloads.micro import measure
+from workloads.microconfig import MeasurementConfig
 
 
 def main() -> None:

@@ -43,7 +43,10 @@ RANK_SCRIPT = str(REPO / "bench" / "shaped_rank.py")
 
 
 def run_ranks(
-    net: ShapedNetwork | None, world_size: int, settings: dict[str, Any], timeout_s: float,
+    net: ShapedNetwork | None,
+    world_size: int,
+    settings: dict[str, Any],
+    timeout_s: float,
     script: str = RANK_SCRIPT,
 ) -> list[dict[str, Any]]:
     """Each rank's results (`script` run by each); ranks in net's worker namespaces, or on
