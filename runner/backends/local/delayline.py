@@ -194,7 +194,10 @@ class DelayLine:
         while True:
             next_s = schedule.next_release_s()
             timeout_s = None if next_s is None else max(0.0, next_s - time.monotonic())
-            readable, _, _ = select.select([queue, self._wake_r], [], [], timeout_s)
+            # select(), not poll() or epoll: their timeouts are whole milliseconds, a delay
+            # line's are microseconds. (Descriptors above 1023 fail it: the line then stops,
+            # and broken() says so; a supervisor holds a few dozen.)
+            readable, _, _ = select.select([queue.fileno(), self._wake_r], [], [], timeout_s)
             if self._wake_r in readable:
                 return
             now_s = time.monotonic()
