@@ -1,6 +1,6 @@
 """A communication model that predicts: every strategy's collective timed on shaped links of
 each delay x rate x worker count, the alpha-beta (Hockney) model fitted per strategy
-(bench/shaped_model_fit.py), and its error on points held out of the fit.
+(runner/results/linkmodel.py), and its error on points held out of the fit.
 
 For each cell the workers run in network namespaces on links with that rate and one-way delay
 (tbf, and the NFQUEUE delay line or netem: runner/backends/local/network.py; the probe checks
@@ -31,7 +31,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.shaped_model_fit import (  # noqa: E402
+from bench.shaped_network import rows_for, run_ranks  # noqa: E402
+from runner.backends.local.network import ShapedNetwork, require  # noqa: E402
+from runner.job.link import parse_link  # noqa: E402
+from runner.results.linkmodel import (  # noqa: E402
     COLLECTIVES,
     Point,
     finite,
@@ -40,9 +43,6 @@ from bench.shaped_model_fit import (  # noqa: E402
     split,
     summary,
 )
-from bench.shaped_network import rows_for, run_ranks  # noqa: E402
-from runner.backends.local.network import ShapedNetwork, require  # noqa: E402
-from runner.job.link import parse_link  # noqa: E402
 
 RANK_SCRIPT = str(REPO / "bench" / "shaped_model_rank.py")
 STRATEGIES = ("allreduce", "ddp", "gather-scatter")

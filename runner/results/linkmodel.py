@@ -1,6 +1,8 @@
 """The alpha-beta (Hockney) model of each strategy's collective, fitted to measured
-communication times on shaped links, and its error on held-out points. Pure: no torch, no
-network; bench/shaped_model.py measures, this fits.
+communication times on shaped links, and its error on held-out points; and the figure
+`runner report` draws for a study of allreduce-micro runs that swept the link. No torch, no
+network: bench/shaped_model.py and the runs measure, this fits (numpy, which matplotlib, the
+report's extra, brings).
 
 A collective of n bytes among N workers on a link of one-way delay d and rate R takes
 
@@ -21,8 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from pathlib import Path
+from typing import Any
 
 Terms = Callable[[int], tuple[float, float]]  # N -> (A, B)
 
@@ -80,6 +82,8 @@ def _row(p: Point) -> list[float]:
 def fit(strategy: str, points: Sequence[Point]) -> Fit:
     """Least squares on relative error (each row divided by its time): a 20 ms collective and
     a 2 s one weigh alike, as the held-out error is judged."""
+    import numpy as np
+
     mine = [p for p in points if p.strategy == strategy]
     x = np.array([[v / p.time_s for v in _row(p)] for p in mine])
     y = np.ones(len(mine))
@@ -110,3 +114,56 @@ def split(points: Sequence[Point], held_delays: set[float], held_rates: set[floa
 
 def finite(points: Sequence[Point]) -> list[Point]:
     return [p for p in points if math.isfinite(p.time_s) and p.time_s > 0]
+
+
+def micro_points(runs: Sequence[Any]) -> list[Point]:
+    """The points of allreduce-micro runs (RunResult) on shaped links: one per size, float32
+    (the other dtypes time the same bytes differently: reduction cost, not the link)."""
+    from contract.summary import MicroSummary
+    from runner.errors import SpecError
+    from runner.job.link import parse_link
+
+    found = []
+    for run in runs:
+        if run.link is None or not isinstance(run.summary, MicroSummary):
+            continue
+        try:
+            link = parse_link(run.link)
+        except SpecError:  # a record from a version that spelled links otherwise
+            continue
+        found += [
+            Point("allreduce-micro", run.world_size, link.delay_us / 1e6, float(link.rate_bit_s),
+                  float(m.size_bytes), m.time_us / 1e6)
+            for m in run.summary.results if m.dtype == "float32"
+        ]  # fmt: skip
+    return finite(found)
+
+
+def fit_figure(runs: Sequence[Any], title: str, base: Path) -> list[Path]:
+    """Measured against predicted all-reduce time, the alpha-beta model fitted to a study of
+    allreduce-micro runs over at least two links (its alpha and beta in the title); nothing
+    when the runs are not such a study."""
+    pts = micro_points(runs)
+    links = {(p.delay_s, p.rate_bit_s) for p in pts}
+    if len(links) < 2 or len(pts) < 4:
+        return []
+    from runner.results import figures
+
+    model = fit("allreduce-micro", pts)
+    plt = figures._pyplot()
+    fig, ax = plt.subplots(figsize=(6, 5))
+    points_ms = [(1e3 * model.predict_s(p), 1e3 * p.time_s, 1e3 * p.delay_s) for p in pts]
+    shown = ax.scatter([a for a, _, _ in points_ms], [b for _, b, _ in points_ms],
+                       c=[d for _, _, d in points_ms], cmap="viridis")  # fmt: skip
+    fig.colorbar(shown, label="one-way delay (ms)")
+    low, high = min(b for _, b, _ in points_ms), max(b for _, b, _ in points_ms)
+    ax.plot([low, high], [low, high], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="predicted (ms)", ylabel="measured (ms)")
+    ax.set_title(
+        f"{title}: alpha-beta fit, alpha = {1e3 * model.alpha0_s:.3g} ms + "
+        f"{model.alpha_per_delay:.2f} d, beta = 1/({model.per_byte_s:.2g} s/B + "
+        f"{model.bits_per_byte:.2f} / rate); {summary(relative_errors(model, pts))}",
+        fontsize=8,
+        wrap=True,
+    )
+    return figures._save(fig, base)
