@@ -32,9 +32,11 @@ demo: $(VENV)/.demo
 	$(BIN)/runner submit cnn-digits --local --workers 2
 
 # System packages some tests need: Debian's chromium + chromedriver (the dashboard's browser
-# test) and iproute2 + util-linux (shaped networks: ip, tc, nsenter). As root on Debian (CI) the
+# test), iproute2 + util-linux (shaped networks: ip, tc, nsenter) and iptables (the delay line
+# of a link with a delay or loss, where the kernel has no netem). As root on Debian (CI) the
 # missing ones are installed here; elsewhere those tests skip and say what to install.
 SYSTEM_PACKAGES := chromedriver:chromium-driver chromium:chromium tc:iproute2 ip:iproute2 \
+	iptables:iptables \
 	nsenter:util-linux
 system:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \

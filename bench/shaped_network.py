@@ -43,9 +43,14 @@ RANK_SCRIPT = str(REPO / "bench" / "shaped_rank.py")
 
 
 def run_ranks(
-    net: ShapedNetwork | None, world_size: int, settings: dict[str, Any], timeout_s: float
+    net: ShapedNetwork | None,
+    world_size: int,
+    settings: dict[str, Any],
+    timeout_s: float,
+    script: str = RANK_SCRIPT,
 ) -> list[dict[str, Any]]:
-    """Each rank's results; ranks in net's worker namespaces, or on loopback without one."""
+    """Each rank's results (`script` run by each); ranks in net's worker namespaces, or on
+    loopback without one."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
            "WORLD_SIZE": str(world_size), "MASTER_PORT": str(SHAPED_MASTER_PORT),
            "MASTER_ADDR": address(0) if net else "127.0.0.1"}  # fmt: skip
@@ -55,7 +60,7 @@ def run_ranks(
         outs = [Path(tmp) / f"rank-{r}.json" for r in range(world_size)]
         procs = []
         for rank, out in enumerate(outs):
-            argv = [sys.executable, RANK_SCRIPT, json.dumps(settings), str(out)]
+            argv = [sys.executable, script, json.dumps(settings), str(out)]
             argv = net.command(rank, argv, str(REPO)) if net else argv
             procs.append(subprocess.Popen(argv, env={**env, "RANK": str(rank)}, cwd=REPO))
         try:

@@ -23,6 +23,10 @@ ENV = "STACKBENCH_NETWORK"
 LATENCY_NOT_EMULATED = "not emulated"
 # Long enough for any description we write; a longer value is not one of ours.
 MAX_ENV_CHARS = 4096
+QUANTITIES = (
+    "asked_mbit_s", "measured_mbit_s", "rtt_ms", "asked_rtt_ms", "asked_loss_percent",
+    "base_rtt_ms",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class NetworkRecord:
     rtt_ms: float | None = None  # round trip on the idle link; None: not measured
     latency: str = LATENCY_NOT_EMULATED  # added propagation delay
     method: str | None = None  # how measured_mbit_s and rtt_ms were measured
+    asked_rtt_ms: float | None = None  # what the link adds to a round trip (its delay twice)
+    asked_loss_percent: float | None = None  # of the packets between workers
+    base_rtt_ms: float | None = None  # rtt_ms with the delay off; rtt_ms - this: what it adds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,13 +59,19 @@ class NetworkRecord:
         for key in ("link", "latency", "method"):
             if data.get(key) is not None:
                 values[key] = _typed(data, key, str)
-        for key in ("asked_mbit_s", "measured_mbit_s", "rtt_ms"):
+        for key in QUANTITIES:
             if data.get(key) is not None:
                 values[key] = _quantity(data, key)
         return cls(**values)
 
 
 UNSHAPED_LOOPBACK = NetworkRecord(description="loopback, unshaped")
+
+# Written by the launcher into the run directory when a shaped network closes: what each
+# worker's link did with its packets over the run ({"links": [{"worker": 0, "sent_bytes":
+# ..., "dropped_packets": ..., "delay_line": {"lost": ..., "dropped_full": ...}}, ...]}).
+# Missing when the run had no shaped link, or when its supervisor was killed.
+TALLY_FILE = "network.json"
 
 
 def from_environ(environ: Mapping[str, str]) -> dict[str, Any] | None:

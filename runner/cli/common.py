@@ -297,9 +297,10 @@ def per_node_option(fn: F) -> F:
 
 def link_option(fn: F) -> F:
     return click.option(
-        "--link", metavar="RATE", default=None,
-        help="Give every worker a link of this rate (100mbit, 1gbit, 500kbit): here, shaped "
-        "network namespaces; on a cluster, pod bandwidth limits.",
+        "--link", metavar="RATE[,delay=D][,jitter=J][,loss=P%]", default=None,
+        help="Give every worker a link of this rate (100mbit, 1gbit, 500kbit), and optionally a "
+        "one-way delay, jitter and loss (100mbit,delay=5ms,loss=0.1%): here, shaped network "
+        "namespaces; on a cluster, pod bandwidth limits (a rate only).",
     )(fn)  # fmt: skip
 
 

@@ -50,9 +50,10 @@ else:  # imported by the command that runs (runner.cli.lazy)
               help="Worker counts to sweep (processes in all), e.g. 1,2,4,8.")  # fmt: skip
 @per_node_option
 @device_option
-@click.option("--link", "link_text", metavar="RATE[,RATE...]", default=None,
-              help="Link rates to sweep (100mbit,1gbit): shaped links here, pod bandwidth "
-              "limits on a cluster.")  # fmt: skip
+@click.option("--link", "link_text", metavar="LINK[,LINK...]", default=None,
+              help="Links to sweep (100mbit,1gbit; a delay or loss follows its rate: "
+              "25mbit,delay=5ms,1gbit,delay=5ms): shaped links here, pod bandwidth limits on "
+              "a cluster.")  # fmt: skip
 @click.option("--runs", type=click.IntRange(min=1, max=1000), default=None,
               help="Runs per cell (default: the benchmark's; 5+ for MLPerf stats).")  # fmt: skip
 @click.option("--set", "set_items", multiple=True, metavar="KEY=V[,V...]",
@@ -72,6 +73,7 @@ def sweep(
       runner sweep cnn-digits --workers 1,2 --runs 3
       runner sweep cnn-digits --workers 1,2,4 --runs 5 --set strategy=ddp,allreduce
       runner sweep vgg11-cifar10 --workers 2,4 --link 25mbit,100mbit --set strategy=ddp,allreduce
+      runner sweep allreduce-micro --workers 2 --link 1gbit,1gbit,delay=1ms,1gbit,delay=5ms
       runner sweep resnet20-cifar10 --workers 1,2,4,8 --stack gke-gpu-8 --device cuda
     Runs go one after another, here unless a cluster is named. Ctrl-C, SIGTERM or SIGHUP cancel
     the current run and keep the study, marked partial, with every run it started.

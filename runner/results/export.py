@@ -13,7 +13,7 @@ from pathlib import Path
 
 from contract import files
 from contract.files import DamagedFile
-from runner.results import figures
+from runner.results import figures, linkmodel
 from runner.results.aggregate import OUTLIER_RATIO
 from runner.results.report import EXCLUDED_STATES, Cell, Report, series_labeller
 from runner.results.runs import ADAPTIVE_CURVES, RunResult, environment_values
@@ -228,7 +228,8 @@ def _printable(table: Table) -> Table:
 
 SPEEDUP, TIME_TO_ACCURACY, PHASES = "speedup", "time_to_accuracy", "compute_communication"
 CURVES, ADAPTIVE = "curves", "adaptive"
-FIGURES = (SPEEDUP, TIME_TO_ACCURACY, PHASES, CURVES, ADAPTIVE)
+LINK_MODEL = "link_model"  # runner/results/linkmodel.py
+FIGURES = (SPEEDUP, TIME_TO_ACCURACY, PHASES, CURVES, ADAPTIVE, LINK_MODEL)
 EXPORT_FORMATS = ("md", "html")
 
 
@@ -264,6 +265,8 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
     paths += figures.curves_figure(
         curves, report.target, f"{report.title}: loss and accuracy", out_dir / CURVES
     )
+    # A study of allreduce-micro over several links: the alpha-beta model fitted to it.
+    paths += linkmodel.fit_figure(report.runs, report.title, out_dir / LINK_MODEL)
     adaptive = [(name, c) for name, c in curves if any(k in c for k in ADAPTIVE_CURVES)]
     if adaptive:  # the runs that adapted, and the others beside them for comparison
         paths += figures.adaptive_figure(

@@ -191,17 +191,23 @@ def plan(
 
 
 def parse_links(text: str | None) -> tuple[str | None, ...]:
-    """'10mbit,100mbit' -> ('10mbit', '100mbit'), each checked; None -> (None,)."""
+    """'10mbit,100mbit' -> ('10mbit', '100mbit'), each checked; None -> (None,). A link's
+    options follow its rate: '1gbit,1gbit,delay=5ms' -> ('1gbit', '1gbit,delay=5ms')."""
     if text is None:
         return (None,)
     from runner.job.link import parse_link
 
-    values = [v.strip() for v in text.split(",") if v.strip()]
+    values: list[str] = []
+    for piece in (v.strip() for v in text.split(",") if v.strip()):
+        if "=" in piece and values:  # delay=, jitter=, loss=: the previous rate's
+            values[-1] += "," + piece
+        else:
+            values.append(piece)
     if not values:
         raise SpecError("--link", f"expected rates like 10mbit,100mbit, got {text!r}")
     links = tuple(parse_link(v).text for v in values)
     if len(set(links)) != len(links):
-        raise SpecError("--link", f"{text!r} repeats a rate")
+        raise SpecError("--link", f"{text!r} repeats a link")
     return links
 
 

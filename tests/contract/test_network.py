@@ -29,6 +29,9 @@ def test_a_record_travels_through_the_environment_unchanged() -> None:
         "rtt_ms": None,
         "latency": "not emulated",
         "method": None,
+        "asked_rtt_ms": None,
+        "asked_loss_percent": None,
+        "base_rtt_ms": None,
     }
 
 

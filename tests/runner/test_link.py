@@ -43,7 +43,22 @@ def test_rates_parse_in_decimal_units_and_print_back_canonically(
         ),
         ("12MB/s", "ambiguous"),
         ("10mbyte", "unknown unit 'mbyte' in '10mbyte'; use kbit, mbit or gbit"),
-        ("100mbit/2ms", "only a rate can be shaped here, not a latency (this kernel has no netem"),
+        ("100mbit/2ms", "'100mbit/2ms': give a delay as an option: 100mbit,delay=2ms"),
+        ("1gbit,delay=-1ms", "delay=-1ms in '1gbit,delay=-1ms' cannot be negative"),
+        ("1gbit,delay=2s", "delay=2s is absurd here: at most 1s"),
+        ("1gbit,delay=1e9ms", "expected a time such as 5ms or 250us"),
+        ("1gbit,delay=5", "expected a time such as 5ms or 250us"),
+        ("1gbit,delay=1.0001us", "finer than a microsecond"),
+        ("1gbit,jitter=1ms", "jitter (1ms) must be at most the delay (0us)"),
+        ("1gbit,delay=1ms,jitter=2ms", "jitter (2ms) must be at most the delay (1ms)"),
+        ("1gbit,loss=100%", "loss=100% must be below 100 % (nothing would cross)"),
+        ("1gbit,loss=250%", "must be below 100 %"),
+        ("1gbit,loss=-1%", "loss=-1% in '1gbit,loss=-1%' cannot be negative"),
+        ("1gbit,loss=0.5", "expected a percentage such as 0.5%"),
+        ("1gbit,loss=nan%", "expected a percentage"),
+        ("1gbit,delay=1ms,delay=2ms", "gives delay twice"),
+        ("1gbit,latency=1ms", "'latency=1ms' in '1gbit,latency=1ms' is not an option of RATE["),
+        ("1gbit,", "'' in '1gbit,' is not an option"),
         ("1.5bit", "not a whole number of bits per second"),
         ("50kbit", "50kbit is outside the rates a shaped link can have (100kbit to 100gbit)"),
         ("200gbit", "outside the rates"),
@@ -57,6 +72,39 @@ def test_bad_links_are_refused_naming_the_option_and_the_fix(text: str, says: st
         parse_link(text)
     assert caught.value.param == "--link"
     assert says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical", "fields"),
+    [
+        ("100mbit,delay=5ms", "100mbit,delay=5ms", (5000, 0, 0)),
+        ("1gbit, Loss=0.5% ,delay=0.25ms", "1gbit,delay=250us,loss=0.5%", (250, 0, 5000)),
+        ("25mbit,delay=1s,jitter=20ms", "25mbit,delay=1s,jitter=20ms", (10**6, 20000, 0)),
+        ("1gbit,loss=0.0001%", "1gbit,loss=0.0001%", (0, 0, 1)),
+        ("1gbit,delay=0ms,loss=0%", "1gbit", (0, 0, 0)),
+    ],
+)
+def test_delay_jitter_and_loss_parse_in_any_order_and_print_back_canonically(
+    text: str, canonical: str, fields: tuple[int, int, int]
+) -> None:
+    link = parse_link(text)
+    assert (link.delay_us, link.jitter_us, link.loss_ppm) == fields
+    assert link.text == canonical
+    assert parse_link(link.text) == link
+    assert link.impaired == any(fields)
+
+
+def test_a_round_trip_between_two_workers_gains_the_delay_twice() -> None:
+    assert parse_link("100mbit,delay=5ms").added_round_trip_ms == 10.0
+
+
+def test_a_link_with_a_delay_is_refused_where_it_cannot_be_made_naming_why() -> None:
+    from runner.job.link import refuse_impaired
+
+    refuse_impaired(parse_link("100mbit"), "this cluster", "no netem")  # a rate alone is fine
+    said = r"^100mbit,loss=1%: this cluster cannot add delay, jitter or loss \(no netem\); "
+    with pytest.raises(SpecError, match=said + r"give the rate alone \(100mbit\)"):
+        refuse_impaired(parse_link("100mbit,loss=1%"), "this cluster", "no netem")
 
 
 def test_the_bucket_holds_a_millisecond_of_traffic_and_never_less_than_two_frames() -> None:

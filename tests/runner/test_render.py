@@ -204,6 +204,17 @@ def test_a_link_rate_is_refused_where_the_network_would_ignore_it(shaping, why):
     assert err.value.param == "--link" and why in str(err.value)
 
 
+@pytest.mark.parametrize("job_api", ["pytorchjob", "trainjob"])
+def test_a_delay_or_loss_is_refused_on_a_cluster_in_one_line_naming_why(job_api):
+    # Even on a network that enforces the rate: recorded delayed, the run would not have been.
+    with pytest.raises(SpecError) as err:
+        render(with_link(make_spec(), "100mbit,delay=5ms"), shaped(job_api, None))
+    said = str(err.value)
+    assert err.value.param == "--link" and "\n" not in said
+    assert said.startswith("100mbit,delay=5ms: a cluster cannot add delay, jitter or loss (")
+    assert "give the rate alone (100mbit)" in said
+
+
 def with_link(spec: JobSpec, link: str) -> JobSpec:
     return dataclasses.replace(spec, placement=dataclasses.replace(spec.placement, link=link))
 

@@ -33,6 +33,7 @@ from runner.backends.base import LOCAL_SCHEME, LocalRequest, Process, Request
 from runner.backends.local import elastic, joins, launch, leash, network, preflight, processes
 from runner.backends.local.supervisor import command as supervisor_command
 from runner.errors import RunInputError, RunnerError, RunNotFound, SpecError
+from runner.job.link import parse_link
 from runner.job.spec import JobSpec
 from runner.results import rundir
 
@@ -297,7 +298,7 @@ def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
             f"a shaped network has at most {network.MAX_WORKERS} workers (one address each on "
             f"its /24), not {spec.placement.world_size}",
         )
-    network.require()
+    network.require(parse_link(spec.placement.link or ""))  # dryrun: a spec with a link
     return launch.worker_processes(
         spec.placement.world_size, launch.workload_entry(spec, run_dir),
         launch.thread_env(spec.placement.world_size), str(run_dir),

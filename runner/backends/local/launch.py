@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract import files
 from contract.files import DamagedFile
-from contract.network import ENV, UNSHAPED_LOOPBACK, NetworkRecord
+from contract.network import ENV, TALLY_FILE, UNSHAPED_LOOPBACK, NetworkRecord
 from contract.rundir import LOGS, check_version
 from runner.backends.base import LocalRequest, Process
 from runner.backends.local.network import (
@@ -213,10 +213,11 @@ def launch(request: LocalRequest) -> Iterator[Started]:
     if not indices:
         raise ValueError("a request with a link runs its processes in namespaces (Process.netns)")
     with ShapedNetwork.open(parse_link(request.link), max(indices) + 1) as net:
+        net.tally_path = Path(request.run_dir) / TALLY_FILE  # what the links did, at the end
         try:
             record = net.probe()
         except ProbeError as err:
-            raise NetworkUnavailable(f"the shaped network carries nothing: {err}") from err
+            raise NetworkUnavailable(f"the shaped network is not as asked: {err}") from err
         yield Started(net, record)
 
 

@@ -31,13 +31,18 @@ Not here: what is configured inside the namespaces (network.py).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 import os
 import selectors
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+T = TypeVar("T")
+CLONE_NEWNET = 0x40000000  # linux/sched.h
 READY = b"ready\n"
 START_TIMEOUT_S = 10.0
 # The holder announces itself once its namespaces exist (and /proc is mounted), then becomes
@@ -178,6 +183,36 @@ def end(holders: Sequence[Holder], lifeline: Lifeline, timeout_s: float = 10.0) 
         except subprocess.TimeoutExpired:
             holder.process.kill()
             holder.process.wait()
+
+
+def in_namespace(ns_file: str, make: Callable[[], T]) -> T:
+    """make() called on a thread that has first entered the network namespace at ns_file."""
+    outcome: dict[str, object] = {}
+
+    def enter_and_make() -> None:
+        try:
+            fd = os.open(ns_file, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _setns(fd)
+            finally:
+                os.close(fd)
+            outcome["value"] = make()
+        except OSError as err:
+            outcome["error"] = err
+
+    thread = threading.Thread(target=enter_and_make)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise NamespaceError(f"cannot work in {ns_file}: {outcome['error']}")
+    return outcome["value"]  # type: ignore[return-value]
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"setns: {os.strerror(errno)}")
 
 
 def _await_ready(process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -20,14 +20,30 @@ nothing else: htb's classes and filters would add a tree and a classifier that s
 Bucket depth and queue length: link.py. IPv6 addresses are never generated, so gloo, told to
 bind to veth0, finds its one IPv4 address, and no router solicitations cross the link.
 
-Lifetime: namespaces.py (held by processes that die with the owner; a killed owner included).
+Delay, jitter and loss (impairment). Added once to every packet between two workers, so a
+round trip gains the delay twice (link.py). Where the kernel has netem (tried, never assumed:
+`netem_available`), a netem qdisc at the root of each worker's end, on its outgoing packets,
+the tbf below it. Where it has not, or jitter is asked (netem's jitter reorders packets), the
+delay line, on each worker's incoming packets: an iptables rule in the worker's namespace
+hands every packet arriving by veth0 to NFQUEUE, and a reader thread of this process
+(delayline.py) holds it for its delay. Incoming, not outgoing: a packet held before it leaves
+its sender still counts against the sending socket's TCP Small Queues budget, and TCP then
+kept two packets in flight (a 1gbit link with 5 ms carried 7 Mbit/s); one that arrived was
+released by its sender when the veth pair took it (netem orphans its packets for the same
+reason). Loss is switched on after the probe, so the probe's round trip is the delay's alone.
 
-Not here: parsing the link (link.py), measuring it (probe.py), the launcher (launch.py).
+Lifetime: namespaces.py (held by processes that die with the owner; a killed owner included).
+The iptables rules and qdiscs live in the namespaces and go with them; the delay lines are
+threads of the owner and their queues are unbound when it ends, however it ends.
+
+Not here: parsing the link (link.py), measuring it (probe.py), the delay line (delayline.py),
+the launcher (launch.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 import subprocess
@@ -37,11 +53,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract import files
 from contract.network import NetworkRecord
-from runner.backends.local import namespaces
+from runner.backends.local import namespaces, probe
+from runner.backends.local.delayline import QUEUE_NUM, DelayLine
 from runner.backends.local.namespaces import Holder, Kind, Lifeline, NamespaceError
 from runner.errors import BackendUnavailable
-from runner.job.link import Link
+from runner.job.link import Link, format_time
 
 INTERFACE = "veth0"  # the worker's end of its link, in every worker namespace
 BRIDGE = "br0"
@@ -52,23 +70,30 @@ IDLE_POLL_S = 0.02  # how often the probe's end looks at the queues it filled
 CAP_NET_ADMIN = 12  # bit numbers in /proc/self/status CapEff (linux/capability.h)
 CAP_SYS_ADMIN = 21
 TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
+DELAY_LINE_TOOLS = {"iptables": "iptables"}
+NETEM = "netem"
+DELAY_LINE = "delay line"
 # What a throwaway namespace must accept for a shaped network to work here.
 KERNEL_TRIAL = (
     "ip link add name t0 type veth peer name t1 && ip link add name t2 type bridge"
     " && ip link set dev t0 master t2 && tc qdisc add dev t1 root tbf rate 1mbit burst 4kb"
     " limit 64kb"
 )
+NETEM_TRIAL = "ip link set dev lo up && tc qdisc add dev lo root netem delay 1ms"
+DELAY_LINE_TRIAL = "iptables -w -A OUTPUT -o lo -j NFQUEUE --queue-num 0"
 
 
 class NetworkUnavailable(BackendUnavailable):
     """A shaped network cannot be built here; the message says what is missing and the fix."""
 
 
-def problem() -> str | None:
-    """Why a shaped network cannot be built here, in one line with the fix; None if it can.
+def problem(link: Link | None = None) -> str | None:
+    """Why a shaped network (for `link`, when given: its delay and loss too) cannot be built
+    here, in one line with the fix; None if it can.
 
     Tools and capabilities are looked up in microseconds; then one throwaway namespace tries the
-    kernel's veth, bridge and tbf support (tens of milliseconds, and it leaves nothing)."""
+    kernel's veth, bridge and tbf support (tens of milliseconds, and it leaves nothing), and,
+    for a delay or loss, netem or else iptables' NFQUEUE target."""
     if sys.platform != "linux":
         return f"shaped links need Linux network namespaces; this is {sys.platform}"
     tools = [tool for tool in TOOLS if shutil.which(tool) is None]
@@ -81,14 +106,48 @@ def problem() -> str | None:
             f"shaped links need {' and '.join(caps)} (network and PID namespaces, traffic "
             "control): run the runner as root (sudo), or leave out --link"
         )
-    return _kernel_problem()
+    return _kernel_problem() or (_impairment_problem(link) if link is not None else None)
 
 
-def require() -> None:
-    """NetworkUnavailable (one line, with the fix) unless a shaped network can be built here."""
-    reason = problem()
+def require(link: Link | None = None) -> None:
+    """NetworkUnavailable (one line, with the fix) unless a shaped network (for `link`, when
+    given) can be built here."""
+    reason = problem(link)
     if reason is not None:
         raise NetworkUnavailable(reason)
+
+
+def impairment(link: Link) -> str | None:
+    """How `link`'s delay, jitter and loss are made here: NETEM, DELAY_LINE, or None (it asks
+    for none). Jitter takes the delay line: netem's reorders packets, the link's must not."""
+    if not link.impaired:
+        return None
+    return NETEM if not link.jitter_us and netem_available() else DELAY_LINE
+
+
+@functools.cache
+def netem_available() -> bool:
+    """Whether this kernel has the netem qdisc: tried in a throwaway namespace (it leaves
+    nothing); asked once per process."""
+    return _trial(NETEM_TRIAL) is None
+
+
+def _impairment_problem(link: Link) -> str | None:
+    if impairment(link) != DELAY_LINE:
+        return None
+    tools = [tool for tool in DELAY_LINE_TOOLS if shutil.which(tool) is None]
+    if tools:
+        return (
+            f"{link.text} needs netem (this kernel has none) or iptables for the NFQUEUE delay "
+            "line: apt-get install -y iptables"
+        )
+    said = _trial(DELAY_LINE_TRIAL)
+    if said is None:
+        return None
+    return (
+        f"{link.text} needs netem (this kernel has none) or iptables' NFQUEUE target ({said}): "
+        "a kernel with CONFIG_NETFILTER_XT_TARGET_NFQUEUE and CONFIG_NETFILTER_NETLINK_QUEUE"
+    )
 
 
 def address(index: int) -> str:
@@ -120,22 +179,31 @@ class ShapedNetwork:
         self._bridge = bridge
         self._workers = workers
         self._lifeline = lifeline
+        self._lines: list[DelayLine] = []
+        self.impairment = impairment(link)
+        self.tally_path: Path | None = None  # where close() writes what the links carried
 
     @classmethod
-    def open(cls, link: Link, num_workers: int) -> ShapedNetwork:
-        """Build it; NetworkUnavailable (one line) when this machine cannot."""
+    def open(cls, link: Link, num_workers: int, delay_line: bool = False) -> ShapedNetwork:
+        """Build it; NetworkUnavailable (one line) when this machine cannot. `delay_line`:
+        through the delay line even where the link asks nothing of it (bench/
+        shaped_delayline.py measures what the line itself costs)."""
         if not 1 <= num_workers <= MAX_WORKERS:
             raise ValueError(f"num_workers must be 1..{MAX_WORKERS}, got {num_workers}")
         lifeline = Lifeline()
         holders: list[Holder] = []
+        net: ShapedNetwork | None = None
         try:
             bridge = namespaces.spawn(lifeline, Kind.NET)
             holders.append(bridge)
             for _ in range(num_workers):
                 holders.append(namespaces.spawn(lifeline, Kind.NET_PID_MOUNT))
             net = cls(link, bridge, holders[1:], lifeline)
+            net.impairment = DELAY_LINE if delay_line else net.impairment
             net._configure()
         except BaseException as err:
+            if net is not None:
+                net._stop_lines()
             namespaces.end(holders, lifeline)
             if isinstance(err, (NamespaceError, OSError)):
                 raise NetworkUnavailable(f"cannot build the shaped network: {err}") from err
@@ -151,6 +219,11 @@ class ShapedNetwork:
         """The bridge's holder, then each worker's (for tests and the probe)."""
         return (self._bridge, *self._workers)
 
+    @property
+    def lines(self) -> tuple[DelayLine, ...]:
+        """Each worker's delay line (none without one), in worker order."""
+        return tuple(self._lines)
+
     def worker(self, index: int) -> Holder:
         return self._workers[index]
 
@@ -165,12 +238,48 @@ class ShapedNetwork:
 
     def probe(self) -> NetworkRecord:
         """The link as measured now (run it before the workers start: it needs the link idle),
-        and idle again when this returns."""
-        from runner.backends.local import probe  # sockets and threads: only when measuring
+        idle again when this returns, and its loss switched on. ProbeError (one line) when it
+        carries nothing, or the round trip it adds is not the delay asked for.
 
-        record = probe.record(self)
+        With a delay, the round trip is measured twice: through the link with its delay off
+        (the machine's own round trip, the delay line's pass included), then on; what the
+        delay adds is the difference, compared with what was asked."""
+        description = probe.describe(self.link, self.num_workers, self._impairment_text())
+        if self.num_workers < 2:
+            self._impair(delay=True, loss=True)
+            return probe.unmeasured(self.link, description)
+        ends = (self._workers[0].ns_file("net"), self._workers[1].ns_file("net"), address(1))
+        base_ms = None
+        if self.link.delay_us:
+            self._impair(delay=False, loss=False)
+            base_ms = probe.round_trip_only(*ends)
+            self._impair(delay=True, loss=False)
+        found = probe.measure(*ends, warmup_s=probe.warmup_s(self.link))
         self._await_idle(self._probed_queues())
-        return record
+        if base_ms is not None:
+            mismatch = probe.round_trip_problem(self.link, found.rtt_ms, base_ms)
+            if mismatch is not None:
+                raise probe.ProbeError(mismatch)
+        self._impair(delay=True, loss=True)
+        return probe.record(self.link, description, found, base_ms)
+
+    def _impairment_text(self) -> str:
+        if self.impairment == NETEM:
+            return "delay and loss by netem on each worker's outgoing packets (tbf below it)"
+        if self.impairment == DELAY_LINE:
+            return (
+                "delay and loss by an NFQUEUE delay line on each worker's incoming packets "
+                "(iptables in its namespace, one reader thread per link in the run's supervisor)"
+            )
+        return ""
+
+    def _impair(self, delay: bool, loss: bool) -> None:
+        """Switch every link's delay and loss on or off (the probe measures without them)."""
+        if self.impairment == NETEM:
+            for worker in self._workers:
+                namespaces.run_batch(worker, "tc", [_netem(self.link, "change", delay, loss)])
+        for line in self._lines:
+            line.impair(delay, loss)
 
     def traffic(self, index: int) -> LinkTraffic:
         """What worker `index`'s link has carried, counted by its qdiscs."""
@@ -182,6 +291,22 @@ class ShapedNetwork:
             dropped_packets=sent["drops"] + received["drops"],
             queued_bytes=sent["backlog"] + received["backlog"],
         )
+
+    def tally(self) -> dict[str, object]:
+        """What every link carried and dropped so far (contract.network.TALLY_FILE)."""
+        links: list[dict[str, object]] = []
+        for i in self._range:
+            entry: dict[str, object] = {"worker": i}
+            with contextlib.suppress(NamespaceError, OSError, subprocess.SubprocessError,
+                                     ValueError, KeyError):  # fmt: skip
+                traffic = self.traffic(i)
+                entry |= {"sent_bytes": traffic.sent_bytes,
+                          "received_bytes": traffic.received_bytes,
+                          "dropped_packets_by_shaper": traffic.dropped_packets}  # fmt: skip
+            if self._lines:
+                entry["delay_line"] = self._lines[i].tally().to_dict()
+            links.append(entry)
+        return {"link": self.link.text, "impairment": self.impairment, "links": links}
 
     def _probed_queues(self) -> list[int]:
         """The workers whose links the probe crossed."""
@@ -217,12 +342,25 @@ class ShapedNetwork:
                     f"the shaped network broke: {whose} namespace holder (pid {holder.pid}) "
                     f"exited with code {holder.process.returncode}, and its links with it"
                 )
+        for i, line in enumerate(self._lines):
+            if not line.alive():
+                return (
+                    f"the shaped network broke: worker {i}'s {line.failure or 'delay line ended'}"
+                )
         return None
 
     def close(self) -> None:
-        """End every holder; the kernel then removes the namespaces and all in them.
-        Idempotent."""
+        """Write the tally (when asked for, once), stop the delay lines and end every holder;
+        the kernel then removes the namespaces and all in them. Idempotent."""
+        if self.tally_path is not None and not self._lifeline.cut_already:
+            with contextlib.suppress(OSError, ValueError):  # a record's loss, never the run's
+                files.write_json(self.tally_path, self.tally())
+        self._stop_lines()
         namespaces.end(self.holders, self._lifeline)
+
+    def _stop_lines(self) -> None:
+        for line in self._lines:
+            line.stop()
 
     def __enter__(self) -> ShapedNetwork:
         return self
@@ -253,7 +391,19 @@ class ShapedNetwork:
                 f"link set dev {INTERFACE} up",
             ]
             namespaces.run_batch(worker, "ip", link)
-            namespaces.run_batch(worker, "tc", [self._tbf(INTERFACE)])
+            self._shape_worker_end(worker)
+
+    def _shape_worker_end(self, worker: Holder) -> None:
+        """tbf alone; under netem for a delay; or with the delay line's rule and reader."""
+        if self.impairment == NETEM:
+            tbf = self._tbf(INTERFACE).replace("root", "parent 1:1 handle 10:")
+            namespaces.run_batch(worker, "tc", [_netem(self.link, "add", True, False), tbf])
+            return
+        namespaces.run_batch(worker, "tc", [self._tbf(INTERFACE)])
+        if self.impairment == DELAY_LINE:
+            # The reader is bound first: a packet queued with no reader is dropped.
+            self._lines.append(DelayLine.start(self.link, worker.ns_file("net")))
+            _run_in(worker, ["iptables", "-w", *delay_line_rule()])
 
     @property
     def _range(self) -> range:
@@ -265,6 +415,34 @@ class ShapedNetwork:
             f"qdisc add dev {device} root tbf rate {link.rate_bit_s}bit "
             f"burst {link.burst_bytes} limit {link.queue_bytes}"
         )
+
+
+def delay_line_rule() -> list[str]:
+    """The iptables rule (its arguments after the binary) that queues a worker's incoming
+    packets for its delay line; no --queue-bypass: without a reader, packets are dropped."""
+    return ["-A", "INPUT", "-i", INTERFACE, "-j", "NFQUEUE", "--queue-num", str(QUEUE_NUM)]
+
+
+def _netem(link: Link, verb: str, delay: bool, loss: bool) -> str:
+    """The netem qdisc of a worker's end (`verb`: add or change), the tbf as its child; its
+    delay and loss switched on or off."""
+    text = f"qdisc {verb} dev {INTERFACE} root handle 1: netem"
+    text += f" delay {format_time(link.delay_us)}" if delay and link.delay_us else " delay 0us"
+    return text + (f" loss {link.loss_percent:g}%" if loss and link.loss_ppm else "")
+
+
+def _run_in(holder: Holder, argv: list[str], timeout_s: float = 10.0) -> None:
+    """`argv` in the holder's network namespace; NamespaceError with what it said."""
+    try:
+        done = subprocess.run(
+            namespaces.enter_net_argv(holder, argv), capture_output=True, text=True,
+            timeout=timeout_s,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise NamespaceError(f"{argv[0]} did not finish within {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise NamespaceError(f"{argv[0]} failed: {said[0] if said else done.returncode}")
 
 
 def _bridge_port(index: int) -> str:
@@ -295,15 +473,24 @@ def _missing_capabilities() -> list[str]:
     return [name for name, bit in wanted.items() if not effective >> bit & 1]
 
 
-def _kernel_problem() -> str | None:
-    argv = ["unshare", *Kind.NET_PID_MOUNT.value, "--", "sh", "-c", KERNEL_TRIAL]
+def _trial(script: str) -> str | None:
+    """What `script` said when it failed in a throwaway namespace; None when it succeeded."""
+    argv = ["unshare", *Kind.NET_PID_MOUNT.value, "--", "sh", "-c", script]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"cannot try a network namespace here ({err})"
     if done.returncode == 0:
         return None
-    said = (done.stderr.strip() or f"exit {done.returncode}").splitlines()[0]
+    return (done.stderr.strip() or f"exit {done.returncode}").splitlines()[0]
+
+
+def _kernel_problem() -> str | None:
+    said = _trial(KERNEL_TRIAL)
+    if said is None:
+        return None
+    if said.startswith("cannot try"):
+        return said
     return (
         f"this kernel cannot build a shaped network ({said}): it needs network, PID and mount "
         "namespaces, veth, bridge and the tbf qdisc (modprobe veth bridge sch_tbf)"

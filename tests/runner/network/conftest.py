@@ -14,3 +14,13 @@ def shaping() -> None:
     reason = network.problem()
     if reason is not None:
         pytest.skip(f"shaped networks cannot be built here: {reason}")
+
+
+@pytest.fixture(scope="session")
+def delaying(shaping: None) -> None:
+    """A delay line (or netem) can be built here: iptables and its NFQUEUE target."""
+    from runner.job.link import parse_link
+
+    reason = network.problem(parse_link("100mbit,delay=1ms,jitter=1ms"))
+    if reason is not None:
+        pytest.skip(f"a delay line cannot be built here: {reason}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -51,10 +52,12 @@ def running(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
 
 
 def host_network_mentions_ours() -> list[str]:
-    """Lines of the host's interfaces, addresses, routes and qdiscs naming our bridge, veths
-    or subnet (the network must never create anything there)."""
+    """Lines of the host's interfaces, addresses, routes, qdiscs and iptables rules naming our
+    bridge, veths or subnet (the network must never create anything there)."""
     lines = []
-    for argv in (["ip", "-o", "address"], ["ip", "-o", "link"], ["ip", "route"], ["tc", "qdisc"]):
+    tables = [["iptables", "-w", "-S"]] if shutil.which("iptables") else []
+    for argv in (["ip", "-o", "address"], ["ip", "-o", "link"], ["ip", "route"], ["tc", "qdisc"],
+                 *tables):  # fmt: skip
         out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         lines += [ln for ln in out.splitlines() if _ours(ln)]
     return lines

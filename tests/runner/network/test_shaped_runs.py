@@ -20,13 +20,21 @@ from runner import api
 from runner.backends.local import processes
 from runner.backends.local.backend import SUPERVISOR_FILE, LocalBackend
 from runner.job.spec import Placement, resolve
-from tests.runner.network.namespace_scan import handles_on, pids_in, wait_until
+from tests.runner.network.namespace_scan import (
+    handles_on,
+    host_network_mentions_ours,
+    pids_in,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("shaping")]
 
 
-def submit(results: Path, overrides: list[str]) -> api.Run:
-    spec = resolve("cnn-digits", overrides, Placement(1, 2, "cpu", link="50mbit"))
+DELAYED = "50mbit,delay=2ms,loss=0.1%"
+
+
+def submit(results: Path, overrides: list[str], link: str = "50mbit") -> api.Run:
+    spec = resolve("cnn-digits", overrides, Placement(1, 2, "cpu", link=link))
     return api.submit(spec, LocalBackend(results), results)
 
 
@@ -41,10 +49,28 @@ def test_a_run_with_a_link_trains_over_it_and_its_manifest_says_so(tmp_path: Pat
     assert files.read_json(run.run_dir / "job.json")["placement"]["link"] == "50mbit"
 
 
-def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
-    tmp_path: Path,
+def test_a_run_with_a_delay_and_loss_records_them_asked_and_measured_and_its_drops(
+    tmp_path: Path, delaying: None
 ) -> None:
-    run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400"])
+    run = submit(tmp_path, ["max_epochs=1", "stop_at_target=false"], link=DELAYED)
+    status = api.wait(tmp_path, run)
+    assert status.state is JobState.SUCCEEDED, status.reason
+    network = files.read_json(run.run_dir / "manifest.json")["network"]
+    assert network["link"] == DELAYED and network["asked_rtt_ms"] == 4.0
+    assert network["asked_loss_percent"] == 0.1 and network["latency"] == "2 ms one way"
+    assert 3.5 <= network["rtt_ms"] - network["base_rtt_ms"] <= 4.5  # the probe's bar passed
+    tally = files.read_json(run.run_dir / "network.json")  # written when the network closed
+    assert tally["link"] == DELAYED and len(tally["links"]) == 2
+    for link in tally["links"]:
+        line = link["delay_line"] if tally["impairment"] == "delay line" else None
+        assert line is None or (line["released"] > 0 and line["dropped_full"] == 0)
+
+
+def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
+    tmp_path: Path, delaying: None
+) -> None:
+    # With a delay line: its readers are the supervisor's threads, its rules in the namespaces.
+    run = submit(tmp_path, ["stop_at_target=false", "max_epochs=400"], link=DELAYED)
     try:
         deadline = time.monotonic() + 120
         while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
@@ -62,6 +88,7 @@ def test_a_sigkilled_supervisor_takes_the_workers_and_their_network_with_it(
     os.kill(files.read_json(run.run_dir / SUPERVISOR_FILE)["pid"], signal.SIGKILL)
     assert wait_until(lambda: not processes.members(run.run_id, run.run_dir), 30)
     assert wait_until(lambda: not pids_in(namespaces) and not handles_on(namespaces), 30)
+    assert host_network_mentions_ours() == []  # no rule, queue or qdisc of ours in the host's
     status = api.status(tmp_path, run)
     assert status.state is JobState.FAILED and "supervisor died" in status.reason
 
