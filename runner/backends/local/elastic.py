@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import sys
 import time
 from collections.abc import Iterator
@@ -100,14 +99,14 @@ def hosted_store(port: int | None) -> Iterator[WriterWatch]:
         yield WriterWatch(None)
         return
     # Only an elastic run's supervisor pays for torch.
-    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed import PrefixStore
 
+    from workloads import stores
     from workloads.adaptive.elastic.launch import STORE_PREFIX
     from workloads.adaptive.elastic.rendezvous import Rendezvous
 
-    try:
-        store = TCPStore(launch.LOOPBACK, port, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))  # fmt: skip
+    try:  # on loopback alone (torch's own choice would be every interface)
+        store = stores.serve(launch.LOOPBACK, port, STORE_TIMEOUT_S)
     except (RuntimeError, OSError) as err:
         raise StoreUnavailable(
             f"cannot host the elastic workers' store on {launch.LOOPBACK}:{port} ({err}); "

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from torch.distributed import PrefixStore, Store, TCPStore
 
+from workloads import stores
+
 STORE_PREFIX = "elastic/"
 CONNECT_TIMEOUT_S = 300.0
 
@@ -58,9 +60,7 @@ class ElasticLaunch:
         """The store, when this worker hosts it (keep it alive as long as the process)."""
         if not self.hosts_store:
             return None
-        timeout = datetime.timedelta(seconds=CONNECT_TIMEOUT_S)
-        return TCPStore(self.host, self.port, is_master=True, wait_for_workers=False,
-                        timeout=timeout)  # fmt: skip
+        return stores.serve(self.host, self.port, CONNECT_TIMEOUT_S)
 
     def connector(self) -> Callable[[], Store]:
         """Opens a client of the run's store (one per thread that uses it)."""
