@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +148,8 @@ class Started:
 
     network: ShapedNetwork | None
     record: NetworkRecord
+    # Given to every process at its start, never written to launch.json (a secret's place).
+    run_env: Mapping[str, str] = field(default_factory=dict)
 
     def argv(self, process: Process) -> list[str]:
         if process.netns is None:
@@ -158,7 +160,7 @@ class Started:
 
     @property
     def env(self) -> dict[str, str]:
-        return {ENV: self.record.to_env()}
+        return {**self.run_env, ENV: self.record.to_env()}
 
     def broken(self, settle_s: float = 0.0) -> str | None:
         """Why the run's network stopped carrying anything (None: it carries, or there is none
