@@ -1,7 +1,7 @@
 """What a local run needs, checked before anything starts: the workload's Python packages, the
-device, and the data set. Each check answers in milliseconds (no torch import) and fails with
-one line naming what is missing and the command that fixes it, instead of a worker's traceback
-seconds later.
+device, the data set, and a compiled run's private kernel cache. Each check answers in
+milliseconds (no torch import) and fails with one line naming what is missing and the command
+that fixes it, instead of a worker's traceback seconds later.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def check(spec: JobSpec) -> None:
     check_packages()
     check_device(spec.placement.device, spec.placement.procs_per_node)
     check_data(spec)
+    check_compile_cache(spec)
 
 
 def check_packages() -> None:
@@ -66,6 +67,21 @@ def check_data(spec: JobSpec) -> None:
         problem = canonical.missing(root, data.name)
         if problem is not None:
             raise BackendUnavailable(f"{spec.benchmark}: {problem}")
+
+
+def check_compile_cache(spec: JobSpec) -> None:
+    """A compiled run's kernel cache is made, private to this user, and safe to run code from
+    (workloads/cachedir.py); the workers check it again before they use it."""
+    from workloads.config import TrainConfig
+
+    if not isinstance(spec.config, TrainConfig) or not spec.config.execution.compile_model:
+        return
+    from workloads import cachedir
+
+    try:
+        cachedir.prepare(cachedir.compile_cache_dir())
+    except cachedir.CacheRefused as err:
+        raise BackendUnavailable(f"{spec.benchmark}: {err}") from None
 
 
 def visible_gpus() -> int:
