@@ -55,10 +55,18 @@ def check_data(spec: JobSpec) -> None:
 
     if not isinstance(spec.config, TrainConfig):
         return  # a micro-benchmark reads no data
-    from workloads.data import canonical, data_root
+    from runner.datasets import folder
+    from runner.datasets.catalog import DATASETS
+    from workloads.data import DATA_DIR_ENV, canonical, data_root
 
     data = spec.config.data
     root = data_root(data.data_dir)
+    named_by = (
+        "data_dir" if data.data_dir else (DATA_DIR_ENV if os.environ.get(DATA_DIR_ENV) else "")
+    )
+    unusable = folder.problem(root, data.name, named_by) if data.name in DATASETS else None
+    if unusable is not None:
+        raise BackendUnavailable(f"{spec.benchmark}: {unusable}")
     if spec.division == "closed":
         problem = canonical.problem(root, data.name)
         if problem is not None:
