@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.datagen wr
 from bench.one_process import run_quietly, single_rank_environment, steady
 from runner.job.benchmarks import CNN_DIGITS, RESNET20_CIFAR10
 from tests.datagen import write_cifar10
-from workloads import compiling, data, models
+from workloads import cachedir, compiling, data, models
 from workloads.config import TrainConfig
 from workloads.data.sampling import batches, epoch_shard
 from workloads.loop import EVAL_BATCH_SIZE
@@ -179,9 +179,7 @@ def _interleave(config: TrainConfig, steps: int, dev: torch.device) -> dict[str,
 
 def _compiled(model: torch.nn.Module, config: TrainConfig, splits: data.Splits) -> Any:
     """As stackbench compiles: every batch shape, training and evaluation, beforehand."""
-    compiled = compiling.compile_model(
-        model, compiling.cache_dir(data.data_root(config.data.data_dir))
-    )
+    compiled = compiling.compile_model(model, cachedir.compile_cache_dir())
     fmt = torch.channels_last if config.execution.memory_format == "channels_last" else None
     compiling.precompile(
         compiled,

@@ -9,11 +9,12 @@ before run_start and without touching the data, then restores the model's state 
 statistics move in training mode). What it cost is reported as compile time.
 
 Compiling ResNet-20's shapes from nothing takes minutes on a small CPU; inductor keeps what
-it compiled in a cache keyed to the graph, its input shapes and the torch version, which
-`compile_model` puts beside the data sets (`cache_dir`): both are caches a run should find
-again, locally and on a cluster's data volume, so a machine pays the full cost once and
-later runs only trace (seconds). Without a C++ compiler (slim images) inductor cannot build
-its kernels: the run then trains the eager model and says so (workloads/tasks/classification).
+it compiled in a cache keyed to the graph, its input shapes and the torch version, so a
+machine pays the full cost once and later runs only trace (seconds). That cache is code (the
+Python modules and pickles inductor loads back), so it lives in the user's private cache,
+checked before each use (workloads/cachedir.py), never beside the data sets. Without a C++
+compiler (slim images) inductor cannot build its kernels: the run then trains the eager model
+and says so (workloads/tasks/classification).
 It does not choose whether compiling pays: bench/resnet_throughput.py measures that.
 """
 
@@ -30,20 +31,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-CACHE_SUBDIR = "torch-compile"
-
-
-def cache_dir(data_root: Path) -> Path:
-    """Where compiled kernels are kept: under the data root, beside the data sets."""
-    return data_root / CACHE_SUBDIR
+from workloads import cachedir
 
 
 def compile_model(model: nn.Module, kernel_cache: Path | None = None) -> nn.Module:
-    """`model` compiled, its kernels cached in `kernel_cache` (default: inductor's own,
-    under /tmp). Inductor reads the place from TORCHINDUCTOR_CACHE_DIR whenever it looks
-    there, and importing torch._dynamo already set it to its default: hence overwritten."""
+    """`model` compiled, its kernels cached in `kernel_cache` (a cachedir.compile_cache_dir,
+    made and checked first: CacheRefused when it is not safe; default: inductor's own, under
+    /tmp). Inductor reads the place from TORCHINDUCTOR_CACHE_DIR whenever it looks there,
+    and importing torch._dynamo already set it to its default: hence overwritten."""
     if kernel_cache is not None:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(kernel_cache)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cachedir.prepare(kernel_cache))
     return torch.compile(model)  # type: ignore[return-value]
 
 

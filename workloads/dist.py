@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from contract import files
-from workloads import watchdog
+from workloads import stores, watchdog
 
 
 @dataclass(frozen=True)
@@ -55,17 +55,42 @@ def select_device(requested: str, env: DistEnv) -> torch.device:
 
 
 def init(device: torch.device, timeout_s: float) -> str:
-    """Join the process group (env:// rendezvous); returns the backend name."""
+    """Join the process group (from the env:// variables); returns the backend name."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     device_id = device if device.type == "cuda" else None  # None: the default, no device bound
+    timeout = datetime.timedelta(seconds=timeout_s)
     with watchdog.naming("the rendezvous of the process group"):  # a peer that never came
-        dist.init_process_group(
-            backend, timeout=datetime.timedelta(seconds=timeout_s), device_id=device_id
-        )
+        store = _group_store(timeout_s)
+        if store is None:
+            dist.init_process_group(backend, timeout=timeout, device_id=device_id)
+        else:
+            dist.init_process_group(
+                backend, store=store, rank=int(os.environ["RANK"]),
+                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout, device_id=device_id,
+            )  # fmt: skip
     # The timeout bounds gloo's waits on the network only; the watchdog bounds every wait on
     # a collective (an elastic run's session bounds its own waits).
     watchdog.arm(dist.get_rank(), timeout_s)
     return backend
+
+
+def _group_store(timeout_s: float) -> dist.Store | None:
+    """The group's store, rank 0 hosting it on MASTER_ADDR alone (workloads/stores.py), when
+    MASTER_ADDR is an address (a local run: loopback, or worker 0's namespace address on a
+    shaped link); None to leave it to torch's env:// rendezvous: under torchrun's agent,
+    which hosts the store itself (TORCHELASTIC_USE_AGENT_STORE), or for a name."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or stores.bindable(host) is None:
+        return None
+    world_size = int(os.environ["WORLD_SIZE"])
+    if int(os.environ["RANK"]) == 0:
+        try:  # as env:// does, the server waits for every rank to connect
+            return stores.serve(host, port, timeout_s, world_size, wait_for_workers=True)
+        except OSError as err:  # the port taken since the launcher chose it, or not our address
+            raise SystemExit(f"workloads.train: cannot host the group's store on "
+                             f"{host}:{port} ({err.strerror or err})") from None  # fmt: skip
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
 
 
 def shutdown() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import io
 import math
 import signal
 import sys
@@ -86,7 +87,12 @@ def own_folder(path: Path, option: str = "--results-dir") -> Path:
     another disk, macOS's /tmp): the user's own links are followed here, once, because the
     writers below never go through one (contract.files), whoever planted it. A path that
     cannot be resolved (a link loop, a folder not ours to read) is bad input, in one line."""
-    absolute = path.absolute()
+    try:
+        absolute = path.absolute()
+    except FileNotFoundError:  # os.getcwd() of a folder deleted under the shell
+        fail(f"the current folder no longer exists (deleted), and {option} {path} is relative "
+             f"to it: cd to a folder that exists, or give {option} an absolute path",
+             EXIT_USAGE)  # fmt: skip
     try:
         if any(p.is_symlink() for p in (absolute, *absolute.parents)):
             return absolute.resolve()
@@ -170,6 +176,15 @@ def exit_code(err: BaseException) -> int:
     return 128 + err.signum if isinstance(err, Interrupted) else 130
 
 
+def escape_unencodable() -> None:
+    """Text the terminal's encoding cannot carry (a run folder named in UTF-8 on an ASCII-only
+    stdout: LANG=C, PYTHONIOENCODING=ascii; a file name that is not UTF-8) is written escaped,
+    `\\xe9`, instead of ending the command with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 class RunnerGroup(click.Group):
     """click's group, but a signal that stops a command exits 128 + N (130 for Ctrl-C) with
     no traceback and no more than click's blank line, wherever it lands: click's own
@@ -181,6 +196,7 @@ class RunnerGroup(click.Group):
     ) -> Any:  # fmt: skip
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        escape_unencodable()
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except (KeyboardInterrupt, Interrupted) as err:

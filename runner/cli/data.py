@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ def fetch_data(name: str, directory: Path | None, mirror: str | None, force: boo
     again never downloads again.
     """
     from runner.datasets import fetch as datasets
-    from workloads.data import default_data_dir
+    from workloads.data import DATA_DIR_ENV, default_data_dir
 
     if name not in datasets.DATASETS:
         raise click.BadParameter(
@@ -56,6 +57,9 @@ def fetch_data(name: str, directory: Path | None, mirror: str | None, force: boo
             param_hint="NAME",
         )
     root = directory or default_data_dir()
+    # How the user chose it, for the fix of a folder that cannot be one (a file, a dangling link).
+    named_by = "--dir" if directory else (DATA_DIR_ENV if os.environ.get(DATA_DIR_ENV) else "")
+    datasets.check_folder(name, root, named_by)  # before the progress display starts
     if datasets.is_prepared(name, root) and not force:
         console.print(
             f"{name} is already prepared in {plain(str(datasets.prepared_path(name, root)))}"
@@ -71,7 +75,7 @@ def fetch_data(name: str, directory: Path | None, mirror: str | None, force: boo
                 tasks[what] = bar.add_task(what, total=total, unit=unit)
             bar.update(tasks[what], completed=done)
 
-        path = datasets.fetch(name, root, mirror=mirror, force=force, progress=on_progress)
+        path = datasets.fetch(name, root, mirror, force, on_progress, named_by)
     console.print(f"[green]ready[/green]: {plain(str(path))}")
     if root != default_data_dir():
         console.print(f"runs read it with: --set data_dir={plain(str(root))}")

@@ -34,7 +34,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from runner.datasets import wmt
+from runner.datasets import folder, wmt
 from runner.datasets.catalog import DATASETS, DataSource, source
 from runner.datasets.download import (
     CHUNK_BYTES,
@@ -64,6 +64,7 @@ __all__ = [
     "DataSource",
     "Progress",
     "RemoteFile",
+    "check_folder",
     "convert_epsilon",
     "disk_problem",
     "download",
@@ -130,11 +131,14 @@ def fetch(
     mirror: str | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    named_by: str = "--dir",
 ) -> Path:
     """Download, verify and prepare `name` under `root`; returns what the workloads read.
     Does nothing when it is already prepared (unless `force`). RunnerError, one line, when
-    it cannot: the download, the archive or the disk named."""
+    it cannot: the download, the archive or the disk named; a `root` that is a file or a
+    link to nothing, with the fix (`named_by`: how the user chose it, folder.problem)."""
     src = source(name)
+    check_folder(name, root, named_by)
     if is_prepared(name, root) and not force:  # no lock to take: the data may be read-only
         log.info("%s is already prepared in %s", name, prepared_path(name, root))
         return prepared_path(name, root)
@@ -149,6 +153,13 @@ def fetch(
             return _fetch(src, root, mirror, force, progress)
     except OSError as err:
         raise RunnerError(disk_problem(err, f"preparing {name} in {root}")) from None
+
+
+def check_folder(name: str, root: Path, named_by: str = "--dir") -> None:
+    """RunnerError (one line, with the fix) when `root` is a file or a link to nothing."""
+    unusable = folder.problem(root, name, named_by)
+    if unusable is not None:
+        raise RunnerError(unusable)
 
 
 def disk_problem(err: OSError, doing: str) -> str:

@@ -1,5 +1,7 @@
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -108,12 +110,43 @@ def test_without_a_cpp_compiler_the_task_trains_the_eager_model_and_says_why(tmp
     assert "C++ compiler" in compile_event["metadata"]["reason"]
 
 
+PLANTED = "open({marker!r}, 'a').write('ran')\n"
+
+
+def _plant(cache: Path, marker: Path) -> None:
+    """A line of code at the top of every Python file of a copied kernel cache."""
+    sources = list(cache.rglob("*.py"))
+    assert sources, "the cache holds no Python: nothing to plant in"
+    for source in sources:
+        source.write_text(PLANTED.format(marker=str(marker)) + source.read_text())
+
+
 @pytest.mark.slow
-def test_compiled_kernels_are_cached_under_the_data_root(tmp_path):
+@pytest.mark.timeout(900)  # a cold compile, then a warm one: minutes on a busy small CPU
+def test_kernels_live_in_the_private_cache_and_code_planted_elsewhere_never_runs(tmp_path):
+    data, xdg, other = tmp_path / "data", tmp_path / "xdg", tmp_path / "other"
+    data.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
-    built, events = _build_compiled(tmp_path, env)
-    assert built["module"] == "OptimizedModule"
-    assert built["cache"] == str(tmp_path / "torch-compile")
-    assert any((tmp_path / "torch-compile").rglob("*"))
+    built, events = _build_compiled(data, {**env, "XDG_CACHE_HOME": str(xdg)})
+    cache = xdg / "stackbench" / "compile"
+    assert built["module"] == "OptimizedModule" and built["cache"] == str(cache)
+    assert any(cache.rglob("*.py")) and stat.S_IMODE(cache.stat().st_mode) == 0o700
     (compile_event,) = [e for e in events if e["key"] == "stackbench_compile_time_s"]
     assert compile_event["value"] > 0 and compile_event["metadata"]["compiled"] is True
+    # Planted where the cache used to be (the data folder), and in a copy open to others.
+    marker = tmp_path / "planted-code-ran"
+    shutil.copytree(cache, data / "torch-compile")
+    _plant(data / "torch-compile", marker)
+    shutil.copytree(cache, other / "stackbench" / "compile")
+    _plant(other / "stackbench" / "compile", marker)
+    (other / "stackbench" / "compile").chmod(0o755)
+    built, _ = _build_compiled(data, {**env, "XDG_CACHE_HOME": str(xdg)})  # its own cache
+    assert built["module"] == "OptimizedModule" and not marker.exists()
+    refused = subprocess.run(
+        [sys.executable, "-c", _BUILD_COMPILED, str(data), "0"], capture_output=True, text=True,
+        env={**env, "STACKBENCH_DATA": str(data), "XDG_CACHE_HOME": str(other)}, timeout=600,
+    )  # fmt: skip
+    assert refused.returncode != 0 and not marker.exists()
+    assert (
+        "refusing the kernel cache" in refused.stderr and "is open to other users" in refused.stderr
+    )

@@ -172,7 +172,7 @@ def _split_info(meta: dict, cache_dir: Path, split: str, dataset: str) -> dict[s
 def _load_array(path: Path, dtype: type, dataset: str) -> np.ndarray:
     fix = f"the cache is damaged, {refetch_command(path.parent, dataset)}"
     try:
-        array = np.load(path, mmap_mode="r")
+        array = np.load(path, mmap_mode="r", allow_pickle=False)  # data, never objects
     except FileNotFoundError:
         raise DataError(f"{path}: missing; {fix}") from None
     except (ValueError, OSError) as err:

@@ -97,12 +97,11 @@ def _compiled(
     eager model, and the reason in the event log, where the backend cannot compile."""
     from torch._dynamo.exc import BackendCompilerFailed
 
-    from workloads import compiling
+    from workloads import cachedir, compiling
     from workloads.data.sampling import eval_shard
 
     config = ctx.config
-    kernel_cache = compiling.cache_dir(data.data_root(config.data.data_dir))
-    compiled = compiling.compile_model(model, kernel_cache)
+    compiled = compiling.compile_model(model, cachedir.compile_cache_dir())  # never the data's
     per_rank = (
         splits.num_train if splits.train_is_rank_shard else splits.num_train // ctx.world_size
     )

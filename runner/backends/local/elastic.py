@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import sys
 import time
 from collections.abc import Iterator
@@ -68,8 +67,10 @@ class WriterWatch:
     while its process lives on (SIGSTOPped, a debugger, a paused VM). Nobody else would end
     such a run: the survivors exit, and the supervisor waits on worker 0."""
 
-    def __init__(self, rendezvous: Rendezvous | None) -> None:
+    def __init__(self, rendezvous: Rendezvous | None, env: dict[str, str] | None = None) -> None:
         self._rdzv = rendezvous
+        # What every worker's environment adds: the run's secret (never in launch.json).
+        self.env = env or {}
         self._count: int | None = None  # w0's heartbeat counter when last seen to move
         self._since = 0.0  # when it was (monotonic)
 
@@ -95,25 +96,30 @@ class WriterWatch:
 @contextlib.contextmanager
 def hosted_store(port: int | None) -> Iterator[WriterWatch]:
     """The elastic run's store on 127.0.0.1:port while the block runs (nothing for None),
-    and a watch on its writer through it."""
+    and a watch on its writer through it, which holds the run's secret: a new one, which
+    signs the group's records (workloads/adaptive/elastic/signing.py), for the workers'
+    environment only."""
     if port is None:
         yield WriterWatch(None)
         return
     # Only an elastic run's supervisor pays for torch.
-    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed import PrefixStore
 
+    from workloads import stores
     from workloads.adaptive.elastic.launch import STORE_PREFIX
     from workloads.adaptive.elastic.rendezvous import Rendezvous
+    from workloads.adaptive.elastic.signing import SECRET_ENV, Signer, new_secret
 
-    try:
-        store = TCPStore(launch.LOOPBACK, port, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))  # fmt: skip
+    try:  # on loopback alone (torch's own choice would be every interface)
+        store = stores.serve(launch.LOOPBACK, port, STORE_TIMEOUT_S)
     except (RuntimeError, OSError) as err:
         raise StoreUnavailable(
             f"cannot host the elastic workers' store on {launch.LOOPBACK}:{port} ({err}); "
             "submit the run again (another program took the port)"
         ) from None
-    watch = WriterWatch(Rendezvous(PrefixStore(STORE_PREFIX, store), "supervisor"))
+    secret = new_secret()
+    rendezvous = Rendezvous(PrefixStore(STORE_PREFIX, store), "supervisor", Signer(secret))
+    watch = WriterWatch(rendezvous, {SECRET_ENV: secret})
     try:
         yield watch
     finally:

@@ -25,7 +25,8 @@ What the supervisor does with it:
     # leaving the block removes the network; a killed supervisor removes it too
 
 `started.env` carries the `network` record for manifest.json (contract/network.py): the link
-as measured, or "loopback, unshaped" when the request has no link.
+as measured, or "loopback, unshaped" when the request has no link, and then pins gloo's and
+NCCL's sockets to the loopback interface (LOOPBACK_SOCKETS); an elastic run's secret too.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,10 @@ if TYPE_CHECKING:
 
 LAUNCH_FILE = "launch.json"  # in the run directory: the request the supervisor runs, as made
 LOOPBACK = "127.0.0.1"
+# Unshaped, the collectives' own sockets on the loopback interface too: gloo and NCCL would
+# otherwise listen on the address this machine's name resolves to (a LAN address on most
+# machines; NCCL's default even leaves `lo` out). Shaped, gloo is pinned to the link instead.
+LOOPBACK_SOCKETS = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 # Inside worker 0's namespace, which nothing else uses: this port is always free there.
 SHAPED_MASTER_PORT = 29500
 # A local run starts at most this many processes (runner/job/target.py's LOCAL_MAX_WORKERS,
@@ -148,6 +153,8 @@ class Started:
 
     network: ShapedNetwork | None
     record: NetworkRecord
+    # Given to every process at its start, never written to launch.json (a secret's place).
+    run_env: Mapping[str, str] = field(default_factory=dict)
 
     def argv(self, process: Process) -> list[str]:
         if process.netns is None:
@@ -158,7 +165,8 @@ class Started:
 
     @property
     def env(self) -> dict[str, str]:
-        return {ENV: self.record.to_env()}
+        pinned = LOOPBACK_SOCKETS if self.network is None else {}
+        return {**pinned, **self.run_env, ENV: self.record.to_env()}
 
     def broken(self, settle_s: float = 0.0) -> str | None:
         """Why the run's network stopped carrying anything (None: it carries, or there is none

@@ -1,7 +1,7 @@
 """What a local run needs, checked before anything starts: the workload's Python packages, the
-device, and the data set. Each check answers in milliseconds (no torch import) and fails with
-one line naming what is missing and the command that fixes it, instead of a worker's traceback
-seconds later.
+device, the data set, and a compiled run's private kernel cache. Each check answers in
+milliseconds (no torch import) and fails with one line naming what is missing and the command
+that fixes it, instead of a worker's traceback seconds later.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def check(spec: JobSpec) -> None:
     check_packages()
     check_device(spec.placement.device, spec.placement.procs_per_node)
     check_data(spec)
+    check_compile_cache(spec)
 
 
 def check_packages() -> None:
@@ -54,10 +55,18 @@ def check_data(spec: JobSpec) -> None:
 
     if not isinstance(spec.config, TrainConfig):
         return  # a micro-benchmark reads no data
-    from workloads.data import canonical, data_root
+    from runner.datasets import folder
+    from runner.datasets.catalog import DATASETS
+    from workloads.data import DATA_DIR_ENV, canonical, data_root
 
     data = spec.config.data
     root = data_root(data.data_dir)
+    named_by = (
+        "data_dir" if data.data_dir else (DATA_DIR_ENV if os.environ.get(DATA_DIR_ENV) else "")
+    )
+    unusable = folder.problem(root, data.name, named_by) if data.name in DATASETS else None
+    if unusable is not None:
+        raise BackendUnavailable(f"{spec.benchmark}: {unusable}")
     if spec.division == "closed":
         problem = canonical.problem(root, data.name)
         if problem is not None:
@@ -66,6 +75,21 @@ def check_data(spec: JobSpec) -> None:
         problem = canonical.missing(root, data.name)
         if problem is not None:
             raise BackendUnavailable(f"{spec.benchmark}: {problem}")
+
+
+def check_compile_cache(spec: JobSpec) -> None:
+    """A compiled run's kernel cache is made, private to this user, and safe to run code from
+    (workloads/cachedir.py); the workers check it again before they use it."""
+    from workloads.config import TrainConfig
+
+    if not isinstance(spec.config, TrainConfig) or not spec.config.execution.compile_model:
+        return
+    from workloads import cachedir
+
+    try:
+        cachedir.prepare(cachedir.compile_cache_dir())
+    except cachedir.CacheRefused as err:
+        raise BackendUnavailable(f"{spec.benchmark}: {err}") from None
 
 
 def visible_gpus() -> int:

@@ -29,6 +29,7 @@ since a worker that cannot write cannot say so in its own log either.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -125,7 +126,8 @@ def supervise(run_dir: Path, request_digest: str, leash_fd: int | None = None) -
         # a SIGKILLed supervisor takes it with it (runner/backends/local/network.py), as it
         # takes an elastic run's store (its socket dies with the process).
         with launch(request) as network, hosted_store(request.store_port) as writer:
-            status = _run(run_dir, request, network, stop, listener, writer, held)
+            started = dataclasses.replace(network, run_env=writer.env)
+            status = _run(run_dir, request, started, stop, listener, writer, held)
     except (NetworkUnavailable, StoreUnavailable) as err:
         status = JobStatus(JobState.FAILED, str(err), since=now())
     finally:

@@ -47,6 +47,7 @@ from workloads.adaptive.elastic.membership import (
     grown,
 )
 from workloads.adaptive.elastic.rendezvous import Heartbeat, LivenessWatch, Rendezvous, wait_for
+from workloads.adaptive.elastic.signing import UNSIGNED, Signer
 from workloads.adaptive.policy import Hook, Knob, Proposal, View
 
 
@@ -104,12 +105,14 @@ class ElasticGroup:
         member: str,
         config: ElasticConfig,
         backend: str = "gloo",
+        signer: Signer = UNSIGNED,
     ) -> None:
         """`connect` opens a client of the run's store (called once here, once for the
-        heartbeat thread); `member` is this worker's id, unique in the run."""
+        heartbeat thread); `member` is this worker's id, unique in the run; `signer` seals
+        and opens its records with the run's secret (signing.py)."""
         self.member, self.config, self._backend = member, config, backend
         self._store = connect()
-        self._rdzv = Rendezvous(self._store, member)
+        self._rdzv = Rendezvous(self._store, member, signer)
         self._heartbeat = Heartbeat(connect, member, config.heartbeat_s)
         self.generation: Generation | None = None
 
@@ -129,23 +132,28 @@ class ElasticGroup:
         if number > initial_workers:
             return self._form(self._wait_admitted(timeout_s))
         wait_for(lambda: self._rdzv.joins() >= initial_workers, timeout_s, "the first workers")
-        first = first_generation(self._rdzv.join_ids(1, initial_workers))
-        return self._form(self._rdzv.propose(first))
+        starting = [member for _, member in self._rdzv.join_ids(1, initial_workers)]
+        return self._form(self._rdzv.propose(first_generation(starting, initial_workers)))
 
     def pending_joiners(self) -> int:
         """Workers waiting to join (read by rank 0 only: the others' answer is never used)."""
         if self.rank != 0:
             return 0
-        return self._rdzv.joins() - self._current().admitted
+        admitted = self._current().admitted
+        # Only the requests the run's own workers signed: a counter bumped from outside
+        # must not make the group re-form for nobody.
+        return len(self._rdzv.join_ids(admitted + 1, self._rdzv.joins(), wait_s=0))
 
     def grow(self, world_size: int, step: int) -> Change:
         """Admit joiners up to `world_size`, at a step every member agreed on."""
         current = self._current()
         self._rdzv.check_in(current.number, step)  # a concurrent recovery must not wait for us
         if self.rank == 0:
-            first = current.admitted + 1
-            joiners = self._rdzv.join_ids(first, first + world_size - current.world_size - 1)
-            decided = self._rdzv.propose(grown(current, joiners, step))
+            wanted = world_size - current.world_size
+            found = self._rdzv.join_ids(current.admitted + 1, self._rdzv.joins())[:wanted]
+            admitted = found[-1][0] if found else current.admitted
+            joiners = [member for _, member in found]
+            decided = self._rdzv.propose(grown(current, joiners, step, admitted))
         else:  # rank 0 writes it, unless it dies first: then the survivors decide
             decided = self._settle(current, wait_for_writer=True)
         return self._form(decided)

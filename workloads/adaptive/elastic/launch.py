@@ -3,7 +3,8 @@ start, and whether it hosts the store; from `--elastic MIN:MAX` and the environm
 
     local (runner/backends/local/supervisor.py): the supervisor hosts a TCPStore at
         MASTER_ADDR:MASTER_PORT and names each worker STACKBENCH_MEMBER (w0, w1, ...);
-        WORLD_SIZE is how many it starts (MAX).
+        WORLD_SIZE is how many it starts (MAX); STACKBENCH_RUN_SECRET signs the group's
+        records (signing.py).
     PyTorchJob with an elasticPolicy (training-operator 1.9, pkg/controller.v1/pytorch/
         elastic.go): PET_RDZV_ENDPOINT is <job>-worker-0:<port>; no MASTER_ADDR, RANK or
         WORLD_SIZE is set. The pod whose hostname is the endpoint's host hosts the store, as
@@ -24,6 +25,9 @@ from dataclasses import dataclass
 
 from torch.distributed import PrefixStore, Store, TCPStore
 
+from workloads import stores
+from workloads.adaptive.elastic.signing import UNSIGNED, Signer
+
 STORE_PREFIX = "elastic/"
 CONNECT_TIMEOUT_S = 300.0
 
@@ -41,6 +45,7 @@ class ElasticLaunch:
     port: int
     member: str
     hosts_store: bool
+    signer: Signer = UNSIGNED  # the run's secret, from SECRET_ENV (signing.py)
 
     @classmethod
     def parse(cls, workers: str, environ: Mapping[str, str]) -> ElasticLaunch:
@@ -52,15 +57,17 @@ class ElasticLaunch:
         if not int(low) <= initial <= int(high):
             raise LaunchError(f"WORLD_SIZE={initial} is outside --elastic {workers}")
         member = environ.get("STACKBENCH_MEMBER") or _pod_member(environ)
-        return cls(int(low), int(high), initial, host, port, member, hosts)
+        try:
+            signer = Signer.from_environ(environ)
+        except ValueError as err:
+            raise LaunchError(str(err)) from None
+        return cls(int(low), int(high), initial, host, port, member, hosts, signer)
 
     def host_store(self) -> TCPStore | None:
         """The store, when this worker hosts it (keep it alive as long as the process)."""
         if not self.hosts_store:
             return None
-        timeout = datetime.timedelta(seconds=CONNECT_TIMEOUT_S)
-        return TCPStore(self.host, self.port, is_master=True, wait_for_workers=False,
-                        timeout=timeout)  # fmt: skip
+        return stores.serve(self.host, self.port, CONNECT_TIMEOUT_S)
 
     def connector(self) -> Callable[[], Store]:
         """Opens a client of the run's store (one per thread that uses it)."""

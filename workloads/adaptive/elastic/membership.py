@@ -93,12 +93,14 @@ class Generation:
         return generation
 
 
-def first_generation(join_ids: Sequence[str]) -> Generation:
+def first_generation(join_ids: Sequence[str], admitted: int | None = None) -> Generation:
     """The starting workers, ordered by name with numbers compared as numbers (w2 before
     w10), not by who registered first: rank 0 is w0 locally and <job>-worker-0 on Kubernetes
-    (the store's host there), whatever the race to register."""
+    (the store's host there), whatever the race to register. `admitted`: the join numbers
+    it took (default: one per worker; more where a number held no record of the run's)."""
     members = tuple(sorted(join_ids, key=by_name))
-    return Generation(0, members, 0, len(members), 0, "start", joined=members)
+    taken = len(members) if admitted is None else admitted
+    return Generation(0, members, 0, taken, 0, "start", joined=members)
 
 
 def by_name(member: str) -> list[tuple[int, int | str]]:
@@ -106,8 +108,11 @@ def by_name(member: str) -> list[tuple[int, int | str]]:
     return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", member) if p]
 
 
-def grown(current: Generation, joiners: Sequence[str], step: int) -> Generation:
-    """The members, then `joiners` (the next join requests, in order)."""
+def grown(
+    current: Generation, joiners: Sequence[str], step: int, admitted: int | None = None
+) -> Generation:
+    """The members, then `joiners` (the next join requests, in order); `admitted`: the last
+    join number taken (default: one more per joiner)."""
     # Ids come from the store: one already taken (or empty) would give two processes one
     # rank of the grown group.
     taken = set(current.members)
@@ -118,7 +123,7 @@ def grown(current: Generation, joiners: Sequence[str], step: int) -> Generation:
         current.number + 1,
         current.members + tuple(joiners),
         0,
-        current.admitted + len(joiners),
+        current.admitted + len(joiners) if admitted is None else admitted,
         step,
         f"{len(joiners)} worker(s) joined",
         joined=tuple(joiners),

@@ -91,7 +91,7 @@ class ElasticSession:
         self.launch, self.device = launch, device
         self._store = launch.host_store()  # hosted by this worker (a PyTorchJob's worker 0)
         backend = "nccl" if device.type == "cuda" else "gloo"
-        self.group = ElasticGroup(launch.connector(), launch.member, config, backend)
+        self.group = ElasticGroup(launch.connector(), launch.member, config, backend, launch.signer)
         self.writer = ""
         self._run: Adaptive | None = None
         self._entry: dict[str, Any] | None = None  # a joiner's state, until bound
