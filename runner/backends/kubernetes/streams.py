@@ -90,7 +90,7 @@ class Stream:
                     break
             if (passed := self._passed()) is not None:
                 raise passed
-            if pending and keep_partial:
+            if pending and keep_partial and not self.cut:  # a cut line is not given half
                 yield pending.decode("utf-8", errors="replace")
         except (urllib3.exceptions.HTTPError, OSError) as err:
             if (passed := self._passed()) is not None:
