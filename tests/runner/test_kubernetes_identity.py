@@ -22,7 +22,7 @@ from runner.backends.kubernetes.pods import PodOwner
 from runner.errors import RunnerError, StorageError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
+from tests.runner.k8s_helpers import RUN_ID, complete, make_backend, make_spec, pod, submit
 from tests.runner.rundirs import summary as summary_record
 
 pytestmark = pytest.mark.timeout(60)
@@ -186,7 +186,7 @@ def test_a_run_recorded_without_a_uid_is_known_by_its_name(cluster, tmp_path):
     del record["cluster"]["job_uid"]
     files.write_json(run_dir / rundir.JOB, record)
     older = make_backend(cluster, tmp_path, "pytorchjob")
-    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    complete(cluster, "pytorchjob")
     assert older.status(handle).state is JobState.SUCCEEDED
     backend.close()
     older.close()

@@ -190,7 +190,7 @@ class KubernetesBackend:
                 view = observer.view()
                 if view.closed:
                     return
-                status = self._view_status(name, view)
+                status = self._view_status(name, view, observer.pods_now)
                 pending = status.state is JobState.PENDING
                 observer.watch_events(pending)
                 if pending and not view.events_synced:
@@ -203,10 +203,18 @@ class KubernetesBackend:
                 if status.state.finished:
                     return
 
-    def _view_status(self, name: str, view: View) -> JobStatus:
+    def _view_status(
+        self, name: str, view: View, pods_now: Callable[[], list[dict[str, Any]]] | None = None
+    ) -> JobStatus:
+        """The job's state from the view; with `pods_now`, a failure is read again from the
+        pods as the API server has them now: the pods' watch may lag the job's (a success
+        whose pods or exits the view does not show yet, observe.py), and a verdict is final."""
         if view.job is None or not self._identity.ours(name, view.job):
             return self._identity.vanished(name, view.job)
-        return self._job_status(name, view.job, view.pods, view.events)
+        status = self._job_status(name, view.job, view.pods, view.events)
+        if status.state is JobState.FAILED and pods_now is not None:
+            status = self._job_status(name, view.job, pods_now(), view.events)
+        return status
 
     def _job_status(
         self, name: str, job: dict[str, Any], pods: list[dict[str, Any]], events: list[Any]
