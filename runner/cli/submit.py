@@ -87,7 +87,13 @@ def submit(
             if views.lr_text(spec):
                 errors.print(views.lr_text(spec), markup=False)
             return
-        run = api.submit(spec, backend, results, detach=detach)
+        with signals_interrupt():  # a SIGTERM mid-create is recorded, never a silent death
+            run = api.submit(spec, backend, results, detach=detach)
+    except (KeyboardInterrupt, Interrupted) as err:
+        where = results / spec.run_id
+        said = f"recorded FAILED in {views.plain(str(where))}" if where.is_dir() else "no record"
+        errors.print(f"interrupted while submitting {escape(spec.run_id)}: {said}", soft_wrap=True)
+        sys.exit(exit_code(err))
     finally:
         backend.close()
     console.print(  # one line, whatever the width: scripts take the id and path from it

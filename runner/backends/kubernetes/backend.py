@@ -49,6 +49,7 @@ from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.pending import PendingTimeout
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits
+from runner.backends.kubernetes.streams import Transient
 from runner.backends.kubernetes.watch import Observers, View, WatchConfig
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec
@@ -142,7 +143,15 @@ class KubernetesBackend:
         request = _kubernetes(request)
         handle = self.handle(request)
         name = self._name(handle)  # the manifest's namespace is this connection's
-        uid = self.api.create_job(dict(request.manifest))
+        try:
+            uid = self.api.create_job(dict(request.manifest))
+        except RunnerError as err:
+            if isinstance(err, Transient):  # the server may have made it before the line went
+                self._withdraw(name)
+            raise
+        except BaseException:  # a signal (runner.errors.Interrupted) or Ctrl-C mid-create
+            self._withdraw(name)
+            raise
         log.info("submitted %s %s", self.api.resource.kind, handle)
         self._identity.created(name, uid)
         status = JobStatus(JobState.PENDING, SUBMITTED, self._now())
@@ -156,6 +165,21 @@ class KubernetesBackend:
                 self.api.delete_job(name, uid)
             raise
         return handle
+
+    def _withdraw(self, name: str) -> None:
+        """Delete the job a create cut short may have made (its answer never came), so that no
+        job runs that the run's record (FAILED: interrupted, or the create's error) disowns.
+        By name: the run's id, which no other run has."""
+        try:
+            self.api.delete_job(name)
+        except NotFound:
+            return
+        except RunnerError as err:
+            log.warning("%s; if the job was made, delete it: kubectl delete %s %s -n %s", err,
+                        self.api.resource.plural, name, self.conn.namespace)  # fmt: skip
+            return
+        log.warning("deleted %s %s, which the interrupted create had made",
+                    self.api.resource.kind, name)  # fmt: skip
 
     # ---- state -------------------------------------------------------------------------
 
