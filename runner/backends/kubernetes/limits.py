@@ -33,7 +33,7 @@ class ApiLimits:
     call_deadline_s: float = 60.0  # an admission webhook may take 30 s; retries fit after it
     log_deadline_s: float = 900.0  # 1 GiB at a slow 2 MB/s
     watch_slack_s: float = 30.0
-    max_answer_bytes: int = 64 * MIB  # a list of a few thousand pods; parsed, ~10x in memory
+    max_answer_bytes: int = 32 * MIB  # a list of thousands of pods; parsed, up to ~20x in memory
     max_log_bytes: int = 1024 * MIB  # spooled to disk, never held in memory
 
     def __post_init__(self) -> None:
