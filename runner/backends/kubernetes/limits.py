@@ -1,6 +1,6 @@
 """How long a call to the API server may take and how much of its answer the runner takes in:
 the bounds that keep a slow, broken or hostile cluster from holding the runner or filling its
-memory. Each can be set from the environment (names below); docs/kubernetes.md lists them.
+memory. Each can be set from the environment (names below); README.md lists them by command.
 
 - `call_deadline_s`: one call as a whole (connect, every read, its retries): get, list, create,
   delete, and the opening of a watch or a followed log.
