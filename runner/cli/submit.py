@@ -9,6 +9,7 @@ import click
 from rich.markup import escape
 
 from contract.files import DamagedFile
+from contract.rundir import rank_log
 from runner import api
 from runner.cli import views
 from runner.cli.common import (
@@ -150,7 +151,8 @@ def finish(run: api.Run, outcome: api.Outcome) -> None:
     views.print_outcome(console, run, outcome)
     if outcome.status.state.value != "SUCCEEDED":
         rank = outcome.status.failed_rank or 0
-        console.print(f"see the logs: runner logs {run.run_id} --rank {rank}")
+        if rank_log(run.run_dir, rank).is_file():  # a job that never had a pod has no log
+            console.print(f"see the logs: runner logs {run.run_id} --rank {rank}")
         sys.exit(1)
 
 

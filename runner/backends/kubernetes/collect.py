@@ -123,9 +123,16 @@ def rank_lines(
     if pod is None or not observe.container_started(pod):
         if archived is not None:
             yield from archived
-        elif recorded is not None and recorded.state.finished:
+            return
+        if recorded is not None and recorded.state.finished:
             raise RunnerError(_no_log(name, rank, recorded))
-        return  # not started yet: nothing to show
+        state = f"the run is {recorded.state.value}" if recorded else "the job has no pods yet"
+        if recorded is not None and recorded.reason:
+            state += f" ({recorded.reason})"
+        raise RunnerError(
+            f"no log of rank {rank} of {name} yet: its pod has not started; {state}. "
+            f"`runner logs {name} --rank {rank} --follow` waits for it"
+        )
     container = observe.CONTAINERS[api.conn.job_api]
     for line in api.log_lines(pod["metadata"]["name"], container):
         line_rank, text = demux.attribute(line, node)
