@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -24,14 +25,32 @@ from rich.progress import (
 )
 
 from contract import events as keys
-from contract.rundir import JobStatus
+from contract.rundir import JobState, JobStatus
 
 # How a followed run labels its quality metric (the eval_accuracy events carry it).
 METRIC_LABELS = {"top1_accuracy": "acc", "bleu": "BLEU", "perplexity": "ppl"}
 
 
+MAX_REASON = 120  # of a pending reason in the live view: `runner status` says all of it
+
+
 def metric_label(metric: str) -> str:
     return METRIC_LABELS.get(metric, metric)
+
+
+def status_text(status: JobStatus) -> str:
+    """A running run's state as the live view says it: a pending one with why, as `runner
+    status` says it (unschedulable, an image that cannot be pulled, no controller ...), cut to
+    a line. The reason may be a server's words: escaped, never read as markup."""
+    text = status.state.value.lower()
+    if status.state is JobState.PENDING and status.reason:
+        reason = (
+            status.reason
+            if len(status.reason) <= MAX_REASON
+            else status.reason[: MAX_REASON - 3] + "..."
+        )
+        text += f": {escape(reason)}"
+    return text
 
 
 def bar(console: Console) -> Progress:
@@ -57,7 +76,7 @@ class _View(abc.ABC):
 
     def on_status(self, status: JobStatus) -> None:
         if not status.state.finished:
-            self.progress.update(self.task, description=status.state.value.lower())
+            self.progress.update(self.task, description=status_text(status))
 
     @abc.abstractmethod
     def on_event(self, event: dict[str, Any]) -> None:

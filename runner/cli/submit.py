@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from contract.files import DamagedFile
+from contract.rundir import rank_log
 from runner.cli.common import (
     WORKERS,
     Settings,
@@ -95,7 +96,13 @@ def submit(
             if views.lr_text(spec):
                 errors.print(views.lr_text(spec), markup=False)
             return
-        run = api.submit(spec, backend, results, detach=detach)
+        with signals_interrupt():  # a SIGTERM mid-create is recorded, never a silent death
+            run = api.submit(spec, backend, results, detach=detach)
+    except (KeyboardInterrupt, Interrupted) as err:
+        where = results / spec.run_id
+        said = f"recorded FAILED in {views.plain(str(where))}" if where.is_dir() else "no record"
+        errors.print(f"interrupted while submitting {escape(spec.run_id)}: {said}", soft_wrap=True)
+        sys.exit(exit_code(err))
     finally:
         backend.close()
     console.print(  # one line, whatever the width: scripts take the id and path from it
@@ -152,7 +159,8 @@ def finish(run: api.Run, outcome: api.Outcome) -> None:
     views.print_outcome(console, run, outcome)
     if outcome.status.state.value != "SUCCEEDED":
         rank = outcome.status.failed_rank or 0
-        console.print(f"see the logs: runner logs {run.run_id} --rank {rank}")
+        if rank_log(run.run_dir, rank).is_file():  # a job that never had a pod has no log
+            console.print(f"see the logs: runner logs {run.run_id} --rank {rank}")
         sys.exit(1)
 
 

@@ -116,3 +116,11 @@ def submit(backend: KubernetesBackend, root: Path, spec: JobSpec) -> tuple[str, 
     run_dir = rundir.create(root, rundir.RunRecord(spec, "kubernetes", handle, backend.reference))
     assert backend.submit(request) == handle
     return handle, run_dir
+
+
+def complete(cluster: FakeCluster, job_api: str, name: str = RUN_ID, nodes: int = 2) -> None:
+    """The job ends well as the controllers and the kubelet show it: every node's pod exited 0,
+    then the job's success condition."""
+    for node in range(nodes):
+        cluster.add_pod(pod(job_api, name, node, "Succeeded"))
+    cluster.set_job_condition(job_api, name, "Complete" if job_api == "trainjob" else "Succeeded")

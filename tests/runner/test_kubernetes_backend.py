@@ -662,6 +662,7 @@ def test_cancel_deletes_the_job_and_is_idempotent(cluster, tmp_path, job_api):
 def test_cancel_leaves_a_finished_job_for_fetch(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path, "trainjob")
     handle, _ = submit(backend, tmp_path, make_spec())
+    run_pods(cluster, "trainjob", "Succeeded")
     cluster.set_job_condition("trainjob", RUN_ID, "Complete")
     backend.cancel(handle)
     assert cluster.job("trainjob", RUN_ID) is not None

@@ -61,12 +61,35 @@ def test_name_conflict_says_the_run_exists(cluster, tmp_path):
         backend.submit(request)
 
 
-def test_transient_server_errors_are_retried(cluster, tmp_path):
+@pytest.mark.parametrize("status", [429, 503])
+def test_load_is_retried(cluster, tmp_path, status):
     backend = make_backend(cluster, tmp_path, "trainjob")
-    cluster.fail("post", "/trainjobs$", 500, times=2)
+    cluster.fail("post", "/trainjobs$", status, times=2)
     handle, _ = submit(backend, tmp_path, make_spec())
     assert handle.endswith(RUN_ID)
     assert cluster.requests("post", "/trainjobs$") == 3
+
+
+def test_a_server_failure_is_reported_in_its_own_words_not_retried(cluster, tmp_path):
+    """A 500 is the server's account of a failure (here: the admission webhook it called), not
+    load: retrying it gains nothing, and "overloaded" would hide what it said."""
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    said = 'Internal error occurred: failed calling webhook "defaulter.trainjob.kubeflow.org"'
+    cluster.fail("post", "/trainjobs$", 500, times=5, message=said)
+    with pytest.raises(RunnerError) as err:
+        submit(backend, tmp_path, make_spec())
+    assert said in str(err.value) and f"create TrainJob {RUN_ID}" in str(err.value)
+    assert "overloaded" not in str(err.value)
+    assert cluster.requests("post", "/trainjobs$") == 1
+
+
+def test_an_admission_webhook_refusal_is_not_called_rbac(cluster, tmp_path):
+    backend = make_backend(cluster, tmp_path, "trainjob")
+    said = 'admission webhook "validator.trainjob.kubeflow.org" denied the request: bad runtime'
+    cluster.fail("post", "/trainjobs$", 403, message=said)
+    with pytest.raises(RunnerError) as err:
+        submit(backend, tmp_path, make_spec())
+    assert said in str(err.value) and "RBAC" not in str(err.value)
 
 
 def test_persistent_server_errors_give_up_after_bounded_retries(cluster, tmp_path):

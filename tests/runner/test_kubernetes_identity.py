@@ -22,7 +22,7 @@ from runner.backends.kubernetes.pods import PodOwner
 from runner.errors import RunnerError, StorageError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
+from tests.runner.k8s_helpers import RUN_ID, complete, make_backend, make_spec, pod, submit
 from tests.runner.rundirs import summary as summary_record
 
 pytestmark = pytest.mark.timeout(60)
@@ -169,7 +169,8 @@ def test_a_pod_of_another_job_of_the_same_name_is_none_of_this_runs(cluster, tmp
         cluster.add_pod(owned_pod("pytorchjob", node, "Running", "uid-of-another"), log=log)
     status = backend.status(handle)
     assert status.state is JobState.PENDING, status
-    assert list(backend.logs(handle, 0, follow=False)) == []
+    with pytest.raises(RunnerError, match="its pod has not started"):  # none of its own yet
+        list(backend.logs(handle, 0, follow=False))
     ours = recorded_uid(run_dir)
     cluster.add_pod(owned_pod("pytorchjob", 0, "Running", ours), log="[rank0]:ours\n")
     assert list(backend.logs(handle, 0, follow=False)) == ["ours"]
@@ -186,7 +187,7 @@ def test_a_run_recorded_without_a_uid_is_known_by_its_name(cluster, tmp_path):
     del record["cluster"]["job_uid"]
     files.write_json(run_dir / rundir.JOB, record)
     older = make_backend(cluster, tmp_path, "pytorchjob")
-    cluster.set_job_condition("pytorchjob", RUN_ID, "Succeeded")
+    complete(cluster, "pytorchjob")
     assert older.status(handle).state is JobState.SUCCEEDED
     backend.close()
     older.close()
@@ -288,7 +289,8 @@ def test_the_pods_of_an_earlier_trainjob_of_the_same_name_are_not_the_runs(clust
     leftover_pods(cluster)
     status = backend.status(handle)
     assert status.state is JobState.PENDING and status.reason == WAITING, status
-    assert list(backend.logs(handle, 0, follow=False)) == []
+    with pytest.raises(RunnerError, match="its pod has not started"):
+        list(backend.logs(handle, 0, follow=False))
     assert next(backend.watch(handle)).state is JobState.PENDING
     own_pods(cluster)
     assert backend.status(handle).state is JobState.RUNNING
@@ -306,7 +308,8 @@ def test_a_jobset_that_another_trainjob_controls_is_not_the_runs(cluster, tmp_pa
     own_pods(cluster)  # labelled with that JobSet's uid, as it made them
     status = backend.status(handle)
     assert status.state is JobState.PENDING and status.reason == WAITING, status
-    assert list(backend.logs(handle, 0, follow=False)) == []
+    with pytest.raises(RunnerError, match="its pod has not started"):
+        list(backend.logs(handle, 0, follow=False))
     cluster.remove_pods()
     cluster.put_jobset(RUN_ID, recorded_uid(run_dir))  # Trainer makes the run's own
     own_pods(cluster)
@@ -338,7 +341,8 @@ def test_where_jobsets_are_forbidden_pods_made_before_the_trainjob_are_not_its(
     leftover_pods(cluster, created="2029-12-31T23:59:00Z")  # before the run's job was made
     with caplog.at_level("WARNING"):
         assert backend.status(handle).reason == WAITING
-        assert list(backend.logs(handle, 0, follow=False)) == []
+        with pytest.raises(RunnerError, match="its pod has not started"):
+            list(backend.logs(handle, 0, follow=False))
         own_pods(cluster)
         assert backend.status(handle).state is JobState.RUNNING
         assert list(backend.logs(handle, 0, follow=False)) == ["mine"]
@@ -405,6 +409,7 @@ def test_logs_of_a_new_command_tell_pods_without_jobsets_uid_label_by_time(
             made["metadata"]["creationTimestamp"] = "2029-12-31T23:59:00Z"
             cluster.add_pod(made, log=f"[rank{2 * node}]:a line of the earlier job\n")
     fresh = make_backend(cluster, tmp_path, "trainjob")
-    assert list(fresh.logs(handle, 0, follow=False)) == []
+    with pytest.raises(RunnerError, match="its pod has not started"):
+        list(fresh.logs(handle, 0, follow=False))
     assert fresh.status(handle).reason == WAITING
     fresh.close()

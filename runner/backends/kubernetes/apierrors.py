@@ -9,18 +9,25 @@ means list again). What it is not: the calls themselves and their retries (clien
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes.client.exceptions import ApiException
 
 from contract import files
 from contract.rundir import one_line
 from runner.backends.kubernetes.connection import ClusterConnection
-from runner.backends.kubernetes.streams import Transient
+from runner.backends.kubernetes.limits import ENV, mib
+from runner.backends.kubernetes.streams import DeadlinePassed, Transient
 from runner.errors import RunnerError
 
-RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Only load is retried: 429 and 503 (the server asks to come back, maybe saying when). A 500 is
+# the server's own word on a failure (a webhook that failed, a kubelet out of reach), reported
+# as it said it; a 502/504 is a proxy's, worth no blind retry either.
+RETRIED_STATUSES = frozenset({429, 503})
+MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is the call's deadline's to refuse
 MAX_SERVER_TEXT = 300  # of a server's message in an error: enough for any real one
 
 
@@ -69,6 +76,10 @@ class ApiErrors:
                 f"cannot {what}: the API server at {self.host} rejected the credentials "
                 f"({message}); refresh the kubeconfig of {where}"
             )
+        if status == 403 and "admission webhook" in message:
+            return RunnerError(
+                f"cannot {what} on {where}: an admission webhook refused it: {message}"
+            )
         if status == 403:
             return Forbidden(
                 f"cannot {what} in namespace {ns} on {where}: forbidden by RBAC ({message}); ask "
@@ -78,10 +89,42 @@ class ApiErrors:
         if status in RETRIED_STATUSES:
             return Transient(
                 f"cannot {what} on {where}: the API server answered HTTP {status} {attempts} "
-                f"times ({message}); it may be overloaded or upgrading, try again in a few "
+                f"times ({message}); it is overloaded or upgrading, try again in a few "
                 f"minutes (`kubectl get --raw /readyz` shows its health)"
             )
+        if status >= 500:
+            return RunnerError(
+                f"cannot {what} on {where}: the API server failed it (HTTP {status}): {message}"
+            )
         return RunnerError(f"cannot {what} on {where}: HTTP {status} ({message})")
+
+    def deadline(self, what: str, seconds: float, last: str | None = None) -> DeadlinePassed:
+        """The call did not end within its deadline (deadline.py)."""
+        tried = f" (the last attempt: {last})" if last else ""
+        return DeadlinePassed(
+            f"cannot {what}: the Kubernetes API server at {self.host} did not answer within "
+            f"the call's deadline of {seconds:g} s{tried}; it is overloaded or something on the "
+            f"way holds the connection ({ENV['call_deadline_s']} sets the deadline); "
+            f"{self.check_hint()}"
+        )
+
+    def redirect(self, what: str, status: int, headers: Mapping[str, str] | None) -> RunnerError:
+        """A 3xx: never followed, since the request carries the cluster's credentials."""
+        location = (headers or {}).get("Location") or (headers or {}).get("location") or ""
+        to = server_text(urlsplit(location).netloc or location or "an unnamed place")
+        return RunnerError(
+            f"cannot {what}: the server at {self.host} answered with a redirect (HTTP {status}) "
+            f"to {to}; the runner never follows one, which would send the cluster's "
+            f"credentials there: point the kubeconfig of {self.conn.source} at the API server "
+            "itself (`kubectl config view --minify` shows the address)"
+        )
+
+    def too_large(self, what: str, cap_bytes: int) -> RunnerError:
+        return RunnerError(
+            f"cannot {what}: the answer of the server at {self.host} is larger than "
+            f"{mib(cap_bytes)}, which no answer the runner asks for needs; refused (is it a "
+            f"Kubernetes API server? {ENV['max_answer_bytes']} raises the limit)"
+        )
 
     def unreachable(self, what: str, err: Exception, attempts: int) -> Transient:
         return Transient(
@@ -116,6 +159,16 @@ def server_text(text: str) -> str:
     """Text a server chose, as one printable line of at most MAX_SERVER_TEXT characters: no
     newline or terminal escape of its own reaches the user's terminal."""
     return one_line(str(text))[:MAX_SERVER_TEXT]
+
+
+def retry_after_s(headers: Mapping[str, str] | None) -> float:
+    """The seconds a 429/503's Retry-After asks for (0: none, or not a number of seconds)."""
+    text = (headers or {}).get("Retry-After") or (headers or {}).get("retry-after") or ""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return 0.0
+    return min(seconds, MAX_RETRY_AFTER_S) if seconds > 0 else 0.0
 
 
 def status_message(err: ApiException) -> str:

@@ -49,6 +49,7 @@ from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.pending import PendingTimeout
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits
+from runner.backends.kubernetes.streams import Transient
 from runner.backends.kubernetes.watch import Observers, View, WatchConfig
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec
@@ -142,7 +143,15 @@ class KubernetesBackend:
         request = _kubernetes(request)
         handle = self.handle(request)
         name = self._name(handle)  # the manifest's namespace is this connection's
-        uid = self.api.create_job(dict(request.manifest))
+        try:
+            uid = self.api.create_job(dict(request.manifest))
+        except RunnerError as err:
+            if isinstance(err, Transient):  # the server may have made it before the line went
+                self._withdraw(name)
+            raise
+        except BaseException:  # a signal (runner.errors.Interrupted) or Ctrl-C mid-create
+            self._withdraw(name)
+            raise
         log.info("submitted %s %s", self.api.resource.kind, handle)
         self._identity.created(name, uid)
         status = JobStatus(JobState.PENDING, SUBMITTED, self._now())
@@ -156,6 +165,21 @@ class KubernetesBackend:
                 self.api.delete_job(name, uid)
             raise
         return handle
+
+    def _withdraw(self, name: str) -> None:
+        """Delete the job a create cut short may have made (its answer never came), so that no
+        job runs that the run's record (FAILED: interrupted, or the create's error) disowns.
+        By name: the run's id, which no other run has."""
+        try:
+            self.api.delete_job(name)
+        except NotFound:
+            return
+        except RunnerError as err:
+            log.warning("%s; if the job was made, delete it: kubectl delete %s %s -n %s", err,
+                        self.api.resource.plural, name, self.conn.namespace)  # fmt: skip
+            return
+        log.warning("deleted %s %s, which the interrupted create had made",
+                    self.api.resource.kind, name)  # fmt: skip
 
     # ---- state -------------------------------------------------------------------------
 
@@ -190,7 +214,7 @@ class KubernetesBackend:
                 view = observer.view()
                 if view.closed:
                     return
-                status = self._view_status(name, view)
+                status = self._view_status(name, view, observer.pods_now)
                 pending = status.state is JobState.PENDING
                 observer.watch_events(pending)
                 if pending and not view.events_synced:
@@ -203,10 +227,18 @@ class KubernetesBackend:
                 if status.state.finished:
                     return
 
-    def _view_status(self, name: str, view: View) -> JobStatus:
+    def _view_status(
+        self, name: str, view: View, pods_now: Callable[[], list[dict[str, Any]]] | None = None
+    ) -> JobStatus:
+        """The job's state from the view; with `pods_now`, a failure is read again from the
+        pods as the API server has them now: the pods' watch may lag the job's (a success
+        whose pods or exits the view does not show yet, observe.py), and a verdict is final."""
         if view.job is None or not self._identity.ours(name, view.job):
             return self._identity.vanished(name, view.job)
-        return self._job_status(name, view.job, view.pods, view.events)
+        status = self._job_status(name, view.job, view.pods, view.events)
+        if status.state is JobState.FAILED and pods_now is not None:
+            status = self._job_status(name, view.job, pods_now(), view.events)
+        return status
 
     def _job_status(
         self, name: str, job: dict[str, Any], pods: list[dict[str, Any]], events: list[Any]

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass
 from typing import Any, TypeVar
 
@@ -31,10 +31,13 @@ from runner.backends.kubernetes.apierrors import (
     ApiErrors,
     NameConflict,
     NotFound,
+    retry_after_s,
     status_message,
 )
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
-from runner.backends.kubernetes.streams import Stream, Transient, WatchStream
+from runner.backends.kubernetes.deadline import Deadline, current_deadline, install
+from runner.backends.kubernetes.limits import ApiLimits, mib
+from runner.backends.kubernetes.streams import CHUNK_BYTES, Stream, Transient, WatchStream
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
@@ -60,9 +63,6 @@ JOB_RESOURCES = {
 }
 # What Kubeflow Trainer makes of a TrainJob, under the job's name; it makes the job's pods.
 JOBSET = JobResource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", "JobSet")
-# A watch's read timeout: the server ends it after timeoutSeconds; this much longer without a
-# byte means the connection is dead (a half-open TCP connection sends nothing, ever).
-WATCH_READ_SLACK_S = 30.0
 # A followed log may be quiet for a while (a long evaluation); after this long without a line,
 # the follower reconnects and skips what it has seen.
 FOLLOW_READ_TIMEOUT_S = 600.0
@@ -87,12 +87,16 @@ class KubeApi:
         max_attempts: int = 4,
         retry_backoff_s: float = 1.0,
         request_timeout_s: float = 30.0,
+        limits: ApiLimits | None = None,
     ) -> None:
+        """`request_timeout_s` bounds connecting and each read; `limits` (default: from the
+        environment, limits.py) every call as a whole and what its answers may hold."""
         self.conn = conn
         self.resource = JOB_RESOURCES[conn.job_api]
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
         self.request_timeout_s = request_timeout_s
+        self.limits = limits or ApiLimits.from_env()
         self._files = contextlib.ExitStack()
         # Callers that never close() still leave no credentials behind once this is collected.
         weakref.finalize(self, self._files.close)
@@ -101,6 +105,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.host = api_client.configuration.host
         self.errors = ApiErrors(conn, self.host)
+        install(api_client.rest_client.pool_manager)  # every call's sockets get its deadline
 
     def _load(self, conn: ClusterConnection) -> client.ApiClient:
         path, directory = self._files.enter_context(kubeconfig_file(conn))
@@ -123,7 +128,9 @@ class KubeApi:
             ) from None
         finally:
             path.unlink(missing_ok=True)  # the client has read it; only certificates remain
-        cfg.retries = 0  # we retry ourselves, a bounded number of times, with messages
+        # We retry ourselves, a bounded number of times, with messages; a redirect is never
+        # followed (it would take the credentials to another host): it comes back as an answer.
+        cfg.retries = urllib3.Retry(total=0, redirect=False)
         return client.ApiClient(cfg)
 
     def close(self) -> None:
@@ -138,7 +145,7 @@ class KubeApi:
         name = manifest["metadata"]["name"]
         what = f"create {r.kind} {name}"
         try:
-            result = self.call(
+            body = self.answer(
                 what,
                 self.custom.create_namespaced_custom_object,
                 r.group,
@@ -146,7 +153,6 @@ class KubeApi:
                 self.conn.namespace,
                 r.plural,
                 manifest,
-                _preload_content=False,
             )
         except NameConflict:
             raise NameConflict(
@@ -157,7 +163,7 @@ class KubeApi:
         except NotFound:
             raise self.missing_api_error() from None
         try:
-            created = files.loads(result.data)  # type: ignore[attr-defined]
+            created = files.loads(body)
         except ValueError:
             created = None
         meta = created.get("metadata") if isinstance(created, dict) else None
@@ -180,9 +186,8 @@ class KubeApi:
         """The object `name` of `r`, its fields' types checked as `kind` (objects.py)."""
         what, ns = f"get {r.kind} {name}", self.conn.namespace
         get = self.custom.get_namespaced_custom_object
-        result = self.call(what, get, r.group, r.version, ns, r.plural, name,
-                           _preload_content=False, attempts=attempts)  # fmt: skip
-        obj = self.errors.json(result.data, what)  # type: ignore[attr-defined]
+        body = self.answer(what, get, r.group, r.version, ns, r.plural, name, attempts=attempts)
+        obj = self.errors.json(body, what)
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise self.errors.garbage(what, f"something that is not a {r.kind} object")
         obj = self.checked(kind, [obj], what)[0]
@@ -199,7 +204,7 @@ class KubeApi:
         r = self.resource
         preconditions = client.V1Preconditions(uid=uid) if uid else None
         body = client.V1DeleteOptions(propagation_policy="Background", preconditions=preconditions)
-        self.call(
+        self.answer(
             f"delete {r.kind} {name}",
             self.custom.delete_namespaced_custom_object,
             r.group,
@@ -214,12 +219,11 @@ class KubeApi:
         """A 404 on a job collection: the CRD is missing, or the namespace is."""
         r = self.resource
         try:
-            self.call(
+            self.answer(  # whether it exists is all we ask; no model to validate
                 f"discover {r.group}/{r.version}",
                 self.custom.get_api_resources,
                 r.group,
                 r.version,
-                _preload_content=False,  # whether it exists is all we ask; no model to validate
             )
         except NotFound:
             other = "pytorchjob" if self.conn.job_api == "trainjob" else "trainjob"
@@ -240,16 +244,15 @@ class KubeApi:
     ) -> tuple[list[dict[str, Any]], str]:
         """(items, the list's resourceVersion), from which a watch starts."""
         fn, args = self._collection(collection)
-        result = self.call(
+        body = self.answer(
             f"list {collection}",
             fn,
             *args,
             label_selector=selector.label,
             field_selector=selector.field,
-            _preload_content=False,
             attempts=attempts,
         )
-        data = self.errors.json(result.data, f"list {collection}")
+        data = self.errors.json(body, f"list {collection}")
         items = data.get("items") if isinstance(data, dict) else None
         meta = data.get("metadata") if isinstance(data, dict) else None
         if not isinstance(items, list) or not isinstance(meta, dict):
@@ -287,30 +290,37 @@ class KubeApi:
         timeout_s: float,
         attempts: int | None = None,
     ) -> WatchStream:
-        """The changes after `resource_version`, for timeout_s (the server ends the stream);
-        bookmarks are asked for, so that a quiet watch still advances its version."""
+        """The changes after `resource_version`, for timeout_s (the server ends the stream,
+        and the deadline, watch_slack_s later, ends it if the server does not); bookmarks are
+        asked for, so that a quiet watch still advances its version."""
         what = f"watch {collection}"
         fn, args = self._collection(collection)
-        response = self.call(
-            what,
-            fn,
-            *args,
-            label_selector=selector.label,
-            field_selector=selector.field,
-            watch=True,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=max(1, int(timeout_s)),
-            _preload_content=False,
-            _request_timeout=(self.request_timeout_s, timeout_s + WATCH_READ_SLACK_S),
-            attempts=attempts,
-        )
+        deadline = Deadline(timeout_s + self.limits.watch_slack_s)
+        try:
+            response: Any = self.call(
+                what,
+                fn,
+                *args,
+                label_selector=selector.label,
+                field_selector=selector.field,
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=max(1, int(timeout_s)),
+                _preload_content=False,
+                attempts=attempts,
+                deadline=deadline,
+            )
+        except BaseException:
+            deadline.close()
+            raise
         return WatchStream(
             response,
             what,
             self.host,
             lambda code, msg: self.error(what, code, msg),
             lambda obj: self.checked(collection, [obj], what, selector),
+            deadline=deadline,
         )
 
     def _collection(self, collection: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -329,70 +339,151 @@ class KubeApi:
     def open_log(
         self, pod: str, container: str, follow: bool, attempts: int | None = None
     ) -> Stream:
-        """One container's log; followed, the stream lasts until the container stops."""
+        """One container's log. Followed, the stream lasts until the container stops (its
+        opening within call_deadline_s; then only a silence of FOLLOW_READ_TIMEOUT_S ends it);
+        else it is read to its end within log_deadline_s, at most max_log_bytes of it."""
         what = f"read the log of pod {pod}"
         read_timeout_s = FOLLOW_READ_TIMEOUT_S if follow else self.request_timeout_s
-        response: Any = self.call(
-            what,
-            self.core.read_namespaced_pod_log,
-            pod,
-            self.conn.namespace,
-            container=container,
-            follow=follow,
-            _preload_content=False,
-            _request_timeout=(self.request_timeout_s, read_timeout_s),
-            attempts=attempts,
-        )
-        return Stream(response, what, self.host)
-
-    def pod_log(self, pod: str, container: str) -> list[str]:
-        """The log so far, as lines. A connection dropped mid-read gives what was read."""
-        return self.read_log(pod, container)[0]
-
-    def read_log(self, pod: str, container: str) -> tuple[list[str], bool]:
-        """(the log so far, as lines; whether it was read to its end): a connection dropped
-        mid-read gives what was read, and False."""
-        stream = self.open_log(pod, container, follow=False)
-        lines: list[str] = []
+        deadline = None if follow else Deadline(self.limits.log_deadline_s)
         try:
-            lines.extend(stream.lines(keep_partial=True))
-        except Transient as err:
-            log.warning("%s; the log is incomplete", err)
-            return lines, False
-        return lines, True
+            response: Any = self.call(
+                what,
+                self.core.read_namespaced_pod_log,
+                pod,
+                self.conn.namespace,
+                container=container,
+                follow=follow,
+                _preload_content=False,
+                _request_timeout=(self.request_timeout_s, read_timeout_s),
+                attempts=attempts,
+                deadline=deadline,
+            )
+        except BaseException:
+            if deadline is not None:
+                deadline.close()
+            raise
+        max_bytes = None if follow else self.limits.max_log_bytes
+        return Stream(response, what, self.host, deadline=deadline, max_bytes=max_bytes)
+
+    def log_lines(self, pod: str, container: str) -> Iterator[str]:
+        """The log so far, line by line, never all of it in memory; a connection dropped
+        mid-read (or a log past max_log_bytes) gives what was read, with a warning."""
+        read = LogRead(self.open_log(pod, container, follow=False))
+        yield from read.lines()
+
+    def read_log(self, pod: str, container: str) -> LogRead:
+        """The log so far, to be read once through `lines()`; then whether it was whole."""
+        return LogRead(self.open_log(pod, container, follow=False))
 
     # ---- the one place calls are made ------------------------------------------------
+
+    def answer(
+        self, what: str, fn: Callable[..., Any], *args: Any, attempts: int | None = None,
+        **kwargs: Any,
+    ) -> bytes:  # fmt: skip
+        """The body of fn's answer, read within the call's deadline, at most max_answer_bytes
+        of it (a larger answer is refused, never read whole)."""
+        return self.call(what, fn, *args, _preload_content=False, attempts=attempts,
+                         read=lambda r: self._body(r, what), **kwargs)  # fmt: skip
 
     def call(
         self,
         what: str,
-        fn: Callable[..., T],
+        fn: Callable[..., Any],
         *args: Any,
         attempts: int | None = None,
+        deadline: Deadline | None = None,
+        read: Callable[[Any], T] = lambda response: response,
         **kwargs: Any,
     ) -> T:
-        """fn(*args, **kwargs), retried on 429/5xx and connection errors with exponential
-        backoff, at most `attempts` (default max_attempts) times; every failure becomes a
-        RunnerError (Transient for those worth trying again later, Gone for a 410)."""
+        """read(fn(*args, **kwargs)), within `deadline` (default: call_deadline_s from now,
+        for the call as a whole, retries included); retried on 429/503 (after the server's
+        Retry-After, if it says one) and connection errors with exponential backoff, at most
+        `attempts` (default max_attempts) times; every failure becomes a RunnerError
+        (Transient for those worth trying again later, Gone for a 410)."""
+        own = deadline is None
+        deadline = deadline or Deadline(self.limits.call_deadline_s)
+        try:
+            with deadline.current():
+                return self._attempts(what, fn, args, kwargs, attempts or self.max_attempts,
+                                      deadline, read)  # fmt: skip
+        finally:
+            if own:
+                deadline.close()
+
+    def _attempts(
+        self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+        attempts: int, deadline: Deadline, read: Callable[[Any], T],
+    ) -> T:  # fmt: skip
         kwargs.setdefault("_request_timeout", self.request_timeout_s)
-        attempts = attempts or self.max_attempts
         for attempt in range(1, attempts + 1):
+            wait_s = 0.0
             try:
-                return fn(*args, **kwargs)
+                return read(fn(*args, **kwargs))
             except ApiException as err:
-                if err.status not in RETRIED_STATUSES or attempt == attempts:
-                    raise self.error(what, err.status or 0, status_message(err), attempt) from None
-                reason = f"HTTP {err.status}"
+                status = err.status or 0
+                if deadline.expired.is_set():
+                    raise self.errors.deadline(what, deadline.seconds) from None
+                if 300 <= status < 400:
+                    raise self.errors.redirect(what, status, err.headers) from None
+                if status not in RETRIED_STATUSES or attempt == attempts:
+                    raise self.error(what, status, status_message(err), attempt) from None
+                reason, wait_s = f"HTTP {status}", retry_after_s(err.headers)
             except (urllib3.exceptions.HTTPError, OSError) as err:
+                if deadline.expired.is_set():
+                    raise self.errors.deadline(what, deadline.seconds) from None
                 if attempt == attempts:
                     raise self.errors.unreachable(what, err, attempts) from None
                 reason = type(err).__name__
-            delay_s = self.retry_backoff_s * 2 ** (attempt - 1)
+            delay_s = max(wait_s, self.retry_backoff_s * 2 ** (attempt - 1))
+            if delay_s >= deadline.left_s():  # the next attempt could not end in time
+                raise self.errors.deadline(what, deadline.seconds, reason) from None
             log.info("%s: %s, retrying in %.1f s (%d/%d)", what, reason, delay_s, attempt, attempts)
             time.sleep(delay_s)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _body(self, response: Any, what: str) -> bytes:
+        """The answer's body, at most max_answer_bytes (a larger one is refused as it comes:
+        its length may be unsaid, or a lie)."""
+        cap, size, chunks, done = self.limits.max_answer_bytes, 0, [], False
+        try:
+            for chunk in response.stream(CHUNK_BYTES, decode_content=True):
+                size += len(chunk)
+                if size > cap:
+                    raise self.errors.too_large(what, cap)
+                chunks.append(chunk)
+            done = True
+        finally:
+            if not done:  # unread data (a refused answer) must not go back to the pool
+                response.close()
+            response.release_conn()
+        deadline = current_deadline()
+        if deadline is not None and deadline.expired.is_set():  # cut short by the deadline
+            raise self.errors.deadline(what, deadline.seconds)
+        return b"".join(chunks)
 
     def error(self, what: str, status: int, message: str, attempts: int = 1) -> RunnerError:
         """An HTTP error status (of a call, or of a watch's ERROR event) as a RunnerError that
         names the cluster and what to do (apierrors.py)."""
         return self.errors.status(what, status, message, attempts)
+
+
+class LogRead:
+    """One pod's log read once to its end, line by line; then `whole` says whether it was all
+    of it, and `cut` whether it went past max_log_bytes (the rest not read)."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+        self.whole = False
+        self.cut = False
+
+    def lines(self) -> Iterator[str]:
+        try:
+            yield from self._stream.lines(keep_partial=True)
+        except Transient as err:
+            log.warning("%s; the log is incomplete", err)
+            return
+        self.cut = self._stream.cut
+        self.whole = not self.cut
+        if self.cut:
+            log.warning("%s: cut after %s", self._stream.what, mib(self._stream.max_bytes or 0))

@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from contract import files
-from contract.rundir import SUMMARY, JobState, JobStatus, rank_log
+from contract.rundir import EVENTS, SUMMARY, JobState, JobStatus, rank_log
 from runner.backends.kubernetes import demux, observe, records
 from runner.backends.kubernetes.apierrors import NotFound
 from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.limits import ENV, mib
 from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.pods import PodOwner, pods_by_node
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
+from runner.backends.kubernetes.spool import Spool
 from runner.backends.kubernetes.streams import Transient
 from runner.errors import RunnerError
 from runner.job.spec import Placement
@@ -121,11 +123,18 @@ def rank_lines(
     if pod is None or not observe.container_started(pod):
         if archived is not None:
             yield from archived
-        elif recorded is not None and recorded.state.finished:
+            return
+        if recorded is not None and recorded.state.finished:
             raise RunnerError(_no_log(name, rank, recorded))
-        return  # not started yet: nothing to show
+        state = f"the run is {recorded.state.value}" if recorded else "the job has no pods yet"
+        if recorded is not None and recorded.reason:
+            state += f" ({recorded.reason})"
+        raise RunnerError(
+            f"no log of rank {rank} of {name} yet: its pod has not started; {state}. "
+            f"`runner logs {name} --rank {rank} --follow` waits for it"
+        )
     container = observe.CONTAINERS[api.conn.job_api]
-    for line in api.pod_log(pod["metadata"]["name"], container):
+    for line in api.log_lines(pod["metadata"]["name"], container):
         line_rank, text = demux.attribute(line, node)
         if line_rank == rank:
             yield text
@@ -168,6 +177,7 @@ class Harvest:
         self.impostor: dict[str, Any] | None = None  # another job, made under this run's name
         # Rank 0's log read to its end from its ended container: all it will ever say.
         self.rank0_log_whole = False
+        self.cut_nodes: set[int] = set()  # nodes whose log went past max_log_bytes
 
     def run(self) -> JobStatus | None:
         """Archive the logs and bring the results; the job's status (None if unknown)."""
@@ -194,29 +204,39 @@ class Harvest:
 
     def _archive(self, pods: list[dict[str, Any]], owner: PodOwner) -> None:
         """logs/rank-N.log for every rank whose pod still exists (and the node's unattributed
-        lines beside them)."""
-        per_node, world = self.placement.procs_per_node, self.expected.world_size
+        lines beside them), each line written as it is read."""
         container = observe.CONTAINERS[self.conn.job_api]
-        elastic = self.placement.elastic
-        by_node = pods_by_node(self.conn.job_api, pods, elastic, owner)
+        by_node = pods_by_node(self.conn.job_api, pods, self.placement.elastic, owner)
         for node, pod in sorted(by_node.items()):
             if node >= self.placement.num_nodes:
                 log.warning("ignoring pod %s: node %d is not in the job", _pod_name(pod), node)
                 continue
             if not observe.container_started(pod):
                 continue
-            lines, whole = self.api.read_log(_pod_name(pod), container)
+            read = self.api.read_log(_pod_name(pod), container)
+            self._spool(node, read.lines())
+            if read.cut:
+                self.cut_nodes.add(node)
             if node == 0 and not observe.container_running(pod, container):
-                self.rank0_log_whole = whole
-            split = demux.split(lines, demux.NodeRanks(node, per_node, world, elastic))
-            for rank, rank_lines in split.per_rank.items():
-                files.write_text(rank_log(self.dest, rank), _text(rank_lines))
-                self.archived.add(rank)
-            if split.unattributed:
-                path = demux.unattributed_log(self.dest, node)
-                files.write_text(path, _text(split.unattributed))
-                log.info("%d lines of node %d's log name no rank of that node: %s",
-                         len(split.unattributed), node, path)  # fmt: skip
+                self.rank0_log_whole = read.whole
+
+    def _spool(self, node: int, lines: Iterator[str]) -> None:
+        """One pod's log split into its ranks' files as it is read (demux.py)."""
+        ranks = demux.NodeRanks(node, self.placement.procs_per_node, self.expected.world_size,
+                                self.placement.elastic)  # fmt: skip
+        other, unattributed = demux.unattributed_log(self.dest, node), 0
+        with Spool() as out:
+            for rank in ranks.ranks:
+                out.open(rank_log(self.dest, rank))
+            for line in lines:
+                writer, text = demux.attribute(line, ranks)
+                if writer is None:
+                    unattributed += 1
+                out.write(other if writer is None else rank_log(self.dest, writer), text)
+        self.archived.update(ranks.ranks)
+        if unattributed:
+            log.info("%d lines of node %d's log name no rank of that node: %s",
+                     unattributed, node, other)  # fmt: skip
 
     def _results(self) -> None:
         wanted = list(records.RESULT_FILES)
@@ -237,7 +257,12 @@ class Harvest:
         if not wanted:
             return
         lines = open_rank_log(rank_log(self.dest, 0))
-        rebuilt = records.rebuild(lines or iter(()), self.expected, wanted)
+        with Spool() as out:
+            events = self.dest / EVENTS
+            rebuilt = records.rebuild(lines or iter(()), self.expected, wanted,
+                                      lambda line: out.write(events, line))  # fmt: skip
+        if rebuilt.events:
+            self.refused.pop(EVENTS, None)
         for name, text in rebuilt.texts.items():
             files.write_text(self.dest / name, text)
             self.refused.pop(name, None)
@@ -250,10 +275,16 @@ class Harvest:
         a local run: a run succeeded only if rank 0 wrote its summary, so one whose whole log
         (read from its ended container) and results store have none is FAILED; and so is one
         whose summary says it diverged (the workload then exits non-zero, so a job that
-        reports success hides that exit)."""
+        reports success hides that exit). A log cut at max_log_bytes is never read as a
+        success: without the summary, the run is FAILED, saying where its log was cut."""
         if status.state is not JobState.SUCCEEDED:
             return status
         if not (self.dest / SUMMARY).is_file():
+            if 0 in self.cut_nodes:
+                reason = (f"rank 0's log was cut after {mib(self.api.limits.max_log_bytes)} "
+                          f"({ENV['max_log_bytes']} raises it) and no usable {SUMMARY} was "
+                          "found; the job's success is not the run's without it")  # fmt: skip
+                return JobStatus(JobState.FAILED, reason, status.since, failed_rank=0)
             if not self.rank0_log_whole or self.unreachable is not None:
                 return status  # not all of it could be read: the record keeps the job's word
             why = f" ({self.refused[SUMMARY]})" if SUMMARY in self.refused else ""
@@ -273,7 +304,12 @@ class Harvest:
     def missing(self) -> list[str]:
         """What a complete run has and this one lacks, with why a copy was refused."""
         missing = rundir.missing_results(self.dest, self.expected.world_size)
-        return [f"{m} ({self.refused[m]})" if m in self.refused else m for m in missing]
+        cut = [
+            f"the end of node {node}'s log (cut after {mib(self.api.limits.max_log_bytes)}; "
+            f"{ENV['max_log_bytes']} raises it)"
+            for node in sorted(self.cut_nodes)
+        ]
+        return [f"{m} ({self.refused[m]})" if m in self.refused else m for m in missing] + cut
 
     def gone_error(self, handle: str, recorded: JobStatus | None) -> RunnerError:
         missing = "; ".join(self.missing())
@@ -302,7 +338,3 @@ class Harvest:
 
 def _pod_name(pod: Mapping[str, Any]) -> str:
     return str(pod["metadata"]["name"])
-
-
-def _text(lines: list[str]) -> str:
-    return "".join(f"{line}\n" for line in lines)

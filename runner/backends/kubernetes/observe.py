@@ -265,7 +265,29 @@ def _succeeded(
     if running and job_api == "pytorchjob":  # a pod that is gone cannot say: not waited for
         node, pod = running[0]
         return overtime.awaiting(f"node {node} (pod {_name(pod)})", since)
+    unproven = _unproven(job_api, by_node, num_nodes)
+    if unproven:
+        # As for a local run: success is every process's exit 0, seen. A controller's word
+        # alone (a JobSet completed by hand, a controller's bug) is not a run.
+        reason = f"the job reports {SUCCESS_CONDITIONS[job_api]}, but {unproven}"
+        return JobStatus(JobState.FAILED, reason=reason, since=since)
     return JobStatus(JobState.SUCCEEDED, since=since)
+
+
+def _unproven(job_api: str, by_node: Mapping[int, Mapping[str, Any]], num_nodes: int) -> str:
+    """Which node has not shown that it ran and exited 0: no pod, or a pod whose job container
+    records no exit ("" when every node has)."""
+    missing = [n for n in range(num_nodes) if n not in by_node]
+    if len(missing) == num_nodes:
+        return "no pod of it ever existed (or all are gone): nothing ran that the run can show"
+    if missing:
+        nodes = ", ".join(str(n) for n in missing)
+        return f"node(s) {nodes} left no pod, so nothing shows that their processes ran"
+    for node in range(num_nodes):
+        pod = by_node[node]
+        if _exit_code(pod, job_api) is None and _ended(pod):
+            return f"node {node} (pod {_name(pod)}) records no exit of its job container"
+    return ""
 
 
 def _ended(pod: Mapping[str, Any]) -> bool:

@@ -105,29 +105,35 @@ def check_file(name: str, path: Path, expected: Expected, max_bytes: int) -> str
         return err.problem
 
 
-def rebuild(rank0_lines: Iterable[str], expected: Expected, wanted: Iterable[str]) -> Rebuilt:
+def rebuild(
+    rank0_lines: Iterable[str],
+    expected: Expected,
+    wanted: Iterable[str],
+    write_event: Callable[[str], None] = lambda line: None,
+) -> Rebuilt:
     """The `wanted` result files from rank 0's own lines (logs/rank-0.log), as the workload
-    would have written them: every valid event, and the last summary and manifest events."""
-    events = []
+    would have written them: every valid event, and the last summary and manifest events.
+    Events go to `write_event` one line at a time as they are read (a log may be larger than
+    memory); `Rebuilt.events` counts them."""
+    wanted = list(wanted)
+    records = {RECORD_EVENTS[n]: n for n in wanted if n != EVENTS}
+    last: dict[str, Any] = {}
+    count = 0
     for line in rank0_lines:
         event = parse_line(line)
-        if event is not None and check_event(event) is None:
-            events.append(event)
-    rebuilt = Rebuilt({}, {})
-    for name in wanted:
-        if name == EVENTS:
-            if events:
-                rebuilt.texts[name] = "".join(
-                    json.dumps(e, separators=(", ", ": ")) + "\n" for e in events
-                )
+        if event is None or check_event(event) is not None:
             continue
-        values = [e.get("value") for e in events if e["key"] == RECORD_EVENTS[name]]
-        if not values:
-            continue
-        problem = check_record(name, values[-1], expected)
+        if EVENTS in wanted:
+            write_event(json.dumps(event, separators=(", ", ": ")))
+        count += 1
+        if event["key"] in records:
+            last[records[event["key"]]] = event.get("value")
+    rebuilt = Rebuilt({}, {}, count if EVENTS in wanted else 0)
+    for name, value in last.items():
+        problem = check_record(name, value, expected)
         if problem is None:
             try:  # as contract.files.write_json writes it, so the bytes match a local run's
-                text = json.dumps(values[-1], indent=2, sort_keys=True, allow_nan=False) + "\n"
+                text = json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n"
             except ValueError:
                 problem = "holds NaN or Infinity, which JSON does not allow"
         if problem:
@@ -139,8 +145,9 @@ def rebuild(rank0_lines: Iterable[str], expected: Expected, wanted: Iterable[str
 
 @dataclass(frozen=True)
 class Rebuilt:
-    texts: dict[str, str]  # file name -> its text
+    texts: dict[str, str]  # file name -> its text (not events.jsonl: written as it is read)
     refused: dict[str, str]  # file name -> why what the log has cannot be used
+    events: int = 0  # events written
 
 
 def _loads(line: str) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 import urllib3
 
 from contract import files
+from runner.backends.kubernetes.deadline import Deadline
 from runner.errors import RunnerError
 
 CHUNK_BYTES = 64 * 1024
@@ -37,14 +38,30 @@ class StreamBroken(Transient):
     """An open watch or log stream ended before the server meant it to."""
 
 
-class Stream:
-    """One streaming response. `what` ("watch pods") and `host` are for messages."""
+class DeadlinePassed(Transient):
+    """A call, or a stream, did not end by its deadline (deadline.py)."""
 
-    def __init__(self, response: urllib3.BaseHTTPResponse, what: str, host: str) -> None:
+
+class Stream:
+    """One streaming response. `what` ("watch pods") and `host` are for messages. With a
+    `deadline`, the stream ends by it (a DeadlinePassed); with `max_bytes`, it ends quietly
+    after that many bytes, and `cut` says so."""
+
+    def __init__(
+        self,
+        response: urllib3.BaseHTTPResponse,
+        what: str,
+        host: str,
+        deadline: Deadline | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
         self._response = response
         self.what = what
         self.host = host
         self._closed = False
+        self._deadline = deadline
+        self.max_bytes = max_bytes
+        self.cut = False
 
     def lines(self, keep_partial: bool) -> Iterator[str]:
         """The response's lines without their newline. `keep_partial`: the last line may lack
@@ -52,7 +69,12 @@ class Stream:
         Ends quietly after close(); raises StreamBroken when the connection drops."""
         try:
             pending, cut = b"", False  # cut: the line being read was too long; drop its rest
+            size = 0
             for chunk in self._response.stream(CHUNK_BYTES, decode_content=True):
+                size += len(chunk)
+                if self.max_bytes is not None and size > self.max_bytes:
+                    self.cut = True
+                    chunk = chunk[: len(chunk) - (size - self.max_bytes)]
                 pending += chunk
                 *complete, pending = pending.split(b"\n")
                 if cut and complete:  # the first is the rest of the line that was cut
@@ -64,9 +86,15 @@ class Stream:
                     pending, cut = b"", True
                 for line in complete:
                     yield line.decode("utf-8", errors="replace").rstrip("\r")
-            if pending and keep_partial:
+                if self.cut:
+                    break
+            if (passed := self._passed()) is not None:
+                raise passed
+            if pending and keep_partial and not self.cut:  # a cut line is not given half
                 yield pending.decode("utf-8", errors="replace")
         except (urllib3.exceptions.HTTPError, OSError) as err:
+            if (passed := self._passed()) is not None:
+                raise passed from None
             if self._closed:
                 return
             raise StreamBroken(
@@ -76,6 +104,15 @@ class Stream:
         finally:
             self._release()
 
+    def _passed(self) -> DeadlinePassed | None:
+        """A stream cut by its deadline (an end-of-file, or a broken read) is no end."""
+        if self._deadline is None or not self._deadline.expired.is_set() or self._closed:
+            return None
+        return DeadlinePassed(
+            f"{self.what}: the Kubernetes API server at {self.host} did not end it within its "
+            f"deadline of {self._deadline.seconds:g} s"
+        )
+
     def close(self) -> None:
         """End the stream; the thread reading it (if any) stops at once."""
         self._closed = True
@@ -84,6 +121,8 @@ class Stream:
             self._response.shutdown()
 
     def _release(self) -> None:
+        if self._deadline is not None:
+            self._deadline.close()
         # The connection may hold unread data: close it rather than return it to the pool.
         with contextlib.suppress(Exception):
             self._response.close()
@@ -104,8 +143,9 @@ class WatchStream(Stream):
         host: str,
         on_error: Callable[[int, str], RunnerError],
         check: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda obj: [obj],
+        deadline: Deadline | None = None,
     ) -> None:
-        super().__init__(response, what, host)
+        super().__init__(response, what, host, deadline)
         self._on_error = on_error
         self._check = check
 

@@ -49,12 +49,18 @@ class WatchConfig:
     backoff_reset_s: float = 120.0  # this long without a failure resets the back-off
     jitter: float = 1.0  # each delay is stretched by up to this fraction, at random
     give_up_s: float = 600.0  # failing this long with no success in between: report it
+    # A watch that brings no change for this long (bookmarks, keep-alives or nothing at all) is
+    # ended and the collection listed again: a broken watch cache, or a proxy, can hold a watch
+    # open that never delivers the change a list shows at once.
+    relist_quiet_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
             raise ValueError("need 0 < backoff_initial_s <= backoff_max_s")
         if self.min_timeout_s < 1 or self.give_up_s <= 0 or self.jitter < 0:
             raise ValueError("min_timeout_s >= 1, give_up_s > 0 and jitter >= 0 are required")
+        if self.relist_quiet_s <= 0:
+            raise ValueError("relist_quiet_s must be positive")
 
     def watch_timeout_s(self) -> float:
         return self.min_timeout_s * (1.0 + random.random())
@@ -158,6 +164,8 @@ class Reflector:
         self._stop = threading.Event()
         self._stream: WatchStream | None = None
         self._version = ""  # the last resource version seen; "" until listed
+        self._quiet = threading.Event()  # the current watch brought nothing for relist_quiet_s
+        self._changed_at = time.monotonic()  # when a list or a watch last brought a change
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"watch {collection}", daemon=True)
 
@@ -195,6 +203,7 @@ class Reflector:
                         self._collection, self._selector, attempts=1
                     )
                     self._store.replace(self._collection, items)
+                    self._changed_at = time.monotonic()
                     backoff.success()
                 self._watch(backoff)
             except Gone:
@@ -226,15 +235,40 @@ class Reflector:
         if self._stop.is_set():
             stream.close()
         backoff.success()
+        timer = self._quiet_timer(stream)
         try:
             for event in stream.events():
                 obj = event["object"]
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     self._store.apply(self._collection, event["type"], obj)
+                    self._changed_at = time.monotonic()
+                    timer.cancel()
+                    timer = self._quiet_timer(stream)
                 self._version = _version(obj) or self._version  # BOOKMARK: only the version moves
         finally:
+            timer.cancel()
             with self._lock:
                 self._stream = None
+        quiet_s = time.monotonic() - self._changed_at
+        if self._quiet.is_set() or quiet_s > self._config.relist_quiet_s:
+            self._quiet.clear()
+            log.info("watch %s: no change for %.0f s; listing again", self._collection,
+                     self._config.relist_quiet_s)  # fmt: skip
+            self._version = ""
+
+    def _quiet_timer(self, stream: WatchStream) -> threading.Timer:
+        """Ends `stream` once no list or watch has brought a change for relist_quiet_s (a
+        watch the server ends at once, again and again, counts as one quiet watch)."""
+
+        def quiet() -> None:
+            self._quiet.set()
+            stream.close()
+
+        left_s = self._config.relist_quiet_s - (time.monotonic() - self._changed_at)
+        timer = threading.Timer(max(0.0, left_s), quiet)
+        timer.daemon = True
+        timer.start()
+        return timer
 
 
 class JobObserver:
