@@ -8,7 +8,7 @@ stack the runner accepts. Also here: the few facts both sides build on (the job 
 results are mounted, the user the training image runs as, how long a finished job is kept).
 
 Not here: how infra computes an output (infra/), what the runner does with it (runner/). The
-stack's *settings* are infra/config.py's. Standard library only.
+stack's *settings* are contract/stackconfig/config.py's. Standard library only.
 """
 
 from __future__ import annotations

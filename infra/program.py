@@ -11,13 +11,13 @@ import dataclasses
 
 from contract.stack import JOB_SERVICE_ACCOUNT, RESULTS_MOUNT_PATH
 from infra.addons import Addons
-from infra.config import load_stack_config
 from infra.eks import EksCluster
 from infra.gke import GkeCluster
 from infra.image import TrainingImage
 from infra.kind import KindCluster
 from infra.outputs import export_outputs
 from infra.results import ResultsStore
+from infra.settings import load_stack_config
 from infra.shapes import node_job_resources
 
 CLUSTERS = {"kind": KindCluster, "gke": GkeCluster, "eks": EksCluster}

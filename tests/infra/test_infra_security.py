@@ -10,8 +10,9 @@ import json
 import pytest
 from infra_harness import OPERATOR_CIDR, REPO, Evaluation, Secret, evaluate, stack_names
 
-from infra import kind_bandwidth, stackfiles
-from infra.config import ConfigError, check_deployable
+from contract.stackconfig import stackfiles
+from contract.stackconfig.config import ConfigError, check_deployable
+from infra import kind_bandwidth
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CLOUD_STACKS = [s for s in stack_names() if stackfiles.load(REPO, s).provider != "kind"]

@@ -29,8 +29,9 @@ from contract.stack import (
     NodeResources,
     parse_outputs,
 )
-from infra import kind_bandwidth, stackfiles
-from infra.pools import training_pool
+from contract.stackconfig import stackfiles
+from contract.stackconfig.pools import training_pool
+from infra import kind_bandwidth
 from infra.shapes import node_job_resources
 from tests.schemas import validate
 

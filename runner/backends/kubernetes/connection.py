@@ -37,7 +37,7 @@ from contract.stack import (
     image_problem,
     parse_outputs,
 )
-from infra.stackfiles import StackFileError, stack_file
+from contract.stackconfig.stackfiles import StackFileError, stack_file
 from runner.errors import RunnerError, SpecError
 from runner.stack import pulumi_cli
 
