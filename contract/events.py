@@ -13,6 +13,7 @@ stops a reader.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -20,8 +21,12 @@ from typing import Any, Literal
 from contract.files import DamagedFile, loads, read_lines
 from contract.records import finite_number
 
-# An events.jsonl is a few MiB for the longest reference runs; far more is not ours.
+# An events.jsonl is a few MiB for the longest reference runs; far more is not ours. The cap
+# of read_events, which holds the whole file; stream_events holds one line at a time and reads
+# any size, skipping a line over MAX_EVENT_LINE_BYTES (an event is a few hundred bytes).
 MAX_EVENTS_BYTES = 256 << 20
+MAX_EVENT_LINE_BYTES = 1 << 20
+_READ_CHUNK_BYTES = 1 << 20
 
 PREFIX = ":::MLLOG "
 EventType = Literal["POINT_IN_TIME", "INTERVAL_START", "INTERVAL_END"]
@@ -133,3 +138,53 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return list(parse_lines(read_lines(Path(path), MAX_EVENTS_BYTES)))
     except DamagedFile:
         return []
+
+
+def stream_events(
+    path: str | os.PathLike[str],
+    dir_fd: int | None = None,
+    max_line_bytes: int = MAX_EVENT_LINE_BYTES,
+) -> Iterator[dict[str, Any]]:
+    """Every complete event of an events.jsonl (read_events' rule), read a line at a time, so
+    that memory stays at one line whatever the file's size: for reports and checks of any
+    run (stream_lines says what is read and what is passed over)."""
+    return parse_lines(stream_lines(path, dir_fd, max_line_bytes))
+
+
+def stream_lines(
+    path: str | os.PathLike[str],
+    dir_fd: int | None = None,
+    max_line_bytes: int = MAX_EVENT_LINE_BYTES,
+) -> Iterator[str]:
+    """The complete lines of a text file, decoded leniently, one at a time. A line over
+    `max_line_bytes` is skipped, never held (no event of ours is that long); a last line
+    without its newline (a writer killed mid-line) is left out. A missing file, a link,
+    anything but a regular file, or a read that fails is no more lines, never an error.
+    `dir_fd`: the folder `path` is in, held open (the name is opened in it)."""
+    try:
+        fd = os.open(
+            Path(path).name if dir_fd is not None else path,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+            dir_fd=dir_fd,
+        )
+    except OSError:  # missing, a link (ELOOP), unreadable
+        return
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO (opened without waiting), a folder
+        os.close(fd)
+        return
+    with open(fd, "rb", buffering=_READ_CHUNK_BYTES) as f:
+        try:
+            yield from _lines(f, max_line_bytes)
+        except OSError:  # a failing disk: what was read stands, like a line cut short
+            return
+
+
+def _lines(f: Any, max_line_bytes: int) -> Iterator[str]:
+    while line := f.readline(max_line_bytes + 1):
+        if not line.endswith(b"\n"):
+            if len(line) <= max_line_bytes:
+                return  # the last line, without its newline
+            while (rest := f.readline(_READ_CHUNK_BYTES)) and not rest.endswith(b"\n"):
+                pass  # an overlong line, passed over a chunk at a time
+            continue
+        yield line.decode("utf-8", errors="replace")

@@ -8,7 +8,7 @@ stack the runner accepts. Also here: the few facts both sides build on (the job 
 results are mounted, the user the training image runs as, how long a finished job is kept).
 
 Not here: how infra computes an output (infra/), what the runner does with it (runner/). The
-stack's *settings* are infra/config.py's. Standard library only.
+stack's *settings* are contract/stackconfig/config.py's. Standard library only.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ STACK_TRAINING_RUNTIME = "stackbench-torch-distributed"
 UPSTREAM_TRAINING_RUNTIME = "torch-distributed"
 # The Kubernetes service account jobs run as: an identity for the results store, nothing more.
 JOB_SERVICE_ACCOUNT = "stackbench-runner"
+# The Kubernetes identity the runner uses (the stack's `runner_kubeconfig` output): allowed
+# exactly what the runner calls in the jobs' namespace (runner_role_rules), nothing else; the
+# admin kubeconfig stays with `pulumi`.
+RUNNER_IDENTITY = "stackbench-cli"
 # The unprivileged user of the training image (images/Dockerfile's UID build argument, which
 # infra/image.py sets from here) and its home; pods run as that user, with an emptyDir home.
 IMAGE_UID = 10001
@@ -40,6 +44,34 @@ IMAGE_HOME = "/home/stackbench"
 # A finished job and its pods are kept this long for `runner fetch`, then deleted by the
 # operator (PyTorchJob's ttlSecondsAfterFinished; the stack runtime's JobSet TTL for TrainJob).
 FINISHED_JOB_TTL_S = 7 * 24 * 3600
+
+
+def runner_role_rules(job_api: JobApi) -> tuple[dict[str, tuple[str, ...]], ...]:
+    """The RBAC rules of the runner's Role in the jobs' namespace, for a stack of `job_api`:
+    every verb the runner's commands use (submit, status, logs, fetch, cancel, the pending
+    timeout) and no other. tests/runner/test_runner_role.py records the requests of every
+    command against a fake API server and holds the two to each other; API discovery (which
+    a 404 asks, to tell a missing CRD from a missing namespace) is granted to every
+    authenticated user by Kubernetes' own system:discovery role."""
+    if job_api == "trainjob":
+        jobs = [
+            _rule("trainer.kubeflow.org", "trainjobs", "create", "get", "list", "watch", "delete"),
+            # A TrainJob's JobSet, read to tell its pods from an earlier job's of the same name.
+            _rule("jobset.x-k8s.io", "jobsets", "get"),
+        ]
+    else:
+        jobs = [_rule("kubeflow.org", "pytorchjobs", "create", "get", "list", "watch", "delete")]
+    return (
+        *jobs,
+        _rule("", "pods", "list", "watch"),
+        _rule("", "events", "list", "watch"),  # why a pod is pending
+        _rule("", "pods/log", "get"),
+    )
+
+
+def _rule(group: str, resource: str, *verbs: str) -> dict[str, tuple[str, ...]]:
+    return {"apiGroups": (group,), "resources": (resource,), "verbs": verbs}
+
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -68,6 +100,7 @@ class StackOutputs:
     """A stack's outputs, checked. See `OUTPUTS` for what each one means."""
 
     kubeconfig: str = field(repr=False)
+    runner_kubeconfig: str = field(repr=False)
     provider: Provider
     namespace: str
     job_api: JobApi
@@ -197,6 +230,12 @@ class Output:
 
 OUTPUTS: tuple[Output, ...] = (
     Output("kubeconfig", _text(), "admin kubeconfig of the cluster (YAML or JSON)", secret=True),
+    Output(
+        "runner_kubeconfig",
+        _text(),
+        f"kubeconfig of {RUNNER_IDENTITY}, the runner's identity (runner_role_rules)",
+        secret=True,
+    ),
     Output("provider", _choice(PROVIDERS), "kind, gke or eks"),
     Output("namespace", _text(_DNS_LABEL, "a DNS label"), "where jobs run"),
     Output("job_api", _choice(JOB_APIS), "trainjob (Kubeflow Trainer v2) or pytorchjob (v1)"),
@@ -239,6 +278,7 @@ def parse_outputs(raw: Mapping[str, Any]) -> StackOutputs:
     resources = raw["node_job_resources"]
     return StackOutputs(
         kubeconfig=raw["kubeconfig"],
+        runner_kubeconfig=raw["runner_kubeconfig"],
         provider=raw["provider"],
         namespace=raw["namespace"],
         job_api=raw["job_api"],

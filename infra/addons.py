@@ -23,8 +23,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from contract.stack import JOB_SERVICE_ACCOUNT, STACK_TRAINING_RUNTIME
+from contract.stackconfig.config import StackConfig
 from infra.cluster import ClusterComponent
-from infra.config import StackConfig
 from infra.image import TrainingImage
 from infra.outputs import GPU_PRESENT_LABEL, gpu_tolerations
 from infra.results import ResultsStore

@@ -14,7 +14,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.config import StackConfig
+from contract.stackconfig.config import StackConfig
+from contract.stackconfig.pools import training_pool
 from infra.outputs import (
     GPU_PRESENT_LABEL,
     GPU_TAINT_KEY,
@@ -22,7 +23,6 @@ from infra.outputs import (
     TRAIN_POOL_LABEL,
     gpu_tolerations,
 )
-from infra.pools import training_pool
 
 
 class ClusterComponent(pulumi.ComponentResource):

@@ -13,7 +13,7 @@ ECR repository (infra/image.py grants it) and the region's EKS add-on registry, 
 other repository of the account. The VPC CNI chains the bandwidth plugin, so pods'
 kubernetes.io/{ingress,egress}-bandwidth annotations are enforced. It uses the
 account's default VPC: a dedicated VPC is not built here. The training group is fixed at
-maxNodes (no cluster autoscaler; infra/pools.py).
+maxNodes (no cluster autoscaler; contract/stackconfig/pools.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
-from infra.catalog import EKS_ADDON_REGISTRY_ACCOUNTS
+from contract.stackconfig.catalog import EKS_ADDON_REGISTRY_ACCOUNTS
+from contract.stackconfig.config import StackConfig
+from contract.stackconfig.pools import PoolSize, system_pool, training_pool
 from infra.cluster import ClusterComponent
-from infra.config import StackConfig
-from infra.pools import PoolSize, system_pool, training_pool
 
 # No ECR managed policy (AmazonEC2ContainerRegistryReadOnly, ...PullOnly): those read every
 # repository of the account, so a node, or a pod that reached its credentials, could pull

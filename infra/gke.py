@@ -2,7 +2,8 @@
 
 The default pool is removed; the system pool runs operators and DNS; the training pool
 carries the guest accelerators with driver installation, autoscales from minNodes (0 by
-default, infra/pools.py), optionally on spot VMs, and is tainted so only GPU jobs land on it.
+default, contract/stackconfig/pools.py), optionally on spot VMs, and is tainted so only GPU
+jobs land on it.
 Nodes run as a service account of their own that writes logs and metrics and reads only the
 stack's own image repository (infra/image.py grants that on the repository, not the project).
 Workload Identity is on (results.py binds the job service account) and so is the Cloud
@@ -19,9 +20,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from contract.stackconfig.config import StackConfig, gke_account_id
+from contract.stackconfig.pools import training_pool
 from infra.cluster import ClusterComponent, exec_kubeconfig
-from infra.config import StackConfig, gke_account_id
-from infra.pools import training_pool
 
 # Project-wide roles of the nodes' account: logs and metrics only. Image pulls are granted on
 # the stack's own repository (infra/image.py), never on every repository of the project.

@@ -17,11 +17,12 @@ import pulumi_docker_build as docker_build
 import pulumi_gcp as gcp
 
 from contract.stack import IMAGE_HOME, IMAGE_UID
+from contract.stackconfig.config import StackConfig
 from infra.cluster import ClusterComponent
-from infra.config import PROJECT_ROOT, StackConfig
 from infra.eks import eks_cluster, node_pull_policy
 from infra.gke import gke_cluster
 from infra.kind import kind_cluster
+from infra.settings import PROJECT_ROOT
 
 IMAGE_NAME = "stackbench-train"
 NODE_PULL_ROLE = "roles/artifactregistry.reader"

@@ -29,10 +29,10 @@ import pulumi
 import pulumi_command as command
 
 from contract.stack import IMAGE_UID, RESULTS_MOUNT_PATH
+from contract.stackconfig.config import StackConfig
+from contract.stackconfig.pools import training_pool
 from infra import kind_bandwidth
 from infra.cluster import ClusterComponent
-from infra.config import StackConfig
-from infra.pools import training_pool
 from infra.sources import KIND_REGISTRY
 
 REGISTRY_IMAGE = KIND_REGISTRY.reference()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from infra.config import PROJECT_ROOT
+from infra.settings import PROJECT_ROOT
 from infra.sources import kind_node_image
 
 NODE_DOCKERFILE = PROJECT_ROOT / "images" / "kind-node.Dockerfile"

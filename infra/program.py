@@ -1,8 +1,8 @@
 """The Pulumi program: composition only (the project root's __main__.py calls `main`).
 
 Validate the stack's settings, make the cluster of the configured kind, the training image,
-the results store and the add-ons, and export the outputs contract/stack.py declares. All
-logic lives in the modules imported below.
+the results store, the add-ons and the runner's identity, and export the outputs
+contract/stack.py declares. All logic lives in the modules imported below.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import dataclasses
 
 from contract.stack import JOB_SERVICE_ACCOUNT, RESULTS_MOUNT_PATH
 from infra.addons import Addons
-from infra.config import load_stack_config
 from infra.eks import EksCluster
 from infra.gke import GkeCluster
 from infra.image import TrainingImage
 from infra.kind import KindCluster
 from infra.outputs import export_outputs
+from infra.rbac import RunnerIdentity
 from infra.results import ResultsStore
+from infra.settings import load_stack_config
 from infra.shapes import node_job_resources
 
 CLUSTERS = {"kind": KindCluster, "gke": GkeCluster, "eks": EksCluster}
@@ -29,10 +30,12 @@ def main() -> None:
     image = TrainingImage(f"{cfg.stack}-image", cfg, cluster)
     results = ResultsStore(f"{cfg.stack}-results", cfg, cluster)
     addons = Addons(f"{cfg.stack}-addons", cfg, cluster, results, image)
+    runner = RunnerIdentity(f"{cfg.stack}-runner", cfg, cluster, after=addons)
     job_resources = node_job_resources(cfg)
     export_outputs(
         {
             "kubeconfig": cluster.kubeconfig,
+            "runner_kubeconfig": runner.kubeconfig,
             "provider": cfg.provider,
             "namespace": cfg.namespace,
             "job_api": cfg.job_api,

@@ -18,8 +18,8 @@ import pulumi_aws as aws
 import pulumi_gcp as gcp
 
 from contract.stack import JOB_SERVICE_ACCOUNT
+from contract.stackconfig.config import StackConfig, gke_account_id
 from infra.cluster import ClusterComponent
-from infra.config import StackConfig, gke_account_id
 from infra.kind import kind_cluster
 
 # Create, read, list, overwrite and delete objects (and managed folders), no IAM: what the

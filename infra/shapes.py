@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from contract.stack import NodeResources
-from infra.config import StackConfig
+from contract.stackconfig.config import StackConfig
 
 MIB_PER_GIB = 1024
 EVICTION_THRESHOLD_MIB = 100

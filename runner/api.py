@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, JOB, JobState, JobStatus, read_state
 from contract.summary import Summary
-from runner.backends.base import LOCAL_SCHEME, Backend, parse_kubernetes_handle
-from runner.backends.local import leash
-from runner.errors import RunInputError, RunnerError, RunNotFound, interruption
+from runner.backends import factory
+from runner.backends.base import Backend
+from runner.errors import RunInputError, RunnerError, interruption
 from runner.job.spec import JobSpec
 from runner.results import rundir
 
@@ -86,17 +86,16 @@ def backend_for(
 ) -> Backend:
     """The backend that ran `run`, rebuilt from its record (job.json); `fetch_caps_mib` (per
     file, per run) raises what a cluster fetch may copy from its results store."""
-    if run.record.backend == "local":
-        from runner.backends.local.backend import LocalBackend
+    return factory.for_record(run.record, results_root, fetch_caps_mib)
 
-        return LocalBackend(results_root)
-    from runner.backends.kubernetes.backend import DEFAULT_LIMITS, from_handle
-    from runner.backends.kubernetes.results_store import StoreLimits
 
-    limits = DEFAULT_LIMITS
-    if fetch_caps_mib is not None:
-        limits = StoreLimits(fetch_caps_mib[0] << 20, fetch_caps_mib[1] << 20)
-    return from_handle(run.handle, results_root, limits)  # reconnects from job.json
+def release(results_root: Path, run: Run) -> None:
+    """Let the run go on after this process ends (runner.backends.base.Backend.release)."""
+    backend = backend_for(run, results_root)
+    try:
+        backend.release(run.handle)
+    finally:
+        backend.close()
 
 
 def dryrun(spec: JobSpec, backend: Backend, results_root: Path) -> str:
@@ -108,8 +107,7 @@ def submit(spec: JobSpec, backend: Backend, results_root: Path, detach: bool = F
     """Check the request, write job.json with its handle, then start it. A submission that
     fails after that point is a FAILED run with the reason, never a run without a record.
     A local run is cancelled if this process ends before `follow_to_end` has followed it to
-    its end, a SIGKILL included (runner/backends/local/leash.py); `detach` lets it go on
-    alone."""
+    its end, a SIGKILL included (Backend.release); `detach` lets it go on alone."""
     request = backend.dryrun(spec, results_root / spec.run_id)
     record = rundir.RunRecord(spec, backend.name, backend.handle(request), backend.reference)
     run_dir = rundir.create(results_root, record)
@@ -125,7 +123,7 @@ def submit(spec: JobSpec, backend: Backend, results_root: Path, detach: bool = F
             raise rundir.storage_error(err, run_dir) from None
         raise
     if detach:
-        leash.release(run_dir)
+        backend.release(record.handle)
     log.info("submitted %s as %s", spec.run_id, record.handle)
     return run
 
@@ -149,16 +147,16 @@ def follow_to_end(results_root: Path, run: Run, callbacks: Callbacks | None = No
     except BaseException as err:
         stop = interruption(err)
         if stop is None:  # failing to follow it, with an error that says so: it goes on
-            leash.release(run.run_dir)
+            release(results_root, run)
             raise
         # Released only once cancelled: a cancel cut short (a second Ctrl-C) keeps the leash,
         # so the run still ends when this process does, never left running unwatched.
         cancel(results_root, run)
-        leash.release(run.run_dir)
+        release(results_root, run)
         if stop is err:
             raise
         raise stop from err  # unwrapped, so that every caller sees the interrupt it is
-    leash.release(run.run_dir)  # followed to its end
+    release(results_root, run)  # followed to its end
     try:
         missing = fetch(results_root, run)
     except RunnerError as err:
@@ -317,7 +315,9 @@ def check(results_root: Path, run: Run) -> CheckResult:
 
     events = run.run_dir / EVENTS
     if not events.is_file():
-        if run.record.backend == "local":  # nothing to fetch: the run never logged an event
+        backend = backend_for(run, results_root)
+        backend.close()
+        if not backend.fetches_results:  # nothing to fetch: the run never logged an event
             raise RunnerError(
                 f"{run.run_id} has no {EVENTS}: it ended before its first event (cancelled, or "
                 f"failed at start: `runner status {run.run_id}` says why)"
@@ -348,13 +348,10 @@ def run_info(results_root: Path, run_dir: Path) -> RunInfo:
 def _info(results_root: Path, run_dir: Path) -> RunInfo:
     try:
         run = Run(run_dir, _record(run_dir))
-        if run.record.backend == "local":
-            state = status(results_root, run)
-        else:
-            state = read_state(run_dir) or JobStatus(JobState.PENDING, "no state recorded yet")
+        state = factory.listed_status(run.record, results_root)
     except DamagedFile as err:
         return RunInfo(run_dir, None, None, None, damage=f"{err.path.name}: {err.problem}")
-    except RunNotFound as err:
+    except RunnerError as err:  # no such run, or job.json names no cluster this runner reaches
         return RunInfo(run_dir, None, None, None, damage=str(err))
     try:
         return RunInfo(run_dir, run, state, rundir.read_summary(run_dir))
@@ -372,12 +369,8 @@ def _record(run_dir: Path) -> rundir.RunRecord:
         raise DamagedFile(
             path, f"names run {record.spec.run_id!r}, not its directory (copied or renamed?)"
         )
-    if record.backend == "local" and record.handle != LOCAL_SCHEME + run_dir.name:
+    if not factory.handle_names(record, run_dir.name):
         raise DamagedFile(path, f"has the handle {record.handle!r}, not this run's")
-    if record.backend == "kubernetes":  # the job is named after the run: any other is not its
-        parsed = parse_kubernetes_handle(record.handle)
-        if parsed is None or parsed[1] != run_dir.name:
-            raise DamagedFile(path, f"has the handle {record.handle!r}, not this run's")
     return record
 
 

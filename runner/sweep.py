@@ -25,7 +25,6 @@ from typing import Any
 
 from contract.rundir import JobStatus
 from runner import api
-from runner.backends.local import leash
 from runner.errors import Interrupted, SpecError
 from runner.job.spec import JobSpec, resolve
 from runner.job.target import Target
@@ -214,7 +213,7 @@ def _abandon(results_root: Path, run: api.Run) -> None:
     except Exception as err:  # the error that got here is the one to report
         log.warning("could not cancel %s: %s", run.run_id, err)
         return
-    leash.release(run.run_dir)
+    api.release(results_root, run)
 
 
 def _final_state(results_root: Path, run: api.Run) -> str:

@@ -8,7 +8,8 @@
     backend.cancel(handle)                    # idempotent
 
 `runner.api` drives it the same way for every backend (submit, follow, fetch) and never asks
-which backend it has. Handles are URLs: `local://<run-id>`, `k8s://<namespace>/<name>`.
+which backend it has; runner/backends/factory.py alone builds them.
+Handles are URLs: `local://<run-id>`, `k8s://<namespace>/<name>`.
 Job states and their record are the run directory's (contract/rundir.py).
 """
 
@@ -85,6 +86,9 @@ class Backend(Protocol):
     """Where jobs run. Every method after submit takes the handle submit returned."""
 
     name: str  # "local" or "kubernetes", recorded in job.json
+    # Whether a run's results reach its run directory only through fetch (a cluster's results
+    # store); False: the run writes them there itself, as it goes (local).
+    fetches_results: bool
 
     @property
     def reference(self) -> Mapping[str, Any] | None:
@@ -113,6 +117,12 @@ class Backend(Protocol):
 
     def status(self, handle: str) -> JobStatus: ...
 
+    def listed_status(self, handle: str) -> JobStatus:
+        """The state `runner runs` lists, without waiting on a network: a local run's is
+        asked of its supervisor (cheap, and it notices a dead one); a cluster run's is the
+        last one recorded (`status` asks the cluster)."""
+        ...
+
     def watch(self, handle: str) -> Iterator[JobStatus]:
         """Each new status as it changes, until (and including) a finished one."""
         ...
@@ -137,6 +147,12 @@ class Backend(Protocol):
     def join(self, handle: str) -> str:
         """Start one more worker in a running elastic job (`runner join`); what started, in a
         line. RunnerError, one line, when it cannot (not running, at MAX, not supported)."""
+        ...
+
+    def release(self, handle: str) -> None:
+        """Let the run go on after this process ends (a detached or fully followed run); a
+        local run is otherwise cancelled when the process that submitted it ends
+        (runner/backends/local/leash.py). Nothing ties a cluster job to a process."""
         ...
 
     def close(self) -> None:

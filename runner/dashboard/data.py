@@ -223,10 +223,10 @@ def _state(root: Path, path: Path, record: rundir.RunRecord | None) -> JobStatus
     if live and local and os.path.lexists(path / SUPERVISOR):
         import psutil
 
-        from runner.backends.local.backend import LocalBackend
+        from runner.backends import factory
 
         try:
-            return LocalBackend(root).status(record.handle)  # type: ignore[union-attr]
+            return factory.listed_status(record, root)  # type: ignore[arg-type]
         except (RunnerError, OSError, ValueError, KeyError, TypeError, psutil.Error):
             return status  # its reads are not defensive; state.json was read defensively
     return status

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from infra.config import StackConfig
+from contract.stackconfig.config import StackConfig
 from runner.doctor.checks import Check, ask, missing, passed, tool
 
 DOCKER_FIX = "install Docker (https://docs.docker.com/engine/install/) and start it"

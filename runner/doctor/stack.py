@@ -2,7 +2,7 @@
 --stack S`, checked on this machine in the guide's order.
 
 The stack's settings file and its settings (read as `pulumi up` reads them, through the
-program's own parser: infra/config.py), the Pulumi CLI, a login, the stack in the backend,
+program's own parser: contract/stackconfig/config.py), the Pulumi CLI, a login, the stack in the backend,
 the `infra` extra in the program's virtualenv (.venv, Pulumi.yaml's runtime), the runner's
 `kubernetes` extra, the provider's own tools, credentials, APIs and GPU quota
 (runner/doctor/clouds.py), and last whether the stack is up. A step that needs an earlier
@@ -46,10 +46,10 @@ def checks(project: Path, stack: str) -> list[Check]:
 
 def _settings(project: Path, stack: str) -> tuple[Any, list[Check]]:
     """The stack's settings as `pulumi up` reads them, and what `up` needs on top of valid
-    settings (infra.config.check_deployable: a cloud stack's apiAllowedCidrs)."""
+    settings (contract.stackconfig.config.check_deployable: a cloud stack's apiAllowedCidrs)."""
     step, path = "stack settings", f"stacks/Pulumi.{stack}.yaml"
     try:
-        from infra.config import ConfigError, check_deployable
+        from contract.stackconfig.config import ConfigError, check_deployable
         from runner.stack import settings
     except ImportError as err:  # yaml: the kubernetes, report and infra extras bring it
         return None, [missing(step, f"cannot be read: {err}", pip_install("kubernetes"))]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.backends import factory
 from runner.errors import BackendUnavailable, SpecError
 from runner.job.spec import Device, Placement
 
@@ -77,12 +78,7 @@ class Target:
 
 
 def local_target(results_root: Path, device: Device = "cpu") -> Target:
-    def make() -> Backend:
-        from runner.backends.local.backend import LocalBackend
-
-        return LocalBackend(results_root)
-
-    return Target(make, "local", remote=False, device=device)
+    return Target(lambda: factory.local(results_root), "local", remote=False, device=device)
 
 
 def make_target(
@@ -120,11 +116,7 @@ def make_target(
     )
 
     def make() -> Backend:
-        from runner.backends.kubernetes.backend import KubernetesBackend
-
-        return KubernetesBackend(
-            conn, results_root=results_root, pending_timeout_s=cluster.pending_timeout_s
-        )
+        return factory.cluster(conn, results_root, cluster.pending_timeout_s)
 
     where = f"stack {cluster.stack}" if cluster.stack else f"kubeconfig {cluster.kubeconfig}"
     return Target(make, where, remote=True, device=device, per_node=per_node or 1)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import files
-from contract.events import RUN_START, RUN_STOP, read_events
+from contract.events import RUN_START, RUN_STOP, stream_events
 from contract.files import DamagedFile
 from contract.manifest import Manifest, parse_manifest
 from contract.rundir import (
@@ -168,12 +168,12 @@ class RunFolder:
     are followed."""
 
     def __init__(self, run_dir: Path, fd: int) -> None:
-        self.path, self._fd = run_dir, fd
+        self.path, self.fd = run_dir, fd  # fd: the folder, open while the RunFolder is
 
     def read(self, name: str, max_bytes: int = files.MAX_RECORD_BYTES) -> bytes:
         """The bytes of the regular file `name`; FileNotFoundError when missing, DamagedFile
         when a link, not a regular file, over `max_bytes` or unreadable."""
-        return files.read_bytes(self.path / name, max_bytes, dir_fd=self._fd)
+        return files.read_bytes(self.path / name, max_bytes, dir_fd=self.fd)
 
 
 @contextlib.contextmanager
@@ -245,10 +245,13 @@ def missing_results(run_dir: Path, world_size: int) -> list[str]:
     missing = [name for name in (JOB, EVENTS, SUMMARY, MANIFEST) if not _is_file(run_dir / name)]
     missing += _missing_rank_logs(run_dir, world_size)
     if EVENTS not in missing:
-        keys = [e["key"] for e in read_events(run_dir / EVENTS)]
-        if keys.count(RUN_START) != 1:
+        starts = stops = 0  # counted as the events stream by: memory stays flat
+        for event in stream_events(run_dir / EVENTS):
+            starts += event["key"] == RUN_START
+            stops += event["key"] == RUN_STOP
+        if starts != 1:
             missing.append(f"{EVENTS}: exactly one {RUN_START} event")
-        if RUN_STOP not in keys:
+        if not stops:
             missing.append(f"{EVENTS}: a {RUN_STOP} event")
     return missing
 

@@ -11,7 +11,7 @@ both use an exact one). Not here: statistics (runner.results.aggregate), cells a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
@@ -19,12 +19,10 @@ from typing import Any, TypeGuard, TypeVar
 from contract.events import (
     DECISION,
     EVAL_ACCURACY,
-    MAX_EVENTS_BYTES,
     MONITORS,
     RUN_START,
     TRAIN_LOSS,
-    parse_lines,
-    read_events,
+    stream_events,
 )
 from contract.files import DamagedFile
 from contract.manifest import Manifest, parse_manifest
@@ -101,7 +99,9 @@ def load_run(run_dir: Path) -> RunResult:
         state_data = rundir.json_in(folder, STATE)
         summary_data = rundir.json_in(folder, SUMMARY)
         manifest_data = rundir.json_in(folder, MANIFEST)
-        events = _events_in(folder)
+        # Streamed from the folder opened once (never a link): memory stays flat however long
+        # the run's events.jsonl (contract.events.stream_events).
+        curves = curves_of(stream_events(folder.path / rundir.EVENTS, folder.fd))
     spec = record.spec
     state = None if state_data is None else _state(state_data, run_dir / STATE)
     return RunResult(
@@ -124,7 +124,7 @@ def load_run(run_dir: Path) -> RunResult:
         created_at=spec.created_at,
         summary=_parsed(summary_data, parse_summary, run_dir / SUMMARY),
         manifest=_parsed(manifest_data, parse_manifest, run_dir / MANIFEST),
-        curves=curves_of(events),
+        curves=curves,
         min_workers=spec.placement.min_workers,
     )
 
@@ -141,17 +141,6 @@ def _state(data: Any, path: Path) -> JobStatus:
     return JobStatus.from_dict(data, path)
 
 
-def _events_in(folder: rundir.RunFolder) -> list[dict[str, Any]]:
-    """events.jsonl's complete events (contract.events.read_events' rule: a missing or
-    unreadable file is no events, a last line without its newline is left out)."""
-    try:
-        data = folder.read(rundir.EVENTS, MAX_EVENTS_BYTES)
-    except (FileNotFoundError, DamagedFile):
-        return []
-    end = data.rfind(b"\n") + 1
-    return list(parse_lines(data[:end].decode("utf-8", errors="replace").splitlines()))
-
-
 # What an adaptive run adds to its curves (from its stackbench_monitors and _decision events).
 B_NOISE, GLOBAL_BATCH, WORKERS, LR = "b_noise", "global_batch", "workers", "lr"
 ADAPTIVE_CURVES = (GLOBAL_BATCH, B_NOISE, WORKERS, LR)
@@ -161,31 +150,67 @@ MONITORED = {"b_noise": B_NOISE, "global_batch": GLOBAL_BATCH, "world_size": WOR
 
 
 def curves(events_path: Path) -> dict[str, tuple[tuple[float, float], ...]]:
-    """The curves (curves_of) of the events file at `events_path`."""
-    return curves_of(read_events(events_path))
+    """The curves (curves_of) of the events file at `events_path`, streamed."""
+    return curves_of(stream_events(events_path))
 
 
-def curves_of(events: Sequence[Mapping[str, Any]]) -> dict[str, tuple[tuple[float, float], ...]]:
+def curves_of(events: Iterable[Mapping[str, Any]]) -> dict[str, tuple[tuple[float, float], ...]]:
     """train_loss and eval_accuracy as (seconds since run_start, value) points, and for an
     adaptive run the global batch, B_noise, worker count and LR over time (none of those
-    for a run without them). Values that are not finite numbers are left out."""
-    start = next((e["time_ms"] for e in events if e["key"] == RUN_START), None)
-    if start is None:
-        return {}
-    out: dict[str, list[tuple[float, float]]] = {TRAIN_LOSS: [], EVAL_ACCURACY: []}
-    adaptive: dict[str, list[tuple[float, float]]] = {k: [] for k in ADAPTIVE_CURVES}
+    for a run without them). Values that are not finite numbers are left out. One pass over
+    `events` (a stream of any length), each curve thinned to MAX_CURVE_POINTS (_Thinned)."""
+    start = None
+    out = {TRAIN_LOSS: _Thinned(), EVAL_ACCURACY: _Thinned()}
+    adaptive = {k: _Thinned() for k in ADAPTIVE_CURVES}
     for e in events:
-        t_s, value = (e["time_ms"] - start) / 1000, e.get("value")
-        if e["key"] in out and _finite(value):
-            out[e["key"]].append((t_s, float(value)))
+        t_ms, value = e["time_ms"], e.get("value")
+        if e["key"] == RUN_START and start is None:
+            start = t_ms
+        elif e["key"] in out and _finite(value):
+            out[e["key"]].add(t_ms, float(value))
         elif e["key"] == MONITORS and isinstance(value, dict):
             for field_name, curve in MONITORED.items():
                 if _finite(value.get(field_name)):
-                    adaptive[curve].append((t_s, float(value[field_name])))
+                    adaptive[curve].add(t_ms, float(value[field_name]))
         elif e["key"] == DECISION and _decided(value):
-            adaptive[DECIDED[value["knob"]]].append((t_s, float(value["new"])))
-    out |= {k: v for k, v in adaptive.items() if v}
-    return {k: tuple(v) for k, v in out.items()}
+            adaptive[DECIDED[value["knob"]]].add(t_ms, float(value["new"]))
+    if start is None:
+        return {}
+    out |= {k: v for k, v in adaptive.items() if v.seen}
+    return {k: v.points_since(start) for k, v in out.items()}
+
+
+# A figure is a few hundred points wide: a curve of more points draws the same line. Runs log
+# a loss every few steps, so only runs of a million steps (or a hostile file) reach this.
+MAX_CURVE_POINTS = 10_000
+
+
+class _Thinned:
+    """A curve's points as they stream in, at most MAX_CURVE_POINTS of them evenly spaced by
+    count: every `stride`th point is kept, and when the kept ones reach the cap every other is
+    dropped and the stride doubles. The last point is always kept (where the curve ends)."""
+
+    def __init__(self) -> None:
+        self._points: list[tuple[float, float]] = []
+        self._stride = 1
+        self.seen = 0
+        self._last: tuple[float, float] | None = None
+
+    def add(self, t_ms: float, value: float) -> None:
+        if self.seen % self._stride == 0:
+            self._points.append((t_ms, value))
+            if len(self._points) >= MAX_CURVE_POINTS:
+                del self._points[1::2]
+                self._stride *= 2
+        self.seen += 1
+        self._last = (t_ms, value)
+
+    def points_since(self, start_ms: float) -> tuple[tuple[float, float], ...]:
+        """(seconds since start_ms, value) of the kept points."""
+        kept = self._points
+        if self._last is not None and (self.seen - 1) % self._stride:
+            kept = [*kept, self._last]
+        return tuple(((t_ms - start_ms) / 1000, value) for t_ms, value in kept)
 
 
 def _decided(value: Any) -> TypeGuard[dict[str, Any]]:

@@ -1,9 +1,10 @@
 """What runs and stacks cost: node-hours times the hourly prices of runner/stack/prices.toml.
 
-A stack's shape is its validated settings (infra/stackfiles.py reads stacks/Pulumi.<stack>.yaml
-with Pulumi.yaml's declared defaults through the program's own parser) sized by the program's
-own pool rule (infra/pools.py), so what is priced is what `pulumi up` makes. A shape the table
-lacks costs "unknown price" (None with the reason), never $0.
+A stack's shape is its validated settings (contract/stackconfig/stackfiles.py reads
+stacks/Pulumi.<stack>.yaml with Pulumi.yaml's declared defaults through the program's own
+parser) sized by the program's own pool rule (contract/stackconfig/pools.py), so what is
+priced is what `pulumi up` makes. A shape the table lacks costs "unknown price" (None with
+the reason), never $0.
 
 What is counted, and what is not:
 - a run: its training nodes for the time the job existed (created to finished, which includes
@@ -27,8 +28,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from infra.config import StackConfig
-from infra.pools import PoolSize, system_pool, training_pool
+from contract.stackconfig.config import StackConfig
+from contract.stackconfig.pools import PoolSize, system_pool, training_pool
 from runner.stack import settings
 
 SECONDS_PER_HOUR = 3600.0

@@ -1,5 +1,6 @@
-"""A stack's settings as `runner cost` and `runner teardown` read them (infra/stackfiles.py,
-through the program's own parser), every way they can be wrong turned into one line.
+"""A stack's settings as `runner cost` and `runner teardown` read them
+(contract/stackconfig/stackfiles.py, through the program's own parser), every way they can be
+wrong turned into one line.
 
 Wrong settings are the user's to fix (a typo in --stack, an edited stack file), so they are a
 StackSettingsError, which the CLI reports as bad input to --stack (exit 2); a caller that
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra import stackfiles
-from infra.config import ConfigError, StackConfig
+from contract.stackconfig import stackfiles
+from contract.stackconfig.config import ConfigError, StackConfig
 from runner.errors import RunnerError
 
 

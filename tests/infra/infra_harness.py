@@ -2,8 +2,8 @@
 
 `evaluate(stack)` does what `pulumi up --stack NAME` hands the program: the Pulumi.yaml
 defaults overlaid with stacks/Pulumi.NAME.yaml (every value a string, lists as JSON, keys
-`stackbench:KEY`; infra/stackfiles.py reads them), then runs the program exactly as the
-Python language host does (`run_in_stack(runpy.run_path(<project root>))`, which puts the
+`stackbench:KEY`; contract/stackconfig/stackfiles.py reads them), then runs the program exactly
+as the Python language host does (`run_in_stack(runpy.run_path(<project root>))`, which puts the
 root on sys.path for the run). The recording monitor keeps every registered resource with its
 options (provider, parent, deletedWith) and the stack outputs as the engine receives them,
 secrets marked. Mocks answer with plausible cloud outputs. Pulumi's runtime state is
@@ -27,8 +27,8 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
-from infra.stackfiles import STACKS_DIR, as_cli_string, cli_values
-from infra.stackfiles import stack_names as _stack_names
+from contract.stackconfig.stackfiles import STACKS_DIR, as_cli_string, cli_values
+from contract.stackconfig.stackfiles import stack_names as _stack_names
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"

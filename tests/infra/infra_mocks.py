@@ -13,6 +13,9 @@ import json
 from pulumi.runtime import MockCallArgs, MockResourceArgs, Mocks
 
 ACCOUNT = "123456789012"
+SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
+MOCK_TOKEN = "runner-token"
+MOCK_TOKEN_B64 = "cnVubmVyLXRva2Vu"  # base64 of MOCK_TOKEN
 PROJECT = "mock-project"
 
 
@@ -21,7 +24,14 @@ def _digest(name: str) -> str:
 
 
 def _kubeconfig(name: str) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": name})
+    """An admin kubeconfig of the shape every cluster kind gives (kind's YAML parses the same)."""
+    cluster = {"server": f"https://{name}.example:6443", "certificate-authority-data": "Q0EK"}
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": cluster}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "users": [{"name": name, "user": {"token": "admin-token"}}],
+    })  # fmt: skip
 
 
 def _outputs(args: MockResourceArgs) -> dict:
@@ -59,6 +69,9 @@ def _outputs(args: MockResourceArgs) -> dict:
             return {"latestVersion": 1}
         case "aws:iam/role:Role":
             return {"arn": f"arn:aws:iam::{ACCOUNT}:role/{name}", "name": name}
+        case "kubernetes:core/v1:Secret" if inputs.get("type") == SA_TOKEN_TYPE:
+            # What the token controller fills in (pulumi-kubernetes waits for it).
+            return {"data": {**inputs.get("data", {}), "token": MOCK_TOKEN_B64}}
         case "gcp:serviceaccount/account:Account":
             email = f"{inputs.get('accountId', name)}@{PROJECT}.iam.gserviceaccount.com"
             return {"email": email, "name": f"projects/{PROJECT}/serviceAccounts/{email}"}

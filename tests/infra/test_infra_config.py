@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from infra_harness import REPO, cli_config, evaluate, project_schema, stack_names
 
-from infra import stackfiles
-from infra.config import (
+from contract.stackconfig import stackfiles
+from contract.stackconfig.config import (
     KEYS,
     ConfigError,
     StackConfig,

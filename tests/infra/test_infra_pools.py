@@ -1,12 +1,12 @@
-"""The one pool-sizing rule (infra/pools.py) the program and `runner cost` share."""
+"""The one pool-sizing rule (contract/stackconfig/pools.py) the program and `runner cost` share."""
 
 from __future__ import annotations
 
 import pytest
 from infra_harness import REPO
 
-from infra import stackfiles
-from infra.pools import PoolSize, system_pool, training_pool
+from contract.stackconfig import stackfiles
+from contract.stackconfig.pools import PoolSize, system_pool, training_pool
 
 
 def test_gke_training_pool_autoscales_from_its_floor():

@@ -1,5 +1,6 @@
 """What a stack lets in and what it lets a job do, under Pulumi mocks: the jobs' service account
-holds no Kubernetes permission and no token, clusters are deletion-protected by default, and
+holds no Kubernetes permission and no token, the runner's holds exactly what the runner calls,
+clusters are deletion-protected by default, and
 the Kubernetes API answers only the configured CIDRs (the internet only by an explicit,
 warned opt-in)."""
 
@@ -9,9 +10,12 @@ import json
 
 import pytest
 from infra_harness import OPERATOR_CIDR, REPO, Evaluation, Secret, evaluate, stack_names
+from infra_mocks import MOCK_TOKEN
 
-from infra import kind_bandwidth, stackfiles
-from infra.config import ConfigError, check_deployable
+from contract.stack import JOB_SERVICE_ACCOUNT, RUNNER_IDENTITY, runner_role_rules
+from contract.stackconfig import stackfiles
+from contract.stackconfig.config import ConfigError, check_deployable
+from infra import kind_bandwidth, rbac
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CLOUD_STACKS = [s for s in stack_names() if stackfiles.load(REPO, s).provider != "kind"]
@@ -58,14 +62,95 @@ def _strings(value):
 
 def test_the_jobs_service_account_has_no_kubernetes_permissions(ev):
     """Jobs need nothing from the API server (peers come from the operator, results go to a
-    volume); the runner reads logs and events with the admin kubeconfig."""
-    rbac = [r for r in ev.resources if r.type.startswith("kubernetes:rbac.authorization.k8s.io/")]
-    assert rbac == []
+    volume); the one RoleBinding binds the runner's identity, never the jobs'."""
+    bindings = ev.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    subjects = [s["name"] for b in bindings for s in b.inputs["subjects"]]
+    assert subjects == [RUNNER_IDENTITY]
+    assert JOB_SERVICE_ACCOUNT != RUNNER_IDENTITY
+    cluster_wide = ("ClusterRole", "ClusterRoleBinding")
+    assert not [r for r in ev.resources if r.type.rpartition(":")[2] in cluster_wide]
 
 
-def test_the_jobs_service_account_mounts_no_api_token(ev):
-    [sa] = ev.of_type("kubernetes:core/v1:ServiceAccount")
-    assert sa.inputs["automountServiceAccountToken"] is False
+def test_no_service_account_mounts_an_api_token(ev):
+    accounts = ev.of_type("kubernetes:core/v1:ServiceAccount")
+    assert {a.inputs["metadata"]["name"] for a in accounts} == {
+        JOB_SERVICE_ACCOUNT,
+        RUNNER_IDENTITY,
+    }
+    assert all(a.inputs["automountServiceAccountToken"] is False for a in accounts)
+
+
+# ---- the runner's identity -------------------------------------------------------------------
+
+
+def test_the_runner_role_allows_exactly_what_the_runner_calls_in_the_jobs_namespace(ev):
+    role = ev.one("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    namespace = ev.value("namespace")
+    assert role.inputs["metadata"] == {"name": RUNNER_IDENTITY, "namespace": namespace}
+    expected = [
+        {k: list(v) for k, v in rule.items()} for rule in runner_role_rules(ev.value("job_api"))
+    ]
+    assert role.inputs["rules"] == expected
+    verbs = {verb for rule in role.inputs["rules"] for verb in rule["verbs"]}
+    assert not verbs & {
+        "*",
+        "update",
+        "patch",
+        "deletecollection",
+        "escalate",
+        "bind",
+        "impersonate",
+    }
+    binding = ev.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    assert binding.inputs["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUNNER_IDENTITY
+    }  # fmt: skip
+    assert binding.inputs["subjects"] == [
+        {"kind": "ServiceAccount", "name": RUNNER_IDENTITY, "namespace": namespace}
+    ]
+
+
+def test_the_runner_kubeconfig_is_a_secret_holding_the_runners_token_and_no_admin_user(ev):
+    assert isinstance(ev.outputs["runner_kubeconfig"], Secret)
+    config = json.loads(ev.value("runner_kubeconfig"))
+    admin = json.loads(ev.value("kubeconfig")) if ev.value("kubeconfig").startswith("{") else None
+    assert config["users"] == [{"name": RUNNER_IDENTITY, "user": {"token": MOCK_TOKEN}}]
+    [context] = config["contexts"]
+    assert context["context"]["namespace"] == ev.value("namespace")
+    [cluster] = config["clusters"]
+    assert set(cluster["cluster"]) <= {"server", "certificate-authority-data", "tls-server-name"}
+    if admin is not None:  # the same server and CA as the admin's, none of its user
+        assert cluster["cluster"]["server"] == admin["clusters"][0]["cluster"]["server"]
+    token = ev.one("kubernetes:core/v1:Secret", "-runner-token")
+    assert token.inputs["type"] == "kubernetes.io/service-account-token"
+    assert token.inputs["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": RUNNER_IDENTITY
+    }
+
+
+def test_a_runner_kubeconfig_keeps_the_admins_server_and_ca_only():
+    admin = """
+apiVersion: v1
+kind: Config
+current-context: kind-x
+clusters:
+- name: kind-x
+  cluster: {server: "https://127.0.0.1:6443", certificate-authority-data: Q0EK}
+- name: other
+  cluster: {server: "https://elsewhere:6443"}
+contexts:
+- name: kind-x
+  context: {cluster: kind-x, user: kind-x}
+users:
+- name: kind-x
+  user: {client-certificate-data: QURNSU4K, client-key-data: S0VZCg==}
+"""
+    config = json.loads(rbac.token_kubeconfig(admin, "t0ken", "bench"))
+    assert config["clusters"][0]["cluster"] == {
+        "server": "https://127.0.0.1:6443", "certificate-authority-data": "Q0EK"
+    }  # fmt: skip
+    assert "QURNSU4K" not in json.dumps(config) and "S0VZCg==" not in json.dumps(config)
+    assert config["users"][0]["user"] == {"token": "t0ken"}
 
 
 def test_the_jobs_cloud_identity_reads_and_writes_objects_and_administers_nothing(ev):

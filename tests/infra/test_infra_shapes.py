@@ -7,8 +7,8 @@ import pytest
 from infra_harness import REPO
 
 from contract.stack import NodeResources
-from infra import stackfiles
-from infra.config import parse_stack_config
+from contract.stackconfig import stackfiles
+from contract.stackconfig.config import parse_stack_config
 from infra.shapes import DAEMONS, MachineShape, eks_shape, gke_shape, kube_reserved
 from infra.shapes import node_job_resources as job_resources
 

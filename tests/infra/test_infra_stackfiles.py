@@ -1,5 +1,5 @@
 """Reading a stack's settings from Pulumi.yaml and stacks/ as the Pulumi CLI hands them over
-(infra/stackfiles.py), for `runner cost`, teardown and these tests."""
+(contract/stackconfig/stackfiles.py), for `runner cost`, teardown and these tests."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import yaml
 from infra_harness import REPO
 
-from infra import stackfiles
-from infra.config import ConfigError
+from contract.stackconfig import stackfiles
+from contract.stackconfig.config import ConfigError
 
 
 def project(tmp_path: Path, stack_text: str) -> Path:

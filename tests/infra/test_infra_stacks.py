@@ -30,8 +30,9 @@ from contract.stack import (
     NodeResources,
     parse_outputs,
 )
-from infra import kind_bandwidth, stackfiles
-from infra.pools import training_pool
+from contract.stackconfig import stackfiles
+from contract.stackconfig.pools import training_pool
+from infra import kind_bandwidth
 from infra.shapes import node_job_resources
 from tests.schemas import validate
 
@@ -121,9 +122,9 @@ def test_stack_exports_exactly_the_contract_and_the_runner_check_accepts_it(ev):
     assert outputs.provider == setting(ev, "provider")
 
 
-def test_kubeconfig_is_the_only_secret_output(ev):
+def test_the_kubeconfigs_are_the_only_secret_outputs(ev):
     secret = {name for name, value in ev.outputs.items() if isinstance(value, Secret)}
-    assert secret == SECRET_OUTPUTS == {"kubeconfig"}
+    assert secret == SECRET_OUTPUTS == {"kubeconfig", "runner_kubeconfig"}
     assert json.loads(ev.value("kubeconfig"))["kind"] == "Config"
 
 
@@ -316,7 +317,7 @@ def test_stores_and_registries_empty_themselves_on_destroy(ev):
 
 def test_results_store_is_private_and_bound_to_the_job_service_account(ev):
     store, kind = ev.value("results_store"), ev.value("provider")
-    [sa] = ev.of_type("kubernetes:core/v1:ServiceAccount")
+    sa = ev.one("kubernetes:core/v1:ServiceAccount", "-addons-sa")  # the jobs', not the runner's
     assert sa.inputs["metadata"]["name"] == ev.value("service_account")
     assert sa.inputs["metadata"]["namespace"] == ev.value("namespace")
     annotations = sa.inputs["metadata"].get("annotations", {})

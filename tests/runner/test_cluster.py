@@ -21,7 +21,8 @@ from runner.errors import RunnerError, SpecError
 from tests.runner.k8s_helpers import IMAGE
 
 OUTPUTS: dict[str, Any] = {
-    "kubeconfig": "apiVersion: v1\nkind: Config\n",
+    "kubeconfig": "apiVersion: v1\nkind: Config\n",  # the admin's: pulumi's, never the runner's
+    "runner_kubeconfig": "apiVersion: v1\nkind: Config\nusers: [{name: stackbench-cli}]\n",
     "provider": "gke",
     "namespace": "bench",
     "job_api": "trainjob",
@@ -76,6 +77,7 @@ def test_stack_outputs_become_a_connection(fake_pulumi):
     assert conn.bandwidth_shaping is False
     assert conn.training_runtime == "stackbench-torch-distributed"
     assert "apiVersion" not in repr(conn)  # the kubeconfig is a secret
+    assert conn.kubeconfig == OUTPUTS["runner_kubeconfig"]  # the runner's own identity
 
 
 def test_the_fixture_is_exactly_the_contract():
@@ -274,7 +276,7 @@ def test_kubeconfig_file_is_private_and_removed_after_use(fake_pulumi):
     fake_pulumi(OUTPUTS)
     conn = connect(stack="gke-gpu-8")
     with kubeconfig_file(conn) as (path, directory):
-        assert path.read_text() == OUTPUTS["kubeconfig"]
+        assert path.read_text() == OUTPUTS["runner_kubeconfig"]
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert not path.exists() and not directory.exists()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from infra.pools import PoolSize
-from infra.stackfiles import stack_names
+from contract.stackconfig.pools import PoolSize
+from contract.stackconfig.stackfiles import stack_names
 from runner.cli import main
 from runner.errors import RunnerError
 from runner.results import export

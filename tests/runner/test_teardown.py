@@ -140,7 +140,7 @@ def test_forced_teardown_cancels_running_jobs_before_destroy(tmp_path, pulumi_lo
     cluster = FakeCluster(namespace="bench")
     try:
         (tmp_path / "outputs.json").write_text(
-            json.dumps(OUTPUTS | {"kubeconfig": cluster.kubeconfig()})
+            json.dumps(OUTPUTS | {"runner_kubeconfig": cluster.kubeconfig()})
         )
         results = tmp_path / "results"
         submitted = invoke(results, "submit", "cnn-digits", "--stack", STACK, "--device", "cuda",
@@ -170,7 +170,7 @@ def test_a_run_with_a_damaged_state_is_unfetched_and_does_not_block_a_forced_tea
     cluster = FakeCluster(namespace="bench")
     try:
         (tmp_path / "outputs.json").write_text(
-            json.dumps(OUTPUTS | {"kubeconfig": cluster.kubeconfig()})
+            json.dumps(OUTPUTS | {"runner_kubeconfig": cluster.kubeconfig()})
         )
         results = tmp_path / "results"
         make_run(results, "fetched", 2, 5.0, stack=STACK)

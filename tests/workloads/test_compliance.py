@@ -239,3 +239,41 @@ def test_every_rule_file_is_package_data():
     files = {compliance.COMMON, *compliance.RULESETS.values()}
     assert all((compliance.RULES_DIR / f).is_file() for f in files)
     assert all(any(Path(f).match(p) for p in patterns) for f in files)
+
+
+def test_every_requirement_names_only_its_own_key():
+    """check_log hands the checker only the events of keys a rule names (rule_keys); that is
+    exact only while no REQ names another key (AT_LEAST_ONE_OR(...) counts events of keys the
+    checker otherwise skips), so every rule file is held to the two that name none."""
+    import yaml
+
+    for rule_file in sorted(compliance.RULES_DIR.glob("*.yaml")):
+        for block in yaml.safe_load(rule_file.read_text()):
+            if "KEY" in block:
+                assert block["KEY"].get("REQ", "EXACTLY_ONE") in ("EXACTLY_ONE", "AT_LEAST_ONE")
+                assert block["KEY"]["NAME"] in compliance.rule_keys()
+
+
+def test_a_log_drowned_in_unchecked_events_is_checked_on_what_its_rules_name(tmp_path):
+    """The per-step events no rule names never reach the checker (which skips them): a real
+    log with 20,000 of them in the middle passes as the log without them does."""
+    path = write_run(tmp_path, "gnmt-wmt16")
+    lines = path.read_text().splitlines(keepends=True)
+    step = json.dumps({"key": keys.TRAIN_LOSS, "value": 4.0, "time_ms": 1, "metadata": {}}) + "\n"
+    path.write_text("".join(lines[:-3]) + step * 20_000 + "".join(lines[-3:]))
+    assert check_log(path, "gnmt-wmt16").ok
+
+
+def test_checked_events_past_the_cap_fail_the_check_saying_so(tmp_path, monkeypatch):
+    path = write_run(tmp_path, "gnmt-wmt16")
+    monkeypatch.setattr(compliance, "MAX_CHECKED_BYTES", 2000)
+    assert "left unchecked: they go past" in failure(check_log(path, "gnmt-wmt16"))
+
+
+def test_events_that_are_not_mlperf_events_are_quoted_up_to_a_count(tmp_path):
+    path = write_run(tmp_path, "gnmt-wmt16")
+    with path.open("a") as f:
+        f.writelines(f'{{"key": "eval_loss", "value": {i}}}\n' for i in range(50))
+    messages = check_log(path, "gnmt-wmt16").messages
+    assert sum(m.startswith("not an MLPerf event") for m in messages) == 20
+    assert "and 30 more events that are not MLPerf events" in messages

@@ -11,6 +11,9 @@ benchmark file can weaken a common rule.
 
 The checker reads `:::MLLOG {json}` lines; events.jsonl holds bare JSON, so the events are
 written, prefixed, to a temporary file first (any log with events will do: a rank log too).
+The checker's parser holds the whole file in memory, so the log is streamed and the checker
+given only the events of the keys our rules name, capped in size (check_log says why that
+changes none of its answers).
 mlperf-logging pulls pandas and scipy: it is in the test extra, not in training images, and
 is imported only when a check runs. No torch here.
 """
@@ -18,6 +21,7 @@ is imported only when a check runs. No torch here.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +30,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from contract.events import PREFIX, SUBMISSION_BENCHMARK, SUBMISSION_DIVISION, parse_object
+from contract.events import (
+    PREFIX,
+    SUBMISSION_BENCHMARK,
+    SUBMISSION_DIVISION,
+    parse_object,
+    stream_lines,
+)
 
 RULES_DIR = Path(__file__).parent
 COMMON = "common.yaml"
@@ -46,6 +56,11 @@ RULESETS: Mapping[str, str] = MappingProxyType(
 # the rules themselves are ours.
 PARSER_RULESET = "6.1.0"
 EVENT_FIELDS = ("time_ms", "key", "value", "metadata")
+# What a check hands the checker at most (check_log): the events of checked keys, as JSON.
+# A reference run's are kilobytes (parameters once, a few events an epoch).
+MAX_CHECKED_BYTES = 16 << 20
+MAX_REPORTED_GAPS = 20  # events that are not MLPerf events, quoted; the rest counted
+_NAME = re.compile(r"^\s*NAME:\s*(\S+)\s*$", re.MULTILINE)
 INSTALL_HINT = "pip install mlperf-logging (it is in the test extra: pip install -e '.[test]')"
 
 
@@ -74,17 +89,19 @@ def rules_for(benchmark: str) -> Path:
 
 
 def check_log(events_path: Path, benchmark: str) -> CheckResult:
-    """Run the MLPerf compliance checker with our rules for `benchmark` on a run's events."""
+    """Run the MLPerf compliance checker with our rules for `benchmark` on a run's events.
+    The log is streamed (contract.events.stream_lines): memory stays flat whatever its size,
+    and the checker is handed only what it reads (_Feed)."""
     bench_rules = rules_for(benchmark)
-    with open(events_path, encoding="utf-8", errors="replace") as f:  # missing: an error
-        events = [e for e in map(parse_object, f) if e is not None]
-    division = _first_value(events, SUBMISSION_DIVISION)
+    feed = _Feed(rule_keys())
+    for event in map(parse_object, stream_lines(events_path)):
+        if event is not None:
+            feed.add(event)
     # A log without a division is held to the closed rules (common.yaml reports the gap).
+    division = feed.first.get(SUBMISSION_DIVISION)
     files = [RULES_DIR / COMMON] if division == "open" else [bench_rules, RULES_DIR / COMMON]
-    gaps = [(e, _missing(e)) for e in events]
-    messages = [f"not an MLPerf event (no {', '.join(m)}): {e}" for e, m in gaps if m]
-    messages += run_checker([e for e, m in gaps if not m], files)
-    logged = _first_value(events, SUBMISSION_BENCHMARK)
+    messages = [*feed.problems(), *run_checker(feed.kept, files)]
+    logged = feed.first.get(SUBMISSION_BENCHMARK)
     if logged is not None and logged != benchmark:
         messages.insert(0, f"submission_benchmark is {logged!r}: not a log of {benchmark}")
     ruleset = (
@@ -92,6 +109,61 @@ def check_log(events_path: Path, benchmark: str) -> CheckResult:
         f", mlperf-logging {metadata.version('mlperf-logging')}"
     )
     return CheckResult(ok=not messages, messages=messages, ruleset=ruleset)
+
+
+def rule_keys() -> frozenset[str]:
+    """Every key a rule of ours names (each file's `NAME:` lines). The checker skips an event
+    of any other key ("unknown key - it's allowed"), and our REQ rules name no other key
+    (EXACTLY_ONE and AT_LEAST_ONE only; a test holds every rule file to that), so handing it
+    only these events changes none of its answers."""
+    names = set()
+    for rule_file in RULES_DIR.glob("*.yaml"):
+        names.update(_NAME.findall(rule_file.read_text(encoding="utf-8")))
+    return frozenset(names)
+
+
+class _Feed:
+    """What a streamed log gives the checker: the events of the keys its rules name, up to
+    MAX_CHECKED_BYTES of them (MLPerf's parser holds every line it is given, several times its
+    size, so a log whose checked events go past that fails the check instead), and the first
+    MAX_REPORTED_GAPS events that are not MLPerf events, the rest counted."""
+
+    def __init__(self, keys: frozenset[str]) -> None:
+        self.keys = keys
+        self.kept: list[dict[str, Any]] = []
+        self.first: dict[str, Any] = {}  # the first value of each submission_* key
+        self._bytes = 0
+        self._over = 0  # checked events left out past the cap
+        self._gaps: list[str] = []
+        self._more_gaps = 0
+
+    def add(self, event: dict[str, Any]) -> None:
+        key = event.get("key")
+        if key in (SUBMISSION_BENCHMARK, SUBMISSION_DIVISION):
+            self.first.setdefault(key, event.get("value"))
+        if missing := _missing(event):
+            if len(self._gaps) < MAX_REPORTED_GAPS:
+                self._gaps.append(f"not an MLPerf event (no {', '.join(missing)}): {event}")
+            else:
+                self._more_gaps += 1
+        elif key in self.keys:
+            size = len(json.dumps(event))
+            if self._bytes + size > MAX_CHECKED_BYTES:
+                self._over += 1
+            else:
+                self._bytes += size
+                self.kept.append(event)
+
+    def problems(self) -> list[str]:
+        found = list(self._gaps)
+        if self._more_gaps:
+            found.append(f"and {self._more_gaps} more events that are not MLPerf events")
+        if self._over:
+            found.append(
+                f"{self._over} events of checked keys left unchecked: they go past "
+                f"{MAX_CHECKED_BYTES >> 20} MiB, far more than any run of ours logs"
+            )
+        return found
 
 
 def run_checker(events: Sequence[dict[str, Any]], rule_files: Sequence[Path]) -> list[str]:
@@ -129,7 +201,3 @@ def _missing(event: dict[str, Any]) -> list[str]:
     """The fields of an MLPerf event that `event` lacks (the checker's parser needs them)."""
     missing = [k for k in EVENT_FIELDS if k not in event]
     return missing or ([] if isinstance(event["metadata"], dict) else ["metadata object"])
-
-
-def _first_value(events: Sequence[dict[str, Any]], key: str) -> Any:
-    return next((e.get("value") for e in events if e.get("key") == key), None)

@@ -69,6 +69,7 @@ class KubernetesBackend:
     only here: a job pending longer is deleted and recorded CANCELLED with the reason."""
 
     name = BACKEND_NAME
+    fetches_results = True
 
     def __init__(
         self,
@@ -402,6 +403,12 @@ class KubernetesBackend:
 
     def _now(self) -> str:
         return self._clock().isoformat()
+
+    def listed_status(self, handle: str) -> JobStatus:
+        return self._recorded_state(handle) or JobStatus(JobState.PENDING, "no state recorded yet")
+
+    def release(self, handle: str) -> None:
+        return None  # nothing ties a cluster job to the process that submitted it
 
     def _recorded_state(self, handle: str) -> JobStatus | None:
         return self._memory.state(parse_handle(handle)[1])

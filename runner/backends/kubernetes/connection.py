@@ -37,7 +37,7 @@ from contract.stack import (
     image_problem,
     parse_outputs,
 )
-from infra.stackfiles import StackFileError, stack_file
+from contract.stackconfig.stackfiles import StackFileError, stack_file
 from runner.errors import RunnerError, SpecError
 from runner.stack import pulumi_cli
 
@@ -190,7 +190,9 @@ def connection_from_outputs(outputs: Mapping[str, Any], stack: str) -> ClusterCo
             f"{stack}` (and `pulumi up --stack {stack}` if it is stale)"
         ) from None
     return ClusterConnection(
-        kubeconfig=out.kubeconfig,
+        # The runner's own identity, allowed only what it calls (contract.stack's
+        # runner_role_rules); the admin kubeconfig is pulumi's.
+        kubeconfig=out.runner_kubeconfig,
         namespace=out.namespace,
         job_api=out.job_api,
         image=out.image,

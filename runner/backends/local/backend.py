@@ -53,6 +53,7 @@ POLL_S = 0.05
 class LocalBackend:
     name = "local"
     reference = None
+    fetches_results = False
 
     def __init__(self, results_root: Path) -> None:
         self.results_root = results_root
@@ -142,6 +143,9 @@ class LocalBackend:
             return state
         return self._supervisor_died(run_dir, state)
 
+    def listed_status(self, handle: str) -> JobStatus:
+        return self.status(handle)
+
     def watch(self, handle: str) -> Iterator[JobStatus]:
         last = None
         while True:
@@ -204,6 +208,10 @@ class LocalBackend:
                 "run takes a joining worker"
             )
         return joins.ask(run_dir, JOIN_ANSWER_S)
+
+    def release(self, handle: str) -> None:
+        # Never raises: a run whose directory is gone still lets go of its leash.
+        leash.release(self.results_root / handle.removeprefix(SCHEME))
 
     def close(self) -> None:
         return None

@@ -1,6 +1,6 @@
 """Which GPUs each machine type carries, so a stack's GPU settings are checked before any call.
 
-This is data plus two lookups, used by infra/config.py. It is not a price list nor a
+This is data plus two lookups, used by contract/stackconfig/config.py. It is not a price list nor a
 complete catalogue of either cloud: it covers the families a benchmark stack uses, and a
 machine type outside them is accepted as CPU-only (the cloud rejects a wrong name at `up`).
 """

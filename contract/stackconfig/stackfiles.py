@@ -3,7 +3,7 @@
 `pulumi up` hands the program Pulumi.yaml's declared defaults overlaid with
 stacks/Pulumi.<stack>.yaml, every value a string (lists as JSON). `cli_values` does the same
 from the files, so `runner cost`, `runner teardown`'s guard and the infra tests read a stack
-exactly as the program does, through infra/config.py's one parser (`load`). Not read here:
+exactly as the program does, through config.py's one parser (`load`). Not read here:
 values set only in a Pulumi Cloud environment or with `--config` on the command line.
 """
 
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from infra.config import NAMESPACE, StackConfig, parse_stack_config
+from contract.stackconfig.config import NAMESPACE, StackConfig, parse_stack_config
 
 # Pulumi.yaml's stackConfigDir (a test holds them equal): fixed here so that listing the
 # stacks needs no YAML parser, which the runner's start-up path does not load.

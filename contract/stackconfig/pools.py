@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.config import StackConfig
+from contract.stackconfig.config import StackConfig
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,12 @@
 
 Keys, types, defaults and descriptions are declared once, in Pulumi.yaml; the Pulumi CLI
 applies the defaults and hands every value over as a string. This module turns those strings
-into one frozen, typed value: each key's parser (infra/config_values.py) reads its string, then
-infra/config_checks.py checks the combinations (GPU model and count against the machine type,
+into one frozen, typed value: each key's parser (config_values.py) reads its string, then
+config_checks.py checks the combinations (GPU model and count against the machine type,
 node counts, CIDRs, versions). Every error names the key and the `pulumi config set` command
-that fixes it. It creates no resources and reads nothing but the mapping given.
+that fixes it. It creates no resources and reads nothing but the mapping given: the Pulumi
+program reads it from its runtime (infra/settings.py), the runner from the files
+(stackfiles.py).
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from contract.stack import JOB_APIS, PROVIDERS, JobApi, Provider
-from infra import config_checks as checks
-from infra.config_checks import gke_account_id
-from infra.config_values import (
+from contract.stackconfig import config_checks as checks
+from contract.stackconfig.config_checks import gke_account_id
+from contract.stackconfig.config_values import (
     API_CIDR_EXAMPLE,
     NAMESPACE,
     ConfigError,
@@ -38,18 +39,15 @@ __all__ = [
     "EXAMPLES",
     "KEYS",
     "NAMESPACE",
-    "PROJECT_ROOT",
     "ConfigError",
     "StackConfig",
     "check_deployable",
     "gke_account_id",
-    "load_stack_config",
     "open_api_warning",
     "parse_stack_config",
     "set_command",
 ]
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where Pulumi.yaml is
 GKE_DRIVER_VERSIONS = ("DEFAULT", "LATEST")
 MAX_NODES = 1000  # a guard against typos (80 for 8), not a cloud quota
 # Used when systemMachineType is empty: small general-purpose machines, no GPU.
@@ -212,26 +210,3 @@ def open_api_warning(cfg: StackConfig) -> str | None:
         f"{NAMESPACE}:apiAllowedCidrs to your own addresses and set {NAMESPACE}:apiOpenToInternet "
         "false."
     )
-
-
-def _runtime_keys() -> set[str]:
-    """Every `stackbench:` key the CLI handed the program, declared or not: the language host
-    passes them all in PULUMI_CONFIG (mocks set the runtime's map instead)."""
-    from pulumi.runtime import config as runtime_config
-
-    names = set(runtime_config.get_config_env()) | set(runtime_config.CONFIG.get())
-    return {name for ns, _, name in (n.partition(":") for n in names) if ns == NAMESPACE}
-
-
-def load_stack_config() -> StackConfig:
-    """Read this stack's settings from the Pulumi runtime, validate them, warn if the API is
-    open to the internet."""
-    import pulumi  # here, so the parser above stays importable and testable without a runtime
-
-    config = pulumi.Config(NAMESPACE)
-    raw = {key: config.get(key) for key in (*KEYS, *_runtime_keys() - set(KEYS))}
-    cfg = parse_stack_config(raw, pulumi.get_stack(), str(PROJECT_ROOT))
-    check_deployable(cfg)
-    if warning := open_api_warning(cfg):
-        pulumi.log.warn(warning)
-    return cfg

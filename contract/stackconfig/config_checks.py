@@ -1,4 +1,4 @@
-"""The stack settings checked together, once each value is parsed (infra/config_values.py).
+"""The stack settings checked together, once each value is parsed (config_values.py).
 
 Location, API access, names, pools, GPUs against the machine type, the job API's versions and
 kind's results folder: each check takes the parsed values (key -> typed value) and raises a
@@ -12,7 +12,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from infra.catalog import (
+from contract.stackconfig.catalog import (
     EC2_INSTANCE_RE,
     EKS_ADDON_REGISTRY_ACCOUNTS,
     GKE_MACHINE_RE,
@@ -21,7 +21,7 @@ from infra.catalog import (
     eks_offer,
     gke_offer,
 )
-from infra.config_values import API_CIDR_EXAMPLE, NAMESPACE, ConfigError
+from contract.stackconfig.config_values import API_CIDR_EXAMPLE, NAMESPACE, ConfigError
 
 # An API CIDR this wide (0.0.0.0/0, or 0.0.0.0/1 + 128.0.0.0/1) opens the cluster to the
 # internet: accepted only with apiOpenToInternet, and every `pulumi up` then warns.
@@ -90,7 +90,8 @@ def check_location(v: dict[str, Any]) -> None:
         # without its account the nodes would never get their network plugin.
         raise ConfigError(
             "region",
-            f"is {region!r}, whose EKS add-on image registry infra/catalog.py does not list "
+            f"is {region!r}, whose EKS add-on image registry "
+            "contract/stackconfig/catalog.py does not list "
             "(add it from the EKS user guide, or pick a listed region)",
             "us-east-1",
         )

@@ -2,8 +2,8 @@
 
 The Pulumi CLI hands every setting over as a string; each parser here reads one kind (text,
 a bounded integer, a boolean, a choice, a pinned version, a list of CIDRs) and says, on bad
-input, the key and the `pulumi config set` command that fixes it. infra/config.py maps the
-keys to these parsers; infra/config_checks.py checks the values together.
+input, the key and the `pulumi config set` command that fixes it. config.py maps the
+keys to these parsers; config_checks.py checks the values together.
 """
 
 from __future__ import annotations
