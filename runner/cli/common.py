@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console, ConsoleDimensions
@@ -28,6 +28,9 @@ from rich.markup import escape
 
 from contract.files import DamagedFile
 from runner.errors import Interrupted, RunInputError, RunnerError, SpecError, interruption
+
+if TYPE_CHECKING:
+    from runner.job.spec import Placement
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -319,6 +322,25 @@ def link_option(fn: F) -> F:
         help="Give every worker a link of this rate (100mbit, 1gbit, 500kbit): here, shaped "
         "network namespaces; on a cluster, pod bandwidth limits.",
     )(fn)  # fmt: skip
+
+
+def threads_option(fn: F) -> F:
+    return click.option(
+        "--threads", "threads_per_worker", type=click.IntRange(min=1, max=1024), default=None,
+        metavar="T", help="Intra-op CPU threads per worker, local runs (default: "
+        "OMP_NUM_THREADS, else the cores / the workers; a sweep: / its most workers, in "
+        "every cell).",
+    )(fn)  # fmt: skip
+
+
+def warn_oversubscribed(placement: Placement) -> None:
+    """One line on stderr when a local run's workers x threads exceed the cores here."""
+    from runner.job import threads
+
+    if placement.threads_per_worker is not None:
+        why = threads.oversubscribed(placement.world_size, placement.threads_per_worker)
+        if why:
+            errors.print(f"warning: {why}", markup=False, soft_wrap=True)
 
 
 def device_option(fn: F) -> F:

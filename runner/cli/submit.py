@@ -23,6 +23,8 @@ from runner.cli.common import (
     pass_settings,
     per_node_option,
     signals_interrupt,
+    threads_option,
+    warn_oversubscribed,
     where_options,
 )
 from runner.errors import Interrupted, RunnerError
@@ -37,6 +39,7 @@ from runner.job.target import ClusterOptions
               "elastic workers, and the run goes on while MIN are left "
               "(docs/adaptive-elastic.md).")  # fmt: skip
 @per_node_option
+@threads_option
 @device_option
 @link_option
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
@@ -48,8 +51,8 @@ from runner.job.target import ClusterOptions
 def submit(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
-    workers: tuple[int | None, int] | None, per_node: int | None, device: str,
-    link: str | None,
+    workers: tuple[int | None, int] | None, per_node: int | None,
+    threads_per_worker: int | None, device: str, link: str | None,
     overrides: tuple[str, ...], dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
@@ -74,10 +77,13 @@ def submit(
 
     results = settings.results_dir
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
-    target = make_target(results, local, cluster, per_node, device)  # type: ignore[arg-type]
+    target = make_target(
+        results, local, cluster, per_node, device, threads_per_worker,  # type: ignore[arg-type]
+    )  # fmt: skip
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)
     spec = resolve(benchmark, overrides, target.placement(high, link, low))
+    warn_oversubscribed(spec.placement)
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl

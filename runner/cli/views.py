@@ -105,7 +105,8 @@ def headline(summary: Summary | None, status: JobStatus | None = None) -> str:
         return f"{metric}, target in {summary.time_to_target_s:.1f} s"
     # A budget that ended the run is why its target was missed: said where the miss is.
     budget = ": the time budget stopped it" if summary.stopped_by_time_budget else ""
-    return f"{metric}, target {summary.target_value:g} not reached{budget}"
+    learned = f"; {summary.did_not_learn}" if summary.did_not_learn else ""
+    return f"{metric}, target {summary.target_value:g} not reached{budget}{learned}"
 
 
 def runs_table(infos: list[RunInfo]) -> Table:
@@ -207,7 +208,10 @@ def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
         console.print(summary_table(summary))
     if outcome.missing:
         console.print(f"[yellow]incomplete results[/yellow]: {plain('; '.join(outcome.missing))}")
-    console.print(f"{state_text(outcome.status)}  results: {plain(str(run.run_dir))}")
+    # A run at chance is said in the last line too, not only in the table above it.
+    learned = summary.did_not_learn if isinstance(summary, TrainSummary) else None
+    verdict = f"  [red]{learned}[/red]" if learned else ""
+    console.print(f"{state_text(outcome.status)}{verdict}  results: {plain(str(run.run_dir))}")
 
 
 def event_text(event: dict[str, Any], start_ms: int | None) -> str:
@@ -238,6 +242,8 @@ def summary_table(summary: TrainSummary) -> Table:
     table.add_column("value")
     direction = "<=" if summary.target_metric in LOWER_IS_BETTER else ">="
     outcome = "[green]reached[/green]" if summary.target_reached else "[red]not reached[/red]"
+    if summary.did_not_learn:
+        outcome += f", [red]{summary.did_not_learn}[/red]"
     table.add_row(
         "target", f"{summary.target_metric} {direction} {summary.target_value:g}: {outcome}"
     )

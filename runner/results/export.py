@@ -62,10 +62,24 @@ def cells_table(report: Report) -> Table:
     )
     notes.append(
         "speedup: time to accuracy at the fewest workers with a result / at this many "
-        "(efficiency: speedup / the workers' ratio)"
+        "(efficiency: speedup / the workers' ratio), only between runs whose workers had "
+        f"equal resources: {threads_text(report)}"
     )
     notes += baseline_notes(report) + outlier_notes(report)
     return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
+
+
+def threads_text(report: Report) -> str:
+    """What each worker had, as the speedup note says it: runs with other threads per worker
+    are series of their own (report.series_labeller), never a speedup's other end."""
+    counts = sorted({r.threads_per_worker for r in report.runs if r.threads_per_worker})
+    gpu = ", one GPU each" if any(r.device == "cuda" for r in report.runs) else ""
+    if not counts:
+        return f"threads per worker not recorded{gpu}"
+    each = " or ".join(str(n) for n in counts)
+    plural = "" if counts == [1] else "s"
+    split = " (each series one count)" if len(counts) > 1 else ""
+    return f"{each} intra-op thread{plural} per worker{split}{gpu}"
 
 
 def aggregation_notes(report: Report) -> list[str]:
