@@ -147,16 +147,20 @@ class LrPlan:
         return f"lr {self.base_lr:g} -> {self.peak_lr:g} ({self.rule}{ramp})"
 
 
+def _workers(n: int) -> str:
+    return "worker" if n == 1 else "workers"
+
+
 def lr_plan(schedule: ScheduleConfig, world_size: int) -> LrPlan:
     """The base LR, the scaling rule applied at `world_size` workers, and the peak LR."""
     scaling = schedule.lr_scaling
     if scaling == "linear":
-        rule = f"linear x {world_size} workers"
+        rule = f"linear x {world_size} {_workers(world_size)}"
     elif scaling == "sqrt":
-        rule = f"sqrt x sqrt({world_size} workers)"
+        rule = f"sqrt x sqrt({world_size} {_workers(world_size)})"
     elif scaling == "table":
         multiplier = table_multiplier(schedule.lr_scale_table, world_size)
-        rule = f"table x {multiplier:g} at {world_size} workers"
+        rule = f"table x {multiplier:g} at {world_size} {_workers(world_size)}"
     else:
         rule = "none: the same at any worker count"
     return LrPlan(schedule.lr, rule, peak_lr(schedule, world_size), schedule.warmup())

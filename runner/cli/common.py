@@ -27,7 +27,8 @@ from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from contract.files import DamagedFile
-from runner.errors import Interrupted, RunInputError, RunnerError, SpecError, interruption
+from runner.errors import BadInput, Interrupted, RunnerError, SpecError, interruption
+from runner.install import extra as install_extra
 
 if TYPE_CHECKING:
     from runner.job.spec import Placement
@@ -85,7 +86,6 @@ console = _StdoutConsole()
 errors = _Console(stderr=True)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-INSTALL = "pip install -c constraints.txt -e '.[{extra}]'"
 # The optional extra that provides each module a command may need (pyproject.toml).
 EXTRAS = {
     "matplotlib": "report",
@@ -98,8 +98,8 @@ EXTRAS = {
 
 
 def handle_errors(fn: F) -> F:
-    """SpecError -> usage error (exit 2); RunInputError (a run id, rank or run that does not
-    fit) -> one line, exit 2; RunnerError or a damaged file -> one line, exit 1.
+    """SpecError -> usage error (exit 2); BadInput (a run id, rank or run that does not fit,
+    a missing data set) -> one line, exit 2; RunnerError or a damaged file -> one line, exit 1.
     `runner --debug` shows the traceback too."""
 
     @functools.wraps(fn)
@@ -112,7 +112,7 @@ def handle_errors(fn: F) -> F:
             if _debug_enabled():
                 raise
             lines = err.lines if isinstance(err, RunnerError) and err.lines else str(err)
-            fail(lines, EXIT_USAGE if isinstance(err, RunInputError) else EXIT_FAILED)
+            fail(lines, EXIT_USAGE if isinstance(err, BadInput) else EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
 
@@ -169,7 +169,7 @@ def require(module: str, command: str) -> None:
     """One line naming the extra to install when `command` needs `module` and it is missing."""
     if importlib.util.find_spec(module) is None:
         extra = EXTRAS.get(module, module)
-        install = INSTALL.format(extra=extra)
+        install = install_extra(extra)
         raise RunnerError(f"{command} needs {module}, which is not installed: {install}")
 
 

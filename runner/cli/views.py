@@ -19,6 +19,7 @@ from contract.summary import AdaptiveSummary, MicroSummary, Summary, TrainSummar
 from runner.api import Outcome, Run, RunInfo
 from runner.cli.common import plain, terminal_safe
 from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
+from runner.words import count
 from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
 from workloads.tasks.config import LOWER_IS_BETTER
 
@@ -44,7 +45,7 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
     table.add_column("defaults")
     for b in benchmarks:
         if isinstance(b, MicroBenchmark):
-            table.add_row(b.name, b.task, "-", f"{b.default_workers} workers")
+            table.add_row(b.name, b.task, "-", count(b.default_workers, "worker"))
             continue
         c = b.config
         table.add_row(
@@ -52,7 +53,7 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
             b.task,
             f"{c.target_metric} {'<=' if c.target_metric in LOWER_IS_BETTER else '>='} "
             f"{c.target.target_value:g} ({b.light_target:g})",
-            f"{b.default_workers} workers x batch {c.data.batch_size}, {c.strategy.name}, "
+            f"{count(b.default_workers, 'worker')} x batch {c.data.batch_size}, {c.strategy.name}, "
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
         )
     return table
@@ -267,7 +268,7 @@ def summary_table(summary: TrainSummary) -> Table:
             "throughput",
             f"{summary.throughput_samples_per_s:,.0f} samples/s "
             + (f"({tokens:,.0f} tokens/s) " if tokens else "")
-            + f"on {summary.world_size} workers (global batch "
+            + f"on {count(summary.world_size, 'worker')} (global batch "
             f"{summary.global_batch_size} {summary.batch_unit}"
             + (" at the start)" if summary.adaptive else ")"),
         )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner import install
 from runner.errors import BackendUnavailable, SpecError
 from runner.job import threads
 from runner.job.spec import Device, Placement
@@ -117,8 +118,7 @@ def make_target(
     for module in ("kubernetes", "yaml"):
         if importlib.util.find_spec(module) is None:
             raise BackendUnavailable(
-                f"cluster runs need {module}, which is not installed: "
-                "pip install -c constraints.txt -e '.[kubernetes]'"
+                f"cluster runs need {module}, which is not installed: {install.extra('kubernetes')}"
             )
     from runner.backends.kubernetes.connection import connect
 

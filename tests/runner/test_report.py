@@ -291,7 +291,7 @@ def test_each_aggregation_line_names_the_cells_it_applies_to(tmp_path):
     notes = [n for n in export.cells_table(reports.build(load(tmp_path, *names), "t")).notes
              if n.startswith("aggregation")]  # fmt: skip
     assert notes == [
-        "aggregation (strategy=ddp at 1 workers): mean of all 3 runs (fewer than 5: nothing "
+        "aggregation (strategy=ddp at 1 worker): mean of all 3 runs (fewer than 5: nothing "
         "dropped)",
         "aggregation (strategy=ddp at 2 workers): mean of all 2 runs (fewer than 5: nothing "
         "dropped)",
