@@ -69,7 +69,16 @@ def test_the_compiled_default_trains_as_the_eager_model_does_on_two_ddp_workers(
         train_losses(tmp_path / "compiled"),
         train_losses(tmp_path / "eager"),
     )
-    assert compiled_losses == pytest.approx(eager_losses, rel=1e-3)
+    # Inductor's C++ kernels compute the same fp32 graph as ATen's but sum in another order,
+    # with vectors as wide as the CPU has (AVX-512 or AVX2): each step's loss agrees to fp32
+    # rounding (about 1e-6 relative), and every SGD step with BatchNorm feeds the gap back into
+    # the weights, so it grows epoch by epoch. On an AVX2 CPU (ATEN_CPU_CAPABILITY=avx2 and
+    # ONEDNN_MAX_CPU_ISA=AVX2 reproduce it) the epochs' losses were 1.2e-4, 4e-4 and 2.1e-3
+    # apart (1.8091 vs 1.8128 failed the one rel=1e-3 this had). So: the first epoch, before
+    # the gap compounds, within 1e-3; the last within 1e-2. A compiled graph that computed
+    # anything else (an op dropped, a layout mixed up) is tens of percent off from the start.
+    assert compiled_losses[0] == pytest.approx(eager_losses[0], rel=1e-3)
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-2)
     events = read_events(tmp_path / "compiled" / "events.jsonl")
     (compile_event,) = [e for e in events if e["key"] == "stackbench_compile_time_s"]
     assert compile_event["metadata"] == {"compiled": True}  # before run_start: init time
