@@ -59,17 +59,23 @@ def table(results: Path, study_id: str) -> str:
         f"study `{study.study_id}` ({study.state}), {study.benchmark}, fixed: "
         f"{' '.join(study.fixed) or 'nothing'}",
         "",
-        "| workers | cell | reached | missed (seed: final) | time to target (s), median |",
-        "| --- | --- | --- | --- | --- |",
+        "| workers | cell | reached | missed (seed: final) | epochs to target | median time (s) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for (workers, sets), runs in sorted(cells.items()):
         reached = [r for r in runs if r.converged]
         missed = [_miss(r) for r in runs if not r.converged]
         times = sorted(r.time_to_target_s for r in reached if r.time_to_target_s is not None)
         median = f"{times[len(times) // 2]:.1f}" if times else "-"
+        epochs = sorted(
+            r.train_summary.final.epoch
+            for r in reached
+            if r.train_summary and r.train_summary.final
+        )
+        span = f"{epochs[0]}-{epochs[-1]} (median {epochs[len(epochs) // 2]})" if epochs else "-"
         cell = ", ".join(f"{k}={v}" for k, v in sets) or "defaults"
         lines.append(f"| {workers} | {cell} | {len(reached)}/{len(runs)} | "
-                     f"{'; '.join(missed) or '-'} | {median} |")  # fmt: skip
+                     f"{'; '.join(missed) or '-'} | {span} | {median} |")  # fmt: skip
     return "\n".join(lines)
 
 
