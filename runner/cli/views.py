@@ -181,7 +181,12 @@ def lr_text(spec: JobSpec) -> str | None:
 
     if not isinstance(spec.config, TrainConfig):
         return None
-    return str(spec.config.lr_plan(spec.placement.world_size))
+    plan = str(spec.config.lr_plan(spec.placement.world_size))
+    warmup_epochs = getattr(spec.config.schedule, "warmup_epochs", 0.0)
+    if warmup_epochs > spec.config.run.max_epochs:  # a quick check: said, not refused
+        epochs = count(spec.config.run.max_epochs, "epoch")
+        plan += f"; the run ends after {epochs}, on the ramp"
+    return plan
 
 
 def progress_for(console: Console, spec: JobSpec) -> TrainingProgress | MeasurementProgress:

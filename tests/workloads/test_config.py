@@ -75,7 +75,7 @@ def test_non_finite_negative_or_absurd_numbers_are_refused_with_the_valid_range(
         ({"momentum": -1.0}, "momentum"),
         ({"target_value": 1.5}, "target_value"),
         ({"momentum": 0.0, "nesterov": True}, "nesterov"),
-        ({"warmup_epochs": 100.0}, "warmup_epochs"),
+        ({"warmup_epochs": -1.0}, "warmup_epochs"),
         ({"lr_milestones": (5, 3)}, "lr_milestones"),
         ({"lr_gamma": 0.0}, "lr_gamma"),
         ({"time_budget_s": -5.0}, "time_budget_s"),
