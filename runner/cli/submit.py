@@ -83,7 +83,6 @@ def submit(
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)
     spec = resolve(benchmark, overrides, target.placement(high, link, low))
-    warn_oversubscribed(spec.placement)
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl
@@ -92,7 +91,9 @@ def submit(
             click.echo(api.dryrun(spec, backend, results), nl=not target.remote)
             if views.lr_text(spec):
                 errors.print(views.lr_text(spec), markup=False)
+            warn_oversubscribed(spec.placement)
             return
+        warn_oversubscribed(spec.placement)  # before anything starts: the fix is a flag away
         run = api.submit(spec, backend, results, detach=detach)
     finally:
         backend.close()
