@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.one_process import run_quietly, steady
 from bench.spawned import run_ranks
 from tests.datagen import write_cifar10
+from workloads.manifest import cpu_kernels
 
 INSTALL = "pip install --no-deps --target /tmp/mlbench mlbench-core==3.0.0.dev23"
 MLBENCH_VERSION = "3.0.0-dev23"
@@ -226,7 +227,8 @@ def main() -> None:
     report["precision"] = {"mlbench": "fp32", "stackbench": args.precision}
     if args.precision == "bf16":
         report["like_for_like"] = False  # MLBench computes in fp32
-    report["machine"] = {"logical_cpus": CORES, "load_average_1m_at_start": os.getloadavg()[0]}
+    report["machine"] = {"logical_cpus": CORES, "load_average_1m_at_start": os.getloadavg()[0],
+                         **cpu_kernels()}  # fmt: skip
     with tempfile.TemporaryDirectory() as data_dir:
         write_data(Path(data_dir))
         for workload in args.workloads.split(","):

@@ -22,6 +22,9 @@ from contract.rundir import SCHEMA_VERSION, SUMMARY, check_version
 
 TRAIN, MICRO = "train", "allreduce-micro"
 EVAL_FIELDS = ("epoch", "value", "loss", "time_s")
+# An evaluation's detail: the metric a guess scores (top-1 accuracy 1 / classes), where a task
+# has one; a run that ends nearer it than its target did not learn (did_not_learn).
+CHANCE = "chance"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,14 @@ class Evaluation:
             f.integer("epoch"), f.number("value"), f.number("time_s"),
             f.optional_number("loss"), details,
         )  # fmt: skip
+
+    @property
+    def chance(self) -> float | None:
+        """The chance level the task reported (None: none, or not a number in [0, 1))."""
+        value = self.details.get(CHANCE)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value) if 0 <= value < 1 else None
 
 
 @dataclass(frozen=True)
@@ -152,6 +163,21 @@ class TrainSummary:
     train_loss: TrainLoss
     adaptive: AdaptiveSummary | None = None  # only a run with adaptive policies or monitors
     kind: str = TRAIN
+
+    @property
+    def did_not_learn(self) -> str | None:
+        """The verdict "did not learn (top1_accuracy 0.26, chance 0.10)" for a run that missed
+        its target nearer its task's chance level than the target (None: it learned, or no
+        chance level is known). Such a run is no slow run: its seed or learning rate failed it."""
+        final = self.final
+        if final is None or self.target_reached or self.diverged:
+            return None
+        chance = final.chance
+        if chance is None or self.target_value <= chance:
+            return None
+        if final.value >= (chance + self.target_value) / 2:
+            return None
+        return f"did not learn ({self.target_metric} {final.value:.2f}, chance {chance:.2f})"
 
     def to_dict(self) -> dict[str, Any]:
         return {

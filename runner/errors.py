@@ -1,7 +1,8 @@
 """The runner's error family. Bad input is a SpecError (the CLI turns it into a usage error,
-exit 2) or a RunInputError (a run id, rank or run that does not fit the command: its one
-line, exit 2); an operational failure is a RunnerError whose message names the next
-command. A damaged file is contract.files.DamagedFile, which the CLI reports like a RunnerError."""
+exit 2) or a BadInput (a run id, rank or run that does not fit the command, a data set that
+is missing: its one line, exit 2); an operational failure is a RunnerError whose message
+names the next command. A damaged file is contract.files.DamagedFile, which the CLI reports
+like a RunnerError."""
 
 from __future__ import annotations
 
@@ -22,7 +23,13 @@ class SpecError(ValueError):
         self.param = param
 
 
-class RunInputError(RunnerError):
+class BadInput(RunnerError):
+    """Input the command cannot use that no option's syntax could catch (a run id, a data
+    set that is not there): bad input, exit 2, reported in its one line like a RunnerError,
+    since the fix is in what the user named, not the usage."""
+
+
+class RunInputError(BadInput):
     """The run the user named cannot be what the command takes: no run has that id, it names
     several, a rank it does not have, a join to a run that is not elastic. Bad input (exit 2),
     reported in its one line like a RunnerError, since the fix is in the line, not the usage."""
@@ -34,6 +41,12 @@ class RunNotFound(RunInputError):
 
 class BackendUnavailable(RunnerError):
     """The backend cannot run here (a missing dependency or tool); the message says which."""
+
+
+class DataUnavailable(BadInput, BackendUnavailable):
+    """The data set a run reads is not where the run looks, or not the canonical one its
+    division needs: bad input (exit 2); the message names the `runner data fetch` that fixes
+    it. A BackendUnavailable too: the run cannot start here."""
 
 
 class StorageError(RunnerError):

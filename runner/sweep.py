@@ -26,6 +26,7 @@ from typing import Any
 from contract.rundir import JobStatus
 from runner import api
 from runner.errors import Interrupted, SpecError
+from runner.job import threads
 from runner.job.spec import JobSpec, resolve
 from runner.job.target import Target
 from runner.results import rundir
@@ -39,6 +40,17 @@ class Callbacks:
     on_run_start: Callable[[int, studies.PlannedRun, api.Run], None] = lambda i, p, r: None
     on_event: Callable[[dict[str, Any]], None] = lambda event: None
     on_run_end: Callable[[int, studies.PlannedRun, api.Outcome], None] = lambda i, p, o: None
+
+
+def holding_threads(target: Target, workers: Sequence[int]) -> Target:
+    """The target with every worker's threads fixed for the whole study: the user's
+    --threads, else the share of the cores that the study's largest worker count leaves each
+    worker (runner/job/threads.py). Then 1 worker and 4 differ in workers alone, not in the
+    threads each has: a scaling study that gave one worker the whole machine's threads would
+    measure the thread pool. A cluster's pods get their launcher's threads."""
+    if target.remote or target.threads_per_worker is not None or not workers:
+        return target
+    return replace(target, threads_per_worker=threads.default(max(workers)))
 
 
 def new_study(
@@ -55,6 +67,7 @@ def new_study(
     a sweep that cannot run fails at once with the fix, not after an empty study."""
     grid, fixed = studies.parse_grid(set_items)
     _refuse_ambiguous_axes(set_items, grid)
+    target = holding_threads(target, workers)
     planned = studies.plan(workers, grid, runs_per_cell, base_seed, links)
     specs = {
         run.cell: resolve(
@@ -146,6 +159,7 @@ def run_study(
     that never got on record leaves no directory behind."""
     study_dir = studies.studies_root(results_root) / study.study_id
     made = [p for p in (study_dir.parent, study_dir) if not p.exists()]
+    target = holding_threads(target, study.workers)
     try:
         return _run_study(results_root, study, target, callbacks or Callbacks())
     except OSError as err:

@@ -8,11 +8,13 @@ import pytest
 
 from runner import api
 from runner.backends.local.backend import LocalBackend
-from runner.job.spec import Placement, resolve
+from runner.job.spec import resolve
+from runner.job.target import local_target
 
 
 def submit_local(results: Path, overrides: list[str], workers: int = 2) -> api.Run:
-    spec = resolve("cnn-digits", overrides, Placement(procs_per_node=workers))
+    # Placed as the CLI places a local run: its threads per worker recorded (runner/job/threads.py).
+    spec = resolve("cnn-digits", overrides, local_target(results).placement(workers))
     return api.submit(spec, LocalBackend(results), results)
 
 

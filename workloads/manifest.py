@@ -61,12 +61,28 @@ def hardware(device: torch.device) -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "device": device.type,
+        **cpu_kernels(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
         info["cuda"] = torch.version.cuda
     return info
+
+
+def cpu_kernels() -> dict[str, Any]:
+    """Which vector instructions torch's CPU kernels use here (AVX2, AVX512 ...) and whether
+    the CPU has bf16 dot products (AVX-512 BF16 or AMX): what speed and rounding figures
+    depend on, read from this machine rather than assumed (an AVX2 CPU sums in another order
+    than an AVX-512 one, and bf16 autocast is fast only with the latter's bf16 units)."""
+    cpu = getattr(torch, "cpu", None)
+    bf16 = [
+        getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    ]
+    return {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16_dot": any(bool(check()) for check in bf16 if callable(check)),
+    }
 
 
 def _cpu_model() -> str:

@@ -25,7 +25,11 @@ import click
 
 from contract.files import DamagedFile
 from runner.cli.lazy import deferred
-from runner.errors import Interrupted, RunInputError, RunnerError, SpecError, interruption
+from runner.errors import BadInput, Interrupted, RunnerError, SpecError, interruption
+from runner.install import extra as install_extra
+
+if TYPE_CHECKING:
+    from runner.job.spec import Placement
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,7 +54,6 @@ else:
     errors = deferred(lambda: _consoles().Console(stderr=True))
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-INSTALL = "pip install -c constraints.txt -e '.[{extra}]'"
 # The optional extra that provides each module a command may need (pyproject.toml).
 EXTRAS = {
     "matplotlib": "report",
@@ -63,8 +66,8 @@ EXTRAS = {
 
 
 def handle_errors(fn: F) -> F:
-    """SpecError -> usage error (exit 2); RunInputError (a run id, rank or run that does not
-    fit) -> one line, exit 2; RunnerError or a damaged file -> one line, exit 1.
+    """SpecError -> usage error (exit 2); BadInput (a run id, rank or run that does not fit,
+    a missing data set) -> one line, exit 2; RunnerError or a damaged file -> one line, exit 1.
     `runner --debug` shows the traceback too."""
 
     @functools.wraps(fn)
@@ -77,7 +80,7 @@ def handle_errors(fn: F) -> F:
             if _debug_enabled():
                 raise
             lines = err.lines if isinstance(err, RunnerError) and err.lines else str(err)
-            fail(lines, EXIT_USAGE if isinstance(err, RunInputError) else EXIT_FAILED)
+            fail(lines, EXIT_USAGE if isinstance(err, BadInput) else EXIT_FAILED)
 
     return wrapper  # type: ignore[return-value]
 
@@ -152,7 +155,7 @@ def require(module: str, command: str) -> None:
     """One line naming the extra to install when `command` needs `module` and it is missing."""
     if importlib.util.find_spec(module) is None:
         extra = EXTRAS.get(module, module)
-        install = INSTALL.format(extra=extra)
+        install = install_extra(extra)
         raise RunnerError(f"{command} needs {module}, which is not installed: {install}")
 
 
@@ -318,6 +321,25 @@ def link_option(fn: F) -> F:
         "one-way delay, jitter and loss (100mbit,delay=5ms,loss=0.1%): here, shaped network "
         "namespaces; on a cluster, pod bandwidth limits (a rate only).",
     )(fn)  # fmt: skip
+
+
+def threads_option(fn: F) -> F:
+    return click.option(
+        "--threads", "threads_per_worker", type=click.IntRange(min=1, max=1024), default=None,
+        metavar="T", help="Intra-op CPU threads per worker, local runs (default: "
+        "OMP_NUM_THREADS, else the cores / the workers; a sweep: / its most workers, in "
+        "every cell).",
+    )(fn)  # fmt: skip
+
+
+def warn_oversubscribed(placement: Placement) -> None:
+    """One line on stderr when a local run's workers x threads exceed the cores here."""
+    from runner.job import threads
+
+    if placement.threads_per_worker is not None:
+        why = threads.oversubscribed(placement.world_size, placement.threads_per_worker)
+        if why:
+            errors.print(f"warning: {why}", markup=False, soft_wrap=True)
 
 
 def device_option(fn: F) -> F:

@@ -26,6 +26,7 @@ from rich.progress import (
 
 from contract import events as keys
 from contract.rundir import JobState, JobStatus
+from runner.words import count
 
 # How a followed run labels its quality metric (the eval_accuracy events carry it).
 METRIC_LABELS = {"top1_accuracy": "acc", "bleu": "BLEU", "perplexity": "ppl"}
@@ -149,7 +150,7 @@ class AdaptiveFigures:
         parts = [
             f"B_noise {self.b_noise:.0f}" if self.b_noise is not None else "",
             f"batch {self.global_batch}" if self.global_batch is not None else "",
-            f"{self.workers} workers" if self.workers is not None else "",
+            count(self.workers, "worker") if self.workers is not None else "",
         ]
         return "  ".join(p for p in parts if p)
 

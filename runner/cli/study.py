@@ -22,6 +22,8 @@ from runner.cli.common import (
     per_node_option,
     require,
     signals_interrupt,
+    threads_option,
+    warn_oversubscribed,
     where_options,
 )
 from runner.cli.lazy import deferred_module, deferred_name
@@ -49,6 +51,7 @@ else:  # imported by the command that runs (runner.cli.lazy)
 @click.option("--workers", "workers_text", required=True, metavar="N,N,...",
               help="Worker counts to sweep (processes in all), e.g. 1,2,4,8.")  # fmt: skip
 @per_node_option
+@threads_option
 @device_option
 @click.option("--link", "link_text", metavar="LINK[,LINK...]", default=None,
               help="Links to sweep (100mbit,1gbit; a delay or loss follows its rate: "
@@ -63,7 +66,8 @@ else:  # imported by the command that runs (runner.cli.lazy)
 def sweep(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
-    workers_text: str, per_node: int | None, device: str, link_text: str | None,
+    workers_text: str, per_node: int | None, threads_per_worker: int | None, device: str,
+    link_text: str | None,
     runs: int | None, set_items: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run BENCHMARK over a grid (workers x --set values x runs) and record it as a study.
@@ -87,11 +91,16 @@ def sweep(
     workers = studies.parse_workers(workers_text)
     links = studies.parse_links(link_text)
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
-    target = make_target(settings.results_dir, local, cluster, per_node, device)  # type: ignore[arg-type]
+    target = make_target(
+        settings.results_dir, local, cluster, per_node, device,  # type: ignore[arg-type]
+        threads_per_worker,
+    )  # fmt: skip
+    target = sweeps.holding_threads(target, workers)
     runs_per_cell = runs or get_benchmark(benchmark).default_runs
     study = sweeps.new_study(
         benchmark, workers, set_items, runs_per_cell, target, sweeps.base_seed(set_items), links
     )
+    warn_oversubscribed(target.placement(max(workers)))
     sweeps.check_writable(settings.results_dir)  # before the header: nothing said that fails
     axes = "".join(f" x {len(v)} {k}" for k, v in study.grid.items())
     axes += f" x {len(links)} links" if len(links) > 1 else ""

@@ -23,6 +23,8 @@ from runner.cli.common import (
     pass_settings,
     per_node_option,
     signals_interrupt,
+    threads_option,
+    warn_oversubscribed,
     where_options,
 )
 from runner.cli.lazy import deferred_module, deferred_name
@@ -46,6 +48,7 @@ else:  # imported by the command that runs (runner.cli.lazy)
               "elastic workers, and the run goes on while MIN are left "
               "(docs/adaptive-elastic.md).")  # fmt: skip
 @per_node_option
+@threads_option
 @device_option
 @link_option
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
@@ -57,8 +60,8 @@ else:  # imported by the command that runs (runner.cli.lazy)
 def submit(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
-    workers: tuple[int | None, int] | None, per_node: int | None, device: str,
-    link: str | None,
+    workers: tuple[int | None, int] | None, per_node: int | None,
+    threads_per_worker: int | None, device: str, link: str | None,
     overrides: tuple[str, ...], dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
@@ -83,7 +86,9 @@ def submit(
 
     results = settings.results_dir
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
-    target = make_target(results, local, cluster, per_node, device)  # type: ignore[arg-type]
+    target = make_target(
+        results, local, cluster, per_node, device, threads_per_worker,  # type: ignore[arg-type]
+    )  # fmt: skip
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)
     spec = resolve(benchmark, overrides, target.placement(high, link, low))
@@ -95,7 +100,9 @@ def submit(
             click.echo(api.dryrun(spec, backend, results), nl=not target.remote)
             if views.lr_text(spec):
                 errors.print(views.lr_text(spec), markup=False)
+            warn_oversubscribed(spec.placement)
             return
+        warn_oversubscribed(spec.placement)  # before anything starts: the fix is a flag away
         with signals_interrupt():  # a SIGTERM mid-create is recorded, never a silent death
             run = api.submit(spec, backend, results, detach=detach)
     except (KeyboardInterrupt, Interrupted) as err:

@@ -18,6 +18,7 @@ from contract.rundir import JobState, JobStatus
 from contract.summary import AdaptiveSummary, MicroSummary, Summary, TrainSummary
 from runner.cli.common import plain, terminal_safe
 from runner.job.benchmarks import FREE_KEYS, AnyBenchmark, MicroBenchmark
+from runner.words import count
 from workloads.strategies.config import EXACT_STRATEGIES, STRATEGIES
 from workloads.tasks.config import LOWER_IS_BETTER
 
@@ -44,7 +45,7 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
     table.add_column("defaults")
     for b in benchmarks:
         if isinstance(b, MicroBenchmark):
-            table.add_row(b.name, b.task, "-", f"{b.default_workers} workers")
+            table.add_row(b.name, b.task, "-", count(b.default_workers, "worker"))
             continue
         c = b.config
         table.add_row(
@@ -52,7 +53,7 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
             b.task,
             f"{c.target_metric} {'<=' if c.target_metric in LOWER_IS_BETTER else '>='} "
             f"{c.target.target_value:g} ({b.light_target:g})",
-            f"{b.default_workers} workers x batch {c.data.batch_size}, {c.strategy.name}, "
+            f"{count(b.default_workers, 'worker')} x batch {c.data.batch_size}, {c.strategy.name}, "
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
         )
     return table
@@ -105,7 +106,8 @@ def headline(summary: Summary | None, status: JobStatus | None = None) -> str:
         return f"{metric}, target in {summary.time_to_target_s:.1f} s"
     # A budget that ended the run is why its target was missed: said where the miss is.
     budget = ": the time budget stopped it" if summary.stopped_by_time_budget else ""
-    return f"{metric}, target {summary.target_value:g} not reached{budget}"
+    learned = f"; {summary.did_not_learn}" if summary.did_not_learn else ""
+    return f"{metric}, target {summary.target_value:g} not reached{budget}{learned}"
 
 
 def runs_table(infos: list[RunInfo]) -> Table:
@@ -179,7 +181,12 @@ def lr_text(spec: JobSpec) -> str | None:
 
     if not isinstance(spec.config, TrainConfig):
         return None
-    return str(spec.config.lr_plan(spec.placement.world_size))
+    plan = str(spec.config.lr_plan(spec.placement.world_size))
+    warmup_epochs = getattr(spec.config.schedule, "warmup_epochs", 0.0)
+    if warmup_epochs > spec.config.run.max_epochs:  # a quick check: said, not refused
+        epochs = count(spec.config.run.max_epochs, "epoch")
+        plan += f"; the run ends after {epochs}, on the ramp"
+    return plan
 
 
 def progress_for(console: Console, spec: JobSpec) -> TrainingProgress | MeasurementProgress:
@@ -207,7 +214,10 @@ def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
         console.print(summary_table(summary))
     if outcome.missing:
         console.print(f"[yellow]incomplete results[/yellow]: {plain('; '.join(outcome.missing))}")
-    console.print(f"{state_text(outcome.status)}  results: {plain(str(run.run_dir))}")
+    # A run at chance is said in the last line too, not only in the table above it.
+    learned = summary.did_not_learn if isinstance(summary, TrainSummary) else None
+    verdict = f"  [red]{learned}[/red]" if learned else ""
+    console.print(f"{state_text(outcome.status)}{verdict}  results: {plain(str(run.run_dir))}")
 
 
 def event_text(event: dict[str, Any], start_ms: int | None) -> str:
@@ -238,6 +248,8 @@ def summary_table(summary: TrainSummary) -> Table:
     table.add_column("value")
     direction = "<=" if summary.target_metric in LOWER_IS_BETTER else ">="
     outcome = "[green]reached[/green]" if summary.target_reached else "[red]not reached[/red]"
+    if summary.did_not_learn:
+        outcome += f", [red]{summary.did_not_learn}[/red]"
     table.add_row(
         "target", f"{summary.target_metric} {direction} {summary.target_value:g}: {outcome}"
     )
@@ -261,7 +273,7 @@ def summary_table(summary: TrainSummary) -> Table:
             "throughput",
             f"{summary.throughput_samples_per_s:,.0f} samples/s "
             + (f"({tokens:,.0f} tokens/s) " if tokens else "")
-            + f"on {summary.world_size} workers (global batch "
+            + f"on {count(summary.world_size, 'worker')} (global batch "
             f"{summary.global_batch_size} {summary.batch_unit}"
             + (" at the start)" if summary.adaptive else ")"),
         )

@@ -21,6 +21,7 @@ from runner.results import report as reports
 from runner.results.aggregate import mean_phase_ms_per_step
 from runner.results.runs import RunResult, config_conflicts, environment_differences
 from runner.results.study import Study
+from runner.words import count
 
 # The summary figures a comparison lines up beside the runs table's: (label, the field of a
 # training run's summary, unit the page formats it in).
@@ -73,7 +74,7 @@ def _report(built: reports.Report) -> dict[str, Any]:
         "curves": [
             {
                 "run_id": r.run_id,
-                "label": f"{label(r)}, {r.world_size} workers",
+                "label": f"{label(r)}, {count(r.world_size, 'worker')}",
                 "series": {k: [list(p) for p in v] for k, v in r.curves.items()},
             }
             for r in built.runs

@@ -2,9 +2,9 @@
 --stack S`, checked on this machine in the guide's order.
 
 The stack's settings file and its settings (read as `pulumi up` reads them, through the
-program's own parser: contract/stackconfig/config.py), the Pulumi CLI, a login, the stack in the backend,
-the `infra` extra in the program's virtualenv (.venv, Pulumi.yaml's runtime), the runner's
-`kubernetes` extra, the provider's own tools, credentials, APIs and GPU quota
+program's own parser: contract/stackconfig/config.py), the Pulumi CLI, a login, the stack in
+the backend, the `infra` extra in the program's virtualenv (.venv, Pulumi.yaml's runtime), the
+runner's `kubernetes` extra, the provider's own tools, credentials, APIs and GPU quota
 (runner/doctor/clouds.py), and last whether the stack is up. A step that needs an earlier
 one that is missing is not asked (its line says which); nothing is changed anywhere.
 """

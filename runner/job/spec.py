@@ -47,13 +47,17 @@ class Placement:
     # Elastic runs (--workers MIN:MAX): the fewest workers the run goes on with; it starts
     # with world_size (MAX) workers. None: a fixed number of workers.
     min_workers: int | None = None
+    # Intra-op CPU threads each worker gets (OMP_NUM_THREADS; runner/job/threads.py), the same
+    # whatever the worker count in a sweep. None: the launcher's choice (a cluster's pods, and
+    # runs recorded before it was).
+    threads_per_worker: int | None = None
 
     def __post_init__(self) -> None:
         # Also read back from job.json, which may be damaged: counts are whole numbers (1.5
         # nodes sized a list of rank logs; `true` passed for 1).
-        for name in ("num_nodes", "procs_per_node", "min_workers"):
+        for name in ("num_nodes", "procs_per_node", "min_workers", "threads_per_worker"):
             value = getattr(self, name)
-            if name == "min_workers" and value is None:
+            if name in ("min_workers", "threads_per_worker") and value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"placement.{name} is not a whole number: {value!r}")
@@ -67,6 +71,8 @@ class Placement:
             )
         if self.min_workers is not None:
             self._check_elastic()
+        if self.threads_per_worker is not None and not 1 <= self.threads_per_worker <= 1024:
+            raise SpecError("--threads", f"must be 1 to 1024, not {self.threads_per_worker}")
         if self.device not in DEVICES:
             raise SpecError("--device", f"must be one of {', '.join(DEVICES)}")
         if self.link is not None:
@@ -124,6 +130,7 @@ class JobSpec:
                 "device": self.placement.device,
                 "link": self.placement.link,
                 "min_workers": self.placement.min_workers,
+                "threads_per_worker": self.placement.threads_per_worker,
             },
             "config": self.config.to_dict(),
             "created_at": self.created_at,

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner import install
 from runner.backends import factory
 from runner.errors import BackendUnavailable, SpecError
+from runner.job import threads
 from runner.job.spec import Device, Placement
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ class Target:
     remote: bool
     device: Device = "cpu"
     per_node: int = 1  # cluster runs only
+    # Local runs: every worker's intra-op threads (--threads; a sweep fixes it for all its
+    # cells). None: runner/job/threads.py's default for the run's worker count.
+    threads_per_worker: int | None = None
 
     def placement(
         self, workers: int, link: str | None = None, min_workers: int | None = None
@@ -59,7 +64,8 @@ class Target:
                     f"a local run starts one process per worker on this machine: at most "
                     f"{LOCAL_MAX_WORKERS}, not {workers}",
                 )
-            return Placement(1, workers, self.device, link, min_workers)
+            per_worker = self.threads_per_worker or threads.default(workers)
+            return Placement(1, workers, self.device, link, min_workers, per_worker)
         if min_workers is not None:
             # --per-node is 1 unless given: more would be silently dropped here, as JobSpec's
             # own check never sees it (an elastic placement is built with one per node).
@@ -87,10 +93,13 @@ def make_target(
     cluster: ClusterOptions,
     per_node: int | None,
     device: Device,
+    threads_per_worker: int | None = None,
 ) -> Target:
     """The target the options name; SpecError for options that do not go together."""
     if local and cluster.given:
         raise SpecError("--local", "--local runs here; drop it to use --stack or --kubeconfig")
+    if cluster.given and threads_per_worker is not None:
+        raise SpecError("--threads", "applies to local runs; a cluster's pods get their launcher's")
     if not cluster.given:
         for name, value in (
             ("--context", cluster.context),
@@ -101,12 +110,11 @@ def make_target(
         ):
             if value is not None:
                 raise SpecError(name, "applies to cluster runs (--stack or --kubeconfig)")
-        return local_target(results_root, device)
+        return replace(local_target(results_root, device), threads_per_worker=threads_per_worker)
     for module in ("kubernetes", "yaml"):
         if importlib.util.find_spec(module) is None:
             raise BackendUnavailable(
-                f"cluster runs need {module}, which is not installed: "
-                "pip install -c constraints.txt -e '.[kubernetes]'"
+                f"cluster runs need {module}, which is not installed: {install.extra('kubernetes')}"
             )
     from runner.backends.kubernetes.connection import connect
 

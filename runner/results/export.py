@@ -18,6 +18,7 @@ from runner.results.aggregate import OUTLIER_RATIO
 from runner.results.report import EXCLUDED_STATES, Cell, Report, series_labeller
 from runner.results.runs import ADAPTIVE_CURVES, RunResult, environment_values
 from runner.stack.cost import Cost
+from runner.words import count
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def cells_table(report: Report) -> Table:
         if c.tta.valid and c.tta.std_s is not None:
             tta += f" ± {c.tta.std_s:.2f}"
         if not c.tta.valid:
-            notes.append(f"{c.series}, {c.workers} workers: {c.tta.reason}")
+            notes.append(f"{c.series}, {workers(c.workers)}: {c.tta.reason}")
         # Spread of the runs averaged: a cell without a result averaged none.
         span = f"{c.tta.min_s:.2f}-{c.tta.max_s:.2f}" if c.tta.valid else "-"
         speedup = "-" if c.speedup is None else f"{c.speedup:.2f}x ({c.efficiency:.0%})"
@@ -62,10 +63,28 @@ def cells_table(report: Report) -> Table:
     )
     notes.append(
         "speedup: time to accuracy at the fewest workers with a result / at this many "
-        "(efficiency: speedup / the workers' ratio)"
+        "(efficiency: speedup / the workers' ratio), only between runs whose workers had "
+        f"equal resources: {threads_text(report)}"
     )
     notes += baseline_notes(report) + outlier_notes(report)
     return Table("Time to accuracy per cell", header, tuple(rows), tuple(notes))
+
+
+def workers(n: int) -> str:
+    return count(n, "worker")
+
+
+def threads_text(report: Report) -> str:
+    """What each worker had, as the speedup note says it: runs with other threads per worker
+    are series of their own (report.series_labeller), never a speedup's other end."""
+    counts = sorted({r.threads_per_worker for r in report.runs if r.threads_per_worker})
+    gpu = ", one GPU each" if any(r.device == "cuda" for r in report.runs) else ""
+    if not counts:
+        return f"threads per worker not recorded{gpu}"
+    each = " or ".join(str(n) for n in counts)
+    plural = "" if counts == [1] else "s"
+    split = " (each series one count)" if len(counts) > 1 else ""
+    return f"{each} intra-op thread{plural} per worker{split}{gpu}"
 
 
 def aggregation_notes(report: Report) -> list[str]:
@@ -73,7 +92,7 @@ def aggregation_notes(report: Report) -> list[str]:
     numbers of runs follow different rules, and an unlabelled line would not say whose."""
     cells_by_rule: dict[str, list[str]] = {}
     for c in report.cells:
-        cells_by_rule.setdefault(c.tta.rule, []).append(f"{c.series} at {c.workers} workers")
+        cells_by_rule.setdefault(c.tta.rule, []).append(f"{c.series} at {workers(c.workers)}")
     if len(cells_by_rule) == 1:
         return [f"aggregation (every cell): {rule}" for rule in cells_by_rule]
     return [f"aggregation ({'; '.join(cells)}): {rule}" for rule, cells in cells_by_rule.items()]
@@ -89,8 +108,8 @@ def baseline_notes(report: Report) -> list[str]:
         base = next((c.baseline_workers for c in cells if c.baseline_workers), None)
         if base is not None and base != fewest:
             notes.append(
-                f"{series}: speedups are against {base} workers, the fewest with a valid time "
-                f"({fewest} workers have none)"
+                f"{series}: speedups are against {workers(base)}, the fewest with a valid time "
+                f"({workers(fewest)} {'has' if fewest == 1 else 'have'} none)"
             )
     return notes
 
@@ -101,7 +120,7 @@ def outlier_notes(report: Report) -> list[str]:
     for c in report.cells:
         for run_id, ratio in c.outliers.items():
             notes.append(
-                f"OUTLIER {run_id} ({c.series}, {c.workers} workers): time to accuracy "
+                f"OUTLIER {run_id} ({c.series}, {workers(c.workers)}): time to accuracy "
                 f"{ratio:.2f}x its cell's median; the cell's mean and every speedup against "
                 "it lean on it"
             )
@@ -260,7 +279,7 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
         f"{report.title}: compute and communication per step", out_dir / PHASES,
     )  # fmt: skip
     label = series_labeller(report.runs)
-    curves = [(printable(f"{label(r)}, {r.world_size} workers"), r.curves)
+    curves = [(printable(f"{label(r)}, {workers(r.world_size)}"), r.curves)
               for r in report.runs if r.curves]  # fmt: skip
     paths += figures.curves_figure(
         curves, report.target, f"{report.title}: loss and accuracy", out_dir / CURVES

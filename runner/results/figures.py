@@ -17,6 +17,7 @@ from typing import Any
 from contract import files
 from contract.events import EVAL_ACCURACY, OTHER_PHASE, STEP_PHASES, TRAIN_LOSS
 from runner.results.aggregate import Aggregate
+from runner.words import count
 
 FORMATS = ("png", "svg")
 PHASE_COLORS = {
@@ -123,7 +124,7 @@ def speedup_figure(
     bases = sorted({b for b in baselines.values() if b is not None})
     for base_w in bases:
         ideal = [w for w in all_workers if w >= base_w]
-        label = "ideal" if len(bases) == 1 else f"ideal from {base_w} workers"
+        label = "ideal" if len(bases) == 1 else f"ideal from {count(base_w, 'worker')}"
         ax.plot(ideal, [w / base_w for w in ideal], "k--", lw=1, label=label)
     if all_workers:
         ax.set_xticks(all_workers)

@@ -184,7 +184,8 @@ def arm_ratios(cells: Sequence[Cell]) -> list[ArmRatio]:
 
 
 def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
-    """Label runs by the --set values (and benchmark, device and link) that vary among them,
+    """Label runs by the --set values (and benchmark, device, link and threads per worker)
+    that vary among them,
     run controls aside; when nothing varies, by strategy. Runs are told apart by the value
     they used, not the text they were given: `lr=.05` and the default 0.05 are one series,
     shown as the first --set text given for it."""
@@ -198,11 +199,15 @@ def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
     several_benchmarks = len({r.benchmark for r in runs}) > 1
     several_devices = len({r.device for r in runs}) > 1  # a CPU and a GPU time never averaged
     several_links = len({r.link for r in runs}) > 1
+    # Runs whose workers had different threads each are never one series: a speedup between
+    # them would measure the thread pool, not data parallelism (runner/job/threads.py).
+    several_threads = len({r.threads_per_worker for r in runs}) > 1
 
     def plain(run: RunResult) -> str:
         parts = [run.benchmark] if several_benchmarks else []
         parts += [f"device={run.device}"] if several_devices else []
         parts += [f"link={run.link or UNSHAPED}"] if several_links else []
+        parts += [f"threads={run.threads_per_worker or '?'}"] if several_threads else []
         parts += [f"{k}={shown[k][_used(run, k)]}" for k in varying]
         return ", ".join(parts) or f"strategy={run.strategy}"
 

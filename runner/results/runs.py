@@ -59,6 +59,9 @@ class RunResult:
     manifest: Manifest | None
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     min_workers: int | None = None  # an elastic run's MIN (--workers MIN:MAX)
+    # Intra-op threads each worker trained with (the manifest's, else what job.json gave):
+    # speedups compare runs with equal threads per worker only (runner/job/threads.py).
+    threads_per_worker: int | None = None
 
     @property
     def strategy(self) -> str:
@@ -104,6 +107,7 @@ def load_run(run_dir: Path) -> RunResult:
         curves = curves_of(stream_events(folder.path / rundir.EVENTS, folder.fd))
     spec = record.spec
     state = None if state_data is None else _state(state_data, run_dir / STATE)
+    parsed_manifest = _parsed(manifest_data, parse_manifest, run_dir / MANIFEST)
     return RunResult(
         run_id=spec.run_id,
         run_dir=run_dir,
@@ -123,10 +127,15 @@ def load_run(run_dir: Path) -> RunResult:
         state_since=state.since if state else None,
         created_at=spec.created_at,
         summary=_parsed(summary_data, parse_summary, run_dir / SUMMARY),
-        manifest=_parsed(manifest_data, parse_manifest, run_dir / MANIFEST),
+        manifest=parsed_manifest,
         curves=curves,
         min_workers=spec.placement.min_workers,
+        threads_per_worker=_threads(parsed_manifest, spec.placement.threads_per_worker),
     )
+
+
+def _threads(manifest: Manifest | None, given: int | None) -> int | None:
+    return manifest.torch_threads if manifest is not None else given
 
 
 def _parsed(data: Any, parse: Callable[[Any, Path], _T], path: Path) -> _T | None:
@@ -269,6 +278,7 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 
 TOTAL_THREADS = "threads x workers"
+THREADS_PER_WORKER = "threads per worker"
 
 
 NETWORK = "network"
@@ -296,9 +306,9 @@ def environment_values(m: Manifest | None) -> dict[str, Any]:
         "image": m.image,
         "python": m.python,
         "dist_backend": m.dist_backend,
-        # Threads per worker shrink as workers grow (the local backend gives each run all
-        # cores); what must match across a scaling study is the total.
-        TOTAL_THREADS: m.total_threads,
+        # What each worker computes with must match across a scaling study, or its speedups
+        # measure the thread pool (issue 33); the total grows with the workers, as it should.
+        THREADS_PER_WORKER: m.torch_threads,
         NETWORK: network_text(m),
         **{f"package {k}": v for k, v in m.packages.items()},
         **{f"hardware {k}": v for k, v in m.hardware.items()},

@@ -100,7 +100,8 @@ def test_the_live_view_shows_the_noise_scale_the_global_batch_and_the_workers():
     for event in ADAPTIVE_EVENTS[3:]:  # garbage after it changes nothing it showed
         view.on_event(event)
     info = view.progress.tasks[0].fields["info"]
-    assert "B_noise 150" in info and "batch 128" in info and "1 workers" in info
+    assert "B_noise 150" in info and "batch 128" in info
+    assert "1 worker" in info and "1 workers" not in info
 
 
 def test_the_live_view_of_a_run_without_policies_shows_none_of_it():

@@ -27,6 +27,8 @@ def test_two_gloo_workers_reach_the_target_on_digits(finished_run):
     assert summary.time_to_target_s is not None
     assert 0 < summary.time_to_target_s <= summary.run_time_s
     assert summary.world_size == 2
+    # The task reports guessing's accuracy, which a run that did not learn is told from.
+    assert summary.final.chance == pytest.approx(0.1) and summary.did_not_learn is None
 
 
 def test_events_have_one_run_start_then_evaluations_then_run_stop(finished_run):
@@ -66,6 +68,8 @@ def test_a_finished_run_directory_is_complete(finished_run):
     assert manifest["world_size"] == 2
     assert manifest["dist_backend"] == "gloo"
     assert manifest["packages"]["torch"].startswith("2.13.0")
+    # Each worker trained with the threads job.json recorded for it (OMP_NUM_THREADS).
+    assert manifest["torch_threads"] == run.record.spec.placement.threads_per_worker
 
 
 def test_logs_hold_each_ranks_output(finished_run):

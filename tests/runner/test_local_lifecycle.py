@@ -339,7 +339,7 @@ def test_a_missing_data_set_is_refused_before_anything_starts_naming_the_fetch(t
     data.mkdir()
     args = ["--results-dir", str(tmp_path / "results"), "submit", "resnet20-cifar10"]
     result = CliRunner().invoke(main, [*args, "--set", f"data_dir={data}"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input, as the README's exit codes say
     assert f"runner data fetch cifar10 --dir {data}" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "results").exists()
@@ -352,7 +352,7 @@ def test_the_closed_division_refuses_a_data_set_that_is_not_the_canonical_one(tm
     args = ["--results-dir", str(tmp_path / "results"), "submit", "resnet20-cifar10", "--dry-run",
             "--set", f"data_dir={tmp_path / 'data'}"]  # fmt: skip
     closed = CliRunner().invoke(main, args)
-    assert closed.exit_code == 1 and "not the canonical 50,000/10,000 split" in closed.output
+    assert closed.exit_code == 2 and "not the canonical 50,000/10,000 split" in closed.output
     opened = CliRunner().invoke(main, [*args, "--set", "momentum=0.5"])  # open division
     assert opened.exit_code == 0, opened.output
 

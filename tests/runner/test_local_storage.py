@@ -68,7 +68,7 @@ def test_a_sweep_without_its_data_fails_before_any_study_exists(tmp_path):
     results = tmp_path / "results"
     done = runner(results, "sweep", "vgg11-cifar10", "--workers", "2,4",
                   "--link", "25mbit,100mbit", STACKBENCH_DATA=str(empty))  # fmt: skip
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 2, done.stdout + done.stderr  # bad input: no data
     assert "Traceback" not in done.stderr
     assert "runner data fetch cifar10" in done.stderr
     assert "study" not in done.stdout  # nothing announced

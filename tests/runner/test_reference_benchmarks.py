@@ -43,7 +43,7 @@ SPECS = {
         "model": "cnn-digits", "dataset": "digits", "batch_size": 32,
         **SGD, "momentum": 0.9, "weight_decay": 1e-4,
         "lr_schedule": "multistep", "lr": 0.05, "lr_scaling": "linear", "lr_scale_table": (),
-        "warmup_epochs": 1.0, "lr_milestones": (), "lr_gamma": 0.1,
+        "warmup_epochs": 5.0, "lr_milestones": (), "lr_gamma": 0.1,
         "strategy": "ddp", **EXECUTION_DEFAULTS, **RUN_DEFAULTS, "max_epochs": 30,
         "target_value": 0.95, "target_train_loss": None,
     },

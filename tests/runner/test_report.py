@@ -195,7 +195,7 @@ def test_a_conflict_says_how_many_more_runs_only_when_there_are_more(tmp_path):
     ]
 
 
-def test_threads_are_compared_as_the_total_a_run_was_given():
+def test_threads_are_compared_per_worker_as_a_scaling_study_holds_them():
     from contract.manifest import parse_manifest
     from runner.results.runs import environment_differences
 
@@ -204,10 +204,32 @@ def test_threads_are_compared_as_the_total_a_run_was_given():
             manifest=parse_manifest(env_manifest("r", workers, torch_threads=threads))
         )
 
-    scaling = [run(1, 2), run(2, 1)]  # the same two cores, split differently
-    assert "threads x workers" not in environment_differences(scaling)
-    oversubscribed = [run(1, 2), run(2, 2)]
-    assert environment_differences(oversubscribed)["threads x workers"] == ["2", "4"]
+    held = [run(1, 1), run(2, 1)]  # each worker computes alike: the study's premise
+    assert "threads per worker" not in environment_differences(held)
+    split = [run(1, 2), run(2, 1)]  # the same two cores split differently: not like for like
+    assert environment_differences(split)["threads per worker"] == ["1", "2"]
+
+
+def test_a_speedup_is_only_between_runs_with_equal_threads_per_worker(tmp_path):
+    # Issue 33: one worker on 2 threads against two on 1 each read as a 13x "speedup".
+    def threaded(run_id, workers, t, threads):
+        manifest = env_manifest(run_id, workers, torch_threads=threads)
+        return make_run(tmp_path, run_id, workers, t, manifest=manifest).name
+
+    names = [threaded("one-2t", 1, 20.0, 2), threaded("two-1t", 2, 8.0, 1),
+             threaded("one-1t", 1, 16.0, 1)]  # fmt: skip
+    built = reports.build(load(tmp_path, *names), "t")
+    by = {(c.series, c.workers): c for c in built.cells}
+    assert set(by) == {("threads=1", 1), ("threads=1", 2), ("threads=2", 1)}
+    assert by["threads=1", 2].speedup == pytest.approx(2.0)  # 16 s / 8 s, not 20 s / 8 s
+    assert by["threads=2", 1].speedup == pytest.approx(1.0)  # its own series' baseline
+    notes = " ".join(export.cells_table(built).notes)
+    assert "only between runs whose workers had equal resources: 1 or 2 intra-op" in notes
+
+
+def test_the_speedup_note_names_the_threads_every_worker_had(tmp_path):
+    notes = " ".join(export.cells_table(reports.build(scaling_runs(tmp_path), "t")).notes)
+    assert "equal resources: 1 intra-op thread per worker" in notes
 
 
 def report_study(results, runs, changes=None):  # type: ignore[no-untyped-def]
@@ -269,7 +291,7 @@ def test_each_aggregation_line_names_the_cells_it_applies_to(tmp_path):
     notes = [n for n in export.cells_table(reports.build(load(tmp_path, *names), "t")).notes
              if n.startswith("aggregation")]  # fmt: skip
     assert notes == [
-        "aggregation (strategy=ddp at 1 workers): mean of all 3 runs (fewer than 5: nothing "
+        "aggregation (strategy=ddp at 1 worker): mean of all 3 runs (fewer than 5: nothing "
         "dropped)",
         "aggregation (strategy=ddp at 2 workers): mean of all 2 runs (fewer than 5: nothing "
         "dropped)",

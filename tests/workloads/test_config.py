@@ -75,7 +75,7 @@ def test_non_finite_negative_or_absurd_numbers_are_refused_with_the_valid_range(
         ({"momentum": -1.0}, "momentum"),
         ({"target_value": 1.5}, "target_value"),
         ({"momentum": 0.0, "nesterov": True}, "nesterov"),
-        ({"warmup_epochs": 100.0}, "warmup_epochs"),
+        ({"warmup_epochs": -1.0}, "warmup_epochs"),
         ({"lr_milestones": (5, 3)}, "lr_milestones"),
         ({"lr_gamma": 0.0}, "lr_gamma"),
         ({"time_budget_s": -5.0}, "time_budget_s"),
@@ -334,7 +334,7 @@ def test_flat_keys_are_unique_for_every_option_of_every_choice(name):
         ("resnet20-cifar10", 8, LrPlan(0.0125, "linear x 8 workers", 0.1,
                                        "ramped linearly from lr over 5 epochs")),
         ("cnn-digits", 2, LrPlan(0.05, "linear x 2 workers", 0.1,
-                                 "ramped linearly from lr over 1 epoch")),
+                                 "ramped linearly from lr over 5 epochs")),
         ("logreg-epsilon", 4, LrPlan(200.0, "table x 3 at 4 workers", 600.0)),
         ("lstm-wikitext2", 4, LrPlan(15.0, "sqrt x sqrt(4 workers)", 30.0)),
         ("transformer-wmt17", 8, LrPlan(1.976e-3, "none: the same at any worker count", 1.976e-3,
@@ -348,7 +348,7 @@ def test_the_lr_plan_says_the_base_lr_the_rule_and_the_peak(name, workers, plan)
 
 def test_the_lr_plan_reads_as_one_line():
     assert str(BASE.lr_plan(2)) == (
-        "lr 0.05 -> 0.1 (linear x 2 workers, ramped linearly from lr over 1 epoch)"
+        "lr 0.05 -> 0.1 (linear x 2 workers, ramped linearly from lr over 5 epochs)"
     )
 
 

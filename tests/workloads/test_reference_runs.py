@@ -49,27 +49,42 @@ def _small_resnet20(data_dir: Path, **changes: object) -> TrainConfig:
     )
 
 
-def test_two_worker_resnet20_run_on_cifar_format_files_lowers_the_loss(tmp_path):
+@pytest.fixture(scope="module")
+def eager_resnet20(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One eager 2-worker ResNet-20 run on generated CIFAR-format files: the next two tests
+    read the same run (it was run twice, once for each: about a minute on 2 cores)."""
+    root = tmp_path_factory.mktemp("eager-resnet20")
+    config = _small_resnet20(root / "data", compile_model=False)
+    return root / "out", torchrun(config, root / "out", open_division=True)
+
+
+def test_two_worker_resnet20_run_on_cifar_format_files_lowers_the_loss(eager_resnet20):
     # Eager: what compiling changes is the next test's.
-    config = _small_resnet20(tmp_path / "data", compile_model=False)
-    summary = torchrun(config, tmp_path / "out", open_division=True)
-    losses = train_losses(tmp_path / "out")
+    out, summary = eager_resnet20
+    losses = train_losses(out)
     assert len(losses) == 3 and losses[-1] < 0.8 * losses[0]
     assert summary["steps"] == 3 * 5  # 160 images, 80 per worker, batches of 16
     assert summary["final"]["loss"] > 0 and 0.0 <= summary["final"]["value"] <= 1.0
 
 
-def test_the_compiled_default_trains_as_the_eager_model_does_on_two_ddp_workers(tmp_path):
-    compiled = _small_resnet20(tmp_path / "data")
+def test_the_compiled_default_trains_as_the_eager_model_does_on_two_ddp_workers(
+    tmp_path, eager_resnet20
+):
+    compiled = _small_resnet20(tmp_path / "data")  # the same files: write_cifar10 is seeded
     assert compiled.execution.compile_model  # the registry's default
     torchrun(compiled, tmp_path / "compiled", open_division=True, timeout_s=600)
-    eager = compiled.replace(compile_model=False)
-    torchrun(eager, tmp_path / "eager", open_division=True)
-    compiled_losses, eager_losses = (
-        train_losses(tmp_path / "compiled"),
-        train_losses(tmp_path / "eager"),
-    )
-    assert compiled_losses == pytest.approx(eager_losses, rel=1e-3)
+    eager_out, _ = eager_resnet20  # the same config but compile_model
+    compiled_losses, eager_losses = train_losses(tmp_path / "compiled"), train_losses(eager_out)
+    # Inductor's C++ kernels compute the same fp32 graph as ATen's but sum in another order,
+    # with vectors as wide as the CPU has (AVX-512 or AVX2): each step's loss agrees to fp32
+    # rounding (about 1e-6 relative), and every SGD step with BatchNorm feeds the gap back into
+    # the weights, so it grows epoch by epoch. On an AVX2 CPU (ATEN_CPU_CAPABILITY=avx2 and
+    # ONEDNN_MAX_CPU_ISA=AVX2 reproduce it) the epochs' losses were 1.2e-4, 4e-4 and 2.1e-3
+    # apart (1.8091 vs 1.8128 failed the one rel=1e-3 this had). So: the first epoch, before
+    # the gap compounds, within 1e-3; the last within 1e-2. A compiled graph that computed
+    # anything else (an op dropped, a layout mixed up) is tens of percent off from the start.
+    assert compiled_losses[0] == pytest.approx(eager_losses[0], rel=1e-3)
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-2)
     events = read_events(tmp_path / "compiled" / "events.jsonl")
     (compile_event,) = [e for e in events if e["key"] == "stackbench_compile_time_s"]
     assert compile_event["metadata"] == {"compiled": True}  # before run_start: init time

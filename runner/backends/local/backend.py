@@ -291,7 +291,7 @@ def rank_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
     the store on a port free now."""
     return launch.worker_processes(
         spec.placement.world_size, launch.workload_entry(spec, run_dir),
-        launch.thread_env(spec.placement.world_size), str(run_dir),
+        launch.thread_env(spec.placement), str(run_dir),
         launch.free_port(),
     )  # fmt: skip
 
@@ -309,7 +309,7 @@ def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
     network.require(parse_link(spec.placement.link or ""))  # dryrun: a spec with a link
     return launch.worker_processes(
         spec.placement.world_size, launch.workload_entry(spec, run_dir),
-        launch.thread_env(spec.placement.world_size), str(run_dir),
+        launch.thread_env(spec.placement), str(run_dir),
         launch.SHAPED_MASTER_PORT, shaped=True,
     )  # fmt: skip
 

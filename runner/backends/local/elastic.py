@@ -45,7 +45,7 @@ def elastic_processes(spec: JobSpec, run_dir: Path, store_port: int) -> tuple[Pr
     """MAX workers, w0 ... w<MAX-1>, each its own process on the supervisor's store."""
     max_workers = spec.placement.world_size
     argv = (sys.executable, *launch.workload_entry(spec, run_dir))
-    common = {**launch.thread_env(max_workers), "MASTER_ADDR": launch.LOOPBACK,
+    common = {**launch.thread_env(spec.placement), "MASTER_ADDR": launch.LOOPBACK,
               "MASTER_PORT": str(store_port), "WORLD_SIZE": str(max_workers)}  # fmt: skip
     return tuple(
         Process(argv=argv, env={**common, "STACKBENCH_MEMBER": f"w{i}"}, cwd=str(run_dir))

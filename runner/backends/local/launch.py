@@ -57,11 +57,12 @@ from runner.backends.local.network import (
     address,
 )
 from runner.errors import SpecError
+from runner.job import threads
 from runner.job.link import PARAM, parse_link
 from workloads import lifetime
 
 if TYPE_CHECKING:
-    from runner.job.spec import JobSpec
+    from runner.job.spec import JobSpec, Placement
 
 LAUNCH_FILE = "launch.json"  # in the run directory: the request the supervisor runs, as made
 LOOPBACK = "127.0.0.1"
@@ -106,10 +107,12 @@ def workload_entry(spec: JobSpec, run_dir: Path) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def thread_env(workers: int) -> dict[str, str]:
-    """One share of the cores per worker (what the user's OMP_NUM_THREADS says, if set)."""
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))}
+def thread_env(placement: Placement) -> dict[str, str]:
+    """Every worker's intra-op threads: what the run recorded (runner/job/threads.py; the
+    user's OMP_NUM_THREADS was read into it when it was resolved), else, for a run recorded
+    before it said, one share of the cores per worker."""
+    per_worker = placement.threads_per_worker or threads.default(placement.world_size)
+    return {threads.ENV: str(per_worker)}
 
 
 def worker_processes(

@@ -10,10 +10,9 @@ import importlib.util
 import os
 from pathlib import Path
 
-from runner.errors import BackendUnavailable, SpecError
+from runner import install
+from runner.errors import BackendUnavailable, DataUnavailable, SpecError
 from runner.job.spec import JobSpec
-
-INSTALL_WORKLOADS = "pip install -c constraints.txt -e '.[workloads]' (or run `make demo`)"
 
 
 def check(spec: JobSpec) -> None:
@@ -27,7 +26,8 @@ def check_packages() -> None:
     for module in ("torch", "numpy"):
         if importlib.util.find_spec(module) is None:
             raise BackendUnavailable(
-                f"running here needs {module}, which this environment lacks: {INSTALL_WORKLOADS}"
+                f"running here needs {module}, which this environment lacks: "
+                f"{install.extra('workloads')} (or run `make demo`)"
             )
 
 
@@ -70,11 +70,11 @@ def check_data(spec: JobSpec) -> None:
     if spec.division == "closed":
         problem = canonical.problem(root, data.name)
         if problem is not None:
-            raise BackendUnavailable(f"{spec.benchmark}: {problem}")
+            raise DataUnavailable(f"{spec.benchmark}: {problem}")
     else:
         problem = canonical.missing(root, data.name)
         if problem is not None:
-            raise BackendUnavailable(f"{spec.benchmark}: {problem}")
+            raise DataUnavailable(f"{spec.benchmark}: {problem}")
 
 
 def check_compile_cache(spec: JobSpec) -> None:

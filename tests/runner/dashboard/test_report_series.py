@@ -26,7 +26,7 @@ def test_a_study_page_orders_links_by_rate_and_labels_an_unshaped_run_so(results
     cells_table = report["tables"][0]
     assert [row[0] for row in cells_table["rows"]] == [s for s in series for _ in "12"]
     labels = {c["run_id"]: c["label"] for c in report["curves"]}
-    assert labels["unshaped-w1"] == "link=unshaped, 1 workers"
+    assert labels["unshaped-w1"] == "link=unshaped, 1 worker"
     assert "link=machine" not in str(report)
 
 
