@@ -34,6 +34,7 @@ from workloads.data.config import DATASETS, DataConfig
 from workloads.fields import ConfigError, setting
 from workloads.models import MODELS, ModelConfig
 from workloads.optim import OPTIMIZERS, OptimizerConfig
+from workloads.plugins import points
 from workloads.schedule import SCHEDULES, LrPlan, ScheduleConfig, lr_plan
 from workloads.strategies.config import (
     DDP_STRATEGIES,
@@ -41,7 +42,7 @@ from workloads.strategies.config import (
     PlainStrategy,
     StrategyConfig,
 )
-from workloads.tasks.config import METRIC_RANGES, TASKS, TaskConfig
+from workloads.tasks.config import METRIC_RANGES, TaskConfig
 
 __all__ = [
     "ConfigError",
@@ -170,7 +171,7 @@ class TrainConfig(Composite):
             raise ConfigError(
                 "dataset", f"model {model.name} trains on {' or '.join(model.datasets)}"
             )
-        if type(self.task) is not TASKS[model.task]:
+        if type(self.task).kind != model.task:
             raise ConfigError("model", f"{model.name} is trained by the {model.task} task")
         if self.execution.memory_format == "channels_last" and not model.image_input:
             raise ConfigError("memory_format", "channels_last applies to image models only")
@@ -180,7 +181,10 @@ class TrainConfig(Composite):
             )
         self.schedule.check_run(self.run.max_epochs)
         self._check_adaptive()
-        bounds = METRIC_RANGES[self.target_metric]
+        bounds = METRIC_RANGES.get(self.target_metric)
+        if bounds is None:
+            raise ConfigError("model", f"its task's metric {self.target_metric} is not one of "
+                              f"{', '.join(METRIC_RANGES)}")  # fmt: skip
         if self.target.target_value not in bounds:
             raise ConfigError("target_value", f"must be in {bounds} for {self.target_metric}")
 
@@ -237,5 +241,9 @@ class TrainConfig(Composite):
         cls, name: str, data: Mapping[str, Any], built: Mapping[str, Component]
     ) -> type[Component]:
         if name == "task":  # the task follows from the model, read before it
-            return TASKS[typing.cast(ModelConfig, built["model"]).task]
+            kind = typing.cast(ModelConfig, built["model"]).task
+            try:
+                return typing.cast(type[Component], points.TASKS.get(kind))
+            except KeyError:
+                raise ConfigError("model", f"no task {kind!r} is registered") from None
         return super()._part_class(name, data, built)

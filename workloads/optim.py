@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from workloads.components import Choice, Component
 from workloads.fields import ConfigError, setting
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from torch import nn
@@ -86,7 +87,9 @@ class AdamConfig(OptimizerConfig):
         )
 
 
-OPTIMIZERS = Choice("optimizer", (SgdConfig, AdamConfig))
+for _option in (SgdConfig, AdamConfig):
+    points.OPTIMIZERS.register(_option)
+OPTIMIZERS = Choice("optimizer", points.OPTIMIZERS, OptimizerConfig)
 
 
 def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> Optimizer:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 from workloads.components import Choice, Component
 from workloads.fields import ConfigError, setting
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from workloads.config import TrainConfig
@@ -130,7 +131,9 @@ class WarmupStepDecay(ScheduleConfig):
         return f"exponential warm-up over {self.warmup_steps} updates" if self.warmup_steps else ""
 
 
-SCHEDULES = Choice("lr_schedule", (MultiStep, InverseSqrt, WarmupInverseSqrt, WarmupStepDecay))
+for _option in (MultiStep, InverseSqrt, WarmupInverseSqrt, WarmupStepDecay):
+    points.SCHEDULES.register(_option)
+SCHEDULES = Choice("lr_schedule", points.SCHEDULES, ScheduleConfig)
 
 
 @dataclass(frozen=True)

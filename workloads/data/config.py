@@ -13,6 +13,7 @@ from typing import ClassVar, Literal
 
 from workloads.components import Choice, Component
 from workloads.fields import ConfigError, setting
+from workloads.plugins import points
 
 MAX_BATCH = 2**24  # a per-worker batch (or its tokens) beyond this is a typo
 
@@ -87,4 +88,6 @@ class WmtData(FileData):
             )
 
 
-DATASETS = Choice("dataset", (DigitsData, Cifar10Data, EpsilonData, WikiText2Data, WmtData))
+for _option in (DigitsData, Cifar10Data, EpsilonData, WikiText2Data, WmtData):
+    points.DATASETS.register(_option)
+DATASETS = Choice("dataset", points.DATASETS, DataConfig)

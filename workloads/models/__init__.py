@@ -19,6 +19,7 @@ from workloads.models.logreg.config import LogRegConfig
 from workloads.models.resnet.config import ResNetConfig
 from workloads.models.transformer.config import TransformerConfig
 from workloads.models.vgg.config import VggConfig
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from torch import nn
@@ -27,18 +28,17 @@ if TYPE_CHECKING:
 
 __all__ = ["MODELS", "ModelConfig", "build"]
 
-MODELS = Choice(
-    "model",
-    (
-        DigitsCnnConfig,
-        ResNetConfig,
-        VggConfig,
-        LogRegConfig,
-        AwdLstmConfig,
-        GnmtConfig,
-        TransformerConfig,
-    ),
-)
+for _family in (
+    DigitsCnnConfig,
+    ResNetConfig,
+    VggConfig,
+    LogRegConfig,
+    AwdLstmConfig,
+    GnmtConfig,
+    TransformerConfig,
+):
+    points.MODELS.register(_family)
+MODELS = Choice("model", points.MODELS, ModelConfig)
 
 
 def build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...] = ()) -> nn.Module:
