@@ -105,13 +105,42 @@ def benchmarks(benchmark: str | None) -> None:
       runner benchmarks transformer-wmt17
     """
     from runner.cli.views import benchmarks_table, keys_table
-    from runner.job.benchmarks import BENCHMARKS
     from runner.job.spec import get_benchmark
+    from workloads.plugins import points
 
     if benchmark is None:
-        console.print(benchmarks_table(list(BENCHMARKS.values())))
+        entries = points.BENCHMARKS.entries()
+        origins = {name: e.origin for name, e in entries.items()}
+        console.print(benchmarks_table([e.obj for e in entries.values()], origins))
         return
     console.print(keys_table(get_benchmark(benchmark)))
+
+
+@main.command()
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
+              help="Load this plugin first (as submit --plugin does); repeatable.")  # fmt: skip
+@handle_errors
+def plugins(plugins: tuple[str, ...]) -> None:
+    """List every extension point's entries (models, data sets, tasks, strategies,
+    optimizers, schedules, policies, benchmarks) and where each comes from: built in, an
+    installed package (its entry points, `stackbench.<point>`), or a --plugin path.
+
+    \b
+    Examples:
+      runner plugins
+      runner plugins --plugin examples/stackbench-example
+    """
+    from runner.cli.views import plugins_table
+    from workloads.plugins import loading, points
+
+    for plugin in plugins:
+        loading.load(plugin)
+    rows = [
+        (registry.point, name, entry.origin)
+        for registry in points.POINTS
+        for name, entry in registry.entries().items()
+    ]
+    console.print(plugins_table(rows))
 
 
 for _module in (submit, runs, data, study, stack, dashboard):

@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from contract.files import DamagedFile
 from runner.errors import Interrupted, RunInputError, RunnerError, SpecError, interruption
+from workloads.plugins.registry import PluginError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,7 +97,8 @@ EXTRAS = {
 
 def handle_errors(fn: F) -> F:
     """SpecError -> usage error (exit 2); RunInputError (a run id, rank or run that does not
-    fit) -> one line, exit 2; RunnerError or a damaged file -> one line, exit 1.
+    fit) -> one line, exit 2; RunnerError, a damaged file or a plugin that cannot be used
+    -> one line, exit 1.
     `runner --debug` shows the traceback too."""
 
     @functools.wraps(fn)
@@ -105,7 +107,7 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except SpecError as err:
             raise click.BadParameter(str(err), param_hint=err.param) from None
-        except (RunnerError, DamagedFile) as err:
+        except (RunnerError, DamagedFile, PluginError) as err:  # PluginError: a user's code
             if _debug_enabled():
                 raise
             lines = err.lines if isinstance(err, RunnerError) and err.lines else str(err)

@@ -41,6 +41,9 @@ from runner.job.target import ClusterOptions
 @link_option
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a config value; repeatable (non-tunables: open division).")  # fmt: skip
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
+              help="Load your own models, strategies, optimizers, policies or benchmark from "
+              "a module or path first; repeatable (open division; `runner plugins`).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the job and what would run; run nothing.")
 @click.option("--detach", is_flag=True, help="Start the run and return; follow with `runner logs`.")
 @pass_settings
@@ -50,7 +53,7 @@ def submit(
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
     workers: tuple[int | None, int] | None, per_node: int | None, device: str,
     link: str | None,
-    overrides: tuple[str, ...], dry_run: bool, detach: bool,
+    overrides: tuple[str, ...], plugins: tuple[str, ...], dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
     to the end.
@@ -67,17 +70,21 @@ def submit(
       runner submit cnn-digits --stack gke-gpu-8 --workers 4 --device cuda
       runner submit cnn-digits --kubeconfig ~/.kube/config --image REG/stackbench@sha256:...
       runner submit allreduce-micro --workers 2 --set max_elements=1000000
+      runner submit cnn-digits --workers 2 --plugin examples/topk --set strategy=topk
     Ctrl-C, SIGTERM or SIGHUP cancel the run and keep what it recorded.
     """
     from runner.job.spec import get_benchmark, resolve
     from runner.job.target import make_target
+    from workloads.plugins import loading
 
+    for plugin in plugins:  # first: the benchmark may be the plugin's
+        loading.load(plugin)
     results = settings.results_dir
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
     target = make_target(results, local, cluster, per_node, device)  # type: ignore[arg-type]
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)
-    spec = resolve(benchmark, overrides, target.placement(high, link, low))
+    spec = resolve(benchmark, overrides, target.placement(high, link, low), plugins=plugins)
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl
@@ -95,6 +102,8 @@ def submit(
         f"{views.plain(str(run.run_dir))}",
         soft_wrap=True,
     )
+    for plugin in spec.plugins:
+        console.print(f"with plugin {views.plain(plugin.label)}", soft_wrap=True)
     if views.lr_text(spec):
         console.print(views.lr_text(spec), markup=False)
     if detach:

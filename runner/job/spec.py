@@ -13,14 +13,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
+from contract.manifest import PluginRecord, parse_plugin
+from contract.records import Fields
+from contract.rundir import JOB
 from runner.errors import SpecError
 from runner.job.benchmarks import BENCHMARKS, FREE_KEYS, TRAIN_MODULE, AnyBenchmark, Benchmark
 from runner.job.link import parse_link
 from workloads.adaptive.config import AdaptiveConfig
 from workloads.config import ConfigError, TrainConfig
 from workloads.microconfig import AllReduceMicroConfig
+from workloads.plugins import loading, provenance
 from workloads.strategies.config import EXACT_STRATEGIES
 
 Device = Literal["cpu", "cuda"]
@@ -108,6 +113,8 @@ class JobSpec:
     overrides: tuple[tuple[str, str], ...] = ()  # as the user typed them, for the record
     division: Division = "closed"
     open_keys: tuple[str, ...] = ()  # the overridden keys that are not tunables
+    # Code from outside stackbench the run uses (workloads/plugins/provenance.py).
+    plugins: tuple[PluginRecord, ...] = ()
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +133,7 @@ class JobSpec:
                 "min_workers": self.placement.min_workers,
             },
             "config": self.config.to_dict(),
+            "plugins": [p.to_dict() for p in self.plugins],
             "created_at": self.created_at,
         }
 
@@ -143,6 +151,10 @@ class JobSpec:
         if not all(isinstance(text, str) for text in texts):
             raise TypeError("a text field (run_id, division, created_at, overrides, open_keys) "
                             "is not text")  # fmt: skip
+        plugins = tuple(parse_plugin(f) for f in Fields(data, Path(JOB)).objects("plugins"))
+        for plugin in plugins:  # its entries must be registered to read the config
+            if plugin.load is not None:
+                loading.load(plugin.load)
         return cls(
             run_id=data["run_id"],
             benchmark=data["benchmark"],
@@ -151,6 +163,7 @@ class JobSpec:
             overrides=overrides,
             division=data["division"],
             open_keys=open_keys,
+            plugins=plugins,
             created_at=data["created_at"],
         )
 
@@ -180,8 +193,11 @@ def resolve(
     overrides: Sequence[str] = (),
     placement: Placement | None = None,
     run_id: str | None = None,
+    plugins: Sequence[str] = (),
 ) -> JobSpec:
-    """Resolve and validate a job; raises SpecError naming what to change."""
+    """Resolve and validate a job; raises SpecError naming what to change. `plugins`: what
+    --plugin named (modules or paths), loaded first (PluginError where one cannot be)."""
+    loaded = {loading.load(p).split(".")[0]: loading.resolved(p) for p in plugins}
     bench = get_benchmark(benchmark_name)
     placement = placement or Placement(procs_per_node=bench.default_workers)
     parsed = parse_overrides(overrides)
@@ -197,6 +213,10 @@ def resolve(
     if placement.elastic:
         _check_elastic(bench, config)
         open_keys = tuple(sorted({*open_keys, ELASTIC_KEY}))
+    records = provenance.plugin_records(provenance.used_entries(config, bench.name), loaded)
+    _check_plugins_used(loaded, records)
+    if records:  # code from outside this repository: never closed division
+        open_keys = tuple(sorted({*open_keys, *(f"plugin {r.name}" for r in records)}))
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
         benchmark=bench.name,
@@ -205,7 +225,20 @@ def resolve(
         overrides=tuple(parsed.items()),
         division="open" if open_keys else "closed",
         open_keys=open_keys,
+        plugins=records,
     )
+
+
+def _check_plugins_used(loaded: Mapping[str, str], records: Sequence[PluginRecord]) -> None:
+    """A --plugin that the run does not select is a mistake (a typo in --set strategy=...,
+    or the wrong file): say so rather than run the reference and call it the plugin's."""
+    used = {r.load for r in records}
+    for load in loaded.values():
+        if load not in used:
+            raise SpecError(
+                "--plugin", f"{load} registers nothing this run uses; select its entries with "
+                f"--set (`runner plugins` lists them) or submit its benchmark"
+            )  # fmt: skip
 
 
 def open_division_keys(
@@ -291,6 +324,9 @@ def workload_args(spec: JobSpec, output_dir: str, log_dir: str | None = None) ->
         args += ["--open-division"]
     if spec.placement.elastic:
         args += ["--elastic", spec.placement.workers_text]
+    for plugin in spec.plugins:
+        if plugin.load is not None:
+            args += ["--plugin", plugin.load]
     if log_dir is not None:
         args += ["--log-dir", log_dir]
     return args

@@ -107,6 +107,10 @@ class Registry(Generic[T]):
     def entry(self, name: str) -> Entry[T] | None:
         return self.entries().get(name)
 
+    def loaded_entries(self) -> list[Entry[T]]:
+        """The entries registered so far, without loading anything."""
+        return list(self._entries.values())
+
     def view(self) -> Mapping[str, T]:
         """A read-only mapping name -> object that loads the point when first read."""
         return _View(self)
