@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -72,9 +73,14 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
 
-    def register(self, obj: T) -> T:
-        """Add `obj` under each of its names; returns it (so it can decorate a class)."""
-        module = getattr(obj, "__module__", None) or type(obj).__module__
+    def register(self, obj: T, module: str | None = None) -> T:
+        """Add `obj` under each of its names; returns it (so it can decorate a class).
+        `module`: where it is defined; by default a class's or function's own module, and
+        for any other object (a PolicySpec, a Benchmark) the module that registers it."""
+        if module is None:
+            own = isinstance(obj, type) or callable(obj)
+            caller = sys._getframe(1).f_globals.get("__name__", "?")
+            module = getattr(obj, "__module__", caller) if own else caller
         origin = origin_of(module)
         why = self._check(obj)
         if why is not None:
@@ -84,7 +90,9 @@ class Registry(Generic[T]):
             raise PluginError(f"{self.point}: {_label(obj)} from {origin} names no entry")
         for name in names:
             held = self._entries.get(name)
-            if held is not None and held.obj is not obj:
+            if held is not None and held.obj is obj:
+                continue  # registered again (an entry point of a module that registers it)
+            if held is not None:
                 raise PluginError(
                     f"{self.point}: {name!r} is registered twice, by {held.origin} "
                     f"({held.module}) and by {origin} ({module}); rename one"
@@ -133,7 +141,7 @@ class Registry(Generic[T]):
                 f"plugin {dist}: entry point {ep.name} = {ep.value} ({self.group}) failed to "
                 f"load: {type(err).__name__}: {err}"
             ) from None
-        self.register(obj)
+        self.register(obj, ep.module)
         if ep.name not in self._names_of(obj):
             raise PluginError(
                 f"plugin {dist}: entry point {ep.name} ({self.group}) names {ep.value}, "
@@ -165,7 +173,9 @@ def origin_of(module: str) -> str:
         return f"{dists[0]}=={metadata.version(dists[0])}"
     found = sys.modules.get(top)
     path = getattr(found, "__file__", None)
-    return str(path) if path else top
+    if not path:
+        return top
+    return str(Path(path).parent if Path(path).name == "__init__.py" else Path(path))
 
 
 def _distributions() -> dict[str, list[str]]:
