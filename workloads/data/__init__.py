@@ -105,17 +105,9 @@ class Splits:
 
 
 def load(config: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> Splits:
-    data = config.data
-    if data.name == "digits":
-        from workloads.data.digits import load_digits
+    """The configured data set's splits: its own loader (DataConfig.load) with its own slice
+    of the config and where it runs."""
+    from workloads.data.config import LoadContext
 
-        return load_digits(device)
-    if data.name == "cifar10":
-        from workloads.data.cifar10 import load_cifar10
-
-        return load_cifar10(data_root(data.data_dir), device, config.execution.memory_format)
-    if data.name == "epsilon":
-        from workloads.data.epsilon import load_epsilon
-
-        return load_epsilon(data_root(data.data_dir), device, rank, world_size, config.run.seed)
-    raise ValueError(f"no loader for dataset {data.name!r}")
+    ctx = LoadContext(device, rank, world_size, config.run.seed, config.execution.memory_format)
+    return config.data.load(ctx)
