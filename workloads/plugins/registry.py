@@ -73,15 +73,17 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
 
-    def register(self, obj: T, module: str | None = None) -> T:
+    def register(self, obj: T, module: str | None = None, origin: str | None = None) -> T:
         """Add `obj` under each of its names; returns it (so it can decorate a class).
         `module`: where it is defined; by default a class's or function's own module, and
-        for any other object (a PolicySpec, a Benchmark) the module that registers it."""
+        for any other object (a PolicySpec, a Benchmark) the module that registers it.
+        `origin`: where it comes from, when the caller knows (an entry point's distribution);
+        else found from the module."""
         if module is None:
             own = isinstance(obj, type) or callable(obj)
             caller = sys._getframe(1).f_globals.get("__name__", "?")
             module = getattr(obj, "__module__", caller) if own else caller
-        origin = origin_of(module)
+        origin = origin or origin_of(module)
         why = self._check(obj)
         if why is not None:
             raise PluginError(f"{self.point}: {_label(obj)} from {origin} {why}")
@@ -90,8 +92,9 @@ class Registry(Generic[T]):
             raise PluginError(f"{self.point}: {_label(obj)} from {origin} names no entry")
         for name in names:
             held = self._entries.get(name)
-            if held is not None and held.obj is obj:
-                continue  # registered again (an entry point of a module that registers it)
+            if held is not None and held.obj is obj:  # again: an entry point of a module
+                self._entries[name] = Entry(name, obj, origin, held.module)  # that registers it
+                continue
             if held is not None:
                 raise PluginError(
                     f"{self.point}: {name!r} is registered twice, by {held.origin} "
@@ -141,7 +144,7 @@ class Registry(Generic[T]):
                 f"plugin {dist}: entry point {ep.name} = {ep.value} ({self.group}) failed to "
                 f"load: {type(err).__name__}: {err}"
             ) from None
-        self.register(obj, ep.module)
+        self.register(obj, ep.module, dist if ep.dist is not None else None)
         if ep.name not in self._names_of(obj):
             raise PluginError(
                 f"plugin {dist}: entry point {ep.name} ({self.group}) names {ep.value}, "

@@ -1,0 +1,146 @@
+"""Extension points: registration, clashes, entry points, --plugin loading, provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from runner.errors import SpecError
+from runner.job.spec import resolve, workload_args
+from tests.workloads.plugin_packages import (
+    BENCHMARK_FOLDER,
+    isolated_registries,
+    write_dist_info,
+    write_package,
+)
+from workloads.config import TrainConfig
+from workloads.plugins import loading, points, provenance
+from workloads.plugins.registry import BUILT_IN, PluginError, Registry
+from workloads.strategies.config import PlainStrategy
+
+TOPK = '''
+    from dataclasses import dataclass
+    from typing import Literal
+    from workloads.plugins import points
+    from workloads.strategies.config import StrategyConfig
+
+
+    @points.STRATEGIES.register
+    @dataclass(frozen=True, kw_only=True)
+    class MyConfig(StrategyConfig):
+        name: Literal["{name}"] = "{name}"
+
+        def build(self, model, clock, comm, seed, monitor=None):
+            from workloads.strategies.gradients import flat_all_reduce
+            return flat_all_reduce(model, comm)
+'''
+
+
+@pytest.fixture
+def plugin_root(tmp_path):
+    with isolated_registries(tmp_path):
+        yield tmp_path
+
+
+def test_every_built_in_registers_through_the_points_and_says_so():
+    for registry in points.POINTS:
+        entries = registry.entries()
+        assert entries, registry.point
+        assert {e.origin for e in entries.values()} == {BUILT_IN}, registry.point
+    assert "ddp" in points.STRATEGIES.names() and "cnn-digits" in points.BENCHMARKS.names()
+    assert set(TrainConfig.CHOICES["strategy"].names()) == set(points.STRATEGIES.names())
+
+
+def test_a_plugin_taking_a_built_in_name_is_refused_naming_both(plugin_root):
+    write_package(plugin_root, "clash", {"__init__.py": TOPK.format(name="ddp")})
+    with pytest.raises(PluginError) as err:
+        loading.load(str(plugin_root / "clash"))
+    message = str(err.value)
+    assert "'ddp' is registered twice, by built in" in message
+    assert str(plugin_root / "clash") in message and "\n" not in message
+    assert points.STRATEGIES.get("ddp") is PlainStrategy  # the built-in is untouched
+
+
+def test_a_wrong_type_or_signature_is_refused_when_registered(plugin_root):
+    write_package(plugin_root, "badsig", {"__init__.py": TOPK.format(name="x").replace(
+        "def build(self, model, clock, comm, seed, monitor=None)", "def build(self, model)")})  # fmt: skip
+    with pytest.raises(PluginError, match=r"has build\(model\); StrategyConfig.build takes"):
+        loading.load(str(plugin_root / "badsig"))
+    with pytest.raises(PluginError, match="is not a subclass of OptimizerConfig"):
+        points.OPTIMIZERS.register(PlainStrategy)
+
+
+def test_a_plugin_that_fails_to_import_is_one_line_naming_it(plugin_root):
+    (plugin_root / "broken.py").write_text("import no_such_module_anywhere\n")
+    with pytest.raises(PluginError) as err:
+        loading.load(str(plugin_root / "broken.py"))
+    assert str(err.value) == (
+        f"plugin {plugin_root / 'broken.py'}: import failed: ModuleNotFoundError: "
+        "No module named 'no_such_module_anywhere'"
+    )
+    with pytest.raises(PluginError, match="no such Python file or directory"):
+        loading.load(str(plugin_root / "absent.py"))
+
+
+def test_installed_entry_points_register_with_their_distribution(plugin_root, monkeypatch):
+    write_package(plugin_root, "mystrat", {"__init__.py": TOPK.format(name="mine")})
+    write_dist_info(plugin_root, "my-strat", "1.2.3", """
+        [stackbench.things]
+        mine = mystrat:MyConfig
+    """)  # fmt: skip
+    monkeypatch.syspath_prepend(str(plugin_root))
+    # A point of its own: the entry point is read the first time the point is.
+    things: Registry[type] = Registry("things", points._literal_names, lambda obj: None, ())
+    entry = things.entries()["mine"]
+    assert entry.origin == "my-strat==1.2.3" and entry.package == "mystrat"
+
+
+def test_an_entry_point_that_cannot_load_names_its_distribution(plugin_root, monkeypatch):
+    write_dist_info(plugin_root, "bad-dist", "0.1", """
+        [stackbench.things]
+        gone = not_a_module:Thing
+    """)  # fmt: skip
+    monkeypatch.syspath_prepend(str(plugin_root))
+    things: Registry[type] = Registry("things", points._literal_names, lambda obj: None, ())
+    with pytest.raises(PluginError, match=r"^plugin bad-dist==0.1: entry point gone = "
+                       r"not_a_module:Thing \(stackbench.things\) failed to load: "
+                       r"ModuleNotFoundError"):  # fmt: skip
+        things.entries()
+
+
+def test_a_run_with_a_plugin_is_open_division_and_records_it(plugin_root):
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    spec = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)])
+    assert spec.division == "open" and "plugin mine" in spec.open_keys
+    (record,) = spec.plugins
+    assert record.name == "mine" and record.version is None and record.load == str(package)
+    assert workload_args(spec, "/out")[-2:] == ["--plugin", str(package)]
+    # The hash is of the source: one byte more and it differs.
+    before = record.source_sha256
+    (package / "__init__.py").write_text((package / "__init__.py").read_text() + "\n")
+    assert provenance.source_hash("mine") != before
+
+
+def test_a_plugin_the_run_does_not_use_is_refused(plugin_root):
+    package = write_package(plugin_root, "unused", {"__init__.py": TOPK.format(name="unused")})
+    with pytest.raises(SpecError, match="registers nothing this run uses"):
+        resolve("cnn-digits", [], plugins=[str(package)])
+
+
+def test_a_benchmark_folder_registers_model_data_and_benchmark(plugin_root):
+    write_package(plugin_root, "blobsbench", BENCHMARK_FOLDER)
+    loading.load(str(plugin_root / "blobsbench"))
+    spec = resolve("blobs-mlp")
+    assert spec.division == "open"
+    assert [r.name for r in spec.plugins] == ["blobsbench"]
+    assert points.MODELS.entry("tiny-mlp").origin == str(plugin_root / "blobsbench")
+    config = dataclasses.replace(spec.config)
+    assert type(config.data).__name__ == "BlobsData"
+
+
+def test_a_project_folder_with_one_package_loads_it(plugin_root):
+    project = plugin_root / "project"
+    write_package(project / "src", "inner", {"__init__.py": TOPK.format(name="inner")})
+    assert loading.load(str(project)) == "inner"
+    assert "inner" in points.STRATEGIES.names()
