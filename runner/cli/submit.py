@@ -102,8 +102,8 @@ def submit(
         f"{views.plain(str(run.run_dir))}",
         soft_wrap=True,
     )
-    for plugin in spec.plugins:
-        console.print(f"with plugin {views.plain(plugin.label)}", soft_wrap=True)
+    for record in spec.plugins:
+        console.print(f"with plugin {views.plain(record.label)}", soft_wrap=True)
     if views.lr_text(spec):
         console.print(views.lr_text(spec), markup=False)
     if detach:

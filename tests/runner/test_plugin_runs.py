@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stackbench-example"
 
-FAULTY_OPTIMIZER = '''
+FAULTY_OPTIMIZER = """
     from dataclasses import dataclass
     from typing import Literal
     from workloads.optim import OptimizerConfig
@@ -33,8 +33,8 @@ FAULTY_OPTIMIZER = '''
         def build(self, params, lr, extra_weight_decay=0.0):
             from {package}.step import Faulty
             return Faulty(params, lr)
-'''
-FAULTY_STEP = '''
+"""
+FAULTY_STEP = """
     import torch
 
 
@@ -42,7 +42,7 @@ FAULTY_STEP = '''
         @torch.no_grad()
         def step(self, closure=None):
             {body}
-'''
+"""
 
 
 def submit(results: Path, *args: str):

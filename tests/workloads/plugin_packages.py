@@ -18,7 +18,7 @@ BENCHMARK_FOLDER = {
         """A benchmark as one folder: a tiny MLP on Gaussian blobs."""
         from blobsbench import benchmark  # noqa: F401 (registers the model, data, benchmark)
     ''',
-    "model.py": '''
+    "model.py": """
         from __future__ import annotations
         from dataclasses import dataclass
         from typing import Literal
@@ -38,7 +38,7 @@ BENCHMARK_FOLDER = {
 
                 return nn.Sequential(nn.Linear(sample_shape[0], 16), nn.ReLU(),
                                      nn.Linear(16, num_classes))
-    ''',
+    """,
     "data.py": '''
         from __future__ import annotations
         from dataclasses import dataclass
@@ -72,7 +72,7 @@ BENCHMARK_FOLDER = {
             def canonical_problem(cls, name, root):
                 return None  # made from a seed: always the canonical data
     ''',
-    "benchmark.py": '''
+    "benchmark.py": """
         from runner.job.benchmarks import Benchmark
         from workloads.config import RunConfig, TargetConfig, TrainConfig
         from workloads.optim import SgdConfig
@@ -101,7 +101,7 @@ BENCHMARK_FOLDER = {
             tunables=frozenset({"batch_size", "lr"}),
             default_workers=1,
         ))
-    ''',
+    """,
 }
 
 

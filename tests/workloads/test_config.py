@@ -18,8 +18,8 @@ from workloads.config import (
 )
 from workloads.fields import BOUNDS, field_types, parse_value
 from workloads.microconfig import MeasurementConfig
-from workloads.schedule import LrPlan
 from workloads.plugins.points import TASKS
+from workloads.schedule import LrPlan
 
 BASE = CNN_DIGITS.config
 TRAINING = {n: b.config for n, b in BENCHMARKS.items() if isinstance(b.config, TrainConfig)}
