@@ -9,6 +9,7 @@ import click
 from rich.markup import escape
 
 from contract.files import DamagedFile
+from contract.manifest import PluginRecord
 from runner import api
 from runner.cli import views
 from runner.cli.common import (
@@ -85,6 +86,8 @@ def submit(
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)
     spec = resolve(benchmark, overrides, target.placement(high, link, low), plugins=plugins)
+    if target.remote and spec.plugins:
+        raise RunnerError(refuse_remote_plugins(spec.plugins))
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl
@@ -110,6 +113,17 @@ def submit(
         console.print(f"follow it with: runner logs {run.run_id} --follow")
         return
     follow(results, run)
+
+
+def refuse_remote_plugins(plugins: tuple[PluginRecord, ...]) -> str:
+    """Why a run with plugins is not sent to a cluster: its pods run the training image, and
+    nothing yet tells the runner, before submit, which plugins (of which source hash) an
+    image carries; a pod that lacked one would fail only once scheduled."""
+    names = ", ".join(p.label for p in plugins)
+    return (
+        f"this run uses code from outside stackbench ({names}), and the runner cannot yet "
+        "check that a cluster's training image carries it: run it here (--local)"
+    )
 
 
 def follow(results: Path, run: api.Run) -> None:

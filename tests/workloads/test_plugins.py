@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from click.testing import CliRunner
 
+from runner.cli import main
 from runner.errors import SpecError
 from runner.job.spec import resolve, workload_args
 from tests.workloads.plugin_packages import (
@@ -158,3 +160,22 @@ def test_a_project_folder_with_one_package_loads_it(plugin_root):
     write_package(project / "src", "inner", {"__init__.py": TOPK.format(name="inner")})
     assert loading.load(str(project)) == "inner"
     assert "inner" in points.STRATEGIES.names()
+
+
+def test_a_run_with_a_plugin_is_not_sent_to_a_cluster(plugin_root):
+    """No image is known to carry the plugin: refused before anything is submitted."""
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    kubeconfig = plugin_root / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    result = CliRunner().invoke(main, [
+        "--results-dir", str(plugin_root / "results"), "submit", "cnn-digits",
+        "--kubeconfig", str(kubeconfig), "--image", "reg.example/sb@sha256:" + "a" * 64,
+        "--plugin", str(package), "--set", "strategy=mine",
+    ])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "cannot yet check that a cluster's training image carries it" in result.output
+    assert "mine (sha256 " in result.output and "Traceback" not in result.output
