@@ -91,10 +91,14 @@ def main(ctx: click.Context, results_dir: Path, verbose: int, debug: bool) -> No
     ctx.obj = Settings(own_folder(results_dir), debug)
 
 
+PLUGIN_HELP = "Load this plugin first (as submit --plugin does); repeatable."
+
+
 @main.command()
 @click.argument("benchmark", required=False)
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH", help=PLUGIN_HELP)
 @handle_errors
-def benchmarks(benchmark: str | None) -> None:
+def benchmarks(benchmark: str | None, plugins: tuple[str, ...]) -> None:
     """List the benchmarks with their task, target and defaults; with BENCHMARK, the keys
     --set takes for it: value, what it accepts, and whether changing it keeps the run in
     the closed division.
@@ -103,11 +107,14 @@ def benchmarks(benchmark: str | None) -> None:
     Examples:
       runner benchmarks
       runner benchmarks transformer-wmt17
+      runner benchmarks --plugin path/to/my_benchmark
     """
     from runner.cli.views import benchmarks_table, keys_table
     from runner.job.spec import get_benchmark
-    from workloads.plugins import points
+    from workloads.plugins import loading, points
 
+    for plugin in plugins:
+        loading.load(plugin)
     if benchmark is None:
         entries = points.BENCHMARKS.entries()
         origins = {name: e.origin for name, e in entries.items()}
@@ -117,8 +124,7 @@ def benchmarks(benchmark: str | None) -> None:
 
 
 @main.command()
-@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
-              help="Load this plugin first (as submit --plugin does); repeatable.")  # fmt: skip
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH", help=PLUGIN_HELP)
 @handle_errors
 def plugins(plugins: tuple[str, ...]) -> None:
     """List every extension point's entries (models, data sets, tasks, strategies,

@@ -221,7 +221,7 @@ def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
     if isinstance(summary, MicroSummary):
         console.print(allreduce_table(summary))
     elif summary is not None:
-        console.print(summary_table(summary))
+        console.print(summary_table(summary, run.record.spec))
     if outcome.missing:
         console.print(f"[yellow]incomplete results[/yellow]: {plain('; '.join(outcome.missing))}")
     console.print(f"{state_text(outcome.status)}  results: {plain(str(run.run_dir))}")
@@ -247,8 +247,9 @@ def event_text(event: dict[str, Any], start_ms: int | None) -> str:
     return " ".join(part for part in (f"[{stamp}]", str(key), shown, extras) if part)
 
 
-def summary_table(summary: TrainSummary) -> Table:
-    """The end-of-run summary: outcome, throughput, and where the training time went."""
+def summary_table(summary: TrainSummary, spec: JobSpec | None = None) -> Table:
+    """The end-of-run summary: outcome, throughput, and where the training time went (and
+    the plugins the job says the run used, beside its division)."""
     title = f"Summary of {plain(summary.run_id)}"
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("what", style="bold")
@@ -298,7 +299,8 @@ def summary_table(summary: TrainSummary) -> Table:
         table.add_row("adaptive", adaptive_text(summary.adaptive))
     if summary.precision != "fp32":  # a benchmark compares like with like: say when not
         table.add_row("precision", summary.precision)
-    table.add_row("division", summary.division)
+    plugins = "".join(f"; plugin {plain(p.label)}" for p in (spec.plugins if spec else ()))
+    table.add_row("division", summary.division + plugins)
     return table
 
 
