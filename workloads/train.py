@@ -114,7 +114,9 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
         reason = watchdog.timeout_reason(err)
         if reason is None:
             return _plugin_fault(err)
-        print(f"stackbench: {reason}", flush=True)
+        plugins = provenance.used_plugin_names(config, args.benchmark)
+        named = f" (with plugin {', '.join(plugins)})" if plugins else ""  # its code may hang
+        print(f"stackbench: {reason}{named}", flush=True)
         return watchdog.STALLED_EXIT
     except Exception as err:
         return _plugin_fault(err)

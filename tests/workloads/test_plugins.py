@@ -179,3 +179,23 @@ def test_a_run_with_a_plugin_is_not_sent_to_a_cluster(plugin_root):
     assert result.exit_code == 1, result.output
     assert "cannot yet check that a cluster's training image carries it" in result.output
     assert "mine (sha256 " in result.output and "Traceback" not in result.output
+
+
+def test_the_plugin_at_fault_is_found_on_the_stack_and_named(plugin_root):
+    write_package(plugin_root, "mine", {
+        "__init__.py": TOPK.format(name="mine"),
+        "boom.py": "def explode():\n    raise ValueError('bad')\n",
+    })  # fmt: skip
+    loading.load(str(plugin_root / "mine"))
+    from mine.boom import explode  # type: ignore[import-not-found]
+
+    with pytest.raises(ValueError) as theirs:
+        explode()
+    assert provenance.plugin_at_fault(theirs.value.__traceback__) == "mine"
+    with pytest.raises(KeyError) as ours:  # raised by our code: no plugin to blame
+        points.STRATEGIES.get("nothing-of-that-name")
+    assert provenance.plugin_at_fault(ours.value.__traceback__) is None
+    # What a diverged or hung run's line names: the plugins its config uses.
+    config = resolve("cnn-digits", ["strategy=mine"], plugins=[str(plugin_root / "mine")]).config
+    assert provenance.used_plugin_names(config, "cnn-digits") == ["mine"]
+    assert provenance.used_plugin_names(resolve("cnn-digits").config, "cnn-digits") == []

@@ -40,6 +40,18 @@ def used_entries(config: Composite, benchmark: str | None = None) -> list[Entry[
     return [e for e in found if e is not None]
 
 
+def used_plugin_names(config: Composite, benchmark: str | None = None) -> list[str]:
+    """The names of the plugins `config` (and `benchmark`) use, without hashing them."""
+    names = {_name(e.package, e.origin) for e in used_entries(config, benchmark) if not e.built_in}
+    return sorted(names)
+
+
+def _name(package: str, origin: str) -> str:
+    """A plugin's name: its distribution's, or (loaded from a path) its module's."""
+    name, sep, _ = origin.partition("==")
+    return name if sep and "/" not in origin else package
+
+
 def plugin_records(
     entries: Iterable[Entry[Any]], loaded: Mapping[str, str] | None = None
 ) -> tuple[PluginRecord, ...]:
@@ -55,12 +67,10 @@ def plugin_records(
 
 
 def _record(package: str, origin: str, load: str | None) -> PluginRecord:
-    name, sep, version = origin.partition("==")
-    if not sep or "/" in origin:  # a plugin loaded from a path: its module names it
-        name, version = package, ""
+    installed = "==" in origin and "/" not in origin  # else loaded from a path
     return PluginRecord(
-        name=name,
-        version=version or None,
+        name=_name(package, origin),
+        version=origin.partition("==")[2] if installed else None,
         source_sha256=source_hash(package),
         origin=origin,
         load=load,
@@ -92,8 +102,7 @@ def plugin_packages() -> dict[str, str]:
     for registry in points.POINTS:
         for entry in registry.loaded_entries():
             if not entry.built_in:
-                name, sep, _ = entry.origin.partition("==")
-                found[entry.package] = name if sep and "/" not in entry.origin else entry.package
+                found[entry.package] = _name(entry.package, entry.origin)
     return found
 
 
