@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from workloads.config import TrainConfig
+    from workloads.models.base import ModelConfig
 
 
 class Objective(Protocol):
@@ -107,6 +107,6 @@ class RegularizedLogistic:
         return loss_sum, ((output > 0) == (target > 0.5)).sum()
 
 
-def build(config: TrainConfig, model: nn.Module) -> Objective:
-    """What the configured model family trains on (ModelConfig.objective)."""
-    return config.model.objective(model)
+def build(config: ModelConfig, model: nn.Module) -> Objective:
+    """What the model family of `config` trains on (ModelConfig.objective)."""
+    return config.objective(model)

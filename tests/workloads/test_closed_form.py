@@ -40,10 +40,10 @@ def random_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_the_loss_gradient_and_reported_penalty_are_autograds():
     config = LOGREG_EPSILON.config.replace(l2_rate=0.1)
     ours, theirs = random_model(), random_model()
-    objective = objectives.build(config, ours)
+    objective = objectives.build(config.model, ours)
     closed_form = config.model.closed_form(ours, objective)
     assert closed_form is not None
-    reference = objectives.build(config, theirs)
+    reference = objectives.build(config.model, theirs)
     x, y = random_batch(1)
     loss = closed_form.forward(x, y)
     closed_form.backward()
@@ -61,9 +61,9 @@ def test_the_loss_gradient_and_reported_penalty_are_autograds():
 def test_it_adds_to_gradients_already_there_as_autograd_does():
     config = LOGREG_EPSILON.config
     ours, theirs = random_model(), random_model()
-    closed_form = config.model.closed_form(ours, objectives.build(config, ours))
+    closed_form = config.model.closed_form(ours, objectives.build(config.model, ours))
     assert closed_form is not None
-    reference = objectives.build(config, theirs)
+    reference = objectives.build(config.model, theirs)
     for seed in (1, 2):
         x, y = random_batch(seed)
         closed_form.forward(x, y)
@@ -82,7 +82,7 @@ def _steps_and_autograd_calls(rank: int, world_size: int) -> dict[str, Any]:
     for name in ("allreduce", "ddp"):
         config = LOGREG_EPSILON.config.replace(strategy=name, l2_rate=0.01, lr=0.5)
         model = copy.deepcopy(template)
-        objective = objectives.build(config, model)
+        objective = objectives.build(config.model, model)
         clock = CpuClock()
         generator = torch.Generator().manual_seed(100 + rank)
         x = torch.randn(2 * BATCH, FEATURES, generator=generator)

@@ -121,7 +121,7 @@ def test_the_check_leaves_every_weight_as_it_was():
 
 def _classifier_loss(benchmark: str, classes: int, shape: tuple[int, ...]) -> Any:
     def build() -> tuple[torch.nn.Module, torch.Tensor]:
-        model = models.build(BENCHMARKS[benchmark].config, classes, shape)
+        model = models.build(BENCHMARKS[benchmark].config.model, classes, shape)
         out, labels = model(torch.randn(4, *shape)), torch.arange(4) % classes
         if out.dim() == 1:  # logistic regression: one logit a sample
             return model, F.binary_cross_entropy_with_logits(out, labels.float())

@@ -38,7 +38,7 @@ def test_steps_with_the_l2_gradient_in_the_optimizer_match_autograd_on_the_whole
         for p, q in zip(ours.parameters(), plain.parameters(), strict=True):
             p.normal_()
             q.copy_(p)
-    objective = objectives.build(config, ours)
+    objective = objectives.build(config.model, ours)
     step = build_optimizer(config, ours.parameters())
     reference = config.replace(l2_rate=0.0)  # no weight decay of its own
     plain_step = build_optimizer(reference, plain.parameters())
@@ -80,5 +80,5 @@ def test_cross_entropy_evaluation_counts_arg_max_hits():
 def test_build_picks_the_tasks_objective():
     logreg = BENCHMARKS["logreg-epsilon"].config
     resnet = BENCHMARKS["resnet20-cifar10"].config
-    assert isinstance(objectives.build(logreg, LogisticRegression(3)), RegularizedLogistic)
-    assert isinstance(objectives.build(resnet, LogisticRegression(3)), CrossEntropy)
+    assert isinstance(objectives.build(logreg.model, LogisticRegression(3)), RegularizedLogistic)
+    assert isinstance(objectives.build(resnet.model, LogisticRegression(3)), CrossEntropy)

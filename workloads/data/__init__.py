@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from workloads.config import TrainConfig
+    from workloads.data.config import DataConfig, LoadContext
 
     Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
@@ -104,10 +104,6 @@ class Splits:
         return tuple(self.train_x.shape[1:])
 
 
-def load(config: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> Splits:
-    """The configured data set's splits: its own loader (DataConfig.load) with its own slice
-    of the config and where it runs."""
-    from workloads.data.config import LoadContext
-
-    ctx = LoadContext(device, rank, world_size, config.run.seed, config.execution.memory_format)
-    return config.data.load(ctx)
+def load(config: DataConfig, ctx: LoadContext) -> Splits:
+    """The splits of data set `config`: its own loader (DataConfig.load) with where it runs."""
+    return config.load(ctx)

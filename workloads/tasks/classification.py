@@ -16,6 +16,7 @@ from contract import events
 from workloads import data, models, objectives, precision, strategies
 from workloads.adaptive import training
 from workloads.adaptive.run import Adaptive
+from workloads.data.config import LoadContext
 from workloads.loop import EVAL_BATCH_SIZE, EpochStats, Trainer, evaluate_metrics, train_epoch
 from workloads.optim import build_optimizer
 from workloads.tasks import Context, Evaluation
@@ -33,10 +34,14 @@ class ClassificationTask:
     @classmethod
     def build(cls, ctx: Context) -> ClassificationTask:
         config, device = ctx.config, ctx.device
-        splits = data.load(config, device, ctx.rank, ctx.world_size)
-        model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
-        objective = objectives.build(config, model)
-        computes_in = precision.resolve(config, device)
+        memory_format = config.execution.memory_format
+        where = LoadContext(device, ctx.rank, ctx.world_size, config.run.seed, memory_format)
+        splits = data.load(config.data, where)
+        model = models.build(
+            config.model, splits.num_classes, splits.sample_shape, memory_format
+        ).to(device)
+        objective = objectives.build(config.model, model)
+        computes_in = precision.resolve(config.execution.precision, config.model.task, device)
         # A compiled model trains through the compiled graph, and a bf16 forward through
         # autocast's kernels: a closed form (fp32, uncompiled) would compute something else.
         closed_form = None

@@ -77,7 +77,7 @@ class LanguageModelTask(Trains):
         config = ctx.config
         bptt = narrow(config.data, WikiText2Data, "data").bptt
         corpus = load_wikitext(data_root(config.data.data_dir) / WIKITEXT2_SUBDIR)
-        model = models.build(config, corpus.vocab_size).to(ctx.device)
+        model = models.build(config.model, corpus.vocab_size).to(ctx.device)
         strategy = strategies.build(config, model, ctx.clock)
         train = batchify(rank_share(corpus.train, ctx.world_size, ctx.rank), config.data.batch_size)
         valid = batchify(rank_share(corpus.valid, ctx.world_size, ctx.rank), EVAL_BATCH_SIZE)
@@ -104,7 +104,7 @@ class LanguageModelTask(Trains):
             strategy,
             build_optimizer(config, model.parameters()),
             StepTimer(ctx.clock),
-            precision.resolve(config, ctx.device),
+            precision.resolve(config.execution.precision, config.model.task, ctx.device),
             num_train=len(corpus.train),
             num_eval=len(corpus.valid),
             vocab_size=corpus.vocab_size,

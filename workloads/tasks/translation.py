@@ -90,7 +90,7 @@ class TranslationTask(Trains):
         test = corpus.load_parallel(cache, "test", dataset=data.name)
         references = corpus.load_references(cache, "test", dataset=data.name)
         train_ids = trainable_pairs(train, narrow(data, WmtData, "data").max_seq_len)
-        model = models.build(config, tokenizer.vocab_size).to(ctx.device)
+        model = models.build(config.model, tokenizer.vocab_size).to(ctx.device)
         strategy = strategies.build(config, model, ctx.clock)
         return cls(
             config,
@@ -105,7 +105,7 @@ class TranslationTask(Trains):
             strategy,
             build_optimizer(config, model.parameters()),
             StepTimer(ctx.clock),
-            precision.resolve(config, ctx.device),
+            precision.resolve(config.execution.precision, config.model.task, ctx.device),
             ctx.output_dir,
         )
 
