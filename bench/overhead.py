@@ -47,7 +47,6 @@ from workloads.config import TrainConfig
 from workloads.data.config import LoadContext
 from workloads.data.sampling import batches, epoch_shard
 from workloads.loop import EVAL_BATCH_SIZE
-from workloads.optim import build_optimizer
 
 RESNET_IMAGES_PER_FILE = 256  # 1,280 training images: 40 steps of 32 an epoch
 
@@ -77,7 +76,7 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
     dev = torch.device(device)
     torch.manual_seed(config.run.seed)
     where = LoadContext(dev, seed=config.run.seed, memory_format=config.execution.memory_format)
-    splits = data.load(config.data, where)
+    splits = config.data.load(where)
     bare = BareLoop.build(config, splits, dev)
     samples, train_s, first_step_s = 0, 0.0, 0.0
     for epoch in range(config.run.max_epochs):
@@ -113,7 +112,7 @@ class BareLoop:
         model = models.build(
             config.model, splits.num_classes, splits.sample_shape, config.execution.memory_format
         ).to(dev)
-        optimizer = build_optimizer(config, model.parameters())
+        optimizer = config.build_optimizer(model.parameters())
         forward = _compiled(model, config, splits) if config.execution.compile_model else model
         generator = torch.Generator(dev).manual_seed(config.run.seed)
         sync = torch.cuda.synchronize if dev.type == "cuda" else lambda: None

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from workloads.adaptive.config import AdaptiveConfig
 from workloads.components import Choice, Component, Composite
@@ -43,6 +43,11 @@ from workloads.strategies.config import (
     StrategyConfig,
 )
 from workloads.tasks.config import METRIC_RANGES, TaskConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from workloads.sgd import Optimizer
 
 __all__ = [
     "ConfigError",
@@ -164,6 +169,17 @@ class TrainConfig(Composite):
             rule=f"{plan.rule}, x {factor:g}: the batch policy starts at {start} of {configured}",
             peak_lr=plan.peak_lr * factor,
         )
+
+    # ---- composing the builders, each of which takes its own slice ----
+
+    def build_optimizer(self, params: Iterable[nn.Parameter]) -> Optimizer:
+        """The optimizer over `params`, at the schedule's base LR, with the model's own L2
+        penalty added to its weight decay (ModelConfig.optimizer_weight_decay)."""
+        return self.optimizer.build(params, self.schedule.lr, self.model.optimizer_weight_decay())
+
+    def lr_at(self, world_size: int, epochs_done: float, steps_done: int = 0) -> float:
+        """The schedule's LR for the step after `epochs_done` epochs, `steps_done` steps."""
+        return self.schedule.lr_at(world_size, epochs_done, steps_done, self.run.max_epochs)
 
     def validate(self) -> None:
         model, data = self.model, self.data

@@ -21,7 +21,6 @@ from workloads.plugins import points
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.config import TrainConfig
     from workloads.sgd import Optimizer
 
 
@@ -91,6 +90,3 @@ for _option in (SgdConfig, AdamConfig):
     points.OPTIMIZERS.register(_option)
 OPTIMIZERS = Choice("optimizer", points.OPTIMIZERS, OptimizerConfig)
 
-
-def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> Optimizer:
-    return config.optimizer.build(params, config.schedule.lr, config.model.optimizer_weight_decay())

@@ -19,14 +19,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from workloads.components import Choice, Component
 from workloads.fields import ConfigError, setting
 from workloads.plugins import points
-
-if TYPE_CHECKING:
-    from workloads.config import TrainConfig
 
 MAX_LR = 1000.0  # 2a's alpha is 200 for one worker (800 at 16); beyond this is a typo
 
@@ -163,12 +160,6 @@ def lr_plan(schedule: ScheduleConfig, world_size: int) -> LrPlan:
     else:
         rule = "none: the same at any worker count"
     return LrPlan(schedule.lr, rule, peak_lr(schedule, world_size), schedule.warmup())
-
-
-def lr_at(config: TrainConfig, world_size: int, epochs_done: float, steps_done: int = 0) -> float:
-    """The LR of `config`'s schedule for the step after `epochs_done` epochs, `steps_done`
-    steps."""
-    return config.schedule.lr_at(world_size, epochs_done, steps_done, config.run.max_epochs)
 
 
 def peak_lr(schedule: ScheduleConfig, world_size: int) -> float:

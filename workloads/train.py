@@ -266,7 +266,7 @@ def run(
         # What the run started with: an elastic run that ends with one worker ran allreduce,
         # not `local`, and its global batch moved with its workers (the summary's adaptive
         # part says where it ended).
-        strategy=strategies.effective_name(config, start_world),
+        strategy=strategies.effective_name(config.strategy, start_world),
         world_size=world_size,
         start_world_size=start_world,
         device=device.type,
