@@ -18,9 +18,11 @@ import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 T = TypeVar("T")
 
@@ -132,6 +134,8 @@ class Registry(Generic[T]):
         self._loaded = True  # first: a lookup made while loading sees what is there
         for module in self._builtins:
             importlib.import_module(module)
+        from importlib import metadata  # here: `runner --help` need not import it
+
         for ep in metadata.entry_points(group=self.group):
             self._load_entry_point(ep)
 
@@ -171,6 +175,8 @@ def origin_of(module: str) -> str:
     top = module.split(".")[0]
     if top in BUILTIN_PACKAGES:
         return BUILT_IN
+    from importlib import metadata
+
     dists = _distributions().get(top)
     if dists:
         return f"{dists[0]}=={metadata.version(dists[0])}"
@@ -184,6 +190,8 @@ def origin_of(module: str) -> str:
 def _distributions() -> dict[str, list[str]]:
     """Top-level module -> the distributions that install it (read each time: a plugin's
     entries are few, and a package installed while the process runs is seen)."""
+    from importlib import metadata
+
     return dict(metadata.packages_distributions())
 
 
