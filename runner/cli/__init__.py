@@ -66,8 +66,13 @@ from runner.cli.common import (  # noqa: E402
 )  # fmt: skip
 @click.option("--verbose", "-v", count=True, help="Log what the runner does (-vv: everything).")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an error too.")
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
+              help="Load this plugin first, for any command (reading a run made with "
+              "submit --plugin PATH); repeatable.")  # fmt: skip
 @click.pass_context
-def main(ctx: click.Context, results_dir: Path, verbose: int, debug: bool) -> None:
+def main(
+    ctx: click.Context, results_dir: Path, verbose: int, debug: bool, plugins: tuple[str, ...]
+) -> None:
     """Run stackbench benchmarks locally or on a cluster and collect comparable results.
 
     \b
@@ -89,6 +94,23 @@ def main(ctx: click.Context, results_dir: Path, verbose: int, debug: bool) -> No
     """
     configure_logging(verbose)
     ctx.obj = Settings(own_folder(results_dir), debug)
+    if plugins:
+        _load_plugins(plugins, debug)
+
+
+def _load_plugins(plugins: tuple[str, ...], debug: bool) -> None:
+    """The plugins named before the command, loaded as `submit --plugin` loads them."""
+    from runner.cli.common import fail
+    from workloads.plugins import loading
+    from workloads.plugins.registry import PluginError
+
+    try:
+        for plugin in plugins:
+            loading.load(plugin)
+    except PluginError as err:
+        if debug:
+            raise
+        fail(str(err))
 
 
 PLUGIN_HELP = "Load this plugin first (as submit --plugin does); repeatable."

@@ -152,13 +152,10 @@ class JobSpec:
             raise TypeError("a text field (run_id, division, created_at, overrides, open_keys) "
                             "is not text")  # fmt: skip
         plugins = tuple(parse_plugin(f) for f in Fields(data, Path(JOB)).objects("plugins"))
-        for plugin in plugins:  # its entries must be registered to read the config
-            if plugin.load is not None:
-                loading.load(plugin.load)
         return cls(
             run_id=data["run_id"],
             benchmark=data["benchmark"],
-            config=type(get_benchmark(data["benchmark"]).config).from_dict(data["config"]),
+            config=_read_config(data, plugins),
             placement=Placement(**data["placement"]),
             overrides=overrides,
             division=data["division"],
@@ -166,6 +163,25 @@ class JobSpec:
             plugins=plugins,
             created_at=data["created_at"],
         )
+
+
+def _read_config(
+    data: Mapping[str, Any], plugins: tuple[PluginRecord, ...]
+) -> TrainConfig | AllReduceMicroConfig:
+    """The job's config. Its plugins' entries must be registered already (an installed
+    package's are; one loaded from a path by `runner --plugin PATH ...`): a path read from a
+    file is never imported, since the file may be hostile."""
+    try:
+        return type(get_benchmark(data["benchmark"]).config).from_dict(data["config"])
+    except (ConfigError, SpecError) as err:
+        absent = [p for p in plugins if p.load is not None]
+        if not absent:
+            raise
+        loads = " ".join(f"--plugin {p.load}" for p in absent)
+        raise ValueError(
+            f"it uses plugin {', '.join(p.name for p in absent)}, which is not loaded "
+            f"({err}): runner {loads} COMMAND ..."
+        ) from None
 
 
 def get_benchmark(name: str) -> AnyBenchmark:

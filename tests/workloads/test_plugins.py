@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from runner.cli import main
 from runner.errors import SpecError
-from runner.job.spec import resolve, workload_args
+from runner.job.spec import JobSpec, resolve, workload_args
 from tests.workloads.plugin_packages import (
     BENCHMARK_FOLDER,
     isolated_registries,
@@ -199,3 +199,20 @@ def test_the_plugin_at_fault_is_found_on_the_stack_and_named(plugin_root):
     config = resolve("cnn-digits", ["strategy=mine"], plugins=[str(plugin_root / "mine")]).config
     assert provenance.used_plugin_names(config, "cnn-digits") == ["mine"]
     assert provenance.used_plugin_names(resolve("cnn-digits").config, "cnn-digits") == []
+
+
+def test_reading_a_job_never_imports_the_plugin_path_it_names(tmp_path):
+    """job.json may be hostile: the path in it is not imported; the error says how to load
+    the plugin by hand, and once loaded the job reads back."""
+    code = TOPK.format(name="mine") + "\nopen(__file__ + '.imported', 'w').close()\n"
+    with isolated_registries(tmp_path):
+        package = write_package(tmp_path, "mine", {"__init__.py": code.replace("\n    ", "\n")})
+        data = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)]).to_dict()
+    marker = package / "__init__.py.imported"
+    marker.unlink()
+    with pytest.raises(ValueError, match=f"not loaded .*: runner --plugin {package} COMMAND"):
+        JobSpec.from_dict(data)
+    assert not marker.exists()
+    with isolated_registries(tmp_path):
+        loading.load(str(package))
+        assert JobSpec.from_dict(data).config.strategy.name == "mine"
