@@ -23,9 +23,13 @@ $(VENV)/.demo: $(VENV)/.torch $(DEPS)
 	$(PIP) -e '.[workloads,dashboard]'
 	touch $@
 
-$(VENV)/.test: $(VENV)/.torch $(DEPS)
+EXAMPLE_PLUGIN := examples/stackbench-example
+
+$(VENV)/.test: $(VENV)/.torch $(DEPS) $(EXAMPLE_PLUGIN)/pyproject.toml
 	@echo "installing stackbench with every extra (workloads, kubernetes, infra, report, test) ..."
 	$(PIP) -e '.[workloads,kubernetes,infra,report,test]'
+	@echo "installing the example plugin ($(EXAMPLE_PLUGIN)), whose tests run it ..."
+	$(PIP) --no-deps --no-build-isolation -e $(EXAMPLE_PLUGIN)
 	touch $@
 
 demo: $(VENV)/.demo

@@ -47,7 +47,7 @@ def iterations(strategy: str, rank: int, world_size: int, settings: dict[str, An
     if world_size > 1:
         options = settings.get("options", {}).get(strategy, {})
         config = CNN_DIGITS.config.replace(strategy=strategy, **options)
-        strat = strategies.build(config, model, clock)
+        strat = strategies.build(config.strategy, config.run.seed, model, clock)
     module = model if strat is None else strat.module
     steps, comms = [], []
     for _ in range(settings["iters"]):

@@ -44,9 +44,9 @@ from runner.job.benchmarks import CNN_DIGITS, RESNET20_CIFAR10
 from tests.datagen import write_cifar10
 from workloads import cachedir, compiling, data, models
 from workloads.config import TrainConfig
+from workloads.data.config import LoadContext
 from workloads.data.sampling import batches, epoch_shard
 from workloads.loop import EVAL_BATCH_SIZE
-from workloads.optim import build_optimizer
 
 RESNET_IMAGES_PER_FILE = 256  # 1,280 training images: 40 steps of 32 an epoch
 
@@ -75,7 +75,8 @@ def bare_samples_per_s(config: TrainConfig, device: str) -> float:
     epoch as the run does, its clock paused meanwhile: no timers, no strategy, no event log."""
     dev = torch.device(device)
     torch.manual_seed(config.run.seed)
-    splits = data.load(config, dev)
+    where = LoadContext(dev, seed=config.run.seed, memory_format=config.execution.memory_format)
+    splits = config.data.load(where)
     bare = BareLoop.build(config, splits, dev)
     samples, train_s, first_step_s = 0, 0.0, 0.0
     for epoch in range(config.run.max_epochs):
@@ -108,8 +109,10 @@ class BareLoop:
     @classmethod
     def build(cls, config: TrainConfig, splits: data.Splits, dev: torch.device) -> BareLoop:
         torch.manual_seed(config.run.seed)
-        model = models.build(config, splits.num_classes, splits.sample_shape).to(dev)
-        optimizer = build_optimizer(config, model.parameters())
+        model = models.build(
+            config.model, splits.num_classes, splits.sample_shape, config.execution.memory_format
+        ).to(dev)
+        optimizer = config.build_optimizer(model.parameters())
         forward = _compiled(model, config, splits) if config.execution.compile_model else model
         generator = torch.Generator(dev).manual_seed(config.run.seed)
         sync = torch.cuda.synchronize if dev.type == "cuda" else lambda: None

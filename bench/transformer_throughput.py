@@ -91,7 +91,7 @@ def bare_tokens_per_s(config: TrainConfig, device: str) -> float:
     tok = tokenizer(cache)
     train = load_parallel(cache, "train")
     torch.manual_seed(config.run.seed)
-    model = models.build(config, tok.vocab_size).to(dev)
+    model = models.build(config.model, tok.vocab_size).to(dev)
     adam = config.optimizer
     assert isinstance(adam, AdamConfig), "the Transformer trains with Adam"
     beta1, beta2 = adam.adam_betas

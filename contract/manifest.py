@@ -1,6 +1,7 @@
 """manifest.json: the environment a run ran in, enough to tell apart two runs that should not
 be compared and to rebuild the setting: code version, image, Python and package versions,
-hardware, the network (contract/network.py), world size, collective backend, seed, threads.
+hardware, the network (contract/network.py), world size, collective backend, seed, threads,
+and the plugins whose code the run used (PluginRecord: also in job.json, runner/job/spec.py).
 
 Rank 0 builds it (workloads/manifest.py) and writes `to_dict()`; readers get it back with
 `parse_manifest`, every field's type checked (a DamagedFile names a wrong one).
@@ -20,6 +21,40 @@ from contract.rundir import MANIFEST, SCHEMA_VERSION, check_version
 
 
 @dataclass(frozen=True, kw_only=True)
+class PluginRecord:
+    """Code from outside stackbench that a run used (workloads/plugins/provenance.py): a run
+    that has any is open division."""
+
+    name: str  # the distribution, or the module of a plugin loaded from a path
+    version: str | None  # the distribution's; None for a path
+    source_sha256: str  # of its source files (names and contents), as the run found them
+    origin: str  # "name==version", or the path it was loaded from
+    # What `--plugin` named (workers load it again); None: an installed package, found
+    # through its entry points.
+    load: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "source_sha256": self.source_sha256,
+                "origin": self.origin, "load": self.load}  # fmt: skip
+
+    @property
+    def label(self) -> str:
+        """ "topk-example 0.1.0 (sha256 1a2b3c4d5e6f)": how listings name it."""
+        version = f" {self.version}" if self.version else ""
+        return f"{self.name}{version} (sha256 {self.source_sha256[:12]})"
+
+
+def parse_plugin(f: Fields) -> PluginRecord:
+    return PluginRecord(
+        name=f.text("name"),
+        version=f.optional_text("version"),
+        source_sha256=f.text("source_sha256"),
+        origin=f.text("origin"),
+        load=f.optional_text("load"),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     run_id: str
     code_version: str  # a commit (with -dirty), or the installed version
@@ -33,6 +68,7 @@ class Manifest:
     seed: int
     torch_threads: int
     hostname: str
+    plugins: tuple[PluginRecord, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +85,7 @@ class Manifest:
             "seed": self.seed,
             "torch_threads": self.torch_threads,
             "hostname": self.hostname,
+            "plugins": [p.to_dict() for p in self.plugins],
         }
 
     @property
@@ -76,6 +113,7 @@ def parse_manifest(data: Any, path: Path = Path(MANIFEST)) -> Manifest:
         seed=f.integer("seed"),
         torch_threads=f.integer("torch_threads"),
         hostname=f.text("hostname"),
+        plugins=tuple(parse_plugin(p) for p in f.objects("plugins")),  # absent before plugins
     )
 
 

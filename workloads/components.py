@@ -23,7 +23,7 @@ import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, ClassVar, Self, get_args
+from typing import Any, ClassVar, Self
 
 from contract import files
 from workloads.fields import (
@@ -36,6 +36,7 @@ from workloads.fields import (
     parse_value,
     to_json,
 )
+from workloads.plugins.registry import Registry
 
 NAME = "name"  # the field that tells the options of a choice apart
 
@@ -71,14 +72,21 @@ class Component:
 
 @dataclass(frozen=True)
 class Choice:
-    """The options for one place in a config, selected by `key`."""
+    """The options for one place in a config, selected by `key`: the entries of an extension
+    point (workloads/plugins/points.py), built-ins and plugins alike, each a subclass of
+    `base`."""
 
     key: str
-    options: tuple[type[Component], ...]
+    point: Registry[Any]
+    base: type[Component]
+
+    @property
+    def options(self) -> tuple[type[Component], ...]:
+        return tuple(dict.fromkeys(e.obj for e in self.point.entries().values()))
 
     def names(self) -> dict[str, type[Component]]:
         """Each selectable name and the option it selects (an option may take several)."""
-        return {n: cls for cls in self.options for n in get_args(field_types(cls)[NAME])}
+        return {name: e.obj for name, e in self.point.entries().items()}
 
     def option(self, name: Any) -> type[Component]:
         names = self.names()
@@ -111,7 +119,9 @@ class Composite:
         types_ = field_types(type(self))
         for name, part in self.parts().items():
             choice = self.CHOICES.get(name)
-            allowed = choice.options if choice else (types_[name],)
+            # A choice's base, not its entries: reading those loads installed plugins, and
+            # configs are made while our own modules are still being imported.
+            allowed = choice.base if choice else types_[name]
             if not isinstance(part, allowed):
                 raise ConfigError(name, f"expected {types_[name].__name__}, got {part!r}")
         self.flat_keys()  # refuses components whose keys collide

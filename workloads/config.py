@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from workloads.adaptive.config import AdaptiveConfig
 from workloads.components import Choice, Component, Composite
@@ -34,6 +34,7 @@ from workloads.data.config import DATASETS, DataConfig
 from workloads.fields import ConfigError, setting
 from workloads.models import MODELS, ModelConfig
 from workloads.optim import OPTIMIZERS, OptimizerConfig
+from workloads.plugins import points
 from workloads.schedule import SCHEDULES, LrPlan, ScheduleConfig, lr_plan
 from workloads.strategies.config import (
     DDP_STRATEGIES,
@@ -41,7 +42,12 @@ from workloads.strategies.config import (
     PlainStrategy,
     StrategyConfig,
 )
-from workloads.tasks.config import METRIC_RANGES, TASKS, TaskConfig
+from workloads.tasks.config import METRIC_RANGES, TaskConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from workloads.sgd import Optimizer
 
 __all__ = [
     "ConfigError",
@@ -164,13 +170,24 @@ class TrainConfig(Composite):
             peak_lr=plan.peak_lr * factor,
         )
 
+    # ---- composing the builders, each of which takes its own slice ----
+
+    def build_optimizer(self, params: Iterable[nn.Parameter]) -> Optimizer:
+        """The optimizer over `params`, at the schedule's base LR, with the model's own L2
+        penalty added to its weight decay (ModelConfig.optimizer_weight_decay)."""
+        return self.optimizer.build(params, self.schedule.lr, self.model.optimizer_weight_decay())
+
+    def lr_at(self, world_size: int, epochs_done: float, steps_done: int = 0) -> float:
+        """The schedule's LR for the step after `epochs_done` epochs, `steps_done` steps."""
+        return self.schedule.lr_at(world_size, epochs_done, steps_done, self.run.max_epochs)
+
     def validate(self) -> None:
         model, data = self.model, self.data
         if data.name not in model.datasets:
             raise ConfigError(
                 "dataset", f"model {model.name} trains on {' or '.join(model.datasets)}"
             )
-        if type(self.task) is not TASKS[model.task]:
+        if type(self.task).kind != model.task:
             raise ConfigError("model", f"{model.name} is trained by the {model.task} task")
         if self.execution.memory_format == "channels_last" and not model.image_input:
             raise ConfigError("memory_format", "channels_last applies to image models only")
@@ -180,7 +197,10 @@ class TrainConfig(Composite):
             )
         self.schedule.check_run(self.run.max_epochs)
         self._check_adaptive()
-        bounds = METRIC_RANGES[self.target_metric]
+        bounds = METRIC_RANGES.get(self.target_metric)
+        if bounds is None:
+            raise ConfigError("model", f"its task's metric {self.target_metric} is not one of "
+                              f"{', '.join(METRIC_RANGES)}")  # fmt: skip
         if self.target.target_value not in bounds:
             raise ConfigError("target_value", f"must be in {bounds} for {self.target_metric}")
 
@@ -237,5 +257,9 @@ class TrainConfig(Composite):
         cls, name: str, data: Mapping[str, Any], built: Mapping[str, Component]
     ) -> type[Component]:
         if name == "task":  # the task follows from the model, read before it
-            return TASKS[typing.cast(ModelConfig, built["model"]).task]
+            kind = typing.cast(ModelConfig, built["model"]).task
+            try:
+                return typing.cast(type[Component], points.TASKS.get(kind))
+            except KeyError:
+                raise ConfigError("model", f"no task {kind!r} is registered") from None
         return super()._part_class(name, data, built)

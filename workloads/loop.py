@@ -18,7 +18,6 @@ from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
 from workloads.objectives import ClosedForm, CrossEntropy, Objective
-from workloads.schedule import lr_at
 from workloads.sgd import Optimizer
 from workloads.strategies.base import LocalGradients, Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
@@ -186,7 +185,7 @@ def train_step(tr: Trainer, index: Batch, epochs_done: float, steps_done: int) -
     """One timed step on the samples `index`; returns the loss (detached)."""
     tr.timer.start()
     x, y = load_batch(tr, index)
-    lr = lr_at(tr.config, tr.world_size, epochs_done, steps_done)
+    lr = tr.config.lr_at(tr.world_size, epochs_done, steps_done)
     return optimize(tr, x, y, lr, int(epochs_done) + 1, steps_done + 1)
 
 

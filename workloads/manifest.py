@@ -19,12 +19,20 @@ from typing import Any
 import torch
 
 from contract import network
-from contract.manifest import Manifest
+from contract.manifest import Manifest, PluginRecord
 
 PACKAGES = ("torch", "numpy", "scikit-learn", "sentencepiece", "sacrebleu", "stackbench")
 
 
-def build(run_id: str, world_size: int, backend: str, device: torch.device, seed: int) -> Manifest:
+def build(
+    run_id: str,
+    world_size: int,
+    backend: str,
+    device: torch.device,
+    seed: int,
+    plugins: tuple[PluginRecord, ...] = (),
+) -> Manifest:
+    """`plugins`: code from outside stackbench the run uses (workloads/plugins/provenance.py)."""
     return Manifest(
         run_id=run_id,
         code_version=code_version(),
@@ -38,6 +46,7 @@ def build(run_id: str, world_size: int, backend: str, device: torch.device, seed
         seed=seed,
         torch_threads=torch.get_num_threads(),
         hostname=socket.gethostname(),
+        plugins=plugins,
     )
 
 

@@ -20,14 +20,11 @@ parts exactly. Optimizers and models are not here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-if TYPE_CHECKING:
-    from workloads.config import TrainConfig
 
 
 class Objective(Protocol):
@@ -105,8 +102,3 @@ class RegularizedLogistic:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         loss_sum = F.binary_cross_entropy_with_logits(output, target, reduction="sum")
         return loss_sum, ((output > 0) == (target > 0.5)).sum()
-
-
-def build(config: TrainConfig, model: nn.Module) -> Objective:
-    """What the configured model family trains on (ModelConfig.objective)."""
-    return config.model.objective(model)

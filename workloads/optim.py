@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Literal
 
 from workloads.components import Choice, Component
 from workloads.fields import ConfigError, setting
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.config import TrainConfig
     from workloads.sgd import Optimizer
 
 
@@ -86,8 +86,7 @@ class AdamConfig(OptimizerConfig):
         )
 
 
-OPTIMIZERS = Choice("optimizer", (SgdConfig, AdamConfig))
+for _option in (SgdConfig, AdamConfig):
+    points.OPTIMIZERS.register(_option)
+OPTIMIZERS = Choice("optimizer", points.OPTIMIZERS, OptimizerConfig)
 
-
-def build_optimizer(config: TrainConfig, params: Iterable[nn.Parameter]) -> Optimizer:
-    return config.optimizer.build(params, config.schedule.lr, config.model.optimizer_weight_decay())

@@ -18,14 +18,13 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from workloads.config import TrainConfig
 
-
-def resolve(config: TrainConfig, device: torch.device) -> str:
-    """ "fp32" or "bf16" for `config` on `device`."""
-    if config.execution.precision != "auto":
-        return config.execution.precision
-    return "bf16" if device.type == "cuda" and config.model.task == "translation" else "fp32"
+def resolve(configured: str, task: str, device: torch.device) -> str:
+    """ "fp32" or "bf16" for ExecutionConfig.precision `configured`, a model trained by
+    `task` (its kind), on `device`."""
+    if configured != "auto":
+        return configured
+    return "bf16" if device.type == "cuda" and task == "translation" else "fp32"
 
 
 def autocast(precision: str, device: torch.device) -> AbstractContextManager[object]:

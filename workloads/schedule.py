@@ -19,13 +19,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from workloads.components import Choice, Component
 from workloads.fields import ConfigError, setting
-
-if TYPE_CHECKING:
-    from workloads.config import TrainConfig
+from workloads.plugins import points
 
 MAX_LR = 1000.0  # 2a's alpha is 200 for one worker (800 at 16); beyond this is a typo
 
@@ -128,7 +126,9 @@ class WarmupStepDecay(ScheduleConfig):
         return f"exponential warm-up over {self.warmup_steps} updates" if self.warmup_steps else ""
 
 
-SCHEDULES = Choice("lr_schedule", (MultiStep, InverseSqrt, WarmupInverseSqrt, WarmupStepDecay))
+for _option in (MultiStep, InverseSqrt, WarmupInverseSqrt, WarmupStepDecay):
+    points.SCHEDULES.register(_option)
+SCHEDULES = Choice("lr_schedule", points.SCHEDULES, ScheduleConfig)
 
 
 @dataclass(frozen=True)
@@ -162,12 +162,6 @@ def lr_plan(schedule: ScheduleConfig, world_size: int) -> LrPlan:
     else:
         rule = "none: the same at any worker count"
     return LrPlan(schedule.lr, rule, peak_lr(schedule, world_size), schedule.warmup())
-
-
-def lr_at(config: TrainConfig, world_size: int, epochs_done: float, steps_done: int = 0) -> float:
-    """The LR of `config`'s schedule for the step after `epochs_done` epochs, `steps_done`
-    steps."""
-    return config.schedule.lr_at(world_size, epochs_done, steps_done, config.run.max_epochs)
 
 
 def peak_lr(schedule: ScheduleConfig, world_size: int) -> float:

@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -41,12 +42,15 @@ from workloads.data import DataError, canonical, data_root
 from workloads.divergence import DIVERGED_EXIT, Diverged
 from workloads.loop import Deadline
 from workloads.over_ranks import epoch_sums, mean_phases
+from workloads.plugins import loading, provenance
+from workloads.plugins.registry import PluginError
 from workloads.summary import RunTally, summarize
 from workloads.timing import clock_for
 
 PROGRESS_INTERVAL_S = 5.0
 ELASTIC_EXIT = 4  # an elastic run that cannot go on (too few workers, its writer gone)
 DATA_EXIT = 1  # a failure of the run, not of its command line
+PLUGIN_EXIT = 1  # a plugin that cannot load, or whose code raised
 C = TypeVar("C", bound=Composite)
 T = TypeVar("T")
 Guard = Callable[[Callable[[], T], tuple[int, int]], T]
@@ -61,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-dir", required=True, type=Path)
     parser.add_argument("--log-dir", type=Path, default=None, help="write rank-N.log here")
     parser.add_argument("--open-division", action="store_true")
+    parser.add_argument(
+        "--plugin", action="append", default=[], metavar="MODULE_OR_PATH",
+        help="load this plugin before reading the config (workloads/plugins/loading.py)",
+    )  # fmt: skip
     parser.add_argument(
         "--elastic", metavar="MIN:MAX", default=None,
         help="an elastic worker: goes on while MIN of the MAX started are left "
@@ -79,6 +87,11 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     env = None if args.elastic is not None else dist.DistEnv.from_environ()
     if args.log_dir is not None:
         dist.redirect_output(args.log_dir / f"rank-{_log_index(env)}.log")
+    try:
+        args.plugins_loaded = {loading.load(p).split(".")[0]: p for p in args.plugin}
+    except PluginError as err:  # one line; the traceback would be the loader's, not theirs
+        print(f"stackbench: {err}", flush=True)
+        return PLUGIN_EXIT
     try:
         config = config_type.from_json(args.config)
     except ConfigError as err:  # e.g. written by a newer runner than this image's workloads
@@ -100,11 +113,26 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
     except RuntimeError as err:  # a peer that stopped answering is no bug of ours: no trace
         reason = watchdog.timeout_reason(err)
         if reason is None:
-            raise
-        print(f"stackbench: {reason}", flush=True)
+            return _plugin_fault(err)
+        plugins = provenance.used_plugin_names(config, args.benchmark)
+        named = f" (with plugin {', '.join(plugins)})" if plugins else ""  # its code may hang
+        print(f"stackbench: {reason}{named}", flush=True)
         return watchdog.STALLED_EXIT
+    except Exception as err:
+        return _plugin_fault(err)
     gc.freeze()  # the process ends here: nothing left is worth walking
     return 0
+
+
+def _plugin_fault(err: Exception) -> int:
+    """A plugin's code that raised: its traceback stays in the rank's log (for its author),
+    and one line names the plugin and the cause (the run's reason). Our own bugs re-raise."""
+    plugin = provenance.plugin_at_fault(err.__traceback__)
+    if plugin is None:
+        raise err
+    traceback.print_exc()
+    print(f"stackbench: plugin {plugin}: {type(err).__name__}: {err}", flush=True)
+    return PLUGIN_EXIT
 
 
 def _log_index(env: dist.DistEnv | None) -> int:
@@ -178,7 +206,11 @@ def run(
         assert adaptive is not None  # built with the `workers` knob
         adaptive.elastic = session
         session.bind(adaptive)
-    env_manifest = manifest.build(args.run_id, env.world_size, backend, device, config.run.seed)
+    used = provenance.used_entries(config, args.benchmark)
+    plugins = provenance.plugin_records(used, getattr(args, "plugins_loaded", {}))
+    env_manifest = manifest.build(
+        args.run_id, env.world_size, backend, device, config.run.seed, plugins
+    )
     _log_run_parameters(log, config, args, env, task, env_manifest)
     if is_writer:
         write_json(args.output_dir / MANIFEST, env_manifest.to_dict())
@@ -234,7 +266,7 @@ def run(
         # What the run started with: an elastic run that ends with one worker ran allreduce,
         # not `local`, and its global batch moved with its workers (the summary's adaptive
         # part says where it ended).
-        strategy=strategies.effective_name(config, start_world),
+        strategy=strategies.effective_name(config.strategy, start_world),
         world_size=world_size,
         start_world_size=start_world,
         device=device.type,
@@ -254,7 +286,8 @@ def run(
     task.close()  # no DDP reducer may outlive the process group
     if tally.diverged:
         # One line the supervisor takes as the run's reason; an exit code that fails the run.
-        print(f"stackbench: {tally.diverged}", flush=True)
+        named = f" (with plugin {', '.join(p.name for p in plugins)})" if plugins else ""
+        print(f"stackbench: {tally.diverged}{named}", flush=True)
         raise SystemExit(DIVERGED_EXIT)
     dist.shutdown()
     if session is not None:

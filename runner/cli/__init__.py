@@ -67,8 +67,13 @@ from runner.cli.common import (  # noqa: E402
 )  # fmt: skip
 @click.option("--verbose", "-v", count=True, help="Log what the runner does (-vv: everything).")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an error too.")
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
+              help="Load this plugin first, for any command (reading a run made with "
+              "submit --plugin PATH); repeatable.")  # fmt: skip
 @click.pass_context
-def main(ctx: click.Context, results_dir: Path, verbose: int, debug: bool) -> None:
+def main(
+    ctx: click.Context, results_dir: Path, verbose: int, debug: bool, plugins: tuple[str, ...]
+) -> None:
     """Run stackbench benchmarks locally or on a cluster and collect comparable results.
 
     \b
@@ -90,12 +95,33 @@ def main(ctx: click.Context, results_dir: Path, verbose: int, debug: bool) -> No
     """
     configure_logging(verbose)
     ctx.obj = Settings(own_folder(results_dir), debug)
+    if plugins:
+        _load_plugins(plugins, debug)
+
+
+def _load_plugins(plugins: tuple[str, ...], debug: bool) -> None:
+    """The plugins named before the command, loaded as `submit --plugin` loads them."""
+    from runner.cli.common import fail
+    from workloads.plugins import loading
+    from workloads.plugins.registry import PluginError
+
+    try:
+        for plugin in plugins:
+            loading.load(plugin)
+    except PluginError as err:
+        if debug:
+            raise
+        fail(str(err))
+
+
+PLUGIN_HELP = "Load this plugin first (as submit --plugin does); repeatable."
 
 
 @main.command()
 @click.argument("benchmark", required=False)
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH", help=PLUGIN_HELP)
 @handle_errors
-def benchmarks(benchmark: str | None) -> None:
+def benchmarks(benchmark: str | None, plugins: tuple[str, ...]) -> None:
     """List the benchmarks with their task, target and defaults; with BENCHMARK, the keys
     --set takes for it: value, what it accepts, and whether changing it keeps the run in
     the closed division.
@@ -104,16 +130,47 @@ def benchmarks(benchmark: str | None) -> None:
     Examples:
       runner benchmarks
       runner benchmarks transformer-wmt17
+      runner benchmarks --plugin path/to/my_benchmark
     """
     from runner.cli.views import benchmarks_table, keys_table
-    from runner.job.benchmarks import BENCHMARKS
+    from workloads.plugins import loading, points
 
+    for plugin in plugins:
+        loading.load(plugin)
     if benchmark is None:
-        console.print(benchmarks_table(list(BENCHMARKS.values())))
+        entries = points.BENCHMARKS.entries()
+        origins = {name: e.origin for name, e in entries.items()}
+        console.print(benchmarks_table([e.obj for e in entries.values()], origins))
         return
     from runner.job.spec import get_benchmark  # resolving one: the whole job model
 
     console.print(keys_table(get_benchmark(benchmark)))
+
+
+@main.command()
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH", help=PLUGIN_HELP)
+@handle_errors
+def plugins(plugins: tuple[str, ...]) -> None:
+    """List every extension point's entries (models, data sets, tasks, strategies,
+    optimizers, schedules, policies, benchmarks) and where each comes from: built in, an
+    installed package (its entry points, `stackbench.<point>`), or a --plugin path.
+
+    \b
+    Examples:
+      runner plugins
+      runner plugins --plugin examples/stackbench-example
+    """
+    from runner.cli.views import plugins_table
+    from workloads.plugins import loading, points
+
+    for plugin in plugins:
+        loading.load(plugin)
+    rows = [
+        (registry.point, name, entry.origin)
+        for registry in points.POINTS
+        for name, entry in registry.entries().items()
+    ]
+    console.print(plugins_table(rows))
 
 
 for _module in (submit, runs, data, study, stack, dashboard, doctor):

@@ -27,6 +27,7 @@ from contract.files import DamagedFile
 from runner.cli.lazy import deferred
 from runner.errors import BadInput, Interrupted, RunnerError, SpecError, interruption
 from runner.install import extra as install_extra
+from workloads.plugins.registry import PluginError
 
 if TYPE_CHECKING:
     from runner.job.spec import Placement
@@ -67,7 +68,8 @@ EXTRAS = {
 
 def handle_errors(fn: F) -> F:
     """SpecError -> usage error (exit 2); BadInput (a run id, rank or run that does not fit,
-    a missing data set) -> one line, exit 2; RunnerError or a damaged file -> one line, exit 1.
+    a missing data set) -> one line, exit 2; RunnerError, a damaged file or a plugin that
+    cannot be used -> one line, exit 1.
     `runner --debug` shows the traceback too."""
 
     @functools.wraps(fn)
@@ -76,7 +78,7 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except SpecError as err:
             raise click.BadParameter(str(err), param_hint=err.param) from None
-        except (RunnerError, DamagedFile) as err:
+        except (RunnerError, DamagedFile, PluginError) as err:  # PluginError: a user's code
             if _debug_enabled():
                 raise
             lines = err.lines if isinstance(err, RunnerError) and err.lines else str(err)

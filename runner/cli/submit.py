@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from contract.files import DamagedFile
+from contract.manifest import PluginRecord
 from contract.rundir import rank_log
 from runner.cli.common import (
     WORKERS,
@@ -53,6 +54,9 @@ else:  # imported by the command that runs (runner.cli.lazy)
 @link_option
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a config value; repeatable (non-tunables: open division).")  # fmt: skip
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
+              help="Load your own models, strategies, optimizers, policies or benchmark from "
+              "a module or path first; repeatable (open division; `runner plugins`).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the job and what would run; run nothing.")
 @click.option("--detach", is_flag=True, help="Start the run and return; follow with `runner logs`.")
 @pass_settings
@@ -62,7 +66,7 @@ def submit(
     context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
     workers: tuple[int | None, int] | None, per_node: int | None,
     threads_per_worker: int | None, device: str, link: str | None,
-    overrides: tuple[str, ...], dry_run: bool, detach: bool,
+    overrides: tuple[str, ...], plugins: tuple[str, ...], dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
     to the end.
@@ -79,11 +83,15 @@ def submit(
       runner submit cnn-digits --stack gke-gpu-8 --workers 4 --device cuda
       runner submit cnn-digits --kubeconfig ~/.kube/config --image REG/stackbench@sha256:...
       runner submit allreduce-micro --workers 2 --set max_elements=1000000
+      runner submit cnn-digits --workers 2 --plugin examples/topk --set strategy=topk
     Ctrl-C, SIGTERM or SIGHUP cancel the run and keep what it recorded.
     """
     from runner.job.spec import get_benchmark, resolve
     from runner.job.target import make_target
+    from workloads.plugins import loading
 
+    for plugin in plugins:  # first: the benchmark may be the plugin's
+        loading.load(plugin)
     results = settings.results_dir
     cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
     target = make_target(
@@ -91,7 +99,9 @@ def submit(
     )  # fmt: skip
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)
-    spec = resolve(benchmark, overrides, target.placement(high, link, low))
+    spec = resolve(benchmark, overrides, target.placement(high, link, low), plugins=plugins)
+    if target.remote and spec.plugins:
+        raise RunnerError(refuse_remote_plugins(spec.plugins))
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl
@@ -117,12 +127,25 @@ def submit(
         f"{views.plain(str(run.run_dir))}",
         soft_wrap=True,
     )
+    for record in spec.plugins:
+        console.print(f"with plugin {views.plain(record.label)}", soft_wrap=True)
     if views.lr_text(spec):
         console.print(views.lr_text(spec), markup=False)
     if detach:
         console.print(f"follow it with: runner logs {run.run_id} --follow")
         return
     follow(results, run)
+
+
+def refuse_remote_plugins(plugins: tuple[PluginRecord, ...]) -> str:
+    """Why a run with plugins is not sent to a cluster: its pods run the training image, and
+    nothing yet tells the runner, before submit, which plugins (of which source hash) an
+    image carries; a pod that lacked one would fail only once scheduled."""
+    names = ", ".join(p.label for p in plugins)
+    return (
+        f"this run uses code from outside stackbench ({names}), and the runner cannot yet "
+        "check that a cluster's training image carries it: run it here (--local)"
+    )
 
 
 def follow(results: Path, run: api.Run) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,16 +37,20 @@ STATE_STYLE = {
 }
 
 
-def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
+def benchmarks_table(benchmarks: list[AnyBenchmark], origins: Mapping[str, str]) -> Table:
+    """The benchmarks, with where each comes from (`origins`: name -> built in, or the
+    plugin's package==version or path)."""
     table = Table(title="Benchmarks", title_justify="left")
     # Three columns that read at 80 characters; identifiers are copied, so never wrapped.
     table.add_column("name", no_wrap=True, style="bold")
     table.add_column("task")
     table.add_column("target (light)")
     table.add_column("defaults")
+    table.add_column("origin")
     for b in benchmarks:
+        origin = plain(origins.get(b.name, "?"))
         if isinstance(b, MicroBenchmark):
-            table.add_row(b.name, b.task, "-", count(b.default_workers, "worker"))
+            table.add_row(b.name, b.task, "-", count(b.default_workers, "worker"), origin)
             continue
         c = b.config
         table.add_row(
@@ -55,7 +60,19 @@ def benchmarks_table(benchmarks: list[AnyBenchmark]) -> Table:
             f"{c.target.target_value:g} ({b.light_target:g})",
             f"{count(b.default_workers, 'worker')} x batch {c.data.batch_size}, {c.strategy.name}, "
             f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
+            origin,
         )
+    return table
+
+
+def plugins_table(rows: list[tuple[str, str, str]]) -> Table:
+    """Every extension point's entries: (point, name, origin)."""
+    table = Table(title="Extension points", title_justify="left")
+    for column in ("point", "name", "origin"):
+        table.add_column(column, no_wrap=column != "origin")
+    for point, name, origin in rows:
+        style = "" if origin == "built in" else "bold"
+        table.add_row(point, plain(name), Text(terminal_safe(origin), style))
     return table
 
 
@@ -211,7 +228,7 @@ def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
     if isinstance(summary, MicroSummary):
         console.print(allreduce_table(summary))
     elif summary is not None:
-        console.print(summary_table(summary))
+        console.print(summary_table(summary, run.record.spec))
     if outcome.missing:
         console.print(f"[yellow]incomplete results[/yellow]: {plain('; '.join(outcome.missing))}")
     # A run at chance is said in the last line too, not only in the table above it.
@@ -240,8 +257,9 @@ def event_text(event: dict[str, Any], start_ms: int | None) -> str:
     return " ".join(part for part in (f"[{stamp}]", str(key), shown, extras) if part)
 
 
-def summary_table(summary: TrainSummary) -> Table:
-    """The end-of-run summary: outcome, throughput, and where the training time went."""
+def summary_table(summary: TrainSummary, spec: JobSpec | None = None) -> Table:
+    """The end-of-run summary: outcome, throughput, and where the training time went (and
+    the plugins the job says the run used, beside its division)."""
     title = f"Summary of {plain(summary.run_id)}"
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("what", style="bold")
@@ -293,7 +311,8 @@ def summary_table(summary: TrainSummary) -> Table:
         table.add_row("adaptive", adaptive_text(summary.adaptive))
     if summary.precision != "fp32":  # a benchmark compares like with like: say when not
         table.add_row("precision", summary.precision)
-    table.add_row("division", summary.division)
+    plugins = "".join(f"; plugin {plain(p.label)}" for p in (spec.plugins if spec else ()))
+    table.add_row("division", summary.division + plugins)
     return table
 
 

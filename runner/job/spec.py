@@ -13,14 +13,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
+from contract.manifest import PluginRecord, parse_plugin
+from contract.records import Fields
+from contract.rundir import JOB
 from runner.errors import SpecError
 from runner.job.benchmarks import BENCHMARKS, FREE_KEYS, TRAIN_MODULE, AnyBenchmark, Benchmark
 from runner.job.link import parse_link
 from workloads.adaptive.config import AdaptiveConfig
 from workloads.config import ConfigError, TrainConfig
 from workloads.microconfig import AllReduceMicroConfig
+from workloads.plugins import loading, provenance
 from workloads.strategies.config import EXACT_STRATEGIES
 
 Device = Literal["cpu", "cuda"]
@@ -114,6 +119,8 @@ class JobSpec:
     overrides: tuple[tuple[str, str], ...] = ()  # as the user typed them, for the record
     division: Division = "closed"
     open_keys: tuple[str, ...] = ()  # the overridden keys that are not tunables
+    # Code from outside stackbench the run uses (workloads/plugins/provenance.py).
+    plugins: tuple[PluginRecord, ...] = ()
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +140,7 @@ class JobSpec:
                 "threads_per_worker": self.placement.threads_per_worker,
             },
             "config": self.config.to_dict(),
+            "plugins": [p.to_dict() for p in self.plugins],
             "created_at": self.created_at,
         }
 
@@ -150,16 +158,37 @@ class JobSpec:
         if not all(isinstance(text, str) for text in texts):
             raise TypeError("a text field (run_id, division, created_at, overrides, open_keys) "
                             "is not text")  # fmt: skip
+        plugins = tuple(parse_plugin(f) for f in Fields(data, Path(JOB)).objects("plugins"))
         return cls(
             run_id=data["run_id"],
             benchmark=data["benchmark"],
-            config=type(get_benchmark(data["benchmark"]).config).from_dict(data["config"]),
+            config=_read_config(data, plugins),
             placement=Placement(**data["placement"]),
             overrides=overrides,
             division=data["division"],
             open_keys=open_keys,
+            plugins=plugins,
             created_at=data["created_at"],
         )
+
+
+def _read_config(
+    data: Mapping[str, Any], plugins: tuple[PluginRecord, ...]
+) -> TrainConfig | AllReduceMicroConfig:
+    """The job's config. Its plugins' entries must be registered already (an installed
+    package's are; one loaded from a path by `runner --plugin PATH ...`): a path read from a
+    file is never imported, since the file may be hostile."""
+    try:
+        return type(get_benchmark(data["benchmark"]).config).from_dict(data["config"])
+    except (ConfigError, SpecError) as err:
+        absent = [p for p in plugins if p.load is not None]
+        if not absent:
+            raise
+        loads = " ".join(f"--plugin {p.load}" for p in absent)
+        raise ValueError(
+            f"it uses plugin {', '.join(p.name for p in absent)}, which is not loaded "
+            f"({err}): runner {loads} COMMAND ..."
+        ) from None
 
 
 def get_benchmark(name: str) -> AnyBenchmark:
@@ -187,8 +216,11 @@ def resolve(
     overrides: Sequence[str] = (),
     placement: Placement | None = None,
     run_id: str | None = None,
+    plugins: Sequence[str] = (),
 ) -> JobSpec:
-    """Resolve and validate a job; raises SpecError naming what to change."""
+    """Resolve and validate a job; raises SpecError naming what to change. `plugins`: what
+    --plugin named (modules or paths), loaded first (PluginError where one cannot be)."""
+    loaded = {loading.load(p).split(".")[0]: loading.resolved(p) for p in plugins}
     bench = get_benchmark(benchmark_name)
     placement = placement or Placement(procs_per_node=bench.default_workers)
     parsed = parse_overrides(overrides)
@@ -204,6 +236,10 @@ def resolve(
     if placement.elastic:
         _check_elastic(bench, config)
         open_keys = tuple(sorted({*open_keys, ELASTIC_KEY}))
+    records = provenance.plugin_records(provenance.used_entries(config, bench.name), loaded)
+    _check_plugins_used(loaded, records)
+    if records:  # code from outside this repository: never closed division
+        open_keys = tuple(sorted({*open_keys, *(f"plugin {r.name}" for r in records)}))
     return JobSpec(
         run_id=run_id or new_run_id(bench.name),
         benchmark=bench.name,
@@ -212,7 +248,20 @@ def resolve(
         overrides=tuple(parsed.items()),
         division="open" if open_keys else "closed",
         open_keys=open_keys,
+        plugins=records,
     )
+
+
+def _check_plugins_used(loaded: Mapping[str, str], records: Sequence[PluginRecord]) -> None:
+    """A --plugin that the run does not select is a mistake (a typo in --set strategy=...,
+    or the wrong file): say so rather than run the reference and call it the plugin's."""
+    used = {r.load for r in records}
+    for load in loaded.values():
+        if load not in used:
+            raise SpecError(
+                "--plugin", f"{load} registers nothing this run uses; select its entries with "
+                f"--set (`runner plugins` lists them) or submit its benchmark"
+            )  # fmt: skip
 
 
 def open_division_keys(
@@ -298,6 +347,9 @@ def workload_args(spec: JobSpec, output_dir: str, log_dir: str | None = None) ->
         args += ["--open-division"]
     if spec.placement.elastic:
         args += ["--elastic", spec.placement.workers_text]
+    for plugin in spec.plugins:
+        if plugin.load is not None:
+            args += ["--plugin", plugin.load]
     if log_dir is not None:
         args += ["--log-dir", log_dir]
     return args

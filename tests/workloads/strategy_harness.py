@@ -19,7 +19,6 @@ from workloads import strategies
 from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.loop import Trainer, train_step
-from workloads.optim import build_optimizer
 from workloads.strategies.base import Collectives
 from workloads.timing import CpuClock, StepTimer
 
@@ -69,10 +68,10 @@ def trainer(
     collectives: Collectives | None = None,
 ) -> Trainer:
     clock = CpuClock()
-    strategy = strategies.build(config, model, clock, collectives)
+    strategy = strategies.build(config.strategy, config.run.seed, model, clock, collectives)
     return Trainer(
         config, rank, world_size, torch.device("cpu"), random_splits(rank, num_steps), strategy,
-        build_optimizer(config, model.parameters()), StepTimer(clock), torch.Generator(),
+        config.build_optimizer(model.parameters()), StepTimer(clock), torch.Generator(),
     )  # fmt: skip
 
 

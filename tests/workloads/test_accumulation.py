@@ -30,7 +30,7 @@ def _accumulated(rank: int, world_size: int, name: str) -> dict[str, list[torch.
     )
     model = small_bn_net()
     reference = small_bn_net()  # the same weights (same seed), never communicated
-    strategy = strategies.build(config, model, CpuClock())
+    strategy = strategies.build(config.strategy, config.run.seed, model, CpuClock())
     splits = random_splits(rank, 2)
     halves = [slice(0, 8), slice(8, 16)]
     timer = StepTimer(CpuClock())

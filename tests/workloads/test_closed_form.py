@@ -12,11 +12,10 @@ import torch
 
 from runner.job.benchmarks import LOGREG_EPSILON
 from tests.distributed import run_ranks
-from workloads import objectives, strategies
+from workloads import strategies
 from workloads.data import Splits
 from workloads.loop import Trainer, train_step
 from workloads.models.logreg.model import LogisticRegression
-from workloads.optim import build_optimizer
 from workloads.timing import CpuClock, StepTimer
 
 FEATURES, BATCH = 7, 16
@@ -40,10 +39,10 @@ def random_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_the_loss_gradient_and_reported_penalty_are_autograds():
     config = LOGREG_EPSILON.config.replace(l2_rate=0.1)
     ours, theirs = random_model(), random_model()
-    objective = objectives.build(config, ours)
+    objective = config.model.objective(ours)
     closed_form = config.model.closed_form(ours, objective)
     assert closed_form is not None
-    reference = objectives.build(config, theirs)
+    reference = config.model.objective(theirs)
     x, y = random_batch(1)
     loss = closed_form.forward(x, y)
     closed_form.backward()
@@ -61,9 +60,9 @@ def test_the_loss_gradient_and_reported_penalty_are_autograds():
 def test_it_adds_to_gradients_already_there_as_autograd_does():
     config = LOGREG_EPSILON.config
     ours, theirs = random_model(), random_model()
-    closed_form = config.model.closed_form(ours, objectives.build(config, ours))
+    closed_form = config.model.closed_form(ours, config.model.objective(ours))
     assert closed_form is not None
-    reference = objectives.build(config, theirs)
+    reference = config.model.objective(theirs)
     for seed in (1, 2):
         x, y = random_batch(seed)
         closed_form.forward(x, y)
@@ -82,14 +81,15 @@ def _steps_and_autograd_calls(rank: int, world_size: int) -> dict[str, Any]:
     for name in ("allreduce", "ddp"):
         config = LOGREG_EPSILON.config.replace(strategy=name, l2_rate=0.01, lr=0.5)
         model = copy.deepcopy(template)
-        objective = objectives.build(config, model)
+        objective = config.model.objective(model)
         clock = CpuClock()
         generator = torch.Generator().manual_seed(100 + rank)
         x = torch.randn(2 * BATCH, FEATURES, generator=generator)
         y = (torch.rand(2 * BATCH, generator=generator) > 0.5).float()
         tr = Trainer(
             config, rank, world_size, torch.device("cpu"), Splits(x, y, x, y, num_classes=2),
-            strategies.build(config, model, clock), build_optimizer(config, model.parameters()),
+            strategies.build(config.strategy, config.run.seed, model, clock),
+            config.build_optimizer(model.parameters()),
             StepTimer(clock), torch.Generator(), objective,
             config.model.closed_form(model, objective),
         )  # fmt: skip

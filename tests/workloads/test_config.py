@@ -18,8 +18,8 @@ from workloads.config import (
 )
 from workloads.fields import BOUNDS, field_types, parse_value
 from workloads.microconfig import MeasurementConfig
+from workloads.plugins.points import TASKS
 from workloads.schedule import LrPlan
-from workloads.tasks.config import TASKS
 
 BASE = CNN_DIGITS.config
 TRAINING = {n: b.config for n, b in BENCHMARKS.items() if isinstance(b.config, TrainConfig)}
@@ -27,7 +27,7 @@ TRAINING = {n: b.config for n, b in BENCHMARKS.items() if isinstance(b.config, T
 
 def every_component_class() -> set[type[Component]]:
     classes = {RunLimits, RunConfig, ExecutionConfig, TargetConfig, MeasurementConfig}
-    classes |= set(TASKS.values())
+    classes |= {e.obj for e in TASKS.entries().values()}
     for choice in TrainConfig.CHOICES.values():
         classes |= set(choice.options)
     return classes

@@ -23,7 +23,6 @@ from runner.results import rundir
 from tests.conftest import submit_local
 from workloads import models
 from workloads.divergence import WEIGHTS_EVERY_STEPS, Diverged, check, check_all_weights, forget
-from workloads.optim import build_optimizer
 from workloads.sgd import FusedSGD
 
 OPTIMIZERS = {
@@ -43,7 +42,7 @@ def _stepped(grad: float, optimizer: str = "sgd-plain", clip_norm: float | None 
     model.weight.grad[1, 2] = grad
     name = optimizer.removesuffix("-plain")
     config = CNN_DIGITS.config.replace(optimizer=name, **OPTIMIZERS[optimizer])
-    step = build_optimizer(config, model.parameters())
+    step = config.build_optimizer(model.parameters())
     if clip_norm is not None:  # as the sequence tasks clip, between backward and the update
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     step.step()
@@ -121,7 +120,7 @@ def test_the_check_leaves_every_weight_as_it_was():
 
 def _classifier_loss(benchmark: str, classes: int, shape: tuple[int, ...]) -> Any:
     def build() -> tuple[torch.nn.Module, torch.Tensor]:
-        model = models.build(BENCHMARKS[benchmark].config, classes, shape)
+        model = models.build(BENCHMARKS[benchmark].config.model, classes, shape)
         out, labels = model(torch.randn(4, *shape)), torch.arange(4) % classes
         if out.dim() == 1:  # logistic regression: one logit a sample
             return model, F.binary_cross_entropy_with_logits(out, labels.float())
@@ -180,7 +179,7 @@ def test_a_non_finite_loss_on_any_rank_reaches_every_models_sentinel_at_that_ste
     (loss * math.nan).backward()
     name = optimizer.removesuffix("-plain")
     config = CNN_DIGITS.config.replace(optimizer=name, **OPTIMIZERS[optimizer])
-    step = build_optimizer(config, model.parameters())
+    step = config.build_optimizer(model.parameters())
     step.step()
     with pytest.raises(Diverged, match="step 1: weights not finite after the update"):
         check(torch.tensor(0.5), step, epoch=1, step=1)

@@ -110,9 +110,9 @@ def test_logistic_regression_gives_one_zero_initialized_logit_per_sample():
 
 
 def test_build_follows_the_registry_configs():
-    resnet = models.build(BENCHMARKS["resnet20-cifar10"].config, 10, (3, 32, 32))
-    logreg = models.build(BENCHMARKS["logreg-epsilon"].config, 2, (2000,))
-    vgg = models.build(BENCHMARKS["vgg11-cifar10"].config, 10, (3, 32, 32))
+    resnet = models.build(BENCHMARKS["resnet20-cifar10"].config.model, 10, (3, 32, 32))
+    logreg = models.build(BENCHMARKS["logreg-epsilon"].config.model, 2, (2000,))
+    vgg = models.build(BENCHMARKS["vgg11-cifar10"].config.model, 10, (3, 32, 32))
     assert (num_params(resnet), num_params(logreg), num_params(vgg)) == (
         269_722,
         2001,
@@ -122,6 +122,6 @@ def test_build_follows_the_registry_configs():
 
 def test_build_puts_conv_weights_in_channels_last_when_configured():
     config = BENCHMARKS["resnet20-cifar10"].config.replace(memory_format="channels_last")
-    model = models.build(config, 10, (3, 32, 32))
+    model = models.build(config.model, 10, (3, 32, 32), config.execution.memory_format)
     assert model.stem.weight.is_contiguous(memory_format=torch.channels_last)
     assert not model.stem.weight.is_contiguous()

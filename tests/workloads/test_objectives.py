@@ -4,10 +4,8 @@ import pytest
 import torch
 
 from runner.job.benchmarks import BENCHMARKS
-from workloads import objectives
 from workloads.models.logreg.model import LogisticRegression
 from workloads.objectives import CrossEntropy, RegularizedLogistic
-from workloads.optim import build_optimizer
 
 
 def test_a_logistic_steps_reported_loss_is_log_one_plus_exp_of_minus_margin_plus_half_l2():
@@ -38,10 +36,10 @@ def test_steps_with_the_l2_gradient_in_the_optimizer_match_autograd_on_the_whole
         for p, q in zip(ours.parameters(), plain.parameters(), strict=True):
             p.normal_()
             q.copy_(p)
-    objective = objectives.build(config, ours)
-    step = build_optimizer(config, ours.parameters())
+    objective = config.model.objective(ours)
+    step = config.build_optimizer(ours.parameters())
     reference = config.replace(l2_rate=0.0)  # no weight decay of its own
-    plain_step = build_optimizer(reference, plain.parameters())
+    plain_step = reference.build_optimizer(plain.parameters())
     reported, expected = 0.0, 0.0
     for _ in range(3):
         x, y = torch.randn(8, 5), (torch.rand(8) > 0.5).float()
@@ -80,5 +78,5 @@ def test_cross_entropy_evaluation_counts_arg_max_hits():
 def test_build_picks_the_tasks_objective():
     logreg = BENCHMARKS["logreg-epsilon"].config
     resnet = BENCHMARKS["resnet20-cifar10"].config
-    assert isinstance(objectives.build(logreg, LogisticRegression(3)), RegularizedLogistic)
-    assert isinstance(objectives.build(resnet, LogisticRegression(3)), CrossEntropy)
+    assert isinstance(logreg.model.objective(LogisticRegression(3)), RegularizedLogistic)
+    assert isinstance(resnet.model.objective(LogisticRegression(3)), CrossEntropy)

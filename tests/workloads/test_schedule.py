@@ -4,7 +4,7 @@ import pytest
 
 from runner.job.benchmarks import BENCHMARKS
 from workloads.config import ConfigError
-from workloads.schedule import inverse_sqrt_lr, lr_at, table_multiplier
+from workloads.schedule import inverse_sqrt_lr, table_multiplier
 
 RESNET = BENCHMARKS["resnet20-cifar10"].config
 LOGREG = BENCHMARKS["logreg-epsilon"].config
@@ -25,11 +25,11 @@ ETA = 0.1 / 256  # the 1a spec's LR per sample
     ],
 )
 def test_resnet20_schedule_at_key_epochs_with_8_workers(epochs_done, expected):
-    assert lr_at(RESNET, 8, epochs_done) == pytest.approx(expected)
+    assert RESNET.lr_at(8, epochs_done) == pytest.approx(expected)
 
 
 def test_resnet20_schedule_on_one_worker_has_no_ramp():
-    assert lr_at(RESNET, 1, 0.0) == lr_at(RESNET, 1, 4.9) == pytest.approx(0.0125)
+    assert RESNET.lr_at(1, 0.0) == RESNET.lr_at(1, 4.9) == pytest.approx(0.0125)
 
 
 def test_a_run_shorter_than_its_warm_up_ends_on_the_ramp():
@@ -45,12 +45,12 @@ def test_a_run_shorter_than_its_warm_up_ends_on_the_ramp():
     [(1, 200), (2, 400), (4, 600), (8, 700), (16, 800), (32, 800), (64, 800)],
 )
 def test_logreg_alpha_follows_the_per_worker_count_table(workers, alpha):
-    assert lr_at(LOGREG, workers, 0.0, steps_done=0) == pytest.approx(alpha)
+    assert LOGREG.lr_at(workers, 0.0, steps_done=0) == pytest.approx(alpha)
 
 
 @pytest.mark.parametrize(("steps_done", "factor"), [(0, 1.0), (3, 0.5), (99, 0.1), (9999, 0.01)])
 def test_logreg_lr_decays_as_alpha_over_sqrt_t(steps_done, factor):
-    assert lr_at(LOGREG, 4, 3.7, steps_done) == pytest.approx(600 * factor)
+    assert LOGREG.lr_at(4, 3.7, steps_done) == pytest.approx(600 * factor)
 
 
 def test_worker_counts_between_table_entries_take_the_lower_entry():
@@ -90,7 +90,7 @@ LSTM = BENCHMARKS["lstm-wikitext2"].config
     ],
 )
 def test_transformer_schedule_warms_up_linearly_then_decays_as_inverse_sqrt(steps_done, expected):
-    assert lr_at(TRANSFORMER, 1, 0.0, steps_done) == pytest.approx(expected)
+    assert TRANSFORMER.lr_at(1, 0.0, steps_done) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -109,10 +109,10 @@ def test_transformer_schedule_warms_up_linearly_then_decays_as_inverse_sqrt(step
 def test_gnmt_schedule_warms_up_exponentially_then_halves_four_times_from_40_percent(
     epochs_done, steps_done, expected
 ):
-    assert lr_at(GNMT, 1, epochs_done, steps_done) == pytest.approx(expected)
+    assert GNMT.lr_at(1, epochs_done, steps_done) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4, 8])
 def test_lstm_lr_scales_with_the_square_root_of_the_workers_and_stays_constant(workers):
-    assert lr_at(LSTM, workers, 0.0) == pytest.approx(15 * math.sqrt(workers))
-    assert lr_at(LSTM, workers, 700.0) == pytest.approx(15 * math.sqrt(workers))
+    assert LSTM.lr_at(workers, 0.0) == pytest.approx(15 * math.sqrt(workers))
+    assert LSTM.lr_at(workers, 700.0) == pytest.approx(15 * math.sqrt(workers))

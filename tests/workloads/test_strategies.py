@@ -25,7 +25,6 @@ from tests.workloads.strategy_harness import (
     two_bucket_net,
 )
 from workloads import strategies
-from workloads.optim import build_optimizer
 from workloads.strategies.averaging import averaging_due
 from workloads.strategies.local import LocalStrategy
 from workloads.timing import CpuClock, StepTimer
@@ -163,11 +162,11 @@ def _shard_of_the_global_batch(rank: int, world_size: int, name: str) -> list[to
     policy = {"policy": ("sync",)} if name == "adaptive-sync" else {}  # it starts exact
     config = config_for(name, **SGD, **warm_up, **policy)
     model = UnusedLayerNet()
-    strategy = strategies.build(config, model, CpuClock())
+    strategy = strategies.build(config.strategy, config.run.seed, model, CpuClock())
     per_rank = slice(rank * GLOBAL_BATCH // world_size, (rank + 1) * GLOBAL_BATCH // world_size)
     xs, ys = _global_batches()
     return _sgd_steps(
-        strategy, build_optimizer(config, model.parameters()), xs[:, per_rank], ys[:, per_rank]
+        strategy, config.build_optimizer(model.parameters()), xs[:, per_rank], ys[:, per_rank]
     )
 
 
@@ -183,7 +182,7 @@ def test_an_exact_strategy_trains_the_model_one_process_trains_on_the_global_bat
     model = UnusedLayerNet()
     config = config_for("allreduce", **SGD)
     xs, ys = _global_batches()
-    one = _sgd_steps(LocalStrategy(model), build_optimizer(config, model.parameters()), xs, ys)
+    one = _sgd_steps(LocalStrategy(model), config.build_optimizer(model.parameters()), xs, ys)
     ranks = run_ranks(_shard_of_the_global_batch, world_size=world_size, timeout_s=60, name=name)
     for weights in ranks:
         for ours, theirs in zip(weights, one, strict=True):
@@ -386,14 +385,24 @@ def _single_process_step(rank: int, world_size: int) -> tuple[str, int, str]:
     from workloads.timing import CpuClock, StepTimer
 
     model = torch.nn.Linear(4, 2)
-    strategy = build(CNN_DIGITS.config, model, CpuClock(), _CountingCollectives())
+    strategy = build(
+        CNN_DIGITS.config.strategy,
+        CNN_DIGITS.config.run.seed,
+        model,
+        CpuClock(),
+        _CountingCollectives(),
+    )
     timer = StepTimer(CpuClock())
     timer.start()
     strategy.backward(model(torch.ones(3, 4)).sum(), timer)
     strategy.after_step(timer)
     strategy.sync_buffers()
     assert model.weight.grad is not None
-    return type(strategy).__name__, _CountingCollectives.calls, effective_name(CNN_DIGITS.config, 1)
+    return (
+        type(strategy).__name__,
+        _CountingCollectives.calls,
+        effective_name(CNN_DIGITS.config.strategy, 1),
+    )
 
 
 def test_one_process_runs_the_local_strategy_and_communicates_nothing():

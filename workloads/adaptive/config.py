@@ -24,20 +24,20 @@ from typing import Literal
 
 from workloads.components import Component
 from workloads.fields import ConfigError, setting
+from workloads.plugins import points
 
-# "none" alone is the empty list (a sweep's fixed baseline: --set policy=none,batch).
-PolicyName = Literal["batch", "sync", "none"]
+# "none" alone is the empty list (a sweep's fixed baseline: --set policy=none,batch). The
+# other names are the policies registered (workloads/adaptive/policies.py, plugins).
 LrRule = Literal["linear", "sqrt", "none"]
 NONE = "none"
 # max_global_batch when not set: this many times the run's starting global batch.
 DEFAULT_MAX_BATCH_FACTOR = 16
-POLICY_KNOBS = {"batch": ("global_batch", "lr_factor"), "sync": ("sync_mode", "averaging_period")}
 
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveConfig(Component):
     # Policies in the order they decide (each sees its predecessors' proposals).
-    policy: tuple[PolicyName, ...] = ()
+    policy: tuple[str, ...] = ()
     # The monitors without a policy: the noise scale, variance and step times as events.
     monitor: bool = False
     monitor_interval_steps: int = setting(10, ge=1, le=1_000_000)
@@ -67,6 +67,10 @@ class AdaptiveConfig(Component):
     def validate(self) -> None:
         if NONE in self.policy:
             raise ConfigError("policy", "none stands alone: it is the empty list of policies")
+        known = points.POLICIES.names() if self.policy else []
+        for name in self.policy:
+            if name not in known:
+                raise ConfigError("policy", f"expected none or {', '.join(known)}, got {name!r}")
         if len(set(self.policy)) != len(self.policy):
             raise ConfigError("policy", f"names a policy twice: {','.join(self.policy)}")
         if (
@@ -118,7 +122,7 @@ class AdaptiveConfig(Component):
 
     def knobs(self) -> tuple[str, ...]:
         """The knobs the policies own, in order (what a run's summary reports)."""
-        return tuple(k for p in self.policy for k in POLICY_KNOBS[p])
+        return tuple(k for p in self.policy for k in points.POLICIES.get(p).knobs)
 
 
 # The steps of training over which noise_ema_decay applies once: one reading at the default

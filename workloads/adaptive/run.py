@@ -27,13 +27,9 @@ import torch
 
 from contract.events import DECISION, MONITORS
 from contract.summary import AdaptiveSummary
-from workloads.adaptive.batch import (
-    AdaptiveBatchConfig,
-    AdaptiveBatchPolicy,
-    fit_to_world,
-    lr_factor,
-)
+from workloads.adaptive.batch import fit_to_world
 from workloads.adaptive.monitors import Monitor, MonitorConfig, Snapshot
+from workloads.adaptive.policies import PolicyContext
 from workloads.adaptive.policy import (
     Agreement,
     Controller,
@@ -44,9 +40,8 @@ from workloads.adaptive.policy import (
     SingleProcess,
 )
 from workloads.adaptive.sampler import Cursor
-from workloads.adaptive.sync import AdaptiveSyncConfig, AdaptiveSyncPolicy
 from workloads.config import TrainConfig
-from workloads.optim import SgdConfig
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from workloads.adaptive.elastic.session import ElasticSession
@@ -149,19 +144,11 @@ def build(
     monitor_config = MonitorConfig(adaptive.monitor_interval_steps, adaptive.noise_ema_decay)
     policies: list[Policy] = [p for p, _ in extra]
     initial: dict[str, KnobValue] = {k: v for _, knobs in extra for k, v in knobs.items()}
-    for name in adaptive.policy:
-        if name == "batch":
-            low, high = adaptive.batch_bounds(base)
-            batch = AdaptiveBatchConfig(
-                low, high, adaptive.batch_growth, adaptive.batch_lr_rule,
-                adaptive.batch_cooldown_steps, ema_memory(monitor_config.reading_decay),
-            )  # fmt: skip
-            start = adaptive.start_global_batch(base, world_size)  # as the summary says
-            policies.append(AdaptiveBatchPolicy(batch, base))
-            initial |= {"global_batch": start, "lr_factor": lr_factor(batch.lr_rule, start, base)}
-        elif name == "sync":
-            policies.append(AdaptiveSyncPolicy(sync_config(config)))
-            initial |= {"sync_mode": "exact", "averaging_period": adaptive.sync_min_period}
+    ctx = PolicyContext(adaptive, config.optimizer, base, world_size, monitor_config.reading_decay)
+    for name in adaptive.policy:  # ours and plugins' alike (workloads/adaptive/policies.py)
+        policy, knobs = points.POLICIES.get(name).build(ctx)
+        policies.append(policy)
+        initial |= knobs
     monitor = None
     if adaptive.monitored:
         monitor = Monitor(monitor_config, device)
@@ -171,20 +158,6 @@ def build(
     run = Adaptive(config, controller, monitor, base, world_size, emit)
     clock.run = run
     return run
-
-
-def ema_memory(decay: float) -> int:
-    """How many values an EMA of this decay (per value) averages over, about: 1/(1 - decay)."""
-    return math.ceil(1.0 / (1.0 - decay) - 1e-9)
-
-
-def sync_config(config: TrainConfig) -> AdaptiveSyncConfig:
-    adaptive = config.adaptive
-    momentum = config.optimizer.momentum if isinstance(config.optimizer, SgdConfig) else 0.0
-    return AdaptiveSyncConfig(
-        adaptive.sync_low, adaptive.sync_high, adaptive.sync_min_period,
-        adaptive.sync_max_period, momentum,
-    )  # fmt: skip
 
 
 class _Clock:

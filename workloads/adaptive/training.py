@@ -46,7 +46,6 @@ from workloads.loop import (
     optimize,
     timed_steps,
 )
-from workloads.schedule import lr_at
 from workloads.strategies.base import trainable
 
 SYNC_KNOBS = ("sync_mode", "averaging_period")
@@ -178,7 +177,7 @@ def adaptive_step(run: Adaptive, draw: Callable[[], Batch], epochs_done: float) 
     step = run.steps_done
     timer = run.trainer.timer
     # Only after_step decisions change the factor: the LR is fixed before the step starts.
-    lr = lr_at(run.config, run.initial_world, epochs_done, step) * run.lr_factor
+    lr = run.config.lr_at(run.initial_world, epochs_done, step) * run.lr_factor
     timer.start()
     # An elastic run's session takes them: a change of workers admits joiners in them.
     decide = run.controller.before_step if run.elastic is None else run.elastic.before_step

@@ -1,11 +1,11 @@
 """Datasets as tensors prepared once, and how each rank draws its batches from them.
 
-`load(config, device, rank, world_size)` returns the train/test split of the configured
-dataset, preprocessed once (outside the benchmark clock, as MLPerf does) and placed on the
-training device, so a step's data phase is an index plus batched on-device augmentation, and
-not per-sample Python. Datasets too large to hold per rank (epsilon) load only the rank's
-static shard of the training split, shuffled once (`Splits.train_is_rank_shard`): its
-batches are contiguous slices.
+A data set's config loads it (DataConfig.load, workloads/data/config.py): the train/test
+split of the dataset, preprocessed once (outside the benchmark clock, as MLPerf does) and
+placed on the training device, so a step's data phase is an index plus batched on-device
+augmentation, and not per-sample Python. Datasets too large to hold per rank (epsilon) load
+only the rank's static shard of the training split, shuffled once
+(`Splits.train_is_rank_shard`): its batches are contiguous slices.
 
 Where data sets live is decided here and only here (`data_root`). This module imports no
 torch at import time: the runner's `runner data fetch` uses the same paths.
@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
-
-    from workloads.config import TrainConfig
 
     Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
@@ -102,20 +100,3 @@ class Splits:
     @property
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(self.train_x.shape[1:])
-
-
-def load(config: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1) -> Splits:
-    data = config.data
-    if data.name == "digits":
-        from workloads.data.digits import load_digits
-
-        return load_digits(device)
-    if data.name == "cifar10":
-        from workloads.data.cifar10 import load_cifar10
-
-        return load_cifar10(data_root(data.data_dir), device, config.execution.memory_format)
-    if data.name == "epsilon":
-        from workloads.data.epsilon import load_epsilon
-
-        return load_epsilon(data_root(data.data_dir), device, rank, world_size, config.run.seed)
-    raise ValueError(f"no loader for dataset {data.name!r}")

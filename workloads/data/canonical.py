@@ -23,6 +23,7 @@ validate as they read it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from contract import files
 from workloads.data import (
@@ -33,7 +34,6 @@ from workloads.data import (
     TRANSLATION_CACHE_FORMAT,
     WIKITEXT2_FILES,
     WIKITEXT2_SUBDIR,
-    WMT_SUBDIRS,
     DataError,
     epsilon_cache_dir,
     translation_cache_dir,
@@ -63,40 +63,43 @@ def require(root: Path, dataset: str) -> None:
 
 
 def _problem(root: Path, dataset: str) -> str | None:
-    if dataset == "digits":
-        return None
-    if dataset == "cifar10":
-        return _cifar10(root)
-    if dataset == "epsilon":
-        return _epsilon(root)
-    if dataset == "wikitext2":
-        return _wikitext2(root)
-    if dataset in WMT_SUBDIRS:
-        return _wmt(root, dataset)
-    return f"no data set {dataset!r}"
+    cls = _dataset(dataset)
+    return f"no data set {dataset!r}" if cls is None else cls.canonical_problem(dataset, root)
 
 
 def missing(root: Path, dataset: str) -> str | None:
     """What of `dataset` is not under `root` at all, or None: the check an open-division run
     needs (it may train on any data its loader accepts, but not on none)."""
-    if dataset == "cifar10":
-        paths = [root / CIFAR10_SUBDIR / name for name in CIFAR10_FILES]
-    elif dataset == "epsilon":
-        paths = [epsilon_cache_dir(root) / "meta.json"]
-    elif dataset == "wikitext2":
-        paths = [root / WIKITEXT2_SUBDIR / name for name in WIKITEXT2_FILES]
-    elif dataset in WMT_SUBDIRS:  # no canonical sizes there: the same check as closed
-        return problem(root, dataset)
-    else:
-        return None
+    cls = _dataset(dataset)
     try:
-        absent = next((path for path in paths if not path.is_file()), None)
+        return None if cls is None else cls.missing_problem(dataset, root)
     except OSError as err:
         return _unreadable(err, dataset, root)
+
+
+def _dataset(name: str) -> Any:
+    """The data set's config class (each says how it is checked), or None."""
+    from workloads.plugins import points
+
+    entry = points.DATASETS.entry(name)
+    return None if entry is None else entry.obj
+
+
+def first_absent(root: Path, dataset: str, paths: list[Path]) -> str | None:
+    """The first of `paths` that is not a file, as `missing` says it, or None."""
+    absent = next((path for path in paths if not path.is_file()), None)
     return None if absent is None else _missing(absent, dataset, root)
 
 
-def _cifar10(root: Path) -> str | None:
+def cifar10_paths(root: Path) -> list[Path]:
+    return [root / CIFAR10_SUBDIR / name for name in CIFAR10_FILES]
+
+
+def wikitext2_paths(root: Path) -> list[Path]:
+    return [root / WIKITEXT2_SUBDIR / name for name in WIKITEXT2_FILES]
+
+
+def cifar10(root: Path) -> str | None:
     directory = root / CIFAR10_SUBDIR
     least = CIFAR10_IMAGES_PER_FILE * CIFAR10_IMAGE_BYTES
     for name in CIFAR10_FILES:
@@ -112,7 +115,7 @@ def _cifar10(root: Path) -> str | None:
     return None
 
 
-def _epsilon(root: Path) -> str | None:
+def epsilon(root: Path) -> str | None:
     cache = epsilon_cache_dir(root)
     meta_path = cache / "meta.json"
     if not meta_path.is_file():
@@ -141,7 +144,7 @@ def _epsilon(root: Path) -> str | None:
     return None
 
 
-def _wmt(root: Path, dataset: str) -> str | None:
+def wmt(root: Path, dataset: str) -> str | None:
     """The tokenized cache's meta.json is the loader's (its format, a train and a test split):
     the loader refuses any other, but only once the run's processes have started."""
     cache = translation_cache_dir(root, dataset)
@@ -161,7 +164,7 @@ def _wmt(root: Path, dataset: str) -> str | None:
     return None
 
 
-def _wikitext2(root: Path) -> str | None:
+def wikitext2(root: Path) -> str | None:
     directory = root / WIKITEXT2_SUBDIR
     for name, canonical in WIKITEXT2_TOKENS.items():
         path = directory / name

@@ -1,18 +1,32 @@
-"""Data configs: which data set a run trains on, where it lives, and how it is batched.
+"""Data configs: which data set a run trains on, where it lives, how it is batched, and how
+it is loaded and checked: each data set is an entry of the extension point DATASETS
+(workloads/plugins/points.py; the key `dataset`), ours as a plugin's.
 
-One option per data set (DATASETS, selected by the key `dataset`), each with only the keys
-its loading and batching read: the per-worker batch everywhere; `data_dir` where the data
-are files; BPTT for WikiText-2; the batch unit, the global batch and the length limit for
-WMT. Torch-free, as the package it sits in. Not here: loading (workloads/data/*.py).
+Each option has only the keys its loading and batching read: the per-worker batch
+everywhere; `data_dir` where the data are files; BPTT for WikiText-2; the batch unit, the
+global batch and the length limit for WMT. And each says, by its methods, how the data set
+is loaded for the classification loop (`load`, from its own slice: this config and a
+LoadContext) and what keeps the files under a data root from being the canonical data set
+(`canonical_problem`, the closed division's check) or from being there at all
+(`missing_problem`). Torch-free, as the package it sits in: the loaders (workloads/data/
+*.py) and the checks (canonical.py) are imported when called.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from workloads.components import Choice, Component
+from workloads.data import DataError, canonical, data_root, epsilon_cache_dir
 from workloads.fields import ConfigError, setting
+from workloads.plugins import points
+
+if TYPE_CHECKING:
+    import torch
+
+    from workloads.data import Splits
 
 MAX_BATCH = 2**24  # a per-worker batch (or its tokens) beyond this is a typo
 
@@ -36,12 +50,46 @@ class DataConfig(Component):
         """Units per optimizer update over all workers."""
         return self.global_batch or self.batch_size * world_size
 
+    def load(self, ctx: LoadContext) -> Splits:
+        """The train/test splits the classification loop trains on, prepared once (outside
+        the clock) and placed on ctx.device. The sequence tasks read theirs themselves."""
+        raise DataError(f"{self.name} is not loaded as train/test splits of samples")
+
+    @classmethod
+    def canonical_problem(cls, name: str, root: Path) -> str | None:
+        """What keeps data set `name` under `root` from being the canonical one, or None;
+        quick and standard-library only (the runner asks before it starts anything). A
+        data set that declares no canonical form has nothing to check."""
+        return None
+
+    @classmethod
+    def missing_problem(cls, name: str, root: Path) -> str | None:
+        """What of data set `name` is not under `root` at all, or None (an open-division
+        run's check: any data its loader accepts, but not none)."""
+        return None
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What a data set's loader takes besides its own config."""
+
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+    seed: int = 0  # the run's (a static shard's shuffle)
+    memory_format: str = "contiguous"  # of image batches (ExecutionConfig.memory_format)
+
 
 @dataclass(frozen=True, kw_only=True)
 class DigitsData(DataConfig):
     """scikit-learn's digits: they ship with scikit-learn, so there is no directory."""
 
     name: Literal["digits"] = "digits"
+
+    def load(self, ctx: LoadContext) -> Splits:
+        from workloads.data.digits import load_digits
+
+        return load_digits(ctx.device)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,17 +103,52 @@ class FileData(DataConfig):
 class Cifar10Data(FileData):
     name: Literal["cifar10"] = "cifar10"
 
+    def load(self, ctx: LoadContext) -> Splits:
+        from workloads.data.cifar10 import load_cifar10
+
+        return load_cifar10(data_root(self.data_dir), ctx.device, ctx.memory_format)
+
+    @classmethod
+    def canonical_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.cifar10(root)
+
+    @classmethod
+    def missing_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.first_absent(root, name, canonical.cifar10_paths(root))
+
 
 @dataclass(frozen=True, kw_only=True)
 class EpsilonData(FileData):
     name: Literal["epsilon"] = "epsilon"
     samples_shared: ClassVar[bool] = False  # each rank reads its own static shard
 
+    def load(self, ctx: LoadContext) -> Splits:
+        from workloads.data.epsilon import load_epsilon
+
+        root = data_root(self.data_dir)
+        return load_epsilon(root, ctx.device, ctx.rank, ctx.world_size, ctx.seed)
+
+    @classmethod
+    def canonical_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.epsilon(root)
+
+    @classmethod
+    def missing_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.first_absent(root, name, [epsilon_cache_dir(root) / "meta.json"])
+
 
 @dataclass(frozen=True, kw_only=True)
 class WikiText2Data(FileData):
     name: Literal["wikitext2"] = "wikitext2"
     bptt: int = setting(70, ge=2, le=100_000)  # the mean truncated-backprop window, tokens
+
+    @classmethod
+    def canonical_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.wikitext2(root)
+
+    @classmethod
+    def missing_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.first_absent(root, name, canonical.wikitext2_paths(root))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,5 +169,15 @@ class WmtData(FileData):
                 "global_batch", f"must be at least batch_size={self.batch_size} (or none)"
             )
 
+    @classmethod
+    def canonical_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.wmt(root, name)
 
-DATASETS = Choice("dataset", (DigitsData, Cifar10Data, EpsilonData, WikiText2Data, WmtData))
+    @classmethod
+    def missing_problem(cls, name: str, root: Path) -> str | None:
+        return canonical.wmt(root, name)  # no canonical sizes there: the same check
+
+
+for _option in (DigitsData, Cifar10Data, EpsilonData, WikiText2Data, WmtData):
+    points.DATASETS.register(_option)
+DATASETS = Choice("dataset", points.DATASETS, DataConfig)

@@ -19,34 +19,38 @@ from workloads.models.logreg.config import LogRegConfig
 from workloads.models.resnet.config import ResNetConfig
 from workloads.models.transformer.config import TransformerConfig
 from workloads.models.vgg.config import VggConfig
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.config import TrainConfig
-
 __all__ = ["MODELS", "ModelConfig", "build"]
 
-MODELS = Choice(
-    "model",
-    (
-        DigitsCnnConfig,
-        ResNetConfig,
-        VggConfig,
-        LogRegConfig,
-        AwdLstmConfig,
-        GnmtConfig,
-        TransformerConfig,
-    ),
-)
+for _family in (
+    DigitsCnnConfig,
+    ResNetConfig,
+    VggConfig,
+    LogRegConfig,
+    AwdLstmConfig,
+    GnmtConfig,
+    TransformerConfig,
+):
+    points.MODELS.register(_family)
+MODELS = Choice("model", points.MODELS, ModelConfig)
 
 
-def build(config: TrainConfig, num_classes: int, sample_shape: tuple[int, ...] = ()) -> nn.Module:
-    """The configured model, in its configured memory format. `num_classes` is the number of
-    outputs (the vocabulary size for the sequence models); `sample_shape` is one input
-    sample's shape (logistic regression takes its width from it)."""
-    model = config.model.build(num_classes, sample_shape)
-    if config.execution.memory_format == "channels_last":
+def build(
+    config: ModelConfig,
+    num_classes: int,
+    sample_shape: tuple[int, ...] = (),
+    memory_format: str = "contiguous",
+) -> nn.Module:
+    """The model `config` builds, in `memory_format` (ExecutionConfig.memory_format).
+    `num_classes` is the number of outputs (the vocabulary size for the sequence models);
+    `sample_shape` is one input sample's shape (logistic regression takes its width from
+    it)."""
+    model = config.build(num_classes, sample_shape)
+    if memory_format == "channels_last":
         import torch
 
         # Module.to takes memory_format at run time; torch's overloads leave it out.

@@ -24,7 +24,7 @@ class ModelConfig(Component):
     name: str  # each family narrows it to its own Literal: the key `model`
     # The data sets whose input shape and number of outputs the network fits.
     datasets: ClassVar[tuple[str, ...]]
-    task: ClassVar[str]  # what it is trained for: a key of workloads.tasks.config.TASKS
+    task: ClassVar[str]  # what it is trained for: a task's kind (workloads/plugins/points.py TASKS)
     # Takes NCHW images, so memory_format=channels_last means something for it.
     image_input: ClassVar[bool] = False
 

@@ -28,27 +28,29 @@ if TYPE_CHECKING:
     from torch import nn
 
     from workloads.adaptive.monitors import Monitor
-    from workloads.config import TrainConfig
     from workloads.strategies.base import Collectives, Strategy
+    from workloads.strategies.config import StrategyConfig
     from workloads.timing import Clock
 
 __all__ = ["build", "effective_name"]
 
 
-def effective_name(config: TrainConfig, world_size: int) -> str:
+def effective_name(config: StrategyConfig, world_size: int) -> str:
     """The strategy that runs: the configured one, or `local` in a single process."""
-    return "local" if world_size == 1 else config.strategy.name
+    return "local" if world_size == 1 else config.name
 
 
 def build(
-    config: TrainConfig,
+    config: StrategyConfig,
+    seed: int,
     model: nn.Module,
     clock: Clock,
     collectives: Collectives | None = None,
     monitor: Monitor | None = None,
 ) -> Strategy:
-    """The configured strategy around `model` (collectives: the network boundary, for tests;
-    monitor: the run's monitors, whose probe reads the strategy's gradient exchange)."""
+    """Strategy `config` around `model` (seed: the run's, for randomized strategies;
+    collectives: the network boundary, for tests; monitor: the run's monitors, whose probe
+    reads the strategy's gradient exchange)."""
     import torch.distributed as dist
 
     from workloads.strategies.base import Collectives
@@ -57,4 +59,4 @@ def build(
     if effective_name(config, dist.get_world_size()) == "local":
         return LocalStrategy(model)
     comm = collectives or Collectives()
-    return config.strategy.build(model, clock, comm, config.run.seed, monitor)
+    return config.build(model, clock, comm, seed, monitor)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from workloads.components import Choice, Component
 from workloads.fields import setting
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from torch import nn
@@ -162,7 +163,6 @@ class AdaptiveSyncStrategyConfig(StrategyConfig):
         )
 
 
-STRATEGIES = Choice(
-    "strategy",
-    (PlainStrategy, PowerSgdConfig, ModelAveragingConfig, AdaptiveSyncStrategyConfig),
-)
+for _option in (PlainStrategy, PowerSgdConfig, ModelAveragingConfig, AdaptiveSyncStrategyConfig):
+    points.STRATEGIES.register(_option)
+STRATEGIES = Choice("strategy", points.STRATEGIES, StrategyConfig)

@@ -14,11 +14,11 @@ import torch
 
 from contract import events
 from contract.summary import CHANCE
-from workloads import data, models, objectives, precision, strategies
+from workloads import data, models, precision, strategies
 from workloads.adaptive import training
 from workloads.adaptive.run import Adaptive
+from workloads.data.config import LoadContext
 from workloads.loop import EVAL_BATCH_SIZE, EpochStats, Trainer, evaluate_metrics, train_epoch
-from workloads.optim import build_optimizer
 from workloads.tasks import Context, Evaluation
 from workloads.timing import StepTimer
 
@@ -35,10 +35,14 @@ class ClassificationTask:
     @classmethod
     def build(cls, ctx: Context) -> ClassificationTask:
         config, device = ctx.config, ctx.device
-        splits = data.load(config, device, ctx.rank, ctx.world_size)
-        model = models.build(config, splits.num_classes, splits.sample_shape).to(device)
-        objective = objectives.build(config, model)
-        computes_in = precision.resolve(config, device)
+        memory_format = config.execution.memory_format
+        where = LoadContext(device, ctx.rank, ctx.world_size, config.run.seed, memory_format)
+        splits = config.data.load(where)
+        model = models.build(
+            config.model, splits.num_classes, splits.sample_shape, memory_format
+        ).to(device)
+        objective = config.model.objective(model)
+        computes_in = precision.resolve(config.execution.precision, config.model.task, device)
         # A compiled model trains through the compiled graph, and a bf16 forward through
         # autocast's kernels: a closed form (fp32, uncompiled) would compute something else.
         closed_form = None
@@ -47,7 +51,9 @@ class ClassificationTask:
         elif computes_in == "fp32":
             closed_form = config.model.closed_form(model, objective)
         monitor = ctx.adaptive.monitor if ctx.adaptive is not None else None
-        strategy = strategies.build(config, model, ctx.clock, monitor=monitor)
+        strategy = strategies.build(
+            config.strategy, config.run.seed, model, ctx.clock, monitor=monitor
+        )
         trainer = Trainer(
             config,
             ctx.rank,
@@ -55,7 +61,7 @@ class ClassificationTask:
             device,
             splits,
             strategy,
-            build_optimizer(config, model.parameters()),
+            config.build_optimizer(model.parameters()),
             StepTimer(ctx.clock),
             torch.Generator(device).manual_seed(config.run.seed * 1_000_003 + ctx.rank),
             objective,

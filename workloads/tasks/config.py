@@ -1,5 +1,6 @@
 """Task configs: what a task adds to training beyond model, data and optimizer, and how it is
-scored. Which task a run has follows from its model (ModelConfig.task): TASKS maps it here.
+scored. Which task a run has follows from its model (ModelConfig.task), by the task's `kind`
+under which it registers (workloads/plugins/points.py TASKS).
 
 - classification (tasks 1a, 2a, the CS744 study, cnn-digits): top-1 accuracy; nothing to set.
 - language_model (3a): perplexity; gradient clipping and NT-ASGD's trigger.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from workloads.components import Component
 from workloads.fields import Bounds, setting
+from workloads.plugins import points
 
 if TYPE_CHECKING:
     from workloads.tasks import Context, Task
@@ -94,6 +96,5 @@ class TranslationConfig(TaskConfig):
         return TranslationTask.build(ctx)
 
 
-TASKS: dict[str, type[TaskConfig]] = {
-    t.kind: t for t in (ClassificationConfig, LanguageModelConfig, TranslationConfig)
-}
+for _task in (ClassificationConfig, LanguageModelConfig, TranslationConfig):
+    points.TASKS.register(_task)

@@ -34,8 +34,6 @@ from workloads.data.config import WikiText2Data
 from workloads.data.wikitext import load_wikitext
 from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.models.awd_lstm.model import AWDLSTM, Hidden, detach_hidden
-from workloads.optim import build_optimizer
-from workloads.schedule import lr_at
 from workloads.sgd import Optimizer
 from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains, narrow
@@ -77,8 +75,8 @@ class LanguageModelTask(Trains):
         config = ctx.config
         bptt = narrow(config.data, WikiText2Data, "data").bptt
         corpus = load_wikitext(data_root(config.data.data_dir) / WIKITEXT2_SUBDIR)
-        model = models.build(config, corpus.vocab_size).to(ctx.device)
-        strategy = strategies.build(config, model, ctx.clock)
+        model = models.build(config.model, corpus.vocab_size).to(ctx.device)
+        strategy = strategies.build(config.strategy, config.run.seed, model, ctx.clock)
         train = batchify(rank_share(corpus.train, ctx.world_size, ctx.rank), config.data.batch_size)
         valid = batchify(rank_share(corpus.valid, ctx.world_size, ctx.rank), EVAL_BATCH_SIZE)
         if len(train) < bptt + 2:
@@ -102,9 +100,9 @@ class LanguageModelTask(Trains):
             train.to(ctx.device),
             valid.to(ctx.device),
             strategy,
-            build_optimizer(config, model.parameters()),
+            config.build_optimizer(model.parameters()),
             StepTimer(ctx.clock),
-            precision.resolve(config, ctx.device),
+            precision.resolve(config.execution.precision, config.model.task, ctx.device),
             num_train=len(corpus.train),
             num_eval=len(corpus.valid),
             vocab_size=corpus.vocab_size,
@@ -140,7 +138,7 @@ class LanguageModelTask(Trains):
         timer.lap("data")
         # The reference scales the LR with the window so every token weighs the same.
         lr = (
-            lr_at(cfg, self.world_size, epochs_done, self.updates_done)
+            cfg.lr_at(self.world_size, epochs_done, self.updates_done)
             * length
             / self.data_config.bptt
         )

@@ -38,8 +38,6 @@ from workloads.data.subword import SubwordTokenizer
 from workloads.data.token_batching import Unit, batch_units, length_batches, plan_updates
 from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.models.seq2seq import Seq2Seq
-from workloads.optim import build_optimizer
-from workloads.schedule import lr_at
 from workloads.sgd import Optimizer
 from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains, narrow
@@ -90,8 +88,8 @@ class TranslationTask(Trains):
         test = corpus.load_parallel(cache, "test", dataset=data.name)
         references = corpus.load_references(cache, "test", dataset=data.name)
         train_ids = trainable_pairs(train, narrow(data, WmtData, "data").max_seq_len)
-        model = models.build(config, tokenizer.vocab_size).to(ctx.device)
-        strategy = strategies.build(config, model, ctx.clock)
+        model = models.build(config.model, tokenizer.vocab_size).to(ctx.device)
+        strategy = strategies.build(config.strategy, config.run.seed, model, ctx.clock)
         return cls(
             config,
             ctx.rank,
@@ -103,9 +101,9 @@ class TranslationTask(Trains):
             references,
             tokenizer,
             strategy,
-            build_optimizer(config, model.parameters()),
+            config.build_optimizer(model.parameters()),
             StepTimer(ctx.clock),
-            precision.resolve(config, ctx.device),
+            precision.resolve(config.execution.precision, config.model.task, ctx.device),
             ctx.output_dir,
         )
 
@@ -145,7 +143,7 @@ class TranslationTask(Trains):
         cfg, timer, strategy, optimizer = self.config, self.timer, self._strategy(), self._optim()
         timer.start()
         watchdog.at(f"epoch {int(epochs_done) + 1}, step {self.updates_done + 1}")
-        lr = lr_at(cfg, self.world_size, epochs_done, self.updates_done)
+        lr = cfg.lr_at(self.world_size, epochs_done, self.updates_done)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=self.device)

@@ -270,7 +270,9 @@ class ElasticSession:
         got = broadcast_state(_state(run), change.source_rank, self.device)
         _load(run, got)
         model = tr.strategy.inner
-        strategy = strategies.build(tr.config, model, tr.timer.clock, monitor=run.monitor)
+        strategy = strategies.build(
+            tr.config.strategy, tr.config.run.seed, model, tr.timer.clock, monitor=run.monitor
+        )
         _restore_sync(run, strategy, got)
         rebuilt = dataclasses.replace(
             tr, rank=dist.get_rank(), world_size=dist.get_world_size(), strategy=strategy

@@ -1,0 +1,218 @@
+"""Extension points: registration, clashes, entry points, --plugin loading, provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli import main
+from runner.errors import SpecError
+from runner.job.spec import JobSpec, resolve, workload_args
+from tests.workloads.plugin_packages import (
+    BENCHMARK_FOLDER,
+    isolated_registries,
+    write_dist_info,
+    write_package,
+)
+from workloads.config import TrainConfig
+from workloads.plugins import loading, points, provenance
+from workloads.plugins.registry import PluginError, Registry
+from workloads.strategies.config import PlainStrategy
+
+TOPK = """
+    from dataclasses import dataclass
+    from typing import Literal
+    from workloads.plugins import points
+    from workloads.strategies.config import StrategyConfig
+
+
+    @points.STRATEGIES.register
+    @dataclass(frozen=True, kw_only=True)
+    class MyConfig(StrategyConfig):
+        name: Literal["{name}"] = "{name}"
+
+        def build(self, model, clock, comm, seed, monitor=None):
+            from workloads.strategies.gradients import flat_all_reduce
+            return flat_all_reduce(model, comm)
+"""
+
+
+@pytest.fixture
+def plugin_root(tmp_path):
+    with isolated_registries(tmp_path):
+        yield tmp_path
+
+
+def test_every_built_in_registers_through_the_points_and_says_so():
+    for registry in points.POINTS:
+        entries = registry.entries()
+        assert entries, registry.point
+        for entry in entries.values():  # installed plugins (make test's example) are not
+            assert entry.built_in == entry.module.startswith(("workloads.", "runner.")), entry
+    assert "ddp" in points.STRATEGIES.names() and "cnn-digits" in points.BENCHMARKS.names()
+    assert set(TrainConfig.CHOICES["strategy"].names()) == set(points.STRATEGIES.names())
+
+
+def test_a_plugin_taking_a_built_in_name_is_refused_naming_both(plugin_root):
+    write_package(plugin_root, "clash", {"__init__.py": TOPK.format(name="ddp")})
+    with pytest.raises(PluginError) as err:
+        loading.load(str(plugin_root / "clash"))
+    message = str(err.value)
+    assert "'ddp' is registered twice, by built in" in message
+    assert str(plugin_root / "clash") in message and "\n" not in message
+    assert points.STRATEGIES.get("ddp") is PlainStrategy  # the built-in is untouched
+
+
+def test_a_wrong_type_or_signature_is_refused_when_registered(plugin_root):
+    wrong = TOPK.format(name="x").replace(
+        "def build(self, model, clock, comm, seed, monitor=None)", "def build(self, model)"
+    )
+    write_package(plugin_root, "badsig", {"__init__.py": wrong})
+    with pytest.raises(PluginError, match=r"has build\(model\); StrategyConfig.build takes"):
+        loading.load(str(plugin_root / "badsig"))
+    with pytest.raises(PluginError, match="is not a subclass of OptimizerConfig"):
+        points.OPTIMIZERS.register(PlainStrategy)
+
+
+def test_a_plugin_that_fails_to_import_is_one_line_naming_it(plugin_root):
+    (plugin_root / "broken.py").write_text("import no_such_module_anywhere\n")
+    with pytest.raises(PluginError) as err:
+        loading.load(str(plugin_root / "broken.py"))
+    assert str(err.value) == (
+        f"plugin {plugin_root / 'broken.py'}: import failed: ModuleNotFoundError: "
+        "No module named 'no_such_module_anywhere'"
+    )
+    with pytest.raises(PluginError, match="no such Python file or directory"):
+        loading.load(str(plugin_root / "absent.py"))
+
+
+def test_installed_entry_points_register_with_their_distribution(plugin_root, monkeypatch):
+    write_package(plugin_root, "mystrat", {"__init__.py": TOPK.format(name="mine")})
+    write_dist_info(plugin_root, "my-strat", "1.2.3", """
+        [stackbench.things]
+        mine = mystrat:MyConfig
+    """)  # fmt: skip
+    monkeypatch.syspath_prepend(str(plugin_root))
+    # A point of its own: the entry point is read the first time the point is.
+    things: Registry[type] = Registry("things", points._literal_names, lambda obj: None, ())
+    entry = things.entries()["mine"]
+    assert entry.origin == "my-strat==1.2.3" and entry.package == "mystrat"
+
+
+def test_an_entry_point_that_cannot_load_names_its_distribution(plugin_root, monkeypatch):
+    write_dist_info(plugin_root, "bad-dist", "0.1", """
+        [stackbench.things]
+        gone = not_a_module:Thing
+    """)  # fmt: skip
+    monkeypatch.syspath_prepend(str(plugin_root))
+    things: Registry[type] = Registry("things", points._literal_names, lambda obj: None, ())
+    with pytest.raises(PluginError, match=r"^plugin bad-dist==0.1: entry point gone = "
+                       r"not_a_module:Thing \(stackbench.things\) failed to load: "
+                       r"ModuleNotFoundError"):  # fmt: skip
+        things.entries()
+
+
+def test_a_run_with_a_plugin_is_open_division_and_records_it(plugin_root):
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    spec = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)])
+    assert spec.division == "open" and "plugin mine" in spec.open_keys
+    (record,) = spec.plugins
+    assert record.name == "mine" and record.version is None and record.load == str(package)
+    assert workload_args(spec, "/out")[-2:] == ["--plugin", str(package)]
+    # The hash is of the source: one byte more and it differs.
+    before = record.source_sha256
+    (package / "__init__.py").write_text((package / "__init__.py").read_text() + "\n")
+    assert provenance.source_hash("mine") != before
+
+
+def test_a_plugin_the_run_does_not_use_is_refused(plugin_root):
+    package = write_package(plugin_root, "unused", {"__init__.py": TOPK.format(name="unused")})
+    with pytest.raises(SpecError, match="registers nothing this run uses"):
+        resolve("cnn-digits", [], plugins=[str(package)])
+
+
+def test_a_benchmark_folder_registers_model_data_and_benchmark(plugin_root):
+    write_package(plugin_root, "blobsbench", BENCHMARK_FOLDER)
+    loading.load(str(plugin_root / "blobsbench"))
+    spec = resolve("blobs-mlp")
+    assert spec.division == "open"
+    assert [r.name for r in spec.plugins] == ["blobsbench"]
+    assert points.MODELS.entry("tiny-mlp").origin == str(plugin_root / "blobsbench")
+    config = dataclasses.replace(spec.config)
+    assert type(config.data).__name__ == "BlobsData"
+
+
+def test_the_installed_example_lists_its_entries_with_its_version():
+    """make test installs examples/stackbench-example (pip install -e): its entry points."""
+    entry = points.STRATEGIES.entry("topk")
+    if entry is None:
+        pytest.skip("the example plugin is not installed: make test installs it (pip install "
+                    "--no-deps -e examples/stackbench-example)")  # fmt: skip
+    assert entry.origin == "stackbench-example==0.1.0"
+    assert points.OPTIMIZERS.entry("lamb").origin == entry.origin
+    assert points.POLICIES.entry("noise-lr").origin == entry.origin
+
+
+def test_a_project_folder_with_one_package_loads_it(plugin_root):
+    project = plugin_root / "project"
+    write_package(project / "src", "inner", {"__init__.py": TOPK.format(name="inner")})
+    assert loading.load(str(project)) == "inner"
+    assert "inner" in points.STRATEGIES.names()
+
+
+def test_a_run_with_a_plugin_is_not_sent_to_a_cluster(plugin_root):
+    """No image is known to carry the plugin: refused before anything is submitted."""
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    kubeconfig = plugin_root / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    result = CliRunner().invoke(main, [
+        "--results-dir", str(plugin_root / "results"), "submit", "cnn-digits",
+        "--kubeconfig", str(kubeconfig), "--image", "reg.example/sb@sha256:" + "a" * 64,
+        "--plugin", str(package), "--set", "strategy=mine",
+    ])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "cannot yet check that a cluster's training image carries it" in result.output
+    assert "mine (sha256 " in result.output and "Traceback" not in result.output
+
+
+def test_the_plugin_at_fault_is_found_on_the_stack_and_named(plugin_root):
+    write_package(plugin_root, "mine", {
+        "__init__.py": TOPK.format(name="mine"),
+        "boom.py": "def explode():\n    raise ValueError('bad')\n",
+    })  # fmt: skip
+    loading.load(str(plugin_root / "mine"))
+    from mine.boom import explode  # type: ignore[import-not-found]
+
+    with pytest.raises(ValueError) as theirs:
+        explode()
+    assert provenance.plugin_at_fault(theirs.value.__traceback__) == "mine"
+    with pytest.raises(KeyError) as ours:  # raised by our code: no plugin to blame
+        points.STRATEGIES.get("nothing-of-that-name")
+    assert provenance.plugin_at_fault(ours.value.__traceback__) is None
+    # What a diverged or hung run's line names: the plugins its config uses.
+    config = resolve("cnn-digits", ["strategy=mine"], plugins=[str(plugin_root / "mine")]).config
+    assert provenance.used_plugin_names(config, "cnn-digits") == ["mine"]
+    assert provenance.used_plugin_names(resolve("cnn-digits").config, "cnn-digits") == []
+
+
+def test_reading_a_job_never_imports_the_plugin_path_it_names(tmp_path):
+    """job.json may be hostile: the path in it is not imported; the error says how to load
+    the plugin by hand, and once loaded the job reads back."""
+    code = TOPK.format(name="mine") + "\nopen(__file__ + '.imported', 'w').close()\n"
+    with isolated_registries(tmp_path):
+        package = write_package(tmp_path, "mine", {"__init__.py": code.replace("\n    ", "\n")})
+        data = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)]).to_dict()
+    marker = package / "__init__.py.imported"
+    marker.unlink()
+    with pytest.raises(ValueError, match=f"not loaded .*: runner --plugin {package} COMMAND"):
+        JobSpec.from_dict(data)
+    assert not marker.exists()
+    with isolated_registries(tmp_path):
+        loading.load(str(package))
+        assert JobSpec.from_dict(data).config.strategy.name == "mine"
