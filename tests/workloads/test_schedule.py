@@ -36,8 +36,8 @@ def test_a_run_shorter_than_its_warm_up_ends_on_the_ramp():
     # cnn-digits ramps over 5 epochs (bench/convergence_study.md); a 1-epoch check still runs.
     digits = BENCHMARKS["cnn-digits"].config.replace(max_epochs=1)
     assert digits.schedule.warmup_epochs > digits.run.max_epochs
-    assert lr_at(digits, 4, 0.0) == pytest.approx(0.05)
-    assert lr_at(digits, 4, 1.0) == pytest.approx(0.05 + (0.2 - 0.05) / 5)  # not yet 0.2
+    assert digits.lr_at(4, 0.0) == pytest.approx(0.05)
+    assert digits.lr_at(4, 1.0) == pytest.approx(0.05 + (0.2 - 0.05) / 5)  # not yet 0.2
 
 
 @pytest.mark.parametrize(
