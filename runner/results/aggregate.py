@@ -155,6 +155,9 @@ def mean_phase_ms_per_step(
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_LEVEL = 0.95
+# Runs that reached the target each arm needs for an interval: resamples of two runs take
+# three values, and an interval of those says "faster" on noise.
+MIN_RATIO_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -188,14 +191,14 @@ def ratio_interval(
 ) -> Ratio:
     """mean(A) / mean(B) of the runs that reached the target, and its percentile bootstrap
     interval: each resample draws as many runs as each arm has, with replacement, from that
-    arm alone (the arms are independent runs, not pairs). Needs two runs in each arm."""
+    arm alone (the arms are independent runs, not pairs). Needs MIN_RATIO_RUNS in each arm."""
     import random
 
     a = [t for t in times_a if t is not None and math.isfinite(t) and t > 0]
     b = [t for t in times_b if t is not None and math.isfinite(t) and t > 0]
     method = (f"percentile bootstrap of mean/mean, {resamples} resamples, seed {seed}, "
               f"{level:.0%} interval, over the runs that reached the target")  # fmt: skip
-    if len(a) < 2 or len(b) < 2:
+    if len(a) < MIN_RATIO_RUNS or len(b) < MIN_RATIO_RUNS:
         return Ratio(None, None, None, len(a), len(b), method)
     rng = random.Random(seed)
     ratios = sorted(

@@ -90,9 +90,10 @@ def test_speedups_name_the_baseline_they_are_against():
     assert {s.base_workers for s in out.values()} == {2}
 
 
-def test_a_ratio_needs_two_runs_that_reached_the_target_in_each_arm():
+def test_a_ratio_needs_three_runs_that_reached_the_target_in_each_arm():
     from runner.results.aggregate import ratio_interval
 
-    ratio = ratio_interval([5.0, None, 6.0], [10.0])  # the miss is no time; one run is no spread
+    ratio = ratio_interval([5.0, None, 6.0], [10.0, 11.0, 12.0])  # the miss is no time
     assert ratio.ratio is None and ratio.verdict == "too few runs"
-    assert (ratio.runs_a, ratio.runs_b) == (2, 1)
+    assert (ratio.runs_a, ratio.runs_b) == (2, 3)
+    assert ratio_interval([5.0, 5.5, 6.0], [10.0, 11.0, 12.0]).verdict == "faster"

@@ -111,7 +111,7 @@ function axisTooltip(params) {
 
 // Colours told apart at a glance (ECharts' own palette has a pale yellow that vanishes on
 // white); the report's figures use matplotlib's tab10, which this follows, less its olive.
-const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
+export const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
   "#e377c2", "#7f7f7f", "#393b79"];
 const LEGEND_CHARS = 26; // a legend entry's length; the whole name shows on hover
 
@@ -164,6 +164,8 @@ export function linesOption({
     ...(steps === "all" || steps.includes(line.name) ? { step: "end" } : {}),
     data: line.data,
     showSymbol: line.data.length <= 60,
+    // A line may carry its colour (a comparison's run keeps one colour on every chart).
+    ...(line.color ? { color: line.color, itemStyle: { color: line.color } } : {}),
     symbolSize: 5,
     lineStyle: { width: 1.6 },
     ...(i === 0 && (target !== null || marks.length) ? {

@@ -1,7 +1,7 @@
 // A run's page: state and why, live curves, each rank's log, config, manifest, summary, files.
 
 import { useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
-import { Chart, epochPhasesOption, linesOption } from "./charts.js";
+import { Chart, epochPhasesOption, linesOption, PALETTE } from "./charts.js";
 import {
   bytes, fileHref, FINISHED, html, KeyValues, LiveBadge, metricName, num, percent, Problems,
   quality, seconds, StateBadge, useJSON, useStream, when,
@@ -93,8 +93,9 @@ export function CurveCharts({ runs, target, metric, children }) {
     };
     // One run: lines named by what they show; several: by run.
     // Several runs: one without the series (a fixed run has no workers series) has no entry.
+    const color = (r) => (one ? undefined : PALETTE[runs.indexOf(r) % PALETTE.length]);
     const lines = (key, label, knob = false) => runs.filter((r) => one || r.curves[key].length)
-      .map((r) => ({ name: one ? label : r.name, full: r.full, data: on(r, key, knob) }));
+      .map((r) => ({ name: one ? label : r.name, full: r.full, color: color(r), data: on(r, key, knob) }));
     const marks = one ? decisionMarks(runs[0].curves.decisions, xs.get(runs[0])).filter((m) => m.x !== null) : [];
     const common = { xName: X_AXES[view.x], marks };
     return {
