@@ -127,25 +127,6 @@ def headline(summary: Summary | None, status: JobStatus | None = None) -> str:
     return f"{metric}, target {summary.target_value:g} not reached{budget}{learned}"
 
 
-def runs_table(infos: list[RunInfo]) -> Table:
-    table = Table(title="Runs", title_justify="left")
-    table.add_column("run", no_wrap=True)
-    for column in ("benchmark", "backend", "workers", "state", "result"):
-        table.add_column(column)
-    for info in infos:
-        if info.run is None or info.status is None:
-            table.add_row(plain(info.run_dir.name), "-", "-", "-", "[red]DAMAGED[/red]",
-                          plain(info.damage or ""))  # fmt: skip
-            continue
-        spec = info.run.record.spec
-        table.add_row(
-            plain(spec.run_id), spec.benchmark, info.run.record.backend,
-            str(spec.placement.world_size), state_text(info.status),
-            plain(info.summary_damage or headline(info.summary, info.status)),
-        )  # fmt: skip
-    return table
-
-
 def state_text(status: JobStatus) -> str:
     """The state in its colour and, when there is one, why (as text, never as markup)."""
     style = STATE_STYLE[status.state]
