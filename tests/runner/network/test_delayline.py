@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.backends.local import network
+from runner.backends.local import impair, network
 from runner.backends.local.namespaces import in_namespace
 from runner.backends.local.network import ShapedNetwork, address
 from runner.backends.local.probe import ProbeError
@@ -49,7 +49,7 @@ def test_the_probe_measures_twice_the_delay_and_the_record_says_asked_and_measur
     assert record.rtt_ms is not None and record.base_rtt_ms is not None
     assert 5.4 <= record.rtt_ms - record.base_rtt_ms <= 6.6  # the probe's own bar
     assert record.measured_mbit_s is not None and record.measured_mbit_s > 50
-    if network.impairment(parse_link("100mbit,delay=3ms")) == network.DELAY_LINE:
+    if impair.impairment(parse_link("100mbit,delay=3ms")) == impair.DELAY_LINE:
         assert "NFQUEUE delay line" in record.description
 
 
