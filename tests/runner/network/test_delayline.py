@@ -153,3 +153,16 @@ def test_killing_the_owner_of_a_delay_line_leaves_no_namespace_rule_or_reader() 
     assert scan.wait_until(lambda: scan.running(holders) == [])
     assert scan.wait_until(lambda: scan.pids_in(inodes) == [] and scan.handles_on(inodes) == [])
     assert scan.host_network_mentions_ours() == []
+
+
+def test_closing_stops_every_reader_and_leaves_no_namespace() -> None:
+    """The end of a run or its cancellation: close() stops the readers (their queues
+    unbound) before the namespaces, whose rules go with them."""
+    net = ShapedNetwork.open(parse_link("100mbit,delay=1ms,jitter=1ms"), num_workers=2)
+    lines, inodes = net.lines, {h.net_inode for h in net.holders}
+    assert len(lines) == 2 and all(line.alive() for line in lines)
+    net.close()
+    assert not any(line.alive() for line in lines)
+    assert scan.wait_until(lambda: scan.pids_in(inodes) == [] and scan.handles_on(inodes) == [])
+    assert scan.host_network_mentions_ours() == []
+    net.close()  # idempotent
