@@ -127,3 +127,16 @@ def test_more_workers_than_a_shaped_network_has_addresses_are_refused_before_the
     assert result.exit_code == 2, result.output
     assert "at most 250 workers" in result.output
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_a_sweep_takes_links_whose_options_follow_their_rate() -> None:
+    from runner.results.study import parse_links
+
+    assert parse_links("25mbit,100mbit") == ("25mbit", "100mbit")
+    assert parse_links("1gbit,1gbit,delay=5ms,loss=1%,25mbit,delay=20ms") == (
+        "1gbit", "1gbit,delay=5ms,loss=1%", "25mbit,delay=20ms"
+    )  # fmt: skip
+    with pytest.raises(SpecError, match="repeats a link"):
+        parse_links("1gbit,delay=1ms,1gbit,delay=1000us")
+    with pytest.raises(SpecError, match="expected a rate"):
+        parse_links("delay=5ms,1gbit")

@@ -215,6 +215,18 @@ def _setns(fd: int) -> None:
         raise OSError(errno, f"setns: {os.strerror(errno)}")
 
 
+def trial(script: str) -> str | None:
+    """What `script` said when it failed in a throwaway namespace; None when it succeeded."""
+    argv = ["unshare", *Kind.NET_PID_MOUNT.value, "--", "sh", "-c", script]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"cannot try a network namespace here ({err})"
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip() or f"exit {done.returncode}").splitlines()[0]
+
+
 def _await_ready(process: subprocess.Popen[bytes], timeout_s: float) -> None:
     assert process.stdout is not None and process.stderr is not None
     with selectors.DefaultSelector() as selector:

@@ -22,7 +22,7 @@ bind to veth0, finds its one IPv4 address, and no router solicitations cross the
 
 Delay, jitter and loss (impairment). Added once to every packet between two workers, so a
 round trip gains the delay twice (link.py). Where the kernel has netem (tried, never assumed:
-`netem_available`), a netem qdisc at the root of each worker's end, on its outgoing packets,
+`impair.netem_available`), a netem qdisc at the root of each worker's end, on its outgoing packets,
 the tbf below it. Where it has not, or jitter is asked (netem's jitter reorders packets), the
 delay line, on each worker's incoming packets: an iptables rule in the worker's namespace
 hands every packet arriving by veth0 to NFQUEUE, and a reader thread of this process
@@ -36,14 +36,13 @@ Lifetime: namespaces.py (held by processes that die with the owner; a killed own
 The iptables rules and qdiscs live in the namespaces and go with them; the delay lines are
 threads of the owner and their queues are unbound when it ends, however it ends.
 
-Not here: parsing the link (link.py), measuring it (probe.py), the delay line (delayline.py),
-the launcher (launch.py).
+Not here: parsing the link (link.py), measuring it (probe.py), choosing netem or the delay line
+(impair.py), the delay line itself (delayline.py), the launcher (launch.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import shutil
 import subprocess
@@ -55,11 +54,11 @@ from pathlib import Path
 
 from contract import files
 from contract.network import NetworkRecord
-from runner.backends.local import namespaces, probe
-from runner.backends.local.delayline import QUEUE_NUM, DelayLine
+from runner.backends.local import impair, namespaces, probe
+from runner.backends.local.delayline import DelayLine
 from runner.backends.local.namespaces import Holder, Kind, Lifeline, NamespaceError
 from runner.errors import BackendUnavailable
-from runner.job.link import Link, format_time
+from runner.job.link import Link
 
 INTERFACE = "veth0"  # the worker's end of its link, in every worker namespace
 BRIDGE = "br0"
@@ -70,17 +69,12 @@ IDLE_POLL_S = 0.02  # how often the probe's end looks at the queues it filled
 CAP_NET_ADMIN = 12  # bit numbers in /proc/self/status CapEff (linux/capability.h)
 CAP_SYS_ADMIN = 21
 TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
-DELAY_LINE_TOOLS = {"iptables": "iptables"}
-NETEM = "netem"
-DELAY_LINE = "delay line"
 # What a throwaway namespace must accept for a shaped network to work here.
 KERNEL_TRIAL = (
     "ip link add name t0 type veth peer name t1 && ip link add name t2 type bridge"
     " && ip link set dev t0 master t2 && tc qdisc add dev t1 root tbf rate 1mbit burst 4kb"
     " limit 64kb"
 )
-NETEM_TRIAL = "ip link set dev lo up && tc qdisc add dev lo root netem delay 1ms"
-DELAY_LINE_TRIAL = "iptables -w -A OUTPUT -o lo -j NFQUEUE --queue-num 0"
 
 
 class NetworkUnavailable(BackendUnavailable):
@@ -106,7 +100,7 @@ def problem(link: Link | None = None) -> str | None:
             f"shaped links need {' and '.join(caps)} (network and PID namespaces, traffic "
             "control): run the runner as root (sudo), or leave out --link"
         )
-    return _kernel_problem() or (_impairment_problem(link) if link is not None else None)
+    return _kernel_problem() or (impair.problem(link) if link is not None else None)
 
 
 def require(link: Link | None = None) -> None:
@@ -115,39 +109,6 @@ def require(link: Link | None = None) -> None:
     reason = problem(link)
     if reason is not None:
         raise NetworkUnavailable(reason)
-
-
-def impairment(link: Link) -> str | None:
-    """How `link`'s delay, jitter and loss are made here: NETEM, DELAY_LINE, or None (it asks
-    for none). Jitter takes the delay line: netem's reorders packets, the link's must not."""
-    if not link.impaired:
-        return None
-    return NETEM if not link.jitter_us and netem_available() else DELAY_LINE
-
-
-@functools.cache
-def netem_available() -> bool:
-    """Whether this kernel has the netem qdisc: tried in a throwaway namespace (it leaves
-    nothing); asked once per process."""
-    return _trial(NETEM_TRIAL) is None
-
-
-def _impairment_problem(link: Link) -> str | None:
-    if impairment(link) != DELAY_LINE:
-        return None
-    tools = [tool for tool in DELAY_LINE_TOOLS if shutil.which(tool) is None]
-    if tools:
-        return (
-            f"{link.text} needs netem (this kernel has none) or iptables for the NFQUEUE delay "
-            "line: apt-get install -y iptables"
-        )
-    said = _trial(DELAY_LINE_TRIAL)
-    if said is None:
-        return None
-    return (
-        f"{link.text} needs netem (this kernel has none) or iptables' NFQUEUE target ({said}): "
-        "a kernel with CONFIG_NETFILTER_XT_TARGET_NFQUEUE and CONFIG_NETFILTER_NETLINK_QUEUE"
-    )
 
 
 def address(index: int) -> str:
@@ -180,7 +141,7 @@ class ShapedNetwork:
         self._workers = workers
         self._lifeline = lifeline
         self._lines: list[DelayLine] = []
-        self.impairment = impairment(link)
+        self.impairment = impair.impairment(link)
         self.tally_path: Path | None = None  # where close() writes what the links carried
 
     @classmethod
@@ -199,7 +160,7 @@ class ShapedNetwork:
             for _ in range(num_workers):
                 holders.append(namespaces.spawn(lifeline, Kind.NET_PID_MOUNT))
             net = cls(link, bridge, holders[1:], lifeline)
-            net.impairment = DELAY_LINE if delay_line else net.impairment
+            net.impairment = impair.DELAY_LINE if delay_line else net.impairment
             net._configure()
         except BaseException as err:
             if net is not None:
@@ -244,7 +205,7 @@ class ShapedNetwork:
         With a delay, the round trip is measured twice: through the link with its delay off
         (the machine's own round trip, the delay line's pass included), then on; what the
         delay adds is the difference, compared with what was asked."""
-        description = probe.describe(self.link, self.num_workers, self._impairment_text())
+        description = probe.describe(self.link, self.num_workers, impair.describe(self.impairment))
         if self.num_workers < 2:
             self._impair(delay=True, loss=True)
             return probe.unmeasured(self.link, description)
@@ -263,21 +224,13 @@ class ShapedNetwork:
         self._impair(delay=True, loss=True)
         return probe.record(self.link, description, found, base_ms)
 
-    def _impairment_text(self) -> str:
-        if self.impairment == NETEM:
-            return "delay and loss by netem on each worker's outgoing packets (tbf below it)"
-        if self.impairment == DELAY_LINE:
-            return (
-                "delay and loss by an NFQUEUE delay line on each worker's incoming packets "
-                "(iptables in its namespace, one reader thread per link in the run's supervisor)"
-            )
-        return ""
-
     def _impair(self, delay: bool, loss: bool) -> None:
         """Switch every link's delay and loss on or off (the probe measures without them)."""
-        if self.impairment == NETEM:
+        if self.impairment == impair.NETEM:
             for worker in self._workers:
-                namespaces.run_batch(worker, "tc", [_netem(self.link, "change", delay, loss)])
+                namespaces.run_batch(
+                    worker, "tc", [impair.netem(self.link, INTERFACE, "change", delay, loss)]
+                )
         for line in self._lines:
             line.impair(delay, loss)
 
@@ -395,15 +348,16 @@ class ShapedNetwork:
 
     def _shape_worker_end(self, worker: Holder) -> None:
         """tbf alone; under netem for a delay; or with the delay line's rule and reader."""
-        if self.impairment == NETEM:
+        if self.impairment == impair.NETEM:
             tbf = self._tbf(INTERFACE).replace("root", "parent 1:1 handle 10:")
-            namespaces.run_batch(worker, "tc", [_netem(self.link, "add", True, False), tbf])
+            netem = impair.netem(self.link, INTERFACE, "add", True, False)
+            namespaces.run_batch(worker, "tc", [netem, tbf])
             return
         namespaces.run_batch(worker, "tc", [self._tbf(INTERFACE)])
-        if self.impairment == DELAY_LINE:
+        if self.impairment == impair.DELAY_LINE:
             # The reader is bound first: a packet queued with no reader is dropped.
             self._lines.append(DelayLine.start(self.link, worker.ns_file("net")))
-            _run_in(worker, ["iptables", "-w", *delay_line_rule()])
+            impair.run_in(worker, ["iptables", "-w", *impair.delay_line_rule(INTERFACE)])
 
     @property
     def _range(self) -> range:
@@ -415,34 +369,6 @@ class ShapedNetwork:
             f"qdisc add dev {device} root tbf rate {link.rate_bit_s}bit "
             f"burst {link.burst_bytes} limit {link.queue_bytes}"
         )
-
-
-def delay_line_rule() -> list[str]:
-    """The iptables rule (its arguments after the binary) that queues a worker's incoming
-    packets for its delay line; no --queue-bypass: without a reader, packets are dropped."""
-    return ["-A", "INPUT", "-i", INTERFACE, "-j", "NFQUEUE", "--queue-num", str(QUEUE_NUM)]
-
-
-def _netem(link: Link, verb: str, delay: bool, loss: bool) -> str:
-    """The netem qdisc of a worker's end (`verb`: add or change), the tbf as its child; its
-    delay and loss switched on or off."""
-    text = f"qdisc {verb} dev {INTERFACE} root handle 1: netem"
-    text += f" delay {format_time(link.delay_us)}" if delay and link.delay_us else " delay 0us"
-    return text + (f" loss {link.loss_percent:g}%" if loss and link.loss_ppm else "")
-
-
-def _run_in(holder: Holder, argv: list[str], timeout_s: float = 10.0) -> None:
-    """`argv` in the holder's network namespace; NamespaceError with what it said."""
-    try:
-        done = subprocess.run(
-            namespaces.enter_net_argv(holder, argv), capture_output=True, text=True,
-            timeout=timeout_s,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise NamespaceError(f"{argv[0]} did not finish within {timeout_s:.0f} s") from None
-    if done.returncode != 0:
-        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        raise NamespaceError(f"{argv[0]} failed: {said[0] if said else done.returncode}")
 
 
 def _bridge_port(index: int) -> str:
@@ -473,20 +399,8 @@ def _missing_capabilities() -> list[str]:
     return [name for name, bit in wanted.items() if not effective >> bit & 1]
 
 
-def _trial(script: str) -> str | None:
-    """What `script` said when it failed in a throwaway namespace; None when it succeeded."""
-    argv = ["unshare", *Kind.NET_PID_MOUNT.value, "--", "sh", "-c", script]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"cannot try a network namespace here ({err})"
-    if done.returncode == 0:
-        return None
-    return (done.stderr.strip() or f"exit {done.returncode}").splitlines()[0]
-
-
 def _kernel_problem() -> str | None:
-    said = _trial(KERNEL_TRIAL)
+    said = namespaces.trial(KERNEL_TRIAL)
     if said is None:
         return None
     if said.startswith("cannot try"):

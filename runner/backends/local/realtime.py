@@ -21,9 +21,11 @@ PRIORITY = 10  # of 1-99: above every normal thread, below the kernel's own thre
 
 def prefer_this_thread() -> bool:
     """Run the calling thread (only it: Linux takes pid 0 as the calling thread) at PRIORITY
-    under SCHED_FIFO; False when not allowed."""
+    under SCHED_FIFO; False when not allowed. SCHED_RESET_ON_FORK: a process it starts (a
+    worker) runs as a normal one."""
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PRIORITY))
+        policy = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+        os.sched_setscheduler(0, policy, os.sched_param(PRIORITY))
     except (OSError, AttributeError):
         return False
     return True

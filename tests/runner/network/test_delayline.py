@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.backends.local import network
+from runner.backends.local import impair, network
 from runner.backends.local.namespaces import in_namespace
 from runner.backends.local.network import ShapedNetwork, address
 from runner.backends.local.probe import ProbeError
@@ -49,7 +49,7 @@ def test_the_probe_measures_twice_the_delay_and_the_record_says_asked_and_measur
     assert record.rtt_ms is not None and record.base_rtt_ms is not None
     assert 5.4 <= record.rtt_ms - record.base_rtt_ms <= 6.6  # the probe's own bar
     assert record.measured_mbit_s is not None and record.measured_mbit_s > 50
-    if network.impairment(parse_link("100mbit,delay=3ms")) == network.DELAY_LINE:
+    if impair.impairment(parse_link("100mbit,delay=3ms")) == impair.DELAY_LINE:
         assert "NFQUEUE delay line" in record.description
 
 
@@ -153,3 +153,16 @@ def test_killing_the_owner_of_a_delay_line_leaves_no_namespace_rule_or_reader() 
     assert scan.wait_until(lambda: scan.running(holders) == [])
     assert scan.wait_until(lambda: scan.pids_in(inodes) == [] and scan.handles_on(inodes) == [])
     assert scan.host_network_mentions_ours() == []
+
+
+def test_closing_stops_every_reader_and_leaves_no_namespace() -> None:
+    """The end of a run or its cancellation: close() stops the readers (their queues
+    unbound) before the namespaces, whose rules go with them."""
+    net = ShapedNetwork.open(parse_link("100mbit,delay=1ms,jitter=1ms"), num_workers=2)
+    lines, inodes = net.lines, {h.net_inode for h in net.holders}
+    assert len(lines) == 2 and all(line.alive() for line in lines)
+    net.close()
+    assert not any(line.alive() for line in lines)
+    assert scan.wait_until(lambda: scan.pids_in(inodes) == [] and scan.handles_on(inodes) == [])
+    assert scan.host_network_mentions_ours() == []
+    net.close()  # idempotent
