@@ -77,8 +77,8 @@ class LocalBackend:
         if local.store_port is not None:
             lines.append(
                 f"# the supervisor hosts the workers' store on {launch.LOOPBACK}:"
-                f"{local.store_port} and gives each worker the run's secret in its environment; "
-                f"the run goes on while {local.min_workers} are left"
+                f"{local.store_port}; the run goes on while {local.min_workers} are left "
+                "(each worker is also given the run's secret, in its environment only)"
             )
         for p in local.processes:
             if p.netns is not None:
