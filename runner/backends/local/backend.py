@@ -79,7 +79,8 @@ class LocalBackend:
         if local.store_port is not None:
             lines.append(
                 f"# the supervisor hosts the workers' store on {launch.LOOPBACK}:"
-                f"{local.store_port}; the run goes on while {local.min_workers} are left"
+                f"{local.store_port}; the run goes on while {local.min_workers} are left "
+                "(each worker is also given the run's secret, in its environment only)"
             )
         for p in local.processes:
             if p.netns is not None:

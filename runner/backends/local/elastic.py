@@ -7,12 +7,15 @@ group's store is and its name (workloads/adaptive/elastic/launch.py):
 
     MASTER_ADDR=127.0.0.1 MASTER_PORT=<store_port> WORLD_SIZE=<MAX> STACKBENCH_MEMBER=w<i>
 
-The supervisor hosts that store (`hosted_store`) for as long as it runs the request, so it
-outlives every worker; it goes on while workers are left and decides the outcome from the
-exit codes (outcome.elastic_outcome). `runner join` asks it (joins.py) for one more
-worker, w<n>, which it starts and owns like the others (`joiner_process`). The store's port
-is chosen when the request is made, so `--dry-run` shows the exact commands; if another
-program takes it in between, the run fails with a line that says so.
+The supervisor hosts that store (`hosted_store`, on 127.0.0.1 alone) for as long as it runs
+the request, so it outlives every worker, and adds the run's secret to each worker's
+environment when it starts it (STACKBENCH_RUN_SECRET: not in launch.json, so not in the dry
+run either; workloads/adaptive/elastic/signing.py); it goes on while workers are left and
+decides the outcome from the exit codes (outcome.elastic_outcome). `runner join` asks it
+(joins.py) for one more worker, w<n>, which it starts and owns like the others
+(`joiner_process`). The store's port is chosen when the request is made, so `--dry-run`
+shows the exact commands; if another program takes it in between, the run fails with a
+line that says so.
 Not here: the group's mechanism (workloads/adaptive/elastic/), the supervisor's loop.
 """
 
