@@ -51,7 +51,8 @@ from runner.job.target import ClusterOptions
 @handle_errors
 def sweep(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
-    context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
+    context: str | None, job_api: str | None, image: str | None, runtime: str | None,
+    pending_timeout: float | None,
     workers_text: str, per_node: int | None, device: str, link_text: str | None,
     runs: int | None, set_items: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -74,7 +75,7 @@ def sweep(
 
     workers = studies.parse_workers(workers_text)
     links = studies.parse_links(link_text)
-    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
+    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout, runtime)
     target = make_target(settings.results_dir, local, cluster, per_node, device)  # type: ignore[arg-type]
     runs_per_cell = runs or get_benchmark(benchmark).default_runs
     study = sweeps.new_study(

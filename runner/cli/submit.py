@@ -48,7 +48,8 @@ from runner.job.target import ClusterOptions
 @handle_errors
 def submit(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
-    context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
+    context: str | None, job_api: str | None, image: str | None, runtime: str | None,
+    pending_timeout: float | None,
     workers: tuple[int | None, int] | None, per_node: int | None, device: str,
     link: str | None,
     overrides: tuple[str, ...], dry_run: bool, detach: bool,
@@ -74,7 +75,7 @@ def submit(
     from runner.job.target import make_target
 
     results = settings.results_dir
-    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
+    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout, runtime)
     target = make_target(results, local, cluster, per_node, device)  # type: ignore[arg-type]
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)

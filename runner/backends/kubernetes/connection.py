@@ -44,7 +44,9 @@ from runner.stack import pulumi_cli
 EXTERNAL = "external"  # the provider of a cluster given by --kubeconfig
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
 # What job.json's `cluster` (ClusterConnection.reference) may hold besides pending_timeout_s.
-REFERENCE_TEXTS = ("stack", "kubeconfig", "context", "job_api", "image")
+REFERENCE_TEXTS = ("stack", "kubeconfig", "context", "job_api", "image", "training_runtime")
+# A ClusterTrainingRuntime's name: a Kubernetes object name (DNS subdomain).
+OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 # A kubeconfig holds a few clusters' certificates: kilobytes. Far more is the wrong file.
 MAX_KUBECONFIG_BYTES = 16 << 20
 
@@ -81,14 +83,17 @@ class ClusterConnection:
         return f"--kubeconfig {self.kubeconfig_path}{context}"
 
     def reference(self) -> dict[str, Any]:
-        """What job.json needs to reconnect later: no secret, just where to read them again."""
+        """What job.json needs to reconnect later: no secret, just where to read them again;
+        and, for a TrainJob, the runtime it ran on."""
+        runtime = {"training_runtime": self.training_runtime} if self.job_api == "trainjob" else {}
         if self.stack:
-            return {"stack": self.stack, "job_api": self.job_api}
+            return {"stack": self.stack, "job_api": self.job_api, **runtime}
         return {
             "kubeconfig": self.kubeconfig_path,
             "context": self.context,
             "job_api": self.job_api,
             "image": self.image,
+            **runtime,
         }
 
 
@@ -98,8 +103,10 @@ def connect(
     context: str | None = None,
     job_api: str | None = None,
     image: str | None = None,
+    runtime: str | None = None,
 ) -> ClusterConnection:
-    """The CLI's one entry point: exactly one of --stack and --kubeconfig."""
+    """The CLI's one entry point: exactly one of --stack and --kubeconfig. `runtime`: the
+    TrainJob's ClusterTrainingRuntime (default: the stack's, else torch-distributed)."""
     if stack and kubeconfig:
         raise SpecError("--stack", "give either --stack or --kubeconfig, not both")
     if stack:
@@ -110,10 +117,24 @@ def connect(
             conn = _replace(conn, job_api=_job_api(job_api, "--job-api"))
         if image is not None:
             conn = _replace(conn, image=check_image(image, "--image"))
-        return conn
-    if kubeconfig:
-        return connect_kubeconfig(kubeconfig, context, job_api, image)
-    raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
+    elif kubeconfig:
+        conn = connect_kubeconfig(kubeconfig, context, job_api, image)
+    else:
+        raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
+    if runtime is not None:
+        conn = _replace(conn, training_runtime=check_runtime(runtime, conn.job_api))
+    return conn
+
+
+def check_runtime(name: str, job_api: str) -> str:
+    """A ClusterTrainingRuntime's name, for a TrainJob."""
+    if job_api != "trainjob":
+        raise SpecError("--runtime", f"names a TrainJob's runtime; a {job_api} has none")
+    if not OBJECT_NAME.fullmatch(name):
+        raise SpecError("--runtime", f"{name!r:.80} is not a Kubernetes object name (lowercase "
+                        "letters, digits, '-' and '.'); `kubectl get clustertrainingruntimes` "
+                        "lists the cluster's")  # fmt: skip
+    return name
 
 
 def reference_problem(ref: Mapping[str, Any]) -> str | None:
@@ -130,14 +151,16 @@ def connect_reference(ref: Mapping[str, Any]) -> ClusterConnection:
     problem = reference_problem(ref)
     if problem:
         raise RunnerError(f"job.json has {problem}; fix or remove it")
+    runtime = ref.get("training_runtime") if ref.get("job_api") == "trainjob" else None
     if ref.get("stack"):
-        return connect(stack=ref["stack"], job_api=ref.get("job_api"))
+        return connect(stack=ref["stack"], job_api=ref.get("job_api"), runtime=runtime)
     if ref.get("kubeconfig"):
         return connect(
             kubeconfig=Path(ref["kubeconfig"]),
             context=ref.get("context"),
             job_api=ref.get("job_api"),
             image=ref.get("image"),
+            runtime=runtime,
         )
     raise RunnerError(f"job.json names no cluster ({dict(ref)!r}); pass --stack or --kubeconfig")
 
