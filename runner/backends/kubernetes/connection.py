@@ -38,6 +38,7 @@ from contract.stack import (
     parse_outputs,
 )
 from infra.stackfiles import StackFileError, stack_file
+from runner.backends.kubernetes.jobapis import JOB_KINDS, JobKind
 from runner.errors import RunnerError, SpecError
 from runner.stack import pulumi_cli
 
@@ -75,6 +76,11 @@ class ClusterConnection:
     kubeconfig_path: str | None = None  # the file it came from, for messages and references
 
     @property
+    def kind(self) -> JobKind:
+        """The job API's object: everything that differs between TrainJob and PyTorchJob."""
+        return JOB_KINDS[self.job_api]
+
+    @property
     def source(self) -> str:
         """How a person names this cluster on the command line, for messages."""
         if self.stack:
@@ -85,7 +91,7 @@ class ClusterConnection:
     def reference(self) -> dict[str, Any]:
         """What job.json needs to reconnect later: no secret, just where to read them again;
         and, for a TrainJob, the runtime it ran on."""
-        runtime = {"training_runtime": self.training_runtime} if self.job_api == "trainjob" else {}
+        runtime = {"training_runtime": self.training_runtime} if self.kind.has_runtime else {}
         if self.stack:
             return {"stack": self.stack, "job_api": self.job_api, **runtime}
         return {
@@ -122,14 +128,14 @@ def connect(
     else:
         raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
     if runtime is not None:
-        conn = _replace(conn, training_runtime=check_runtime(runtime, conn.job_api))
+        conn = _replace(conn, training_runtime=check_runtime(runtime, conn.kind))
     return conn
 
 
-def check_runtime(name: str, job_api: str) -> str:
-    """A ClusterTrainingRuntime's name, for a TrainJob."""
-    if job_api != "trainjob":
-        raise SpecError("--runtime", f"names a TrainJob's runtime; a {job_api} has none")
+def check_runtime(name: str, kind: JobKind) -> str:
+    """A ClusterTrainingRuntime's name, for a job API that runs against one."""
+    if not kind.has_runtime:
+        raise SpecError("--runtime", f"names a TrainJob's runtime; a {kind.name} has none")
     if not OBJECT_NAME.fullmatch(name):
         raise SpecError("--runtime", f"{name!r:.80} is not a Kubernetes object name (lowercase "
                         "letters, digits, '-' and '.'); `kubectl get clustertrainingruntimes` "
@@ -151,7 +157,8 @@ def connect_reference(ref: Mapping[str, Any]) -> ClusterConnection:
     problem = reference_problem(ref)
     if problem:
         raise RunnerError(f"job.json has {problem}; fix or remove it")
-    runtime = ref.get("training_runtime") if ref.get("job_api") == "trainjob" else None
+    recorded = JOB_KINDS.get(str(ref.get("job_api")))
+    runtime = ref.get("training_runtime") if recorded and recorded.has_runtime else None
     if ref.get("stack"):
         return connect(stack=ref["stack"], job_api=ref.get("job_api"), runtime=runtime)
     if ref.get("kubeconfig"):
