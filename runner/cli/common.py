@@ -300,6 +300,8 @@ def where_options(fn: F) -> F:
         click.option("--job-api", type=click.Choice(["trainjob", "pytorchjob"]),
                      help="Kubeflow API (default: the stack's, else trainjob)."),
         click.option("--image", help="Training image (digest or version tag)."),
+        click.option("--runtime", metavar="NAME",
+                     help="TrainJob runtime (default: the stack's, else torch-distributed)."),
         click.option("--pending-timeout", type=Seconds(), metavar="SECONDS",
                      help="Cancel a cluster job still pending after this long, saying why."),
     )  # fmt: skip

@@ -65,7 +65,8 @@ else:  # imported by the command that runs (runner.cli.lazy)
 @handle_errors
 def sweep(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
-    context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
+    context: str | None, job_api: str | None, image: str | None, runtime: str | None,
+    pending_timeout: float | None,
     workers_text: str, per_node: int | None, threads_per_worker: int | None, device: str,
     link_text: str | None,
     runs: int | None, set_items: tuple[str, ...],
@@ -90,7 +91,7 @@ def sweep(
 
     workers = studies.parse_workers(workers_text)
     links = studies.parse_links(link_text)
-    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
+    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout, runtime)
     target = make_target(
         settings.results_dir, local, cluster, per_node, device,  # type: ignore[arg-type]
         threads_per_worker,

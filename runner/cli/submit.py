@@ -63,7 +63,8 @@ else:  # imported by the command that runs (runner.cli.lazy)
 @handle_errors
 def submit(
     settings: Settings, benchmark: str, local: bool, stack: str | None, kubeconfig: Path | None,
-    context: str | None, job_api: str | None, image: str | None, pending_timeout: float | None,
+    context: str | None, job_api: str | None, image: str | None, runtime: str | None,
+    pending_timeout: float | None,
     workers: tuple[int | None, int] | None, per_node: int | None,
     threads_per_worker: int | None, device: str, link: str | None,
     overrides: tuple[str, ...], plugins: tuple[str, ...], dry_run: bool, detach: bool,
@@ -93,7 +94,7 @@ def submit(
     for plugin in plugins:  # first: the benchmark may be the plugin's
         loading.load(plugin)
     results = settings.results_dir
-    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout)
+    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout, runtime)
     target = make_target(
         results, local, cluster, per_node, device, threads_per_worker,  # type: ignore[arg-type]
     )  # fmt: skip

@@ -35,6 +35,7 @@ class ClusterOptions:
     job_api: str | None = None
     image: str | None = None
     pending_timeout_s: float | None = None
+    runtime: str | None = None  # a TrainJob's ClusterTrainingRuntime
 
     @property
     def given(self) -> bool:
@@ -105,6 +106,7 @@ def make_target(
             ("--context", cluster.context),
             ("--job-api", cluster.job_api),
             ("--image", cluster.image),
+            ("--runtime", cluster.runtime),
             ("--pending-timeout", cluster.pending_timeout_s),
             ("--per-node", per_node),
         ):
@@ -120,7 +122,8 @@ def make_target(
 
     # Connected once, here: a bad stack or kubeconfig fails before anything is created.
     conn = connect(
-        cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api, cluster.image
+        cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api, cluster.image,
+        cluster.runtime,
     )
 
     def make() -> Backend:

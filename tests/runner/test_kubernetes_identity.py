@@ -18,12 +18,15 @@ from contract import files
 from contract.rundir import JobState, rank_log, read_state
 from runner.backends.kubernetes.apierrors import NameConflict
 from runner.backends.kubernetes.backend import KubernetesBackend
+from runner.backends.kubernetes.jobapis import JOB_KINDS
 from runner.backends.kubernetes.pods import PodOwner
 from runner.errors import RunnerError, StorageError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, complete, make_backend, make_spec, pod, submit
 from tests.runner.rundirs import summary as summary_record
+
+TRAINJOB = JOB_KINDS["trainjob"]
 
 pytestmark = pytest.mark.timeout(60)
 SUCCESS = {"trainjob": "Complete", "pytorchjob": "Succeeded"}
@@ -378,17 +381,17 @@ def test_a_trainjob_pod_without_jobsets_uid_label_is_told_by_its_creation_time()
     # JobSet before v0.9 (Kubeflow Trainer 2.0 ships 0.8) labels pods with its name only: such
     # a cluster's pods are the job's when made after it, never none of them.
     owner = PodOwner("job-uid", jobset=(RUN_ID, "js-uid"), not_before="2030-01-01T00:00:05Z")
-    assert owner.owns("trainjob", _jobset_pod("2030-01-01T00:00:06Z", None))
-    assert not owner.owns("trainjob", _jobset_pod("2030-01-01T00:00:04Z", None))
+    assert owner.owns(TRAINJOB, _jobset_pod("2030-01-01T00:00:06Z", None))
+    assert not owner.owns(TRAINJOB, _jobset_pod("2030-01-01T00:00:04Z", None))
     # Where the label is there, the uid alone decides.
-    assert owner.owns("trainjob", _jobset_pod("2030-01-01T00:00:04Z", "js-uid"))
-    assert not owner.owns("trainjob", _jobset_pod("2030-01-01T00:00:06Z", "old-js-uid"))
+    assert owner.owns(TRAINJOB, _jobset_pod("2030-01-01T00:00:04Z", "js-uid"))
+    assert not owner.owns(TRAINJOB, _jobset_pod("2030-01-01T00:00:06Z", "old-js-uid"))
     # Another JobSet's name, or none found yet: never the job's.
     assert not PodOwner("job-uid", jobset=("other", "js-uid")).owns(
-        "trainjob", _jobset_pod("2030-01-01T00:00:06Z", "js-uid")
+        TRAINJOB, _jobset_pod("2030-01-01T00:00:06Z", "js-uid")
     )
     assert not PodOwner("job-uid", jobset=(RUN_ID, None)).owns(
-        "trainjob", _jobset_pod("2030-01-01T00:00:06Z", None)
+        TRAINJOB, _jobset_pod("2030-01-01T00:00:06Z", None)
     )
 
 

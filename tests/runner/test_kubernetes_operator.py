@@ -75,3 +75,38 @@ def test_a_run_that_never_had_a_pod_suggests_no_logs(tmp_path, cluster):
     assert "CANCELLED" in result.output and "runner logs" not in result.output
     (run_dir,) = rundir.list_dirs(results)
     assert json.loads((run_dir / rundir.STATE).read_text())["state"] == "CANCELLED"
+
+
+def test_runtime_names_the_trainjobs_runtime_and_the_record_keeps_it(tmp_path, cluster):
+    submitted, results = submit(tmp_path, cluster, "--runtime", "team-torch", "--detach")
+    assert submitted.exit_code == 0, submitted.output
+    (run_dir,) = rundir.list_dirs(results)
+    job = cluster.job("trainjob", run_dir.name)
+    assert job is not None and job["spec"]["runtimeRef"]["name"] == "team-torch"
+    recorded = json.loads((run_dir / rundir.JOB).read_text())["cluster"]
+    assert recorded["training_runtime"] == "team-torch"
+
+
+def test_the_default_runtime_of_a_cluster_made_elsewhere_is_recorded(tmp_path, cluster):
+    submitted, results = submit(tmp_path, cluster, "--detach")
+    assert submitted.exit_code == 0, submitted.output
+    (run_dir,) = rundir.list_dirs(results)
+    recorded = json.loads((run_dir / rundir.JOB).read_text())["cluster"]
+    assert recorded["training_runtime"] == "torch-distributed"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--job-api", "pytorchjob", "--runtime", "x"], "a pytorchjob has none"),
+        (["--runtime", "Not_A_Name"], "not a Kubernetes object name"),
+    ],
+)
+def test_a_runtime_that_cannot_apply_is_bad_input(tmp_path, cluster, args, message):
+    result, _ = submit(tmp_path, cluster, *args, "--dry-run")
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_runtime_without_a_cluster_is_bad_input(tmp_path):
+    result = invoke(tmp_path, "submit", "cnn-digits", "--runtime", "x", "--dry-run")
+    assert result.exit_code == 2 and "--runtime" in result.output

@@ -246,7 +246,7 @@ class KubernetesBackend:
     ) -> JobStatus:
         """The job's state from its own pods (owners.py: never another same-name job's)."""
         owner = self._owners.of(name, observe.job_uid(job), pods, job)
-        return observe.job_status(self.conn.job_api, job, pods, events, owner)
+        return observe.job_status(self.conn.kind, job, pods, events, owner)
 
     def _made_again(self, name: str) -> bool:
         """Whether the job of the run's name on the cluster is another than submit created

@@ -22,6 +22,7 @@ from runner.backends.kubernetes import demux, observe, records
 from runner.backends.kubernetes.apierrors import NotFound
 from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.jobapis import Shape
 from runner.backends.kubernetes.limits import ENV, mib
 from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.pods import PodOwner, pods_by_node
@@ -77,13 +78,13 @@ def archived_only(
     yield from archived
 
 
-def run_shape(api: KubeApi, placement: Placement | None, name: str) -> observe.Shape:
+def run_shape(api: KubeApi, placement: Placement | None, name: str) -> Shape:
     """Nodes and processes per node: from job.json's `placement`, else from the job on the
     cluster."""
     if placement is not None:
-        return observe.Shape(placement.num_nodes, placement.procs_per_node, placement.elastic)
+        return Shape(placement.num_nodes, placement.procs_per_node, placement.elastic)
     try:
-        return observe.job_shape(api.conn.job_api, api.get_job(name))
+        return api.conn.kind.shape(api.get_job(name))
     except NotFound:
         raise RunnerError(
             f"no {api.resource.kind} {name} in namespace {api.conn.namespace} on "
@@ -119,7 +120,7 @@ def rank_lines(
         pods = []
     owners = owners or PodOwners(lambda: api)
     owner = owners.of(name, job_uid, pods)
-    pod = pods_by_node(api.conn.job_api, pods, node.elastic, owner).get(node.node)
+    pod = pods_by_node(api.conn.kind, pods, node.elastic, owner).get(node.node)
     if pod is None or not observe.container_started(pod):
         if archived is not None:
             yield from archived
@@ -133,7 +134,7 @@ def rank_lines(
             f"no log of rank {rank} of {name} yet: its pod has not started; {state}. "
             f"`runner logs {name} --rank {rank} --follow` waits for it"
         )
-    container = observe.CONTAINERS[api.conn.job_api]
+    container = api.conn.kind.container
     for line in api.log_lines(pod["metadata"]["name"], container):
         line_rank, text = demux.attribute(line, node)
         if line_rank == rank:
@@ -196,7 +197,7 @@ class Harvest:
             self.job_uid = observe.job_uid(job)
             pods = self.api.list_objects("pods", pods_selector(self.name))[0]
             owner = self.owners.of(self.name, self.job_uid, pods, job)
-            status = observe.job_status(self.conn.job_api, job, pods, [], owner)
+            status = observe.job_status(self.conn.kind, job, pods, [], owner)
             self._archive(pods, owner)
         self._results()
         # A pending reason without the namespace's events is poorer than the one recorded.
@@ -205,8 +206,8 @@ class Harvest:
     def _archive(self, pods: list[dict[str, Any]], owner: PodOwner) -> None:
         """logs/rank-N.log for every rank whose pod still exists (and the node's unattributed
         lines beside them), each line written as it is read."""
-        container = observe.CONTAINERS[self.conn.job_api]
-        by_node = pods_by_node(self.conn.job_api, pods, self.placement.elastic, owner)
+        container = self.conn.kind.container
+        by_node = pods_by_node(self.conn.kind, pods, self.placement.elastic, owner)
         for node, pod in sorted(by_node.items()):
             if node >= self.placement.num_nodes:
                 log.warning("ignoring pod %s: node %d is not in the job", _pod_name(pod), node)

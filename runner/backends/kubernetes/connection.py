@@ -38,13 +38,16 @@ from contract.stack import (
     parse_outputs,
 )
 from contract.stackconfig.stackfiles import StackFileError, stack_file
+from runner.backends.kubernetes.jobapis import JOB_KINDS, JobKind
 from runner.errors import RunnerError, SpecError
 from runner.stack import pulumi_cli
 
 EXTERNAL = "external"  # the provider of a cluster given by --kubeconfig
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace's name
 # What job.json's `cluster` (ClusterConnection.reference) may hold besides pending_timeout_s.
-REFERENCE_TEXTS = ("stack", "kubeconfig", "context", "job_api", "image")
+REFERENCE_TEXTS = ("stack", "kubeconfig", "context", "job_api", "image", "training_runtime")
+# A ClusterTrainingRuntime's name: a Kubernetes object name (DNS subdomain).
+OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 # A kubeconfig holds a few clusters' certificates: kilobytes. Far more is the wrong file.
 MAX_KUBECONFIG_BYTES = 16 << 20
 
@@ -73,6 +76,11 @@ class ClusterConnection:
     kubeconfig_path: str | None = None  # the file it came from, for messages and references
 
     @property
+    def kind(self) -> JobKind:
+        """The job API's object: everything that differs between TrainJob and PyTorchJob."""
+        return JOB_KINDS[self.job_api]
+
+    @property
     def source(self) -> str:
         """How a person names this cluster on the command line, for messages."""
         if self.stack:
@@ -81,14 +89,17 @@ class ClusterConnection:
         return f"--kubeconfig {self.kubeconfig_path}{context}"
 
     def reference(self) -> dict[str, Any]:
-        """What job.json needs to reconnect later: no secret, just where to read them again."""
+        """What job.json needs to reconnect later: no secret, just where to read them again;
+        and, for a TrainJob, the runtime it ran on."""
+        runtime = {"training_runtime": self.training_runtime} if self.kind.has_runtime else {}
         if self.stack:
-            return {"stack": self.stack, "job_api": self.job_api}
+            return {"stack": self.stack, "job_api": self.job_api, **runtime}
         return {
             "kubeconfig": self.kubeconfig_path,
             "context": self.context,
             "job_api": self.job_api,
             "image": self.image,
+            **runtime,
         }
 
 
@@ -98,8 +109,10 @@ def connect(
     context: str | None = None,
     job_api: str | None = None,
     image: str | None = None,
+    runtime: str | None = None,
 ) -> ClusterConnection:
-    """The CLI's one entry point: exactly one of --stack and --kubeconfig."""
+    """The CLI's one entry point: exactly one of --stack and --kubeconfig. `runtime`: the
+    TrainJob's ClusterTrainingRuntime (default: the stack's, else torch-distributed)."""
     if stack and kubeconfig:
         raise SpecError("--stack", "give either --stack or --kubeconfig, not both")
     if stack:
@@ -110,10 +123,24 @@ def connect(
             conn = _replace(conn, job_api=_job_api(job_api, "--job-api"))
         if image is not None:
             conn = _replace(conn, image=check_image(image, "--image"))
-        return conn
-    if kubeconfig:
-        return connect_kubeconfig(kubeconfig, context, job_api, image)
-    raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
+    elif kubeconfig:
+        conn = connect_kubeconfig(kubeconfig, context, job_api, image)
+    else:
+        raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
+    if runtime is not None:
+        conn = _replace(conn, training_runtime=check_runtime(runtime, conn.kind))
+    return conn
+
+
+def check_runtime(name: str, kind: JobKind) -> str:
+    """A ClusterTrainingRuntime's name, for a job API that runs against one."""
+    if not kind.has_runtime:
+        raise SpecError("--runtime", f"names a TrainJob's runtime; a {kind.name} has none")
+    if not OBJECT_NAME.fullmatch(name):
+        raise SpecError("--runtime", f"{name!r:.80} is not a Kubernetes object name (lowercase "
+                        "letters, digits, '-' and '.'); `kubectl get clustertrainingruntimes` "
+                        "lists the cluster's")  # fmt: skip
+    return name
 
 
 def reference_problem(ref: Mapping[str, Any]) -> str | None:
@@ -130,14 +157,17 @@ def connect_reference(ref: Mapping[str, Any]) -> ClusterConnection:
     problem = reference_problem(ref)
     if problem:
         raise RunnerError(f"job.json has {problem}; fix or remove it")
+    recorded = JOB_KINDS.get(str(ref.get("job_api")))
+    runtime = ref.get("training_runtime") if recorded and recorded.has_runtime else None
     if ref.get("stack"):
-        return connect(stack=ref["stack"], job_api=ref.get("job_api"))
+        return connect(stack=ref["stack"], job_api=ref.get("job_api"), runtime=runtime)
     if ref.get("kubeconfig"):
         return connect(
             kubeconfig=Path(ref["kubeconfig"]),
             context=ref.get("context"),
             job_api=ref.get("job_api"),
             image=ref.get("image"),
+            runtime=runtime,
         )
     raise RunnerError(f"job.json names no cluster ({dict(ref)!r}); pass --stack or --kubeconfig")
 

@@ -1,6 +1,6 @@
 """Job manifests for Kubernetes: `render(spec, connection) -> dict`, and its YAML for --dry-run.
 
-The stack's `job_api` picks the renderer: TrainJob (Kubeflow Trainer 2.x, the default) or
+The connection's job API (jobapis.py) renders: TrainJob (Kubeflow Trainer 2.x, the default) or
 PyTorchJob (training-operator 1.9). Both are pure functions; submitting is the backend's job.
 The job's link (`--link`, its placement's) caps each pod's ingress and egress (the CNI
 bandwidth plugin's annotations), on clusters whose network enforces them; elsewhere it is
@@ -16,11 +16,9 @@ from runner.backends.kubernetes.render.pytorchjob import render_pytorchjob
 from runner.backends.kubernetes.render.trainjob import render_trainjob
 from runner.job.spec import JobSpec
 
-RENDERERS = {"trainjob": render_trainjob, "pytorchjob": render_pytorchjob}
-
 
 def render(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:
-    return RENDERERS[conn.job_api](spec, conn)
+    return conn.kind.render(spec, conn)
 
 
 def to_yaml(manifest: dict[str, Any]) -> str:

@@ -153,8 +153,8 @@ def problem(kind: str, obj: Any) -> str | None:
         return "is nested too deeply"
     if found is None and not obj.get("metadata", {}).get("name") and kind != "events":
         return "metadata.name is missing"
-    if found is None and kind == "pytorchjob":
-        found = _replicas_problem(obj)
+    if found is None and kind in MORE_CHECKS:
+        found = MORE_CHECKS[kind](obj)
     return found
 
 
@@ -234,3 +234,7 @@ def _drop_nulls(value: Any) -> None:
     elif isinstance(value, list):
         for item in value:
             _drop_nulls(item)
+
+
+# What a shape cannot say: a PyTorchJob's replica specs, checked one by one.
+MORE_CHECKS: dict[str, Callable[[dict[str, Any]], str | None]] = {"pytorchjob": _replicas_problem}

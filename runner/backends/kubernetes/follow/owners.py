@@ -52,7 +52,7 @@ class PodOwners:
         """Which of `pods` may be the job `name`'s, the job `uid` (None: known by its name
         only, any pod is). `job`: the job as read now, if at hand."""
         api = self._api()
-        if uid is None or api.conn.job_api != "trainjob":
+        if uid is None or api.conn.kind.owner_references:
             return PodOwner(uid)
         self._remember_created(uid, job)
         if not pods and not self._forbidden:

@@ -10,35 +10,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = {"trainjob": "TrainJob", "pytorchjob": "PyTorchJob"}
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # TrainJob (JobSet) pods
-REPLICA_TYPE = "training.kubeflow.org/replica-type"  # PyTorchJob pods
-REPLICA_INDEX = "training.kubeflow.org/replica-index"
+from runner.backends.kubernetes.jobapis import JobKind
+
 # What JobSet labels every pod of its jobs with (JobSetNameKey and JobSetUIDKey of
 # sigs.k8s.io/jobset, api/jobset/v1alpha2/jobset_types.go).
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
-
-
-def node_rank(job_api: str, pod: Mapping[str, Any], elastic: bool = False) -> int | None:
-    """The node a pod runs, from the labels and annotations its controller sets (never from
-    anything the pod writes); None for a pod that has none, or garbage. A PyTorchJob's Master
-    is node 0 and worker i node i + 1, but an elastic job (`elastic`) has Workers only."""
-    meta = pod.get("metadata", {})
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    if job_api == "trainjob":
-        return _index(annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX)))
-    kind, index = str(labels.get(REPLICA_TYPE, "")).lower(), _index(labels.get(REPLICA_INDEX))
-    if index is None or kind not in ("master", "worker"):
-        return None
-    if elastic:
-        return index if kind == "worker" else None
-    return index + (1 if kind == "worker" else 0)
-
-
-def _index(value: Any) -> int | None:
-    text = str(value) if value is not None else ""
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 7 else None
 
 
 @dataclass(frozen=True)
@@ -58,14 +35,14 @@ class PodOwner:
     # the job is another job's.
     not_before: str | None = None
 
-    def owns(self, job_api: str, pod: Mapping[str, Any]) -> bool:
+    def owns(self, kind: JobKind, pod: Mapping[str, Any]) -> bool:
         if not self.job_uid:
             return True
         meta = pod.get("metadata", {})
-        if job_api == "pytorchjob":
+        if kind.owner_references:
             refs = meta.get("ownerReferences") or []
-            kind = KINDS[job_api]
-            return all(r.get("uid") == self.job_uid for r in refs if r.get("kind") == kind)
+            owner = kind.resource.kind
+            return all(r.get("uid") == self.job_uid for r in refs if r.get("kind") == owner)
         if self.jobset is not None:
             labels = meta.get("labels") or {}
             name, uid = self.jobset
@@ -79,7 +56,7 @@ class PodOwner:
 
 
 def pods_by_node(
-    job_api: str,
+    kind: JobKind,
     pods: Iterable[Mapping[str, Any]],
     elastic: bool = False,
     owner: PodOwner = PodOwner(),
@@ -88,8 +65,8 @@ def pods_by_node(
     that `owner` does not own (another job's of the same name) is none of this job's."""
     newest: dict[int, Mapping[str, Any]] = {}
     for pod in pods:
-        node = node_rank(job_api, pod, elastic)
-        if node is None or not owner.owns(job_api, pod):
+        node = kind.node_rank(pod, elastic)
+        if node is None or not owner.owns(kind, pod):
             continue
         if node not in newest or created(pod) >= created(newest[node]):
             newest[node] = pod

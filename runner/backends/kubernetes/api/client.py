@@ -36,6 +36,7 @@ from runner.backends.kubernetes.apierrors import (
 )
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
 from runner.backends.kubernetes.deadline import Deadline, current_deadline, install
+from runner.backends.kubernetes.jobapis import JOBSET, JobResource
 from runner.backends.kubernetes.limits import ApiLimits, mib
 from runner.backends.kubernetes.streams import CHUNK_BYTES, Stream, Transient, WatchStream
 from runner.errors import RunnerError
@@ -44,25 +45,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class JobResource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    addon: str  # what the stack must install for this API to exist
-
-
-JOB_RESOURCES = {
-    "trainjob": JobResource(
-        "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "Kubeflow Trainer (v2)"
-    ),
-    "pytorchjob": JobResource(
-        "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "Kubeflow training-operator (v1)"
-    ),
-}
-# What Kubeflow Trainer makes of a TrainJob, under the job's name; it makes the job's pods.
-JOBSET = JobResource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", "JobSet")
 # A followed log may be quiet for a while (a long evaluation); after this long without a line,
 # the follower reconnects and skips what it has seen.
 FOLLOW_READ_TIMEOUT_S = 600.0
@@ -92,7 +74,7 @@ class KubeApi:
         """`request_timeout_s` bounds connecting and each read; `limits` (default: from the
         environment, limits.py) every call as a whole and what its answers may hold."""
         self.conn = conn
-        self.resource = JOB_RESOURCES[conn.job_api]
+        self.resource = conn.kind.resource
         self.max_attempts = max_attempts
         self.retry_backoff_s = retry_backoff_s
         self.request_timeout_s = request_timeout_s
@@ -226,7 +208,7 @@ class KubeApi:
                 r.version,
             )
         except NotFound:
-            other = "pytorchjob" if self.conn.job_api == "trainjob" else "trainjob"
+            other = self.conn.kind.other
             return RunnerError(
                 f"{self.conn.source} has no {r.kind} API ({r.group}/{r.version}): the "
                 f"{r.addon} add-on is not installed; install the stack's add-ons (`pulumi up`) "
@@ -266,7 +248,7 @@ class KubeApi:
         """`items` whose fields the runner reads have their types (objects.py). A job or a pod
         of the wrong shape is refused; a warning event of the wrong shape only refines a
         pending reason, so it is left out, and so is anything `selector` does not select."""
-        kind = self.conn.job_api if collection == "job" else collection
+        kind = self.conn.kind.name if collection == "job" else collection
         kept = []
         for item in items:
             found = objects.problem(kind, item)

@@ -61,7 +61,7 @@ class LogFollower:
         self._job_uid = job_uid
         self._owners = owners or PodOwners(lambda: api)
         self._finished, self._config, self._recheck_s = finished, config, recheck_s
-        self._container = observe.CONTAINERS[api.conn.job_api]
+        self._container = api.conn.kind.container
         self._closed = False
         self._stream: Stream | None = None
         self._lock = threading.Lock()
@@ -84,7 +84,7 @@ class LogFollower:
             # Never the pods of another job made under the job's name (their label is the same).
             uid = self._job_uid or observe.job_uid(view.job)
             owner = self._owners.of(self._observer.name, uid, current, view.job)
-            pods = pods_by_node(self._api.conn.job_api, current, self._node.elastic, owner)
+            pods = pods_by_node(self._api.conn.kind, current, self._node.elastic, owner)
             pod = pods.get(self._node.node)
             if pod is None or not observe.container_started(pod):
                 if done:

@@ -9,18 +9,18 @@ Pure functions over the JSON objects (job, pods, events); no client, no clock of
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes import overtime
+from runner.backends.kubernetes.jobapis import JOB_KINDS, JobKind, Shape
 from runner.backends.kubernetes.pods import PodOwner, pods_by_node
 
-# The conditions each API sets when a job ends (TrainJob: Complete/Failed; PyTorchJob 1.9:
-# Succeeded/Failed; both keep a list, the terminal condition is True).
-SUCCESS_CONDITIONS = {"trainjob": "Complete", "pytorchjob": "Succeeded"}
+ELASTIC = JOB_KINDS["pytorchjob"]  # the one API with elastic jobs (elastic_end)
+
+# A job that ended has its API's success condition (jobapis.py) or Failed True; both APIs keep a
+# list of conditions.
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
-CONTAINERS = {"trainjob": "node", "pytorchjob": "pytorch"}
 # Waiting reasons of a container that mean the pod will not start without a change.
 STUCK_WAITING = frozenset(
     {
@@ -34,36 +34,13 @@ STUCK_WAITING = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Shape:
-    """How many nodes (pods) and processes per node a submitted job has."""
-
-    num_nodes: int
-    procs_per_node: int
-    elastic: bool = False  # Worker replicas only, worker i is node i (demux.NodeRanks)
-
-    @property
-    def world_size(self) -> int:
-        return self.num_nodes * self.procs_per_node
-
-
-def job_shape(job_api: str, job: Mapping[str, Any]) -> Shape:
-    spec = job.get("spec", {})
-    if job_api == "trainjob":
-        trainer = spec.get("trainer", {})
-        return Shape(int(trainer.get("numNodes", 1)), int(trainer.get("numProcPerNode", 1)))
-    replicas = spec.get("pytorchReplicaSpecs", {})
-    nodes = sum(int(r.get("replicas", 1)) for r in replicas.values())
-    return Shape(nodes, int(spec.get("nprocPerNode", "1")), "elasticPolicy" in spec)
-
-
 def job_uid(job: Mapping[str, Any] | None) -> str | None:
     uid = (job or {}).get("metadata", {}).get("uid")
     return uid if isinstance(uid, str) and uid else None
 
 
 def job_status(
-    job_api: str,
+    kind: JobKind,
     job: Mapping[str, Any],
     pods: Iterable[Mapping[str, Any]],
     events: Iterable[Mapping[str, Any]],
@@ -73,25 +50,25 @@ def job_status(
     tells a TrainJob's pods from no other job's."""
     name = job["metadata"]["name"]
     conditions = {c.get("type"): c for c in job.get("status", {}).get("conditions") or []}
-    shape = job_shape(job_api, job)
+    shape = kind.shape(job)
     owner = owner or PodOwner(job_uid(job))
-    by_node = pods_by_node(job_api, pods, shape.elastic, owner)
+    by_node = pods_by_node(kind, pods, shape.elastic, owner)
     if shape.elastic and any(_phase(p) == "Running" for p in by_node.values()):
         conditions = {}  # the workers go on whatever the operator says (elastic_end)
     elif shape.elastic and _phase(by_node.get(0, {})) in ENDED_PHASES:
         return elastic_end(job, by_node, shape.num_nodes)
-    done = conditions.get(SUCCESS_CONDITIONS[job_api], {})
+    done = conditions.get(kind.success, {})
     if done.get("status") == "True":
-        return _succeeded(job_api, done, by_node, shape.num_nodes)
+        return _succeeded(kind, done, by_node, shape.num_nodes)
     failed = conditions.get("Failed", {})
     if failed.get("status") == "True":
-        return _failed(job_api, failed, by_node, job)
+        return _failed(kind, failed, by_node, job)
     # Pods that ran and ended count as started: the job's own condition comes a moment later.
     started = [p for p in by_node.values() if container_started(p)]
     if len(started) == shape.num_nodes:
         starts = [p["status"].get("startTime") or "" for p in started]
         return JobStatus(JobState.RUNNING, since=max(starts) or None)
-    reason = pending_reason(job_api, name, shape, by_node, events)
+    reason = pending_reason(name, shape, by_node, events)
     return JobStatus(
         JobState.PENDING, reason=reason, since=job["metadata"].get("creationTimestamp")
     )
@@ -148,16 +125,16 @@ def _left(node: int, pod: Mapping[str, Any] | None) -> str:
     return f"pod {_name(pod)} exited with code {term.get('exitCode', '?')}{why}"
 
 
-def _terminated(pod: Mapping[str, Any] | None, job_api: str = "pytorchjob") -> Mapping[str, Any]:
+def _terminated(pod: Mapping[str, Any] | None, kind: JobKind = ELASTIC) -> Mapping[str, Any]:
     """The job container's `terminated` state (empty while it has none)."""
     for status in (pod or {}).get("status", {}).get("containerStatuses") or []:
-        if status.get("name") == CONTAINERS[job_api]:
+        if status.get("name") == kind.container:
             return (status.get("state") or {}).get("terminated") or {}
     return {}
 
 
-def _exit_code(pod: Mapping[str, Any] | None, job_api: str = "pytorchjob") -> int | None:
-    code = _terminated(pod, job_api).get("exitCode")
+def _exit_code(pod: Mapping[str, Any] | None, kind: JobKind = ELASTIC) -> int | None:
+    code = _terminated(pod, kind).get("exitCode")
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
@@ -168,7 +145,6 @@ def _ended_at(by_node: Mapping[int, Mapping[str, Any]]) -> str | None:
 
 
 def pending_reason(
-    job_api: str,
     name: str,
     shape: Shape,
     by_node: Mapping[int, Mapping[str, Any]],
@@ -234,7 +210,7 @@ def container_running(pod: Mapping[str, Any], container: str) -> bool:
 
 
 def _succeeded(
-    job_api: str,
+    kind: JobKind,
     condition: Mapping[str, Any],
     by_node: Mapping[int, Mapping[str, Any]],
     num_nodes: int,
@@ -249,9 +225,9 @@ def _succeeded(
     since = condition.get("lastTransitionTime")
     for node in range(num_nodes):
         pod = by_node.get(node)
-        if pod is None or not _pod_failed(job_api, pod):
+        if pod is None or not _pod_failed(kind, pod):
             continue
-        code, term = _exit_code(pod, job_api), _terminated(pod, job_api)
+        code, term = _exit_code(pod, kind), _terminated(pod, kind)
         why = f" ({term['reason']})" if term.get("reason") else ""
         how = f"exited with code {code}{why}" if code else "failed"
         return JobStatus(
@@ -262,19 +238,19 @@ def _succeeded(
         )
     # A TrainJob's JobSet completes only once every pod has; a PyTorchJob at its Master's.
     running = [(n, p) for n, p in sorted(by_node.items()) if n < num_nodes and not _ended(p)]
-    if running and job_api == "pytorchjob":  # a pod that is gone cannot say: not waited for
+    if running and not kind.ends_with_its_pods:  # a pod that is gone cannot say: not waited for
         node, pod = running[0]
         return overtime.awaiting(f"node {node} (pod {_name(pod)})", since)
-    unproven = _unproven(job_api, by_node, num_nodes)
+    unproven = _unproven(kind, by_node, num_nodes)
     if unproven:
         # As for a local run: success is every process's exit 0, seen. A controller's word
         # alone (a JobSet completed by hand, a controller's bug) is not a run.
-        reason = f"the job reports {SUCCESS_CONDITIONS[job_api]}, but {unproven}"
+        reason = f"the job reports {kind.success}, but {unproven}"
         return JobStatus(JobState.FAILED, reason=reason, since=since)
     return JobStatus(JobState.SUCCEEDED, since=since)
 
 
-def _unproven(job_api: str, by_node: Mapping[int, Mapping[str, Any]], num_nodes: int) -> str:
+def _unproven(kind: JobKind, by_node: Mapping[int, Mapping[str, Any]], num_nodes: int) -> str:
     """Which node has not shown that it ran and exited 0: no pod, or a pod whose job container
     records no exit ("" when every node has)."""
     missing = [n for n in range(num_nodes) if n not in by_node]
@@ -285,7 +261,7 @@ def _unproven(job_api: str, by_node: Mapping[int, Mapping[str, Any]], num_nodes:
         return f"node(s) {nodes} left no pod, so nothing shows that their processes ran"
     for node in range(num_nodes):
         pod = by_node[node]
-        if _exit_code(pod, job_api) is None and _ended(pod):
+        if _exit_code(pod, kind) is None and _ended(pod):
             return f"node {node} (pod {_name(pod)}) records no exit of its job container"
     return ""
 
@@ -294,13 +270,13 @@ def _ended(pod: Mapping[str, Any]) -> bool:
     return _phase(pod) in ENDED_PHASES
 
 
-def _pod_failed(job_api: str, pod: Mapping[str, Any]) -> bool:
+def _pod_failed(kind: JobKind, pod: Mapping[str, Any]) -> bool:
     """Whether the pod ended in failure: its phase, or its job container's non-zero exit."""
-    return _phase(pod) == "Failed" or _exit_code(pod, job_api) not in (None, 0)
+    return _phase(pod) == "Failed" or _exit_code(pod, kind) not in (None, 0)
 
 
 def _failed(
-    job_api: str,
+    kind: JobKind,
     condition: Mapping[str, Any],
     by_node: Mapping[int, Mapping[str, Any]],
     job: Mapping[str, Any] | None = None,
@@ -315,7 +291,7 @@ def _failed(
         for status in pod.get("status", {}).get("containerStatuses") or []:
             term = (status.get("state") or {}).get("terminated") or {}
             code = term.get("exitCode")
-            if status.get("name") == CONTAINERS[job_api] and code not in (None, 0):
+            if status.get("name") == kind.container and code not in (None, 0):
                 why = f" ({term['reason']})" if term.get("reason") else ""
                 return JobStatus(
                     JobState.FAILED,
