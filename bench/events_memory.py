@@ -15,6 +15,10 @@ all its work):
     python bench/events_memory.py                      # 10 MB, 100 MB, 1 GB (about 2 GB of disk)
     python bench/events_memory.py --sizes-mb 10,100    # quicker
 
+Measured here (2 shared cores, load 2-4): 241 / 245 / 245 MiB for both commands at 10 MB /
+100 MB / 1 GB (1.00x, 1.02x, 1.02x); the code before streaming took 1,034 MiB (report) and
+1,720 MiB (check) at 100 MB.
+
 Needs the report and test extras (matplotlib; mlperf-logging for `check`).
 """
 
