@@ -1,6 +1,7 @@
 """The upstream CRD schemas rendered manifests are validated against (see README.md), read
 strictly: a field the schema does not declare is an error here, as it is under the API
-server's strict field validation (and silently dropped by its pruning otherwise)."""
+server's strict field validation (and silently dropped by its pruning otherwise); and their
+CEL rules (x-kubernetes-validations), evaluated as the API server does (cel.py)."""
 
 from __future__ import annotations
 
@@ -48,5 +49,9 @@ def strict_validator(kind: str) -> jsonschema.protocols.Validator:
 
 
 def validate(manifest: dict[str, Any]) -> None:
-    """jsonschema.ValidationError unless `manifest` fits its kind's upstream schema."""
+    """jsonschema.ValidationError unless `manifest` fits its kind's upstream schema, then
+    tests.schemas.cel.CelViolation unless it keeps the CRD's CEL rules."""
+    from tests.schemas import cel  # it imports this module's names
+
     strict_validator(manifest["kind"]).validate(manifest)
+    cel.check(manifest)
