@@ -236,7 +236,9 @@ def resolve(
     if placement.elastic:
         _check_elastic(bench, config)
         open_keys = tuple(sorted({*open_keys, ELASTIC_KEY}))
-    records = provenance.plugin_records(provenance.used_entries(config, bench.name), loaded)
+    records = provenance.plugin_records(
+        provenance.used_entries(config, bench.name), loading.loaded() | loaded
+    )
     _check_plugins_used(loaded, records)
     if records:  # code from outside this repository: never closed division
         open_keys = tuple(sorted({*open_keys, *(f"plugin {r.name}" for r in records)}))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from workloads.plugins import points
+from workloads.plugins import loading, points
 
 # A benchmark as one folder: model, data set, and the benchmark entry that registers them.
 BENCHMARK_FOLDER = {
@@ -23,7 +23,7 @@ BENCHMARK_FOLDER = {
         from dataclasses import dataclass
         from typing import Literal
         from workloads.models.base import ModelConfig
-        from workloads.plugins import points
+        from workloads.plugins import loading, points
 
 
         @points.MODELS.register
@@ -44,7 +44,7 @@ BENCHMARK_FOLDER = {
         from dataclasses import dataclass
         from typing import Literal
         from workloads.data.config import DataConfig, LoadContext
-        from workloads.plugins import points
+        from workloads.plugins import loading, points
 
         NUM_CLASSES, WIDTH, PER_CLASS = 3, 4, 200
 
@@ -76,7 +76,7 @@ BENCHMARK_FOLDER = {
         from runner.job.benchmarks import Benchmark
         from workloads.config import RunConfig, TargetConfig, TrainConfig
         from workloads.optim import SgdConfig
-        from workloads.plugins import points
+        from workloads.plugins import loading, points
         from workloads.schedule import MultiStep
         from workloads.strategies.config import PlainStrategy
         from workloads.tasks.config import ClassificationConfig
@@ -125,18 +125,20 @@ def write_dist_info(root: Path, dist: str, version: str, entry_points: str) -> N
 @contextmanager
 def isolated_registries(root: Path) -> Iterator[None]:
     """Whatever a test registers or imports from `root` is forgotten after it: the
-    registries' entries (each loaded first, so that ours are in), sys.path, and the modules
-    imported from under `root`."""
+    registries' entries (each loaded first, so that ours are in), sys.path, the plugins
+    loaded by path, and the modules imported from under `root`."""
     for registry in points.POINTS:
         registry.entries()
     saved = [(r, dict(r._entries)) for r in points.POINTS]
-    path = list(sys.path)
+    path, loaded = list(sys.path), dict(loading._LOADED)
     try:
         yield
     finally:
         for registry, entries in saved:
             registry._entries = entries
         sys.path[:] = path
+        loading._LOADED.clear()
+        loading._LOADED.update(loaded)
         for name, module in list(sys.modules.items()):
             where = getattr(module, "__file__", None)
             if where and Path(where).is_relative_to(root):

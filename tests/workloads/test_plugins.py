@@ -139,6 +139,8 @@ def test_a_benchmark_folder_registers_model_data_and_benchmark(plugin_root):
     spec = resolve("blobs-mlp")
     assert spec.division == "open"
     assert [r.name for r in spec.plugins] == ["blobsbench"]
+    # Loaded before resolving (runner --plugin PATH sweep ...): its workers load it too.
+    assert spec.plugins[0].load == str(plugin_root / "blobsbench")
     assert points.MODELS.entry("tiny-mlp").origin == str(plugin_root / "blobsbench")
     config = dataclasses.replace(spec.config)
     assert type(config.data).__name__ == "BlobsData"

@@ -1,9 +1,10 @@
 """The model families, and the one function that builds a run's model.
 
 Each family is a package: config.py (a torch-free ModelConfig: sizes, the data sets and task
-it is for, how to build it) beside model.py (the network). Adding a family is its package
-plus one entry in MODELS. This module imports no torch: the runner reads MODELS on its
-start-up path.
+it is for, how to build it) beside model.py (the network). Ours register with the models
+extension point here, as a plugin's family registers itself (workloads/plugins/points.py);
+MODELS is the config choice over that point. This module imports no torch: the runner reads
+MODELS on its start-up path.
 """
 
 from __future__ import annotations

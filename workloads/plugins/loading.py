@@ -16,6 +16,15 @@ from pathlib import Path
 
 from workloads.plugins.registry import PluginError
 
+# Top-level module -> what --plugin named to load it, resolved: a job records it, so that
+# its workers load the same (runner --plugin PATH sweep ... too).
+_LOADED: dict[str, str] = {}
+
+
+def loaded() -> dict[str, str]:
+    """The plugins this process loaded by name or path: top-level module -> resolved spec."""
+    return dict(_LOADED)
+
 
 def load(spec: str) -> str:
     """Import plugin `spec` (MODULE or PATH); returns the module's name."""
@@ -33,6 +42,7 @@ def load(spec: str) -> str:
         raise  # a registration it made was refused: already one line naming it
     except Exception as err:  # a user's code: whatever it raises is its cause
         raise PluginError(f"plugin {spec}: import failed: {type(err).__name__}: {err}") from None
+    _LOADED[name.split(".")[0]] = resolved(spec)
     return name
 
 
