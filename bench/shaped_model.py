@@ -155,6 +155,7 @@ def figure(rows: list[dict[str, Any]], args: argparse.Namespace, out_dir: Path) 
         ax.plot([low, high], [low, high], "k--", lw=0.8)
         ax.set(xscale="log", yscale="log", title=strategy, xlabel="predicted (ms)",
                ylabel="measured (ms)")  # fmt: skip
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labels overlapped
         ax.legend(fontsize=8)
     fig.suptitle("alpha-beta model per strategy; colour: one-way delay (0-20 ms)")
     fig.tight_layout()
