@@ -26,8 +26,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# A hang guard, not a speed limit: on a loaded machine (load 20 on 2 cores, 8 engineers'
+# suites at once) two ranks that import torch and step a small DDP model took over 60 s, the
+# guard several tests had, and failed as hung. Below pytest-timeout's 300 s, so that this
+# message, which says the ranks hung, is the one a real hang shows.
+HANG_GUARD_S = 240.0
+
+
 def run_ranks(
-    fn: Callable[..., Any], world_size: int = 2, timeout_s: float = 120.0, **kwargs: Any
+    fn: Callable[..., Any], world_size: int = 2, timeout_s: float = HANG_GUARD_S, **kwargs: Any
 ) -> list[Any]:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

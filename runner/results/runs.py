@@ -277,16 +277,10 @@ def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return diffs
 
 
-TOTAL_THREADS = "threads x workers"
 THREADS_PER_WORKER = "threads per worker"
 
 
 NETWORK = "network"
-
-
-def total_threads(manifest: Manifest | None) -> int | None:
-    """Threads per worker times workers: the compute a run was given."""
-    return manifest.total_threads if manifest else None
 
 
 def network_text(manifest: Manifest | None) -> str | None:

@@ -106,7 +106,7 @@ def _steps_with_unused_parameters(rank: int, world_size: int, name: str) -> dict
 def test_a_parameter_unused_on_some_ranks_is_averaged_as_zeros_there(name):
     # Skipping the missing gradient would give the ranks collectives of different sizes
     # (gloo aborts, or a hang) or, sizes alike, average one rank's layer with another's.
-    ranks = run_ranks(_steps_with_unused_parameters, world_size=2, timeout_s=60, name=name)
+    ranks = run_ranks(_steps_with_unused_parameters, world_size=2, name=name)
     unused = [i for i, (n, _) in enumerate(BranchNet(0).named_parameters()) if "unused" in n]
     for r in ranks:
         for i, (ours, mean) in enumerate(zip(r["first"], r["mean"], strict=True)):
@@ -183,7 +183,7 @@ def test_an_exact_strategy_trains_the_model_one_process_trains_on_the_global_bat
     config = config_for("allreduce", **SGD)
     xs, ys = _global_batches()
     one = _sgd_steps(LocalStrategy(model), config.build_optimizer(model.parameters()), xs, ys)
-    ranks = run_ranks(_shard_of_the_global_batch, world_size=world_size, timeout_s=60, name=name)
+    ranks = run_ranks(_shard_of_the_global_batch, world_size=world_size, name=name)
     for weights in ranks:
         for ours, theirs in zip(weights, one, strict=True):
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
@@ -205,7 +205,7 @@ def _ddp_with_an_unused_parameter(rank: int, world_size: int, name: str) -> str:
 @pytest.mark.parametrize("name", ["ddp", "powersgd"])
 def test_ddp_refuses_a_parameter_without_a_gradient_in_one_line_naming_it(name):
     # DDP itself would fail only at the next forward, in a page of text.
-    for said in run_ranks(_ddp_with_an_unused_parameter, world_size=2, timeout_s=60, name=name):
+    for said in run_ranks(_ddp_with_an_unused_parameter, world_size=2, name=name):
         assert said.startswith("parameter unused.weight got no gradient on this rank"), said
         assert "\n" not in said and "strategy=allreduce" in said
 
@@ -228,7 +228,7 @@ def _steps_with_an_empty_parameter(rank: int, world_size: int, name: str) -> lis
 @pytest.mark.parametrize("name", ["powersgd", "ddp", "allreduce-per-param", "gather-scatter"])
 def test_a_parameter_of_no_elements_trains_like_any_other(name):
     # torch's PowerSGD hook fails on one (it views each matrix as [rows, -1]).
-    ranks = run_ranks(_steps_with_an_empty_parameter, world_size=2, timeout_s=60, name=name)
+    ranks = run_ranks(_steps_with_an_empty_parameter, world_size=2, name=name)
     for a, b in zip(ranks[0], ranks[1], strict=True):
         assert torch.equal(a, b)
     assert not torch.equal(ranks[0][0], EmptyParamNet().body[1].weight)  # it did train
@@ -248,7 +248,7 @@ def _powersgd_over_two_buckets(rank: int, world_size: int) -> list[torch.Tensor]
 def test_powersgd_over_two_buckets_on_gloo_trains_the_same_model_on_every_rank():
     # Each bucket's second all-reduce is issued as its first completes: on gloo the ranks
     # issued them in different orders and waited on each other for ever (ResNet-20 did).
-    ranks = run_ranks(_powersgd_over_two_buckets, world_size=2, timeout_s=60)
+    ranks = run_ranks(_powersgd_over_two_buckets, world_size=2)
     for a, b in zip(ranks[0], ranks[1], strict=True):
         assert torch.equal(a, b)
 
