@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from runner.backends.kubernetes.client import KubeApi, Selector
-from runner.backends.kubernetes.limits import MIB, ApiLimits
-from runner.backends.kubernetes.streams import DeadlinePassed
-from runner.backends.kubernetes.watch import JobObserver, WatchConfig
+from runner.backends.kubernetes.api.client import KubeApi, Selector
+from runner.backends.kubernetes.api.limits import MIB, ApiLimits
+from runner.backends.kubernetes.api.streams import DeadlinePassed
+from runner.backends.kubernetes.follow.watch import JobObserver, WatchConfig
 from runner.errors import RunnerError
 from tests.runner.k8s_helpers import RUN_ID, stack_connection
 from tests.runner.k8s_socket import RawServer, Request, drip, head, send_chunked

@@ -18,18 +18,19 @@ from typing import Any
 
 from contract import files
 from contract.rundir import EVENTS, SUMMARY, JobState, JobStatus, rank_log
-from runner.backends.kubernetes import demux, observe, records
-from runner.backends.kubernetes.apierrors import NotFound
-from runner.backends.kubernetes.client import KubeApi, Selector
+from runner.backends.kubernetes import demux, records
+from runner.backends.kubernetes.api.apierrors import NotFound
+from runner.backends.kubernetes.api.client import KubeApi, Selector
+from runner.backends.kubernetes.api.limits import ENV, mib
+from runner.backends.kubernetes.api.streams import Transient
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.follow import observe
+from runner.backends.kubernetes.follow.owners import PodOwners
+from runner.backends.kubernetes.follow.pods import PodOwner, pods_by_node
 from runner.backends.kubernetes.jobapis import Shape
-from runner.backends.kubernetes.limits import ENV, mib
-from runner.backends.kubernetes.owners import PodOwners
-from runner.backends.kubernetes.pods import PodOwner, pods_by_node
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
 from runner.backends.kubernetes.spool import Spool
-from runner.backends.kubernetes.streams import Transient
 from runner.errors import RunnerError
 from runner.job.spec import Placement
 from runner.results import rundir

@@ -18,7 +18,7 @@ from typing import Any
 import urllib3
 
 from contract import files
-from runner.backends.kubernetes.deadline import Deadline
+from runner.backends.kubernetes.api.deadline import Deadline
 from runner.errors import RunnerError
 
 CHUNK_BYTES = 64 * 1024
