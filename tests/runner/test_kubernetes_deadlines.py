@@ -232,3 +232,22 @@ def test_a_gigabyte_log_is_cut_at_its_cap_line_by_line(serve):
     assert 63 * MIB < size <= 64 * MIB
     assert peak_rss_mib() - before < 200
     api.close()
+
+
+def test_a_gigabyte_error_body_is_cut_and_its_status_said(serve):
+    """A 500 whose body never ends: the status and the start of the server's words, read no
+    further (the client reads an error's body whole to find its message)."""
+
+    def answer(request: Request, conn: socket.socket) -> None:
+        conn.sendall(head("500 Internal Server Error", chunked=True))
+        start = b'{"kind": "Status", "message": "failed calling webhook' + b" x" * 100
+        with pytest.raises(OSError):
+            send_chunked(conn, itertools.chain([start], endless(b"x" * 65536, server, 1 << 30)))
+
+    server = serve(answer)
+    api = api_for(server)
+    before = peak_rss_mib()
+    with pytest.raises(RunnerError, match="HTTP 500"):
+        api.get_job(RUN_ID)
+    assert peak_rss_mib() - before < 200
+    api.close()
