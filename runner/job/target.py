@@ -117,10 +117,8 @@ def make_target(
     from runner.backends.kubernetes.connection import connect
 
     # Connected once, here: a bad stack or kubeconfig fails before anything is created.
-    conn = connect(
-        cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api, cluster.image,
-        cluster.runtime,
-    )
+    conn = connect(cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api,
+                   cluster.image, cluster.runtime)  # fmt: skip
 
     def make() -> Backend:
         from runner.backends.kubernetes.backend import KubernetesBackend
