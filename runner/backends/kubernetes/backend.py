@@ -18,7 +18,7 @@ pod's node (demux.py).
 
 Not here: rendering (render/), stack outputs (connection.py), the API calls and their error
 messages (client.py), reading job and pod states (observe.py), which job is the run's
-(identity.py), the pending timeout's arithmetic (pending.py), log following (follow.py), fetch
+(identity.py), the pending timeout's arithmetic (pending.py), log following (follow/logs.py), fetch
 (fetching.py, with collect.py). This module imports the kubernetes client; the CLI imports it
 only for Kubernetes runs.
 """

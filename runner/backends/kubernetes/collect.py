@@ -3,7 +3,8 @@ the ranks of the pod's node, demux.py), and the result files, from the results s
 them and otherwise rebuilt from rank 0's own lines (records.py). Also the logs of one rank read
 once, from the cluster or from what an earlier fetch archived.
 
-Not here: following logs as they grow (follow.py), deciding when to delete the job (backend.py).
+Not here: following logs as they grow (follow/logs.py), deciding when to delete the job
+(backend.py).
 """
 
 from __future__ import annotations
