@@ -5,7 +5,7 @@ refused as it comes once past `STACKBENCH_K8S_MAX_ANSWER_MIB`), from 10 MB to 1 
 A speed benchmark of our own code (not a pass/fail test). Each size runs in a fresh Python
 process (so that its peak is its own) that talks to a real socket server on 127.0.0.1 streaming
 the bytes from a generator (tests/runner/k8s_socket.py), through the same client the runner
-uses (runner/backends/kubernetes/client.py). `python bench/k8s_memory.py` prints one row per
+uses (runner/backends/kubernetes/api/client.py). `python bench/k8s_memory.py` prints one row per
 kind and size: peak RSS should stay flat as the size grows a hundredfold.
 """
 
@@ -50,8 +50,8 @@ def main() -> None:
 def measure(kind: str, mb: int) -> dict[str, float]:
     import resource
 
-    from runner.backends.kubernetes.client import KubeApi, Selector
-    from runner.backends.kubernetes.limits import ApiLimits
+    from runner.backends.kubernetes.api.client import KubeApi, Selector
+    from runner.backends.kubernetes.api.limits import ApiLimits
     from runner.backends.kubernetes.spool import Spool
     from runner.errors import RunnerError
     from tests.runner.k8s_helpers import stack_connection

@@ -121,10 +121,8 @@ def make_target(
     from runner.backends.kubernetes.connection import connect
 
     # Connected once, here: a bad stack or kubeconfig fails before anything is created.
-    conn = connect(
-        cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api, cluster.image,
-        cluster.runtime,
-    )
+    conn = connect(cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api,
+                   cluster.image, cluster.runtime)  # fmt: skip
 
     def make() -> Backend:
         return factory.cluster(conn, results_root, cluster.pending_timeout_s)

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from runner.backends.kubernetes.client import KubeApi, Selector
-from runner.backends.kubernetes.limits import MIB, ApiLimits
-from runner.backends.kubernetes.streams import DeadlinePassed
-from runner.backends.kubernetes.watch import JobObserver, WatchConfig
+from runner.backends.kubernetes.api.client import KubeApi, Selector
+from runner.backends.kubernetes.api.limits import MIB, ApiLimits
+from runner.backends.kubernetes.api.streams import DeadlinePassed
+from runner.backends.kubernetes.follow.watch import JobObserver, WatchConfig
 from runner.errors import RunnerError
 from tests.runner.k8s_helpers import RUN_ID, stack_connection
 from tests.runner.k8s_socket import RawServer, Request, drip, head, send_chunked
@@ -230,5 +230,24 @@ def test_a_gigabyte_log_is_cut_at_its_cap_line_by_line(serve):
     size = sum(len(line) + 1 for line in read.lines())
     assert read.cut and not read.whole
     assert 63 * MIB < size <= 64 * MIB
+    assert peak_rss_mib() - before < 200
+    api.close()
+
+
+def test_a_gigabyte_error_body_is_cut_and_its_status_said(serve):
+    """A 500 whose body never ends: the status and the start of the server's words, read no
+    further (the client reads an error's body whole to find its message)."""
+
+    def answer(request: Request, conn: socket.socket) -> None:
+        conn.sendall(head("500 Internal Server Error", chunked=True))
+        start = b'{"kind": "Status", "message": "failed calling webhook' + b" x" * 100
+        with pytest.raises(OSError):
+            send_chunked(conn, itertools.chain([start], endless(b"x" * 65536, server, 1 << 30)))
+
+    server = serve(answer)
+    api = api_for(server)
+    before = peak_rss_mib()
+    with pytest.raises(RunnerError, match="HTTP 500"):
+        api.get_job(RUN_ID)
     assert peak_rss_mib() - before < 200
     api.close()

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from contract.rundir import JobState, JobStatus, read_state
+from runner.backends.kubernetes.api.client import KubeApi, Selector
 from runner.backends.kubernetes.backend import KubernetesBackend
-from runner.backends.kubernetes.client import KubeApi, Selector
 from runner.errors import RunnerError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster

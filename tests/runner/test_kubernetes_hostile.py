@@ -25,7 +25,8 @@ from contract.rundir import (
     rank_log,
     read_state,
 )
-from runner.backends.kubernetes import demux, results_store, streams
+from runner.backends.kubernetes import demux, results_store
+from runner.backends.kubernetes.api import streams
 from runner.backends.kubernetes.records import Expected, check_file
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
 from runner.errors import RunnerError

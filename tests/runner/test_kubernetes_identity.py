@@ -16,10 +16,10 @@ import pytest
 
 from contract import files
 from contract.rundir import JobState, rank_log, read_state
-from runner.backends.kubernetes.apierrors import NameConflict
+from runner.backends.kubernetes.api.apierrors import NameConflict
 from runner.backends.kubernetes.backend import KubernetesBackend
+from runner.backends.kubernetes.follow.pods import PodOwner
 from runner.backends.kubernetes.jobapis import JOB_KINDS
-from runner.backends.kubernetes.pods import PodOwner
 from runner.errors import RunnerError, StorageError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from contract.rundir import JobState, read_state
-from runner.backends.kubernetes.client import KubeApi
-from runner.backends.kubernetes.limits import ApiLimits
+from runner.backends.kubernetes.api.client import KubeApi
+from runner.backends.kubernetes.api.limits import ApiLimits
 from runner.errors import RunnerError
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit

@@ -18,7 +18,7 @@ pod's node (demux.py).
 
 Not here: rendering (render/), stack outputs (connection.py), the API calls and their error
 messages (client.py), reading job and pod states (observe.py), which job is the run's
-(identity.py), the pending timeout's arithmetic (pending.py), log following (follow.py), fetch
+(identity.py), the pending timeout's arithmetic (pending.py), log following (follow/logs.py), fetch
 (fetching.py, with collect.py). This module imports the kubernetes client; the CLI imports it
 only for Kubernetes runs.
 """
@@ -37,20 +37,21 @@ from typing import Any
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.base import KubernetesRequest, Request, kubernetes_handle
-from runner.backends.kubernetes import cancelling, collect, demux, observe, overtime
-from runner.backends.kubernetes.apierrors import NotFound
-from runner.backends.kubernetes.client import KubeApi
+from runner.backends.kubernetes import cancelling, collect, demux
+from runner.backends.kubernetes.api.apierrors import NotFound
+from runner.backends.kubernetes.api.client import KubeApi
+from runner.backends.kubernetes.api.streams import Transient
 from runner.backends.kubernetes.connection import ClusterConnection, connect_reference
 from runner.backends.kubernetes.fetching import fetch_run
-from runner.backends.kubernetes.follow import EventFeed, LogFollower
-from runner.backends.kubernetes.identity import JobIdentity, parse_handle
+from runner.backends.kubernetes.follow import observe, overtime
+from runner.backends.kubernetes.follow.identity import JobIdentity, parse_handle
+from runner.backends.kubernetes.follow.logs import EventFeed, LogFollower
+from runner.backends.kubernetes.follow.owners import PodOwners
+from runner.backends.kubernetes.follow.pending import PendingTimeout
+from runner.backends.kubernetes.follow.watch import Observers, View, WatchConfig
 from runner.backends.kubernetes.memory import RunMemory, cluster_reference, record_in, record_uid
-from runner.backends.kubernetes.owners import PodOwners
-from runner.backends.kubernetes.pending import PendingTimeout
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits
-from runner.backends.kubernetes.streams import Transient
-from runner.backends.kubernetes.watch import Observers, View, WatchConfig
 from runner.errors import RunnerError, SpecError
 from runner.job.spec import JobSpec
 

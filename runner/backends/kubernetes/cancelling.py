@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from contract.rundir import JobState, JobStatus
-from runner.backends.kubernetes import observe
-from runner.backends.kubernetes.apierrors import NameConflict, NotFound
-from runner.backends.kubernetes.client import KubeApi
-from runner.backends.kubernetes.identity import JobIdentity
+from runner.backends.kubernetes.api.apierrors import NameConflict, NotFound
+from runner.backends.kubernetes.api.client import KubeApi
+from runner.backends.kubernetes.follow import observe
+from runner.backends.kubernetes.follow.identity import JobIdentity
 from runner.errors import RunnerError
 
 NOT_DELETED = "; its job could not be deleted"  # the mark of a CANCELLED record whose job may run

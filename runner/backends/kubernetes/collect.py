@@ -3,7 +3,8 @@ the ranks of the pod's node, demux.py), and the result files, from the results s
 them and otherwise rebuilt from rank 0's own lines (records.py). Also the logs of one rank read
 once, from the cluster or from what an earlier fetch archived.
 
-Not here: following logs as they grow (follow.py), deciding when to delete the job (backend.py).
+Not here: following logs as they grow (follow/logs.py), deciding when to delete the job
+(backend.py).
 """
 
 from __future__ import annotations
@@ -18,18 +19,19 @@ from typing import Any
 
 from contract import files
 from contract.rundir import EVENTS, SUMMARY, JobState, JobStatus, rank_log
-from runner.backends.kubernetes import demux, observe, records
-from runner.backends.kubernetes.apierrors import NotFound
-from runner.backends.kubernetes.client import KubeApi, Selector
+from runner.backends.kubernetes import demux, records
+from runner.backends.kubernetes.api.apierrors import NotFound
+from runner.backends.kubernetes.api.client import KubeApi, Selector
+from runner.backends.kubernetes.api.limits import ENV, mib
+from runner.backends.kubernetes.api.streams import Transient
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.follow import observe
+from runner.backends.kubernetes.follow.owners import PodOwners
+from runner.backends.kubernetes.follow.pods import PodOwner, pods_by_node
 from runner.backends.kubernetes.jobapis import Shape
-from runner.backends.kubernetes.limits import ENV, mib
-from runner.backends.kubernetes.owners import PodOwners
-from runner.backends.kubernetes.pods import PodOwner, pods_by_node
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
 from runner.backends.kubernetes.results_store import StoreLimits, fetch_results
 from runner.backends.kubernetes.spool import Spool
-from runner.backends.kubernetes.streams import Transient
 from runner.errors import RunnerError
 from runner.job.spec import Placement
 from runner.results import rundir

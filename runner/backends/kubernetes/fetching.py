@@ -13,12 +13,12 @@ from pathlib import Path
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.kubernetes import collect
-from runner.backends.kubernetes.apierrors import NameConflict, NotFound
-from runner.backends.kubernetes.client import KubeApi
+from runner.backends.kubernetes.api.apierrors import NameConflict, NotFound
+from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.connection import ClusterConnection
-from runner.backends.kubernetes.identity import JobIdentity
+from runner.backends.kubernetes.follow.identity import JobIdentity
+from runner.backends.kubernetes.follow.owners import PodOwners
 from runner.backends.kubernetes.memory import record_in, state_in
-from runner.backends.kubernetes.owners import PodOwners
 from runner.backends.kubernetes.results_store import StoreLimits
 
 log = logging.getLogger(__name__)

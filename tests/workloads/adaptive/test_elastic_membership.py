@@ -129,7 +129,7 @@ def test_an_elastic_run_takes_a_time_budget_and_its_cluster_deadline_follows_it(
     # The budget is agreed at the run's step count (session.py), so an elastic run takes one;
     # on a cluster its job's activeDeadlineSeconds is then the budget plus the slack, as a
     # fixed run's, and a job stopped there says how to give the run longer.
-    from runner.backends.kubernetes.overtime import deadline_note
+    from runner.backends.kubernetes.follow.overtime import deadline_note
     from runner.backends.kubernetes.render.common import DEADLINE_SLACK_S, deadline_s
     from runner.job.spec import Placement, resolve
 

@@ -18,9 +18,9 @@ from kubernetes.client.exceptions import ApiException
 
 from contract import files
 from contract.rundir import one_line
+from runner.backends.kubernetes.api.limits import ENV, mib
+from runner.backends.kubernetes.api.streams import DeadlinePassed, Transient
 from runner.backends.kubernetes.connection import ClusterConnection
-from runner.backends.kubernetes.limits import ENV, mib
-from runner.backends.kubernetes.streams import DeadlinePassed, Transient
 from runner.errors import RunnerError
 
 # Only load is retried: 429 and 503 (the server asks to come back, maybe saying when). A 500 is

@@ -25,8 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from contract import files
-from runner.backends.kubernetes import objects
-from runner.backends.kubernetes.apierrors import (
+from runner.backends.kubernetes.api import objects
+from runner.backends.kubernetes.api.apierrors import (
     RETRIED_STATUSES,
     ApiErrors,
     NameConflict,
@@ -34,11 +34,11 @@ from runner.backends.kubernetes.apierrors import (
     retry_after_s,
     status_message,
 )
+from runner.backends.kubernetes.api.deadline import Deadline, current_deadline, install
+from runner.backends.kubernetes.api.limits import ApiLimits, mib
+from runner.backends.kubernetes.api.streams import CHUNK_BYTES, Stream, Transient, WatchStream
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
-from runner.backends.kubernetes.deadline import Deadline, current_deadline, install
 from runner.backends.kubernetes.jobapis import JOBSET, JobResource
-from runner.backends.kubernetes.limits import ApiLimits, mib
-from runner.backends.kubernetes.streams import CHUNK_BYTES, Stream, Transient, WatchStream
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,8 @@ from typing import Any
 import urllib3
 
 _current = threading.local()
+# An error's body holds a Status with the server's message: a few hundred bytes.
+MAX_ERROR_BODY_BYTES = 64 << 10
 
 
 class Deadline:
@@ -94,6 +96,16 @@ class _DeadlineMixin:
         if self._raw_sock is not None:
             _register(self._raw_sock)
         return super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def getresponse(self) -> Any:
+        """The response; an error's body cut to MAX_ERROR_BODY_BYTES here, as it comes: the
+        client reads an error's body whole to find the server's message in it."""
+        response = super().getresponse()  # type: ignore[misc]
+        if not 200 <= response.status < 300:
+            body = response.read(MAX_ERROR_BODY_BYTES, decode_content=True)
+            response.close()  # the rest is never read; the connection is not reused
+            response._body = body or b" "  # what `.data` gives from now on
+        return response
 
 
 def current_deadline() -> Deadline | None:

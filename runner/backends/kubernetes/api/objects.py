@@ -1,4 +1,4 @@
-"""The fields of the API server's objects that the runner reads (observe.py, follow.py, watch.py),
+"""The fields of the API server's objects that the runner reads (follow/: observe, logs, watch),
 checked where the objects enter (client.py), so that an object of the wrong shape is refused in
 one line naming the field, never met later as a Python error.
 

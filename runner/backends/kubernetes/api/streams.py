@@ -6,7 +6,7 @@ A connection that drops mid-stream raises `StreamBroken` (a line cut in half is 
 the caller decides whether to resume. Lines are capped in length, so a pod printing an endless
 line cannot exhaust the runner's memory (what is past the cap is dropped, never given as a line
 of its own). Not here: opening the responses (client.py) and deciding what to do after a drop
-(watch.py, follow.py).
+(follow/watch.py, follow/logs.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import urllib3
 
 from contract import files
-from runner.backends.kubernetes.deadline import Deadline
+from runner.backends.kubernetes.api.deadline import Deadline
 from runner.errors import RunnerError
 
 CHUNK_BYTES = 64 * 1024

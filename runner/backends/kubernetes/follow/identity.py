@@ -15,10 +15,10 @@ from typing import Any
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.base import parse_kubernetes_handle
-from runner.backends.kubernetes import observe
-from runner.backends.kubernetes.apierrors import NotFound
-from runner.backends.kubernetes.client import KubeApi
+from runner.backends.kubernetes.api.apierrors import NotFound
+from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.connection import ClusterConnection
+from runner.backends.kubernetes.follow import observe
 from runner.backends.kubernetes.memory import RunMemory
 from runner.errors import RunnerError
 

@@ -26,14 +26,15 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from contract.events import parse_line
-from runner.backends.kubernetes import demux, observe
-from runner.backends.kubernetes.apierrors import BadRequest, NotFound
-from runner.backends.kubernetes.client import KubeApi
-from runner.backends.kubernetes.owners import PodOwners
-from runner.backends.kubernetes.pods import pods_by_node
+from runner.backends.kubernetes import demux
+from runner.backends.kubernetes.api.apierrors import BadRequest, NotFound
+from runner.backends.kubernetes.api.client import KubeApi
+from runner.backends.kubernetes.api.streams import Stream, Transient
+from runner.backends.kubernetes.follow import observe
+from runner.backends.kubernetes.follow.owners import PodOwners
+from runner.backends.kubernetes.follow.pods import pods_by_node
+from runner.backends.kubernetes.follow.watch import Backoff, JobObserver, View, WatchConfig
 from runner.backends.kubernetes.records import check_event
-from runner.backends.kubernetes.streams import Stream, Transient
-from runner.backends.kubernetes.watch import Backoff, JobObserver, View, WatchConfig
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)

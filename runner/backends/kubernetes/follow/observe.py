@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from contract.rundir import JobState, JobStatus
-from runner.backends.kubernetes import overtime
+from runner.backends.kubernetes.follow import overtime
+from runner.backends.kubernetes.follow.pods import PodOwner, pods_by_node
 from runner.backends.kubernetes.jobapis import JOB_KINDS, JobKind, Shape
-from runner.backends.kubernetes.pods import PodOwner, pods_by_node
 
 ELASTIC = JOB_KINDS["pytorchjob"]  # the one API with elastic jobs (elastic_end)
 

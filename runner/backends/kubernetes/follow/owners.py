@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from runner.backends.kubernetes import observe
-from runner.backends.kubernetes.apierrors import Forbidden, NotFound
-from runner.backends.kubernetes.client import MAX_UID_CHARS, KubeApi
-from runner.backends.kubernetes.pods import PodOwner
+from runner.backends.kubernetes.api.apierrors import Forbidden, NotFound
+from runner.backends.kubernetes.api.client import MAX_UID_CHARS, KubeApi
+from runner.backends.kubernetes.follow import observe
+from runner.backends.kubernetes.follow.pods import PodOwner
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.backends.kubernetes.apierrors import Gone
-from runner.backends.kubernetes.client import KubeApi, Selector
+from runner.backends.kubernetes.api.apierrors import Gone
+from runner.backends.kubernetes.api.client import KubeApi, Selector
+from runner.backends.kubernetes.api.streams import Transient, WatchStream
 from runner.backends.kubernetes.render.common import RUN_ID_LABEL
-from runner.backends.kubernetes.streams import Transient, WatchStream
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
