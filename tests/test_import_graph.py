@@ -22,7 +22,7 @@ BACKEND_PACKAGES = ("runner.backends.local", "runner.backends.kubernetes")
 ALLOWED_BACKEND_IMPORTS = {("runner.job.target", "runner.backends.kubernetes.connection")}
 # Cycles other sessions are removing as this is written; each has its own strict xfail below,
 # which fails (XPASS) once the cycle is gone, so that its entry here is removed with it.
-KNOWN_CYCLE_PLACES = ("workloads", "runner.backends.local.network")
+KNOWN_CYCLE_PLACES = ("workloads",)
 
 
 @pytest.fixture(scope="module")
@@ -98,16 +98,6 @@ def test_no_import_cycle_outside_the_places_being_restructured(edges):
         if not any(under(m, place) for m in cycle for place in KNOWN_CYCLE_PLACES)
     ]  # fmt: skip
     assert not found, f"import cycles: {found}"
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known cycle runner/backends/local/network.py <-> probe.py (issue 30, being removed "
-    "by the shaped-network work); when this passes, drop it from KNOWN_CYCLE_PLACES and "
-    "remove this mark",
-)
-def test_no_import_cycle_between_network_and_probe(edges):
-    assert not _cycles_at(edges, "runner.backends.local.network")
 
 
 @pytest.mark.xfail(

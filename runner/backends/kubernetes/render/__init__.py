@@ -9,12 +9,14 @@ refused (common.bandwidth_annotations).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render.pytorchjob import render_pytorchjob
 from runner.backends.kubernetes.render.trainjob import render_trainjob
 from runner.job.spec import JobSpec
+
+if TYPE_CHECKING:  # annotations only: the connection imports jobapis, which renders
+    from runner.backends.kubernetes.connection import ClusterConnection
 
 
 def render(spec: JobSpec, conn: ClusterConnection) -> dict[str, Any]:

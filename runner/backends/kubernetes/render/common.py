@@ -17,16 +17,18 @@ one pod's log into logs/rank-N.log.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.network import ENV as NETWORK_ENV
 from contract.network import NetworkRecord
 from contract.stack import IMAGE_HOME, IMAGE_UID
-from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render.resources import pod_resources
 from runner.errors import SpecError
 from runner.job.link import parse_link, refuse_impaired
 from runner.job.spec import JobSpec, workload_argv
+
+if TYPE_CHECKING:  # annotations only: the connection imports jobapis, which renders
+    from runner.backends.kubernetes.connection import ClusterConnection
 
 RUN_ID_LABEL = "stackbench/run-id"
 BENCHMARK_LABEL = "stackbench/benchmark"

@@ -14,12 +14,14 @@ finds its group from the operator's PET_RDZV_ENDPOINT (docs/adaptive-elastic.md)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.stack import FINISHED_JOB_TTL_S
-from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render import common
 from runner.job.spec import JobSpec
+
+if TYPE_CHECKING:  # annotations only: the connection imports jobapis, which renders
+    from runner.backends.kubernetes.connection import ClusterConnection
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"

@@ -13,12 +13,14 @@ that cluster's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.backends.kubernetes.connection import ClusterConnection
 from runner.backends.kubernetes.render import common
 from runner.errors import SpecError
 from runner.job.spec import JobSpec
+
+if TYPE_CHECKING:  # annotations only: the connection imports jobapis, which renders
+    from runner.backends.kubernetes.connection import ClusterConnection
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
