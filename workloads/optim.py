@@ -89,4 +89,3 @@ class AdamConfig(OptimizerConfig):
 for _option in (SgdConfig, AdamConfig):
     points.OPTIMIZERS.register(_option)
 OPTIMIZERS = Choice("optimizer", points.OPTIMIZERS, OptimizerConfig)
-

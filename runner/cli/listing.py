@@ -49,7 +49,7 @@ def rows(root: Path, kind: str = TABLE) -> list[tuple[str, dict[str, Any]]]:
     entries = [(entry.name, entry.inode()) for entry in _run_dirs(root)]
     table = index.RowIndex(root, kind, FILES, index.code_key(BUILDERS),
                            lambda name: _build(root, name, kind == JSON), volatile,
-                           valid_json if kind == JSON else valid_table)  # fmt: skip
+                           valid_json if kind == JSON else valid_table, required=JOB)  # fmt: skip
     found = table.rows(entries)
     job_mtime = {name: (sig[1] or [0, 0, 0])[2] for name, (sig, _) in found.items()}
     ordered = sorted(found, key=lambda name: job_mtime[name], reverse=True)
@@ -57,14 +57,14 @@ def rows(root: Path, kind: str = TABLE) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _run_dirs(root: Path) -> list[os.DirEntry[str]]:
-    """Directories (never links) holding a job.json: rundir.list_dirs' rule, by scandir."""
+    """Directories, never links (RowIndex then lists those holding a job.json, as
+    rundir.list_dirs does)."""
     try:
         with os.scandir(root) as it:
             entries = list(it)
     except OSError:
         return []
-    return [e for e in entries if e.is_dir(follow_symlinks=False)
-            and os.path.lexists(os.path.join(e.path, JOB))]  # fmt: skip
+    return [e for e in entries if e.is_dir(follow_symlinks=False)]
 
 
 def _build(root: Path, name: str, full: bool) -> dict[str, Any] | None:

@@ -128,8 +128,7 @@ class RunTable:
             if is_link:
                 rows[name] = _damaged_row(name, problem(name, "is a symbolic link, never followed"))
                 continue
-            with contextlib.suppress(OSError):  # gone since it was listed
-                dirs.append((name, os.lstat(self.root / name).st_ino))
+            dirs.append((name, None))
         rows |= {name: row for name, (_, row) in self._index.rows(dirs).items()}
         return sorted(rows.values(), key=lambda r: r["created_at"] or "", reverse=True)
 

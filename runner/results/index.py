@@ -58,14 +58,21 @@ def code_key(modules: Iterable[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def signature(run_dir: str, dir_inode: int, names: Sequence[str]) -> Signature:
-    """The directory's inode (one replaced by another of the same name differs), then
-    (inode, size, mtime_ns) of each named file in it, None where missing. Paths as strings:
-    pathlib's objects cost more than the lstat calls, 10,000 runs over."""
+def signature(run_dir: str, dir_inode: int | None, names: Sequence[str]) -> Signature:
+    """The directory's inode (one replaced by another of the same name differs; None: lstat
+    it here), then (inode, size, mtime_ns) of each named file in it, None where missing.
+    Paths as plain strings: pathlib's objects, even os.path.join, cost more than the lstat
+    calls themselves, 10,000 runs over."""
+    if dir_inode is None:
+        try:
+            dir_inode = os.lstat(run_dir).st_ino
+        except OSError:
+            dir_inode = 0
     out: Signature = [[dir_inode, 0, 0]]
+    prefix = run_dir + "/"
     for name in names:
         try:
-            info = os.lstat(os.path.join(run_dir, name))
+            info = os.lstat(prefix + name)
             out.append([info.st_ino, info.st_size, info.st_mtime_ns])
         except OSError:
             out.append(None)
@@ -78,29 +85,35 @@ class RowIndex:
     `names`: the files a row is built from; `build(name)`: the row of run directory `name`
     (a JSON object; None when it is no longer a run); `volatile(row)`: whether the row may
     change while no file does; `valid(row)`: whether a stored row has the shape `build`
-    returns; `key`: code_key() of the modules behind `build`."""
+    returns; `key`: code_key() of the modules behind `build`; `required`: a file of `names`
+    without which a directory is no run (not built, not listed)."""
 
     def __init__(
         self, root: Path, kind: str, names: Sequence[str], key: str,
         build: Callable[[str], Row | None], volatile: Callable[[Mapping[str, Any]], bool],
-        valid: Callable[[Any], bool],
+        valid: Callable[[Any], bool], required: str | None = None,
     ) -> None:  # fmt: skip
         self.root, self.kind, self.names, self.key = root, kind, tuple(names), key
+        self._required = None if required is None else 1 + self.names.index(required)
         self.build, self.volatile, self.valid = build, volatile, valid
         self._stored: dict[str, tuple[Signature, Row]] | None = None
 
-    def rows(self, entries: Iterable[tuple[str, int]]) -> dict[str, tuple[Signature, Row]]:
+    def rows(self, entries: Iterable[tuple[str, int | None]]) -> dict[str, tuple[Signature, Row]]:
         """name -> (signature, row) for each run directory in `entries` ((name, the inode of
-        the directory, as scandir gives it), in their order); the index on disk is rewritten
-        when a kept row was added, changed or dropped."""
+        the directory as scandir gives it, or None), in their order); the index on disk is
+        rewritten when a kept row was added, changed or dropped."""
         stored = self._load() if self._stored is None else self._stored
         out: dict[str, tuple[Signature, Row]] = {}
         keep: dict[str, tuple[Signature, Row]] = {}
         root = str(self.root)
         for name, dir_inode in entries:
             sig = signature(os.path.join(root, name), dir_inode, self.names)
+            if self._required is not None and sig[self._required] is None:
+                continue
             hit = stored.get(name)
-            if hit is not None and hit[0] == sig:
+            # Equal to the signature just read, a stored one is well formed; its row is
+            # checked here, where it is used, not for every row the index holds.
+            if hit is not None and hit[0] == sig and self.valid(hit[1]):
                 row = hit[1]
             else:
                 built = self.build(name)
@@ -128,14 +141,11 @@ class RowIndex:
             return {}
         if data.get("code") != self.key or not isinstance(data.get("rows"), dict):
             return {}
-        out = {}
-        for name, entry in data["rows"].items():
-            if (
-                isinstance(entry, list) and len(entry) == 2 and _is_signature(entry[0])
-                and len(entry[0]) == len(self.names) + 1 and self.valid(entry[1])
-            ):  # fmt: skip
-                out[name] = (entry[0], entry[1])
-        return out
+        return {
+            name: (entry[0], entry[1])
+            for name, entry in data["rows"].items()
+            if isinstance(entry, list) and len(entry) == 2
+        }
 
     def _save(self, rows: Mapping[str, tuple[Signature, Row]]) -> None:
         """Written whole and atomically (last writer wins: each writes what it found); a
@@ -152,10 +162,3 @@ class RowIndex:
                 files.write_bytes(index_path(self.root, self.kind), data)
         except (OSError, ValueError) as err:  # ValueError: a row JSON cannot hold (nan)
             log.info("the run index was not written: %s", err)
-
-
-def _is_signature(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        v is None or (isinstance(v, list) and len(v) == 3 and all(type(x) is int for x in v))
-        for v in value
-    )

@@ -109,15 +109,25 @@ def test_rows_built_by_other_code_are_not_reused(tmp_path):
     assert built == ["run-a", "run-a"]  # once for v1 (reused the second time), once for v2
 
 
-def test_a_local_run_still_going_is_asked_every_time_and_never_kept(tmp_path):
+def test_a_local_run_recorded_running_is_asked_not_trusted_from_its_record(tmp_path):
     make_run(tmp_path, "run-live", 1, None, state="RUNNING", finished_at=None,
              write_summary=False)  # fmt: skip
     (tmp_path / "run-live" / "supervisor.json").write_text('{"pid": 1, "create_time": 0}')
-    cells = _table(tmp_path)["run-live"]
-    # pid 1 is not its supervisor (its start time differs): the backend's own verdict.
-    assert "FAILED" in " ".join(cells) or "RUNNING" in " ".join(cells)
+    rows = index.RowIndex(tmp_path, "runs", listing.FILES, "k",
+                          lambda name: listing._build(tmp_path, name, False),
+                          listing.volatile, listing.valid_table)  # fmt: skip
+    entries = [("run-live", os.lstat(tmp_path / "run-live").st_ino)]
+    # Built while state.json said RUNNING: asked (pid 1 is not its supervisor, whose start
+    # time differs, so the local backend records it FAILED), and not kept as it was asked.
+    (_, row) = rows.rows(entries)["run-live"]
+    assert row["state"] == "FAILED" and "supervisor died" in row["cells"][4]
     stored = json.loads((tmp_path / ".stackbench-index-runs.json").read_text())["rows"]
-    assert "run-live" not in stored or stored["run-live"][1]["state"] in listing.FINISHED
+    # Kept with the signature it was built from (state.json then RUNNING), so the next
+    # listing reads the FAILED record itself rather than trusting what it was told.
+    assert stored["run-live"][0][2] != index.signature(str(tmp_path / "run-live"), 0,
+                                                       listing.FILES)[2]  # fmt: skip
+    assert listing.volatile({"backend": "local", "state": "RUNNING"})
+    assert not listing.volatile({"backend": "kubernetes", "state": "RUNNING"})
 
 
 def test_a_run_directory_that_is_a_link_is_not_listed_or_followed(tmp_path):
