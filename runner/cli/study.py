@@ -170,10 +170,18 @@ def _count(n: int, noun: str) -> str:
               show_default=True, help="Export of the whole report.")  # fmt: skip
 @click.option("--allow-mixed", is_flag=True,
               help="Show runs with different closed-division configs side by side.")  # fmt: skip
+@click.option("--group-by", "group_by", metavar="KEY", default=None,
+              help="One series per value of this configuration key (any --set key, workers, "
+                   "link, division, policy, plugin), as the dashboard groups runs.")  # fmt: skip
 @pass_settings
 @handle_errors
 def report(
-    settings: Settings, ids: tuple[str, ...], out_dir: Path | None, fmt: str, allow_mixed: bool
+    settings: Settings,
+    ids: tuple[str, ...],
+    out_dir: Path | None,
+    fmt: str,
+    allow_mixed: bool,
+    group_by: str | None,
 ) -> None:
     """Tables, figures (PNG and SVG) and a Markdown or HTML export of runs and studies.
 
@@ -182,6 +190,7 @@ def report(
       runner report STUDY
       runner report STUDY_A STUDY_B --format html
       runner report RUN1 RUN2 RUN3 --allow-mixed
+      runner report STUDY --group-by link
     Time to accuracy is aggregated by the MLPerf rule (5+ runs: drop fastest and slowest).
     Needs the `report` extra (matplotlib).
     """
@@ -195,7 +204,7 @@ def report(
     for problem in damaged:
         errors.print(f"[yellow]left out, damaged[/yellow]: {escape(problem)}")
     costs = reports.cluster_costs(runs, project_dir())
-    built = reports.build(runs, title, allow_mixed=allow_mixed, costs=costs)
+    built = reports.build(runs, title, allow_mixed=allow_mixed, costs=costs, group_by=group_by)
     for table in export.tables(built):
         console.print(views.plain_table(table))
     given_out = out_dir is not None

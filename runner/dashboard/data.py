@@ -32,10 +32,10 @@ from contract.manifest import parse_manifest
 from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus
 from contract.summary import MicroSummary, Summary, parse_summary
 from runner.dashboard import curves, files
-from runner.dashboard.keys import config_keys
 from runner.errors import RunnerError
 from runner.results import index, rundir
 from runner.results import study as studies
+from runner.results.keys import config_keys
 from runner.results.runs import RunResult, load_run
 from workloads.tasks.config import LOWER_IS_BETTER
 
@@ -272,7 +272,8 @@ def run_row(root: Path, run_id: str) -> dict[str, Any]:
         "created_at": spec.created_at, "metric": metric, "target": config.get("target_value"),
         "lower_is_better": metric in LOWER_IS_BETTER, "max_epochs": config.get("max_epochs"),
         "link": spec.placement.link,
-        "keys": config_keys(config, spec.placement, spec.division, records[MANIFEST][0]),
+        "keys": config_keys(config, spec.placement.workers_text, spec.placement.link, spec.division,
+                            records[MANIFEST][0]),
     }  # fmt: skip
     row.update(_headline(summary) if summary else _latest(path))
     row.update(_valid_result(row))

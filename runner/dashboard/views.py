@@ -63,7 +63,7 @@ def _planned(p: Any) -> dict[str, Any]:
 
 
 def _report(built: reports.Report) -> dict[str, Any]:
-    label = reports.series_labeller(built.runs)
+    label = built.labeller()
     return {
         "title": built.title,
         "tables": [table(t) for t in export.tables(built)],

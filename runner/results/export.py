@@ -15,7 +15,8 @@ from contract import files
 from contract.files import DamagedFile
 from runner.results import figures, linkmodel
 from runner.results.aggregate import OUTLIER_RATIO
-from runner.results.report import EXCLUDED_STATES, Cell, Report, series_labeller
+from runner.results.keys import PLUGIN
+from runner.results.report import EXCLUDED_STATES, Cell, Report
 from runner.results.runs import ADAPTIVE_CURVES, RunResult, environment_values
 from runner.stack.cost import Cost
 from runner.words import count
@@ -76,7 +77,7 @@ def workers(n: int) -> str:
 
 def threads_text(report: Report) -> str:
     """What each worker had, as the speedup note says it: runs with other threads per worker
-    are series of their own (report.series_labeller), never a speedup's other end."""
+    are series of their own (Report.labeller), never a speedup's other end."""
     counts = sorted({r.threads_per_worker for r in report.runs if r.threads_per_worker})
     gpu = ", one GPU each" if any(r.device == "cuda" for r in report.runs) else ""
     if not counts:
@@ -137,7 +138,7 @@ def outlier_notes(report: Report) -> list[str]:
 
 
 def runs_table(report: Report) -> Table:
-    label = series_labeller(report.runs)
+    label = report.labeller()
     header = ("run", "series", "workers", "seed", "state", "time to accuracy (s)", "final",
               "comm", "cost")  # fmt: skip
     rows = []
@@ -160,6 +161,10 @@ def runs_table(report: Report) -> Table:
             cost_text(report.costs.get(r.run_id), r),
         ))  # fmt: skip
     notes = [f"{r.run_id} is {r.state}: left out of the statistics" for r in report.excluded]
+    plugins = [r.keys.get(PLUGIN, "") for r in report.runs]
+    if any(plugins):  # whose code each ran: a plugin's name@version, the reference's "-"
+        header = (*header[:2], PLUGIN, *header[2:])
+        rows = [(*row[:2], p or "-", *row[2:]) for row, p in zip(rows, plugins, strict=True)]
     return Table("Runs", header, tuple(rows), tuple(notes))
 
 
@@ -278,7 +283,7 @@ def write_figures(report: Report, out_dir: Path) -> list[Path]:
         {s: [(c.workers, c.phase_ms) for c in cs if c.phase_ms] for s, cs in by_series.items()},
         f"{report.title}: compute and communication per step", out_dir / PHASES,
     )  # fmt: skip
-    label = series_labeller(report.runs)
+    label = report.labeller()
     curves = [(printable(f"{label(r)}, {workers(r.world_size)}"), r.curves)
               for r in report.runs if r.curves]  # fmt: skip
     paths += figures.curves_figure(

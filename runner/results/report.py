@@ -32,6 +32,7 @@ from runner.results.aggregate import (
     ratio_interval,
     speedups,
 )
+from runner.results.keys import PLUGIN
 from runner.results.runs import (
     RunResult,
     config_conflicts,
@@ -94,6 +95,11 @@ class Report:
     env_diffs: Mapping[str, list[str]]
     costs: Mapping[str, Cost] = field(default_factory=dict)  # by run id; cluster runs only
     arms: tuple[ArmRatio, ...] = ()  # adaptive against fixed, where two series differ so
+    group_by: str | None = None  # the configuration key series are by (--group-by); None: all
+
+    def labeller(self) -> Callable[[RunResult], str]:
+        """Each run's series label, as the cells were built."""
+        return series_labeller(self.runs, self.group_by)
 
     @property
     def series(self) -> list[str]:
@@ -112,9 +118,15 @@ def build(
     title: str,
     allow_mixed: bool = False,
     costs: Mapping[str, Cost] | None = None,
+    group_by: str | None = None,
 ) -> Report:
+    """The report of `runs`: one series per configuration they vary in, or with `group_by` (a
+    configuration key as the dashboard's table reads it, runner.results.keys) one per value
+    of that key."""
     if not runs:
         raise RunnerError("nothing to report: no runs given; list them with `runner runs`")
+    if group_by is not None:
+        _check_key(runs, group_by)
     conflicts = tuple(config_conflicts(runs))
     if conflicts and not allow_mixed:
         lines = (
@@ -128,7 +140,7 @@ def build(
         raise mixed
     counted = [r for r in runs if r.state not in EXCLUDED_STATES]
     excluded = tuple(r for r in runs if r.state in EXCLUDED_STATES)
-    label = series_labeller(runs)
+    label = series_labeller(runs, group_by)
     groups: dict[tuple[str, int], list[RunResult]] = {}
     for run in counted:
         groups.setdefault((label(run), run.world_size), []).append(run)
@@ -137,7 +149,15 @@ def build(
     cells = _with_speedups(cells)
     envs = environment_differences(runs)
     return Report(title, tuple(runs), tuple(cells), excluded, conflicts, envs, dict(costs or {}),
-                  arms=tuple(arm_ratios(cells)))  # fmt: skip
+                  arms=tuple(arm_ratios(cells)), group_by=group_by)  # fmt: skip
+
+
+def _check_key(runs: Sequence[RunResult], key: str) -> None:
+    """A key none of the runs has is a typo, not one series of "-": bad input, naming them."""
+    known = sorted({k for run in runs for k in run.keys})
+    if key not in known:
+        raise RunInputError(f"--group-by {key}: no run has that configuration key; "
+                            f"they have {', '.join(known)}")  # fmt: skip
 
 
 # What adapts: the policies a run follows and an elastic range. Two cells whose runs differ in
@@ -183,12 +203,16 @@ def arm_ratios(cells: Sequence[Cell]) -> list[ArmRatio]:
     return out
 
 
-def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
-    """Label runs by the --set values (and benchmark, device, link and threads per worker)
-    that vary among them,
-    run controls aside; when nothing varies, by strategy. Runs are told apart by the value
-    they used, not the text they were given: `lr=.05` and the default 0.05 are one series,
-    shown as the first --set text given for it."""
+def series_labeller(
+    runs: Sequence[RunResult], group_by: str | None = None
+) -> Callable[[RunResult], str]:
+    """Label runs by the --set values (and benchmark, device, link, threads per worker and
+    plugins) that vary among them, run controls aside; when nothing varies, by strategy. Runs
+    are told apart by the value they used, not the text they were given: `lr=.05` and the
+    default 0.05 are one series, shown as the first --set text given for it. With `group_by`,
+    by that configuration key's value alone (`link=25mbit`)."""
+    if group_by is not None:
+        return _divided(runs, lambda run: f"{group_by}={run.keys.get(group_by, '-')}")
     keys = {key for run in runs for key in set(run.overrides) - RUN_CONTROLS}
     shown: dict[str, dict[str, str]] = {}  # key -> the value used -> its text in labels
     for key in keys:
@@ -203,14 +227,28 @@ def series_labeller(runs: Sequence[RunResult]) -> Callable[[RunResult], str]:
     # them would measure the thread pool, not data parallelism (runner/job/threads.py).
     several_threads = len({r.threads_per_worker for r in runs}) > 1
 
+    # A plugin's code beside the reference's is its own series, named with its version.
+    plugins = {run.run_id: run.keys.get(PLUGIN, "") for run in runs}
+    several_plugins = len(set(plugins.values())) > 1
+
     def plain(run: RunResult) -> str:
         parts = [run.benchmark] if several_benchmarks else []
         parts += [f"device={run.device}"] if several_devices else []
         parts += [f"link={run.link or UNSHAPED}"] if several_links else []
         parts += [f"threads={run.threads_per_worker or '?'}"] if several_threads else []
         parts += [f"{k}={shown[k][_used(run, k)]}" for k in varying]
+        parts += (
+            [f"plugin={plugins[run.run_id]}"] if several_plugins and plugins[run.run_id] else []
+        )
         return ", ".join(parts) or f"strategy={run.strategy}"
 
+    return _divided(runs, plain)
+
+
+def _divided(
+    runs: Sequence[RunResult], plain: Callable[[RunResult], str]
+) -> Callable[[RunResult], str]:
+    """`plain`, with the division added where runs of one plain label differ in it."""
     # A run can be open division with no --set key to show it (an elastic --workers 2:3
     # beside a fixed 3); without its division in the label, --allow-mixed would average it
     # with the closed runs of the same label in one cell, as one configuration.

@@ -32,6 +32,7 @@ from contract.summary import Summary, TrainSummary, parse_summary
 from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.spec import get_benchmark
 from runner.results import rundir
+from runner.results.keys import config_keys
 from workloads.strategies.config import EXACT_STRATEGIES
 
 _T = TypeVar("_T")
@@ -90,6 +91,14 @@ class RunResult:
     @property
     def seed(self) -> Any:
         return self.config.get("seed")
+
+    @property
+    def keys(self) -> dict[str, str]:
+        """Its configuration keys as text, as the dashboard's table reads them (keys.py)."""
+        workers = str(self.world_size)
+        if self.min_workers is not None:
+            workers = f"{self.min_workers}:{workers}"
+        return config_keys(self.config, workers, self.link, self.division, self.manifest)
 
 
 def load_run(run_dir: Path) -> RunResult:
