@@ -34,6 +34,7 @@ from runner.results.aggregate import (
 )
 from runner.results.keys import PLUGIN
 from runner.results.runs import (
+    SWITCHED_STRATEGIES,
     RunResult,
     config_conflicts,
     environment_differences,
@@ -167,12 +168,6 @@ ADAPTATION_KEYS = frozenset({"policy", "monitor"})
 
 def adapts(run: RunResult) -> bool:
     return bool(run.config.get("policy")) or run.min_workers is not None
-
-
-# A strategy that a policy switches, and the fixed strategy it is when nothing switches it:
-# adaptive-sync's exact mode is the allreduce strategy (workloads/adaptive/sync.py), and
-# adaptive-sync needs policy=sync, so its fixed arm can only be allreduce.
-SWITCHED_STRATEGIES = {"adaptive-sync": "allreduce"}
 
 
 def _arm_config(run: RunResult) -> str:

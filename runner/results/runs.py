@@ -30,7 +30,7 @@ from contract.records import finite_number
 from contract.rundir import MANIFEST, STATE, SUMMARY, JobState, JobStatus
 from contract.summary import Summary, TrainSummary, parse_summary
 from runner.job.benchmarks import RUN_CONTROLS
-from runner.job.spec import get_benchmark
+from runner.job.spec import ADAPTIVE_KEYS, ELASTIC_KEY, get_benchmark
 from runner.results import rundir
 from runner.results.keys import config_keys
 from workloads.strategies.config import EXACT_STRATEGIES
@@ -240,17 +240,38 @@ def _finite(value: Any) -> TypeGuard[int | float]:
     return finite_number(value) is not None  # an integer too large for a float is not
 
 
+# A strategy that a policy switches, and the fixed strategy it is when nothing switches it:
+# adaptive-sync's exact mode is the allreduce strategy (workloads/adaptive/sync.py), and
+# adaptive-sync needs policy=sync, so its fixed arm can only be allreduce.
+SWITCHED_STRATEGIES = {"adaptive-sync": "allreduce"}
+
+
+def adaptation_keys(run: RunResult) -> frozenset[str]:
+    """The open keys (runner.job.spec's open_keys) that say only how a run adapts: the
+    policies and their settings, an elastic range, and a strategy a policy switches. An
+    adaptive arm and its fixed one differ in these alone, and stand side by side."""
+    switched = {"strategy"} if run.config.get("strategy") in SWITCHED_STRATEGIES else set()
+    return ADAPTIVE_KEYS | {ELASTIC_KEY} | switched
+
+
 def comparison_key(run: RunResult) -> str:
     """What must agree for runs to stand side by side: benchmark, division, and the config
     without tunables and run controls (and without the strategy when it is an exact one, as
-    runner.job.spec does for the division)."""
+    runner.job.spec does for the division). How a run adapts (adaptation_keys) is left out,
+    and so is the open division it alone implies: an adaptive arm is compared with its fixed
+    one without --allow-mixed, and any other difference still needs it."""
     bench = get_benchmark(run.benchmark)
-    ignored = set(bench.tunables) | set(RUN_CONTROLS)
-    if run.config.get("strategy") in EXACT_STRATEGIES:
+    ignored = set(bench.tunables) | set(RUN_CONTROLS) | ADAPTIVE_KEYS
+    config = dict(run.config)
+    strategy = config.get("strategy")
+    config["strategy"] = SWITCHED_STRATEGIES.get(str(strategy), strategy)
+    if config["strategy"] in EXACT_STRATEGIES:
         ignored.add("strategy")
-    fixed = {k: v for k, v in run.config.items() if k not in ignored}
+    fixed = {k: v for k, v in config.items() if k not in ignored}
+    adapting_only = set(run.open_keys) <= adaptation_keys(run)
+    division = "closed" if run.division == "open" and adapting_only else run.division
     return json.dumps(
-        {"benchmark": run.benchmark, "division": run.division, "config": fixed}, sort_keys=True
+        {"benchmark": run.benchmark, "division": division, "config": fixed}, sort_keys=True
     )
 
 
