@@ -28,14 +28,14 @@ from typing import Any
 
 from contract.events import parse_lines
 from contract.files import MAX_RECORD_BYTES, DamagedFile, parse_json_object
-from contract.manifest import parse_manifest
+from contract.manifest import Manifest, parse_manifest
 from contract.rundir import EVENTS, JOB, LOGS, MANIFEST, STATE, SUMMARY, JobStatus
 from contract.summary import MicroSummary, Summary, parse_summary
 from runner.dashboard import curves, files
 from runner.errors import RunnerError
 from runner.results import index, rundir
 from runner.results import study as studies
-from runner.results.keys import config_keys
+from runner.results.keys import config_keys, plugin_text
 from runner.results.runs import RunResult, load_run
 from workloads.tasks.config import LOWER_IS_BETTER
 
@@ -156,6 +156,7 @@ ROW_FIELDS = (
     "reason", "since", "failed_rank", "exit_code", "benchmark", "division", "backend", "stack",
     "workers", "nodes", "device", "strategy", "created_at", "metric", "target", "value", "epoch",
     "max_epochs", "reached", "time_to_target_s", "run_time_s", "throughput", "link", "target_met_s",
+    "plugins",
 )  # fmt: skip
 
 
@@ -275,10 +276,19 @@ def run_row(root: Path, run_id: str) -> dict[str, Any]:
         "keys": config_keys(config, spec.placement.workers_text, spec.placement.link, spec.division,
                             records[MANIFEST][0]),
     }  # fmt: skip
+    row["plugins"] = plugins(records[MANIFEST][0])
     row.update(_headline(summary) if summary else _latest(path))
     row.update(_valid_result(row))
     row["notes"] = _notes(row, path, summary)
     return row
+
+
+def plugins(manifest: Manifest | None) -> list[dict[str, str]]:
+    """The plugins whose code a run used, as its pages name them: `name@version`, and the
+    hash of their source for a reader who must tell two builds of one version apart."""
+    if manifest is None:
+        return []
+    return [{"label": plugin_text([p]), "source_sha256": p.source_sha256} for p in manifest.plugins]
 
 
 def _valid_result(row: Mapping[str, Any]) -> dict[str, Any]:

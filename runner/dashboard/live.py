@@ -10,7 +10,8 @@ waits for its newline). A file replaced under us (a fetch rewrote events.jsonl) 
 series over with a fresh snapshot.
 
 Messages are (name, JSON-ready payload):
-    runs    the whole table (first poll)         run     one run's row, new or changed
+    keys    the keys every run shares (first)    runs    the whole table, rows without them
+    run     one run's row, new or changed, whole
     gone    {run_id} of a run no longer there    detail  a run page's header, when it changed
     curves  {run_id, ...every series}            points  {run_id, ...points added}
     log     {run_id, name, text, reset}          problem {run_id, file, problem}
@@ -29,6 +30,7 @@ from contract.events import RUN_START, parse_line
 from contract.files import DamagedFile
 from runner.cli.views import event_text  # `runner logs`' own formatter, not a second one
 from runner.dashboard import curves, data, runpage
+from runner.dashboard.shared import split_keys
 
 Message = tuple[str, Any]
 # Reads per poll: a reconnecting page catches up on a long run's events over a few polls
@@ -51,8 +53,9 @@ class TableFeed:
         rows = self._table.rows()
         current = {row["run_id"]: row for row in rows}
         sent, self._sent = self._sent, current
-        if sent is None:
-            return [("runs", rows)]
+        if sent is None:  # the keys every run shares, once; each row with its own only
+            shared, compact = split_keys(rows)
+            return [("keys", shared), ("runs", compact)]
         messages: list[Message] = [("run", r) for k, r in current.items() if sent.get(k) != r]
         return messages + [("gone", {"run_id": k}) for k in sent.keys() - current.keys()]
 

@@ -38,6 +38,7 @@ from aiohttp import web
 
 from contract.files import DamagedFile
 from runner.dashboard import data, files, hosts, live, runpage, views
+from runner.dashboard.shared import split_keys
 
 STATIC = Path(__file__).parent / "static"
 HEARTBEAT_S = 15.0  # a comment line now and then, so proxies and browsers keep the stream
@@ -157,7 +158,15 @@ async def _call(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any
 
 
 async def runs(request: web.Request) -> web.Response:
-    return _json(await asyncio.to_thread(request.app[TABLE_KEY].rows))
+    """The rows, each without the configuration keys every run shares (/api/keys has them)."""
+    rows = await asyncio.to_thread(request.app[TABLE_KEY].rows)
+    return _json(split_keys(rows)[1])
+
+
+async def shared_keys(request: web.Request) -> web.Response:
+    """The configuration keys every run shares, with their one value."""
+    rows = await asyncio.to_thread(request.app[TABLE_KEY].rows)
+    return _json(split_keys(rows)[0])
 
 
 async def run(request: web.Request) -> web.Response:
@@ -282,6 +291,7 @@ async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
 
 ROUTES: tuple[tuple[str, Callable[[web.Request], Awaitable[web.StreamResponse]]], ...] = (
     ("/api/runs", runs),
+    ("/api/keys", shared_keys),
     ("/api/runs/{run_id}", run),
     ("/api/runs/{run_id}/curves", run_curves),
     ("/api/runs/{run_id}/logs/{name}", run_log),

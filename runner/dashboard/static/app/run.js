@@ -163,9 +163,11 @@ function facts(run) {
 function Header({ run, progress, showLog }) {
   const failed = ["FAILED", "CANCELLED", "DAMAGED"].includes(run.state);
   const rank = typeof run.failed_rank === "number" ? run.failed_rank : null;
+  const plugins = (run.manifest || {}).plugins || [];  // code from outside stackbench it used
   return html`<div class="run-header">
     <h1><${StateBadge} state=${run.state} /> <span class="mono">${run.run_id}</span></h1>
     <p class="muted">${facts(run).join(" · ")}</p>
+    ${plugins.length ? html`<p class="plugins">plugin code: ${plugins.map((p, i) => html`${i ? ", " : ""}<span class="mono" data-plugin=${p.name} title=${`sha256 ${p.source_sha256} (${p.origin})`}>${p.name}${p.version ? `@${p.version}` : ""}</span>`)}</p>` : ""}
     ${failed && run.reason ? html`<div class="alert" id="reason"><b>${run.state}</b>: ${run.reason}${rank !== null ? html` (see <button class="link" onClick=${() => showLog(`rank-${rank}.log`)}>rank ${rank}'s log</button>)` : ""}</div>` : ""}
     ${run.state === "SUCCEEDED" && run.reached === false ? html`<div class="alert">Target not reached: the run ended without meeting ${metricName(run.metric)} ${run.lower_is_better ? "≤" : "≥"} ${run.target}.</div>` : ""}
     <${Problems} problems=${run.damaged} />

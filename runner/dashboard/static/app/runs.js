@@ -1,6 +1,6 @@
 // The runs table: every run of the results directory, live; filter, sort, pick runs to compare.
 
-import { useMemo, useState } from "preact/hooks";
+import { useMemo, useRef, useState } from "preact/hooks";
 import {
   html, LiveBadge, metricName, num, quality, runHref, seconds, StateBadge, useStream, when,
 } from "./lib.js";
@@ -20,8 +20,16 @@ const COLUMNS = [
 
 // The configuration keys a page can show, filter and group by (the server's row.keys: every
 // --set key, workers, link, division, policy, and a plugin where the manifest names one).
-// Shown by default beside the fixed columns: the ones the issue readers looked for first.
-const DEFAULT_KEYS = ["strategy", "link", "policy"];
+// Shown by default beside the fixed columns: the ones the issue readers looked for first (a
+// plugin's only where some run used one).
+const DEFAULT_KEYS = ["strategy", "link", "policy", "plugin"];
+
+// The table's first message leaves out of each row the keys every run shares (sent once, in
+// `keys`; runner/dashboard/shared.py): they are put back here, so every key still filters,
+// groups and shows as a column. A row sent alone later carries all of its own.
+function withShared(row, shared) {
+  return row.keys_shared ? { ...row, keys: { ...shared, ...row.keys } } : row;
+}
 
 // A filter: words (each must appear somewhere in the run's row or configuration), and
 // key=value terms (that key's value contains the value: `policy=batch`, `link=25mbit`).
@@ -41,6 +49,12 @@ export function matches(row, text) {
 
 function keyColumn(key) {
   return { key: `keys.${key}`, label: key, config: key, value: (r) => (r.keys || {})[key] ?? "" };
+}
+
+// A key's cell; a plugin's names the hash of its source on hover (two builds of one version).
+function KeyCell({ column, row }) {
+  const hashes = column.config === "plugin" ? (row.plugins || []).map((p) => `${p.label}: sha256 ${p.source_sha256.slice(0, 12)}`) : [];
+  return html`<td class="key" data-key=${column.config} title=${hashes.join("\n") || undefined}>${column.value(row) || "–"}</td>`;
 }
 
 function Row({ row, selected, toggle, extra }) {
@@ -64,7 +78,7 @@ function Row({ row, selected, toggle, extra }) {
       : html`<span class=${late ? "miss" : "muted"}>${late ? "not reached" : "–"}</span>`}</td>
     <td class="num">${num(row.throughput, 0)}</td>
     <td>${when(row.created_at)}</td>
-    ${extra.map((c) => html`<td class="key" data-key=${c.config}>${c.value(row) || "–"}</td>`)}
+    ${extra.map((c) => html`<${KeyCell} column=${c} row=${row} />`)}
   </tr>`;
 }
 
@@ -77,8 +91,10 @@ export function RunsPage() {
   const [selected, setSelected] = useState([]);
   const [shownKeys, setShownKeys] = useState(DEFAULT_KEYS);
   const [group, setGroup] = useState("");
+  const shared = useRef({});
   const status = useStream("/api/stream?table=1", {
-    runs: (all) => setRows(Object.fromEntries(all.map((r) => [r.run_id, r]))),
+    keys: (keys) => { shared.current = keys; },
+    runs: (all) => setRows(Object.fromEntries(all.map((r) => [r.run_id, withShared(r, shared.current)]))),
     run: (row) => setRows((old) => ({ ...old, [row.run_id]: row })),
     gone: ({ run_id }) => setRows((old) => {
       const { [run_id]: _, ...rest } = old;
