@@ -139,9 +139,9 @@ def outlier_notes(report: Report) -> list[str]:
 
 def runs_table(report: Report) -> Table:
     label = report.labeller()
-    header = ("run", "series", "workers", "seed", "state", "time to accuracy (s)", "final",
-              "comm", "cost")  # fmt: skip
-    rows = []
+    header: tuple[str, ...] = ("run", "series", "workers", "seed", "state",
+                               "time to accuracy (s)", "final", "comm", "cost")  # fmt: skip
+    rows: list[tuple[str, ...]] = []
     for r in report.runs:
         s = r.train_summary
         final = s.final.value if s and s.final else None
