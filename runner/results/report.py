@@ -205,9 +205,12 @@ def series_labeller(
     plugins) that vary among them, run controls aside; when nothing varies, by strategy. Runs
     are told apart by the value they used, not the text they were given: `lr=.05` and the
     default 0.05 are one series, shown as the first --set text given for it. With `group_by`,
-    by that configuration key's value alone (`link=25mbit`)."""
+    by that configuration key's value (`link=25mbit`), still apart by benchmark, device and
+    threads per worker, whose times are never one series."""
+    apart = _never_together(runs)
     if group_by is not None:
-        return _divided(runs, lambda run: f"{group_by}={run.keys.get(group_by, '-')}")
+        return _divided(runs, lambda run: ", ".join(
+            [*apart(run), f"{group_by}={run.keys.get(group_by, '-')}"]))  # fmt: skip
     keys = {key for run in runs for key in set(run.overrides) - RUN_CONTROLS}
     shown: dict[str, dict[str, str]] = {}  # key -> the value used -> its text in labels
     for key in keys:
@@ -215,29 +218,37 @@ def series_labeller(
         for run in sorted(runs, key=lambda r: key not in r.overrides):  # --set texts first
             texts.setdefault(_used(run, key), str(run.overrides.get(key, run.config.get(key))))
     varying = sorted(k for k, texts in shown.items() if len(texts) > 1)
-    several_benchmarks = len({r.benchmark for r in runs}) > 1
-    several_devices = len({r.device for r in runs}) > 1  # a CPU and a GPU time never averaged
     several_links = len({r.link for r in runs}) > 1
-    # Runs whose workers had different threads each are never one series: a speedup between
-    # them would measure the thread pool, not data parallelism (runner/job/threads.py).
-    several_threads = len({r.threads_per_worker for r in runs}) > 1
-
     # A plugin's code beside the reference's is its own series, named with its version.
     plugins = {run.run_id: run.keys.get(PLUGIN, "") for run in runs}
     several_plugins = len(set(plugins.values())) > 1
 
     def plain(run: RunResult) -> str:
-        parts = [run.benchmark] if several_benchmarks else []
-        parts += [f"device={run.device}"] if several_devices else []
+        parts = apart(run)
         parts += [f"link={run.link or UNSHAPED}"] if several_links else []
-        parts += [f"threads={run.threads_per_worker or '?'}"] if several_threads else []
         parts += [f"{k}={shown[k][_used(run, k)]}" for k in varying]
-        parts += (
-            [f"plugin={plugins[run.run_id]}"] if several_plugins and plugins[run.run_id] else []
-        )
+        plugin = plugins[run.run_id] if several_plugins else ""
+        parts += [f"plugin={plugin}"] if plugin else []
         return ", ".join(parts) or f"strategy={run.strategy}"
 
     return _divided(runs, plain)
+
+
+def _never_together(runs: Sequence[RunResult]) -> Callable[[RunResult], list[str]]:
+    """The label parts of what no series mixes, where the runs differ in it: the benchmark,
+    the device (a CPU and a GPU time never averaged) and the threads each worker had (a
+    speedup between them would measure the thread pool: runner/job/threads.py)."""
+    several_benchmarks = len({r.benchmark for r in runs}) > 1
+    several_devices = len({r.device for r in runs}) > 1
+    several_threads = len({r.threads_per_worker for r in runs}) > 1
+
+    def parts(run: RunResult) -> list[str]:
+        out = [run.benchmark] if several_benchmarks else []
+        out += [f"device={run.device}"] if several_devices else []
+        out += [f"threads={run.threads_per_worker or '?'}"] if several_threads else []
+        return out
+
+    return parts
 
 
 def _divided(

@@ -98,3 +98,11 @@ def test_a_plugin_run_names_its_plugin_and_version_in_the_series_and_the_runs_ta
     assert rows["ref"][2] == "-"
     alone = export.runs_table(reports.build([reference], "t"))
     assert "plugin" not in alone.header  # no column when no run used a plugin
+
+
+def test_group_by_never_pools_runs_whose_workers_had_other_threads(tmp_path):
+    one = load_run(make_run(tmp_path, "t1", 2, 10.0))
+    two = load_run(make_run(tmp_path, "t2", 2, 12.0, overrides=("seed=2",),
+                            manifest=env_manifest("t2", 2, torch_threads=2)))  # fmt: skip
+    built = reports.build([one, two], "t", group_by="strategy")
+    assert built.series == ["threads=1, strategy=ddp", "threads=2, strategy=ddp"]
