@@ -21,6 +21,7 @@ from contract.rundir import JobState
 from runner.errors import RunInputError, RunnerError, SpecError
 from runner.job.benchmarks import RUN_CONTROLS
 from runner.job.link import parse_link
+from runner.job.spec import ADAPTIVE_KEYS
 from runner.results import rundir
 from runner.results import study as studies
 from runner.results.aggregate import (
@@ -161,9 +162,10 @@ def _check_key(runs: Sequence[RunResult], key: str) -> None:
                             f"they have {', '.join(known)}")  # fmt: skip
 
 
-# What adapts: the policies a run follows and an elastic range. Two cells whose runs differ in
-# these alone are an adaptive arm and its fixed one; the seed and run controls aside.
-ADAPTATION_KEYS = frozenset({"policy", "monitor"})
+# What adapts: the policies a run follows with their settings (runner.job.spec.ADAPTIVE_KEYS,
+# the keys runner.results.runs lets differ without --allow-mixed) and an elastic range. Two
+# cells whose runs differ in these alone are an adaptive arm and its fixed one; the seed and
+# run controls aside.
 
 
 def adapts(run: RunResult) -> bool:
@@ -173,7 +175,7 @@ def adapts(run: RunResult) -> bool:
 def _arm_config(run: RunResult) -> str:
     """What must be equal between an adaptive arm and its fixed one."""
     kept = {k: v for k, v in run.config.items()
-            if k not in RUN_CONTROLS and k not in ADAPTATION_KEYS}  # fmt: skip
+            if k not in RUN_CONTROLS and k not in ADAPTIVE_KEYS}  # fmt: skip
     strategy = kept.get("strategy")
     kept["strategy"] = SWITCHED_STRATEGIES.get(str(strategy), strategy)
     where = (run.benchmark, run.device, run.link, run.world_size)

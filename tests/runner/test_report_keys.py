@@ -53,7 +53,7 @@ def test_arms_that_differ_only_by_policy_stand_side_by_side_without_allow_mixed(
     fixed = [load_run(make_run(tmp_path, f"f{i}", 2, 20.0 + i, overrides=(f"seed={i}",)))
              for i in range(3)]  # fmt: skip
     adaptive = [load_run(make_run(tmp_path, f"a{i}", 2, 10.0 + i,
-                                  overrides=("policy=batch", "batch_growth=2", f"seed={i}")))
+                                  overrides=("policy=batch", "batch_growth=3", f"seed={i}")))
                 for i in range(3)]  # fmt: skip
     assert {r.division for r in adaptive} == {"open"}
     assert config_conflicts([*fixed, *adaptive]) == []
