@@ -407,7 +407,7 @@ def test_any_configuration_key_filters_groups_and_labels_without_overlap(tmp_pat
     # legends of full run ids were cut and paged, and their x labels drawn over each other.
     from runner.results import study
     from tests.runner.dashboard.browser import text_overlaps
-    from tests.runner.rundirs import make_run
+    from tests.runner.rundirs import env_manifest, make_run
 
     results = tmp_path / "results"
     results.mkdir()
@@ -471,4 +471,20 @@ def test_any_configuration_key_filters_groups_and_labels_without_overlap(tmp_pat
         full = chart_option(browser, "loss", "o.series.map((s) => "
                             "o.legend[0].tooltip.formatter({ name: s.name }))")  # fmt: skip
         assert full == ids
+        # A run of a plugin's code: its name@version a column by default (source hash on
+        # hover) and named in its page's header.
+        plugin = {"name": "topk-example", "version": "0.1.0", "source_sha256": "ab12" * 16,
+                  "origin": "topk-example==0.1.0", "load": None}  # fmt: skip
+        make_run(results, "plug", 2, 9.0, created_at="2026-01-02T00:00:00+00:00",
+                 manifest=env_manifest("plug", 2) | {"plugins": [plugin]})  # fmt: skip
+        browser.get(url)
+        cell = "tr[data-run='plug'] td[data-key='plugin']"
+        wait_for(lambda: browser.find_elements("css selector", cell), 30, "the plugin's column")
+        shown = browser.find_element("css selector", cell)
+        assert shown.text == "topk-example@0.1.0"
+        assert "sha256 ab12ab12ab12" in shown.get_attribute("title")
+        browser.get(f"{url}#/run/plug")
+        wait_for(lambda: browser.find_elements("css selector", "[data-plugin]"), 30, "its header")
+        named = browser.find_element("css selector", "[data-plugin]")
+        assert named.text == "topk-example@0.1.0" and "ab12" in named.get_attribute("title")
         assert console_errors(browser) == []
