@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 
+from workloads.compliance import rulefiles as rules
 from workloads.config import (
     ExecutionConfig,
     RunConfig,
@@ -65,6 +67,9 @@ class Benchmark:
     # Set when the task fixes the global batch whatever the number of workers (CS744): the
     # per-worker batch_size is then global_batch_size / workers, resolved at submit time.
     global_batch_size: int | None = None
+    # Its closed-division compliance rules (an mlperf-logging checker YAML, checked before
+    # workloads/compliance/common.yaml); None: `runner check` has no rules for it.
+    ruleset: Path | None = None
 
     def __post_init__(self) -> None:
         unknown = self.tunables - set(self.config.flat_keys())
@@ -114,6 +119,7 @@ CNN_DIGITS = Benchmark(
         run=RunConfig(max_epochs=30),
         target=TargetConfig(target_value=0.95),
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.90,
     tunables=SGD_TUNABLES,
     default_workers=2,
@@ -155,6 +161,7 @@ RESNET20_CIFAR10 = Benchmark(
         run=RunConfig(max_epochs=164),
         target=TargetConfig(target_value=0.80),
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.70,
     tunables=SGD_TUNABLES,
     default_workers=1,
@@ -188,6 +195,7 @@ LOGREG_EPSILON = Benchmark(
         run=RunConfig(max_epochs=10),
         target=TargetConfig(target_value=0.89, target_train_loss=0.2828),
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.80,
     # inverse-sqrt has no warm-up, milestones or decay factor: its schedule is alpha.
     tunables=frozenset({"batch_size", "lr", "lr_scale_table"}),
@@ -214,6 +222,7 @@ VGG11_CIFAR10 = Benchmark(
         run=RunConfig(max_epochs=1, seed=0, stop_at_target=False),
         target=TargetConfig(target_value=0.40),  # a sanity floor for one epoch
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.30,
     tunables=frozenset(),  # a timing study: every run trains the same thing
     default_workers=1,
@@ -245,6 +254,7 @@ LSTM_WIKITEXT2 = Benchmark(
         run=RunConfig(max_epochs=750),
         target=TargetConfig(target_value=70.0),
     ),
+    ruleset=rules.LSTM_WIKITEXT2,
     light_target=90.0,
     # Not bptt: the spec fixes BPTT 70 as part of the algorithm (the truncation, and the LR
     # that scales with each window), not of the batch size, so changing it is open division.
@@ -282,6 +292,7 @@ GNMT_WMT16 = Benchmark(
         run=RunConfig(max_epochs=6),
         target=TargetConfig(target_value=24.0),
     ),
+    ruleset=rules.GNMT_WMT16,
     light_target=20.0,
     tunables=ADAM_TUNABLES | {"lr_gamma", "lr_decay_start", "lr_decay_count"},
     default_workers=1,
@@ -319,6 +330,7 @@ TRANSFORMER_WMT17 = Benchmark(
         run=RunConfig(max_epochs=10),
         target=TargetConfig(target_value=25.0),
     ),
+    ruleset=rules.TRANSFORMER_WMT17,
     light_target=20.0,
     tunables=ADAM_TUNABLES,
     default_workers=1,
