@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import tarfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -144,6 +147,38 @@ def test_a_benchmark_folder_registers_model_data_and_benchmark(plugin_root):
     assert points.MODELS.entry("tiny-mlp").origin == str(plugin_root / "blobsbench")
     config = dataclasses.replace(spec.config)
     assert type(config.data).__name__ == "BlobsData"
+
+
+def _centers_archive(where: Path) -> tuple[str, str]:
+    """A real .tar.gz holding blobs/centers.txt: its file:// URL and SHA-256."""
+    archive = where / "blobs-centers.tar.gz"
+    (where / "blobs").mkdir()
+    (where / "blobs" / "centers.txt").write_text("0 0 0 0\n4 4 4 4\n-4 4 -4 4\n")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(where / "blobs", arcname="blobs")
+    return archive.as_uri(), hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
+def test_a_benchmark_folder_declares_its_data_source_and_runner_data_fetch_gets_it(plugin_root):
+    """The data set's fetch source (URL, checksum, how it is prepared) is the folder's own
+    data.py: `runner --plugin FOLDER data fetch blobs` downloads, verifies and unpacks it, and
+    refuses the archive in one line once it is not the one whose checksum was declared."""
+    (plugin_root / "served").mkdir()
+    url, sha256 = _centers_archive(plugin_root / "served")
+    folder = write_package(plugin_root, "blobsbench", BENCHMARK_FOLDER,
+                           {"CENTERS_URL": url, "CENTERS_SHA256": sha256})  # fmt: skip
+    data = plugin_root / "data"
+    fetch = ["--plugin", str(folder), "data", "fetch", "blobs", "--dir", str(data)]
+    result = CliRunner().invoke(main, fetch)
+    assert result.exit_code == 0, result.output
+    assert (data / "blobs" / "centers.txt").read_text().startswith("0 0 0 0")
+    assert (data / "downloads" / "blobs-centers.tar.gz").is_file()
+    # Changed where it is published: the declared checksum refuses it, in one line.
+    with tarfile.open(plugin_root / "served" / "blobs-centers.tar.gz", "w:gz") as tar:
+        tar.add(plugin_root / "served" / "blobs" / "centers.txt", arcname="blobs/centers.txt")
+    result = CliRunner().invoke(main, [*fetch, "--force"])
+    assert result.exit_code == 1 and "does not match the published" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_the_installed_example_lists_its_entries_with_its_version():
