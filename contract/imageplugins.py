@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Where the image holds its list (JSON: a list of ImagePlugin.to_dict()), and its OCI label.
-MANIFEST_PATH = "/opt/stackbench/plugins.json"
+# Where the image holds its plugins (one package folder each, on PYTHONPATH), its list of them
+# (JSON: a list of ImagePlugin.to_dict()) and the OCI label that repeats the list.
+PLUGINS_DIR = "/opt/stackbench/plugins"
+MANIFEST_PATH = f"{PLUGINS_DIR}/plugins.json"
 LABEL = "io.stackbench.plugins"
 MAX_MANIFEST_BYTES = 1 << 20  # a list of a few plugins is a few hundred bytes
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from contract.imageplugins import ImagePlugin, package_files, source_sha256
 from runner.cli import main
 from runner.errors import SpecError
 from runner.job.spec import JobSpec, resolve, workload_args
@@ -123,7 +125,9 @@ def test_a_run_with_a_plugin_is_open_division_and_records_it(plugin_root):
     assert spec.division == "open" and "plugin mine" in spec.open_keys
     (record,) = spec.plugins
     assert record.name == "mine" and record.version is None and record.load == str(package)
-    assert workload_args(spec, "/out")[-2:] == ["--plugin", str(package)]
+    assert workload_args(spec, "/out")[-4:] == [
+        "--plugin", str(package), "--expect-plugin", f"mine={record.source_sha256}"
+    ]  # fmt: skip
     # The hash is of the source: one byte more and it differs.
     before = record.source_sha256
     (package / "__init__.py").write_text((package / "__init__.py").read_text() + "\n")
@@ -199,23 +203,67 @@ def test_a_project_folder_with_one_package_loads_it(plugin_root):
     assert "inner" in points.STRATEGIES.names()
 
 
-def test_a_run_with_a_plugin_is_not_sent_to_a_cluster(plugin_root):
-    """No image is known to carry the plugin: refused before anything is submitted."""
-    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
-    kubeconfig = plugin_root / "kubeconfig"
+def _submit_to_a_cluster(root: Path, *extra: str):
+    """`runner submit --dry-run` of a run with plugin `mine` to a cluster made elsewhere (a
+    kubeconfig naming a server nobody answers at: a dry run renders without calling it)."""
+    package = write_package(root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    kubeconfig = root / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
         "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
         "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
     )
-    result = CliRunner().invoke(main, [
-        "--results-dir", str(plugin_root / "results"), "submit", "cnn-digits",
+    return CliRunner().invoke(main, [
+        "--results-dir", str(root / "results"), "submit", "cnn-digits", "--dry-run",
         "--kubeconfig", str(kubeconfig), "--image", "reg.example/sb@sha256:" + "a" * 64,
-        "--plugin", str(package), "--set", "strategy=mine",
+        "--plugin", str(package), "--set", "strategy=mine", *extra,
     ])  # fmt: skip
+
+
+def contract_hash(package: Path) -> str:
+    return source_sha256(package_files(package))
+
+
+def _image_list(root: Path, sha256: str) -> Path:
+    """An image's plugins.json (contract/imageplugins.py), as infra/image.py writes it."""
+    path = root / "plugins.json"
+    plugin = ImagePlugin("mine", None, sha256, "mine")
+    path.write_text(json.dumps([plugin.to_dict()]))
+    return path
+
+
+def test_a_run_with_a_plugin_is_not_sent_to_an_image_not_known_to_carry_it(plugin_root):
+    """Nothing says what the image carries: refused before anything is submitted."""
+    result = _submit_to_a_cluster(plugin_root)
     assert result.exit_code == 1, result.output
-    assert "cannot yet check that a cluster's training image carries it" in result.output
+    assert "nothing says that the training image of kubeconfig" in result.output
+    assert "--image-plugins FILE" in result.output
     assert "mine (sha256 " in result.output and "Traceback" not in result.output
+
+
+def test_a_run_with_a_plugin_is_refused_for_an_image_with_other_code_of_it(plugin_root):
+    result = _submit_to_a_cluster(plugin_root, "--image-plugins",
+                                  str(_image_list(plugin_root, "0" * 64)))  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "does not carry plugin mine" in result.output
+    assert "carries: mine (sha256 000000000000)" in result.output
+
+
+def test_a_run_with_a_plugin_goes_to_an_image_that_carries_it_and_the_job_says_which(
+    plugin_root,
+):
+    """The job loads the plugin as the image installs it (a module, not this machine's
+    path), its workers check the hash, and the rendered job names plugin and hash."""
+    write_package(plugin_root / "copy", "mine", {"__init__.py": TOPK.format(name="mine")})
+    sha256 = contract_hash(plugin_root / "copy" / "mine")  # the same files: the same hash
+    result = _submit_to_a_cluster(plugin_root, "--image-plugins",
+                                  str(_image_list(plugin_root, sha256)))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"stackbench.io/plugins: mine={sha256}" in result.output
+    lines = [line.strip() for line in result.output.splitlines()]
+    at = lines.index("- --plugin")
+    assert lines[at + 1 : at + 4] == ["- mine", "- --expect-plugin", f"- mine={sha256}"]
+    assert str(plugin_root) not in result.output  # no path of this machine reaches the pods
 
 
 def test_the_plugin_at_fault_is_found_on_the_stack_and_named(plugin_root):
