@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from click.testing import CliRunner
 from contract.imageplugins import ImagePlugin, package_files, source_sha256
 from runner.cli import main
 from runner.errors import SpecError
-from runner.job.spec import JobSpec, resolve, workload_args
+from runner.job.spec import JobSpec, resolve, workload_args, workload_argv
 from tests.workloads.plugin_packages import (
     BENCHMARK_FOLDER,
     isolated_registries,
@@ -301,3 +303,22 @@ def test_reading_a_job_never_imports_the_plugin_path_it_names(tmp_path):
     with isolated_registries(tmp_path):
         loading.load(str(package))
         assert JobSpec.from_dict(data).config.strategy.name == "mine"
+
+
+def test_a_worker_whose_plugin_is_other_code_than_the_job_expects_ends_in_one_line(plugin_root):
+    """The pod's own check (workloads/train.py, --expect-plugin): a real worker process whose
+    plugin's files differ from the hash the job was checked against stops before training."""
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    spec = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)])
+    argv = workload_argv(spec, str(plugin_root / "out"))
+    assert argv[argv.index("--expect-plugin") + 1] == f"mine={contract_hash(package)}"
+    argv[argv.index("--expect-plugin") + 1] = "mine=" + "0" * 64  # the image's file changed
+    env = {"PATH": os.environ["PATH"], "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # fmt: skip  # never reached
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines() == [
+        "stackbench: plugin mine: the job expects source sha256 000000000000, but here it is "
+        f"sha256 {contract_hash(package)[:12]}; rebuild the image or run --local"
+    ]
+    assert "Traceback" not in proc.stderr
