@@ -322,3 +322,22 @@ def test_a_worker_whose_plugin_is_other_code_than_the_job_expects_ends_in_one_li
         f"sha256 {contract_hash(package)[:12]}; rebuild the image or run --local"
     ]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_sweep_with_a_plugin_is_refused_for_an_image_not_known_to_carry_it(plugin_root):
+    """A sweep's runs are checked as submit's are, before the study is written."""
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    kubeconfig = plugin_root / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    result = CliRunner().invoke(main, [
+        "--results-dir", str(plugin_root / "results"), "--plugin", str(package), "sweep",
+        "cnn-digits", "--workers", "1,2", "--kubeconfig", str(kubeconfig),
+        "--image", "reg.example/sb@sha256:" + "a" * 64, "--set", "strategy=mine",
+    ])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "nothing says that the training image of kubeconfig" in result.output
+    assert not (plugin_root / "results").exists() or not any((plugin_root / "results").iterdir())
