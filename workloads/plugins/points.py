@@ -91,7 +91,7 @@ def _signature_problem(obj: type, base: type, method: str) -> str | None:
 
 
 def _policy_check(obj: Any) -> str | None:
-    from workloads.adaptive.policies import PolicySpec
+    from workloads.adaptive.spec import PolicySpec
 
     if not isinstance(obj, PolicySpec):
         return "is not a PolicySpec (workloads.adaptive.policies)"
