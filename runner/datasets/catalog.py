@@ -7,19 +7,19 @@ subclass, workloads/data/config.py) answers `fetch_source(name)` with a DataSour
 registered, and nothing here branches on a data set's name. The preparers a source names:
 Unpacked (an archive's top directory, runner/datasets/unpack.py), EpsilonCache (the LIBSVM
 conversion, same module), WmtCorpus (runner/datasets/wmt.py), or a plugin's own.
+The registered sources, by name: runner/datasets/registered.py (apart, so that the preparers
+and our sources import these types without importing the registry).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from runner.datasets.download import Progress, RemoteFile
-from runner.errors import RunnerError
 
-__all__ = ["DATASETS", "DataSource", "Preparer", "RemoteFile", "source"]
+__all__ = ["DataSource", "Preparer", "RemoteFile"]
 
 
 class Preparer(Protocol):
@@ -53,52 +53,3 @@ class DataSource:
     checksum_origin: str  # where the published checksums come from, for the record
     prepare: Preparer
     expected_rows: dict[str, int] = field(default_factory=dict)  # LIBSVM splits only
-
-
-class _Catalog(MutableMapping[str, DataSource]):
-    """Data set name -> its source, read from the DATASETS extension point each time (a
-    plugin loaded after start-up is seen). Setting a name declares its source here instead:
-    the tests point a built-in data set at files they serve."""
-
-    def __init__(self) -> None:
-        self._declared: dict[str, DataSource] = {}
-
-    def _registered(self) -> dict[str, DataSource]:
-        from workloads.plugins import points
-
-        found: dict[str, DataSource] = {}
-        for name, entry in points.DATASETS.entries().items():
-            declare = getattr(entry.obj, "fetch_source", None)
-            src = declare(name) if callable(declare) else None
-            if isinstance(src, DataSource):
-                found[name] = src
-        return found
-
-    def __getitem__(self, name: str) -> DataSource:
-        if name in self._declared:
-            return self._declared[name]
-        return self._registered()[name]
-
-    def __setitem__(self, name: str, src: DataSource) -> None:
-        self._declared[name] = src
-
-    def __delitem__(self, name: str) -> None:
-        del self._declared[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter({**self._registered(), **self._declared})
-
-    def __len__(self) -> int:
-        return len({**self._registered(), **self._declared})
-
-
-DATASETS: MutableMapping[str, DataSource] = _Catalog()
-
-
-def source(name: str) -> DataSource:
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise RunnerError(
-            f"unknown data set {name!r}; choose one of: {', '.join(DATASETS)}"
-        ) from None

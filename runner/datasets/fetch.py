@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runner.datasets import folder, wmt
-from runner.datasets.catalog import DATASETS, DataSource, Preparer, source
+from runner.datasets.catalog import DataSource, Preparer
 from runner.datasets.download import (
     CHUNK_BYTES,
     HTTP_TIMEOUT_S,
@@ -46,6 +46,7 @@ from runner.datasets.download import (
     download,
     file_digest,
 )
+from runner.datasets.registered import DATASETS, source
 from runner.datasets.unpack import EpsilonCache, Unpacked, convert_epsilon, extract_zip, unpack
 from runner.errors import RunnerError
 

@@ -12,9 +12,17 @@ here: `runner benchmarks` must start instantly.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from pathlib import Path
 
+# The entry's type and the free keys live in benchmark_types.py; callers import them here too.
+from runner.job.benchmark_types import (  # noqa: F401
+    EXECUTION_CONTROLS,
+    FREE_KEYS,
+    RUN_CONTROLS,
+    TRAIN_MODULE,
+    AnyBenchmark,
+    Benchmark,
+    MicroBenchmark,
+)
 from workloads.compliance import rulefiles as rules
 from workloads.config import (
     ExecutionConfig,
@@ -37,68 +45,10 @@ from workloads.schedule import InverseSqrt, MultiStep, WarmupInverseSqrt, Warmup
 from workloads.strategies.config import PlainStrategy
 from workloads.tasks.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
 
-TRAIN_MODULE = "workloads.train"  # the workload entry of training benchmarks
-
-# How a run is driven (and where its data are read from) and how a step is executed, not
-# what it trains: changing these never makes a run open division (MLPerf's closed division
-# allows mixed precision too). Derived from the components, so a new run or execution
-# control is free without being listed here.
-RUN_CONTROLS = frozenset(f.name for f in fields(RunConfig)) | {"data_dir"}
-EXECUTION_CONTROLS = frozenset(f.name for f in fields(ExecutionConfig))
-FREE_KEYS = RUN_CONTROLS | EXECUTION_CONTROLS
-
 # MLPerf's tunables: batch size and the LR schedule's parameters (docs/benchmarks.md).
 SGD_TUNABLES = frozenset({"batch_size", "lr", "warmup_epochs", "lr_milestones", "lr_gamma"})
 # The Adam tasks' tunables: batch sizes, the LR schedule, and also betas and warm-up steps.
 ADAM_TUNABLES = frozenset({"batch_size", "global_batch", "lr", "warmup_steps", "adam_betas"})
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    task: str
-    description: str
-    config: TrainConfig
-    light_target: float  # the "light goal", for quick checks
-    tunables: frozenset[str]
-    default_workers: int = 1
-    default_runs: int = 1
-    module: str = TRAIN_MODULE
-    # Set when the task fixes the global batch whatever the number of workers (CS744): the
-    # per-worker batch_size is then global_batch_size / workers, resolved at submit time.
-    global_batch_size: int | None = None
-    # Its closed-division compliance rules (an mlperf-logging checker YAML, checked before
-    # workloads/compliance/common.yaml); None: `runner check` has no rules for it.
-    ruleset: Path | None = None
-
-    def __post_init__(self) -> None:
-        unknown = self.tunables - set(self.config.flat_keys())
-        if unknown:
-            raise ValueError(f"{self.name}: tunables name keys it lacks: {sorted(unknown)}")
-        free = self.tunables & FREE_KEYS
-        if free:
-            raise ValueError(f"{self.name}: {sorted(free)} are free anyway, not tunables")
-
-
-@dataclass(frozen=True)
-class MicroBenchmark:
-    """A measurement of the stack itself, not a training task: no model, target or division
-    rules (every setting is a tunable, so every run is closed division)."""
-
-    name: str
-    task: str
-    description: str
-    config: AllReduceMicroConfig
-    module: str
-    default_workers: int = 2
-    default_runs: int = 1
-
-    @property
-    def tunables(self) -> frozenset[str]:
-        return frozenset(self.config.flat_keys())
-
-
-AnyBenchmark = Benchmark | MicroBenchmark
 
 
 CNN_DIGITS = Benchmark(

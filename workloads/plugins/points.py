@@ -101,7 +101,7 @@ def _policy_check(obj: Any) -> str | None:
 
 
 def _benchmark_check(obj: Any) -> str | None:
-    from runner.job.benchmarks import Benchmark, MicroBenchmark
+    from runner.job.benchmark_types import Benchmark, MicroBenchmark
 
     if not isinstance(obj, Benchmark | MicroBenchmark):
         return "is not a Benchmark (runner.job.benchmarks)"
