@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from contract.imageplugins import ImagePlugin, parse_plugins, plugins_problem
+
 Provider = Literal["kind", "gke", "eks"]
 JobApi = Literal["trainjob", "pytorchjob"]
 PROVIDERS: tuple[Provider, ...] = ("kind", "gke", "eks")
@@ -115,6 +117,9 @@ class StackOutputs:
     service_account: str
     training_runtime: str  # "" on pytorchjob stacks
     bandwidth_shaping: bool
+    # The plugins the image carries (contract/imageplugins.py); () from a stack older than
+    # the output: its image was built with none.
+    image_plugins: tuple[ImagePlugin, ...] = ()
 
 
 # ---- the check of each output: value -> problem, or None --------------------------------
@@ -226,6 +231,7 @@ class Output:
     check: Callable[[Any], str | None] = field(repr=False)
     doc: str
     secret: bool = False
+    optional: bool = False  # absent from stacks made before it: parse_outputs' default
 
 
 OUTPUTS: tuple[Output, ...] = (
@@ -258,6 +264,12 @@ OUTPUTS: tuple[Output, ...] = (
         _flag,
         "whether the pod network enforces kubernetes.io/{ingress,egress}-bandwidth",
     ),
+    Output(
+        "image_plugins",
+        plugins_problem,
+        "the plugins the image carries: [{name, version, source_sha256, module}]",
+        optional=True,
+    ),
 )
 OUTPUT_NAMES: tuple[str, ...] = tuple(o.name for o in OUTPUTS)
 SECRET_OUTPUTS = frozenset(o.name for o in OUTPUTS if o.secret)
@@ -268,6 +280,8 @@ def parse_outputs(raw: Mapping[str, Any]) -> StackOutputs:
 
     Outputs beyond the contract are ignored, so an older runner reads a newer stack."""
     for output in OUTPUTS:
+        if output.name not in raw and output.optional:
+            continue
         if output.name not in raw:
             raise OutputError(output.name, "is missing")
         problem = output.check(raw[output.name])
@@ -293,4 +307,5 @@ def parse_outputs(raw: Mapping[str, Any]) -> StackOutputs:
         service_account=raw["service_account"],
         training_runtime=raw["training_runtime"],
         bandwidth_shaping=raw["bandwidth_shaping"],
+        image_plugins=parse_plugins(raw.get("image_plugins", [])),
     )

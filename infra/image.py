@@ -6,27 +6,35 @@ from this repository and no other of the account), and kind's local
 registry container on kind. The image is built by BuildKit
 (pulumi-docker-build) with the CUDA or CPU variant chosen by the stack's GPUs, pushed, and
 exported as `repo@sha256:...`: a digest, never a tag, so every job of the stack runs the same
-bytes. Building needs Docker on the machine running `pulumi up`; previews do not build.
+bytes. It carries the stack's plugins (config `plugins`, infra/image_plugins.py), listed in
+the image (/opt/stackbench/plugins/plugins.json), its label and the `image_plugins` output.
+Building needs Docker on the machine running `pulumi up`; previews do not build.
 """
 
 from __future__ import annotations
+
+import json
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 import pulumi_gcp as gcp
 
+from contract.imageplugins import LABEL
 from contract.stack import IMAGE_HOME, IMAGE_UID
 from contract.stackconfig.config import StackConfig
 from infra.cluster import ClusterComponent
 from infra.eks import eks_cluster, node_pull_policy
 from infra.gke import gke_cluster
+from infra.image_plugins import stage
 from infra.kind import kind_cluster
 from infra.settings import PROJECT_ROOT
 
 IMAGE_NAME = "stackbench-train"
 NODE_PULL_ROLE = "roles/artifactregistry.reader"
 DOCKERFILE = PROJECT_ROOT / "images" / "Dockerfile"
+# Where the stack's plugins are staged for the build (build/ is ignored by git).
+PLUGIN_STAGING = PROJECT_ROOT / "build" / "image-plugins"
 
 
 class TrainingImage(pulumi.ComponentResource):
@@ -44,9 +52,17 @@ class TrainingImage(pulumi.ComponentResource):
         # On kind the push needs the registry container up; clouds' repos are inputs already.
         needs = [kind_cluster(cluster).registry] if cfg.provider == "kind" else []
         self.repository = pulumi.Output.from_input(repository)
+        # The plugins it carries (stack config `plugins`): their folders and list, staged.
+        staging = PLUGIN_STAGING / cfg.stack
+        plugins = stage(cfg.plugins, PROJECT_ROOT, staging)
+        self.plugins = [p.to_dict() for p in plugins]
         self.image = docker_build.Image(
             f"{name}-build",
-            context={"location": str(PROJECT_ROOT)},
+            context={
+                "location": str(PROJECT_ROOT),
+                "named": {"plugins": {"location": str(staging)}},
+            },
+            labels={LABEL: json.dumps(self.plugins, separators=(",", ":"))},
             dockerfile={"location": str(DOCKERFILE)},
             build_args=build_args(cfg),
             platforms=[docker_build.Platform.LINUX_AMD64],

@@ -40,6 +40,7 @@ def main() -> None:
             "namespace": cfg.namespace,
             "job_api": cfg.job_api,
             "image": image.ref,
+            "image_plugins": image.plugins,
             "node_selector": cluster.node_selector,
             "gpu_tolerations": cluster.gpu_tolerations,
             "gpus_per_node": cluster.gpus_per_node,

@@ -27,6 +27,7 @@ from contract.rundir import JobStatus
 from runner import api
 from runner.errors import Interrupted, SpecError
 from runner.job import threads
+from runner.job.image_plugins import on_image
 from runner.job.spec import JobSpec, resolve
 from runner.job.target import Target
 from runner.results import rundir
@@ -69,12 +70,10 @@ def new_study(
     _refuse_ambiguous_axes(set_items, grid)
     target = holding_threads(target, workers)
     planned = studies.plan(workers, grid, runs_per_cell, base_seed, links)
-    specs = {
-        run.cell: resolve(
-            benchmark, _overrides(fixed, run), target.placement(run.workers, run.link)
-        )
-        for run in planned
-    }  # one per cell: a cell's runs differ only in their seed
+    specs: dict[Any, JobSpec] = {}  # one per cell: a cell's runs differ only in their seed
+    for run in planned:
+        placement = target.placement(run.workers, run.link)
+        specs[run.cell] = _on_target(resolve(benchmark, _overrides(fixed, run), placement), target)
     _check_cells(list(specs.values()), target)
     return studies.Study(
         studies.new_study_id(benchmark), benchmark, tuple(workers), grid, fixed,
@@ -98,6 +97,12 @@ def _refuse_ambiguous_axes(set_items: Sequence[str], grid: dict[str, tuple[str, 
             raise SpecError(
                 "--set", f"{key}={','.join(values)} repeats {repeated!r}; give each value once"
             )
+
+
+def _on_target(spec: JobSpec, target: Target) -> JobSpec:
+    """On a cluster, a run with plugins goes only to an image known to carry them, loading
+    them as the image installs them (runner/job/image_plugins.py), as submit's do."""
+    return on_image(spec, target.image_plugins, target.where) if target.remote else spec
 
 
 def _check_cells(specs: Sequence[JobSpec], target: Target) -> None:
@@ -196,6 +201,7 @@ def _run_one(recorder: _Recorder, position: int, target: Target, cb: Callbacks) 
     planned = study.runs[position]
     placement = target.placement(planned.workers, planned.link)
     spec = resolve(study.benchmark, _overrides(study.fixed, planned), placement)
+    spec = _on_target(spec, target)
     backend = target.make_backend()
     try:
         run = api.submit(spec, backend, recorder.results_root)

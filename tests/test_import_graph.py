@@ -22,7 +22,7 @@ BACKEND_PACKAGES = ("runner.backends.local", "runner.backends.kubernetes")
 ALLOWED_BACKEND_IMPORTS = {("runner.job.target", "runner.backends.kubernetes.connection")}
 # Cycles other sessions are removing as this is written; each has its own strict xfail below,
 # which fails (XPASS) once the cycle is gone, so that its entry here is removed with it.
-KNOWN_CYCLE_PLACES = ("workloads",)
+KNOWN_CYCLE_PLACES: tuple[str, ...] = ()
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +100,6 @@ def test_no_import_cycle_outside_the_places_being_restructured(edges):
     assert not found, f"import cycles: {found}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known cycles inside workloads/ (config, loop, tasks, adaptive; the data "
-    "loaders' package), being removed by the extension-point restructuring (issue 34); when "
-    "this passes, drop 'workloads' from KNOWN_CYCLE_PLACES and remove this mark",
-)
 def test_no_import_cycle_in_the_workloads(edges):
     assert not _cycles_at(edges, "workloads")
 

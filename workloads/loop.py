@@ -9,18 +9,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from workloads import divergence, precision, watchdog
-from workloads.config import TrainConfig
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
 from workloads.objectives import ClosedForm, CrossEntropy, Objective
 from workloads.sgd import Optimizer
 from workloads.strategies.base import LocalGradients, Strategy
 from workloads.timing import StepTimer, add_phases, zero_phases
+
+if TYPE_CHECKING:
+    from workloads.config import TrainConfig
 
 EVAL_BATCH_SIZE = 1024
 # A training batch: indices of the split's samples, or a contiguous range of a shuffled shard.

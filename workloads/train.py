@@ -70,6 +70,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="load this plugin before reading the config (workloads/plugins/loading.py)",
     )  # fmt: skip
     parser.add_argument(
+        "--expect-plugin", action="append", default=[], metavar="NAME=SHA256",
+        help="the source hash of a plugin the job was checked against; another is refused",
+    )  # fmt: skip
+    parser.add_argument(
         "--elastic", metavar="MIN:MAX", default=None,
         help="an elastic worker: goes on while MIN of the MAX started are left "
         "(workloads/adaptive/elastic/launch.py says where it finds its group)",
@@ -96,6 +100,10 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
         config = config_type.from_json(args.config)
     except ConfigError as err:  # e.g. written by a newer runner than this image's workloads
         raise SystemExit(f"workloads: --config: {err}") from None
+    unexpected = _unexpected_plugin(config, args)
+    if unexpected is not None:
+        print(f"stackbench: {unexpected}", flush=True)
+        return PLUGIN_EXIT
     # What the imports created lives as long as the process; frozen out of the garbage
     # collector, its few hundred thousand objects are not walked again by full collections:
     # dist.shutdown's (it frees DDP's reducer before the group goes) and the interpreter's
@@ -122,6 +130,24 @@ def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., A
         return _plugin_fault(err)
     gc.freeze()  # the process ends here: nothing left is worth walking
     return 0
+
+
+def _unexpected_plugin(config: Any, args: argparse.Namespace) -> str | None:
+    """Why a plugin found here is not the code the job was checked against (runner/job/
+    image_plugins.py: an image whose plugin changed after its list was written), or None."""
+    if not args.expect_plugin:
+        return None
+    used = provenance.used_entries(config, args.benchmark)
+    found = {r.source_sha256: r for r in provenance.plugin_records(used, args.plugins_loaded)}
+    for expected in args.expect_plugin:
+        name, _, sha256 = expected.partition("=")
+        if sha256 not in found:
+            here = [f"sha256 {r.source_sha256[:12]}" for r in found.values() if r.name == name]
+            return (
+                f"plugin {name}: the job expects source sha256 {sha256[:12]}, but here it is "
+                f"{here[0] if here else 'absent'}; rebuild the image or run --local"
+            )
+    return None
 
 
 def _plugin_fault(err: Exception) -> int:

@@ -27,6 +27,7 @@ from contract.stackconfig.config_values import (
     boolean,
     choice,
     cidrs,
+    folders,
     integer,
     semver,
     set_command,
@@ -82,6 +83,9 @@ class StackConfig:
     training_operator_version: str
     device_plugin_version: str
     results_dir: str
+    # Plugin package folders the training image carries (contract/imageplugins.py); relative
+    # ones from the project root.
+    plugins: tuple[str, ...] = ()
 
     @property
     def has_gpus(self) -> bool:
@@ -116,6 +120,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "trainingOperatorVersion": semver,
     "devicePluginVersion": semver,
     "resultsDir": text,
+    "plugins": folders,
 }
 KEYS: tuple[str, ...] = tuple(_PARSERS)
 EXAMPLES = {"provider": "gke", "region": "us-central1", "zone": "us-central1-a"}
@@ -164,6 +169,7 @@ def parse_stack_config(raw: Mapping[str, str | None], stack: str, project_root: 
         training_operator_version=values["trainingOperatorVersion"],
         device_plugin_version=values["devicePluginVersion"],
         results_dir=checks.results_dir(values, stack, project_root),
+        plugins=values["plugins"],
     )
     return cfg
 

@@ -103,3 +103,15 @@ def cidrs(key: str, raw: str) -> tuple[str, ...]:
         if net.version != 4:
             raise ConfigError(key, f"has {item!r}; only IPv4 CIDRs are supported", example)
     return tuple(items)
+
+
+def folders(key: str, raw: str) -> tuple[str, ...]:
+    """A JSON list of folder paths (not checked on disk here: `pulumi up` reads them)."""
+    example = '["examples/stackbench-example/stackbench_example"]'
+    try:
+        items = json.loads(raw)
+    except json.JSONDecodeError:
+        raise ConfigError(key, f"must be a JSON list of folders, got {raw!r}", example) from None
+    if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+        raise ConfigError(key, f"must be a list of folder paths, got {raw!r}", example)
+    return tuple(items)

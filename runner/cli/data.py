@@ -42,7 +42,8 @@ def data() -> None:
 def fetch_data(name: str, directory: Path | None, mirror: str | None, force: bool) -> None:
     """Download data set NAME, verify its published checksums and prepare it.
 
-    NAME is cifar10, epsilon, wikitext2, wmt16 or wmt17. The WMT en-de sets are large: wmt16
+    NAME is cifar10, epsilon, wikitext2, wmt16, wmt17, or a plugin's data set that declares
+    its source (runner --plugin PATH data fetch NAME). The WMT en-de sets are large: wmt16
     downloads about 1.65 GB and wmt17 about 1.74 GB (1.58 GB of it, Europarl v7 and Common
     Crawl, the same files), then extracts the English and German text to DIR/NAME/raw and
     tokenizes it into DIR/NAME/cache. Verified downloads stay in DIR/downloads, so preparing

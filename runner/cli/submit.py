@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import click
 
 from contract.files import DamagedFile
-from contract.manifest import PluginRecord
 from contract.rundir import rank_log
 from runner.cli.common import (
     WORKERS,
@@ -57,6 +56,9 @@ else:  # imported by the command that runs (runner.cli.lazy)
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
               help="Load your own models, strategies, optimizers, policies or benchmark from "
               "a module or path first; repeatable (open division; `runner plugins`).")  # fmt: skip
+@click.option("--image-plugins", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="With --image: the JSON list of plugins the image carries "
+              "(its /opt/stackbench/plugins/plugins.json); a stack's own are known.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the job and what would run; run nothing.")
 @click.option("--detach", is_flag=True, help="Start the run and return; follow with `runner logs`.")
 @pass_settings
@@ -67,7 +69,8 @@ def submit(
     pending_timeout: float | None,
     workers: tuple[int | None, int] | None, per_node: int | None,
     threads_per_worker: int | None, device: str, link: str | None,
-    overrides: tuple[str, ...], plugins: tuple[str, ...], dry_run: bool, detach: bool,
+    overrides: tuple[str, ...], plugins: tuple[str, ...], image_plugins: Path | None,
+    dry_run: bool, detach: bool,
 ) -> None:  # fmt: skip
     """Resolve BENCHMARK into a job and run it (here, unless a cluster is named), following it
     to the end.
@@ -87,6 +90,7 @@ def submit(
       runner submit cnn-digits --workers 2 --plugin examples/topk --set strategy=topk
     Ctrl-C, SIGTERM or SIGHUP cancel the run and keep what it recorded.
     """
+    from runner.job.image_plugins import on_image
     from runner.job.spec import get_benchmark, resolve
     from runner.job.target import make_target
     from workloads.plugins import loading
@@ -94,15 +98,16 @@ def submit(
     for plugin in plugins:  # first: the benchmark may be the plugin's
         loading.load(plugin)
     results = settings.results_dir
-    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout, runtime)
+    cluster = ClusterOptions(stack, kubeconfig, context, job_api, image, pending_timeout, runtime,
+                             image_plugins)  # fmt: skip
     target = make_target(
         results, local, cluster, per_node, device, threads_per_worker,  # type: ignore[arg-type]
     )  # fmt: skip
     bench = get_benchmark(benchmark)
     low, high = workers or (None, bench.default_workers)
     spec = resolve(benchmark, overrides, target.placement(high, link, low), plugins=plugins)
-    if target.remote and spec.plugins:
-        raise RunnerError(refuse_remote_plugins(spec.plugins))
+    if target.remote:  # the pods load what the image carries, or nothing is submitted
+        spec = on_image(spec, target.image_plugins, target.where)
     backend = target.make_backend()
     try:
         if dry_run:  # a cluster's manifest alone on stdout, so that it pipes into kubectl
@@ -136,17 +141,6 @@ def submit(
         console.print(f"follow it with: runner logs {run.run_id} --follow")
         return
     follow(results, run)
-
-
-def refuse_remote_plugins(plugins: tuple[PluginRecord, ...]) -> str:
-    """Why a run with plugins is not sent to a cluster: its pods run the training image, and
-    nothing yet tells the runner, before submit, which plugins (of which source hash) an
-    image carries; a pod that lacked one would fail only once scheduled."""
-    names = ", ".join(p.label for p in plugins)
-    return (
-        f"this run uses code from outside stackbench ({names}), and the runner cannot yet "
-        "check that a cluster's training image carries it: run it here (--local)"
-    )
 
 
 def follow(results: Path, run: api.Run) -> None:

@@ -1,11 +1,49 @@
-"""The data sets `runner data fetch` knows: each one's published files and checksums."""
+"""The data sets `runner data fetch` knows: each one's published files, checksums and how its
+verified downloads become what the workloads read.
+
+A data set declares its own source: its entry in the extension point DATASETS (a DataConfig
+subclass, workloads/data/config.py) answers `fetch_source(name)` with a DataSource, ours
+(workloads/data/sources.py) as a plugin's. So `runner data fetch NAME` works for any data set
+registered, and nothing here branches on a data set's name. The preparers a source names:
+Unpacked (an archive's top directory, runner/datasets/unpack.py), EpsilonCache (the LIBSVM
+conversion, same module), WmtCorpus (runner/datasets/wmt.py), or a plugin's own.
+The registered sources, by name: runner/datasets/registered.py (apart, so that the preparers
+and our sources import these types without importing the registry).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
-from runner.datasets.download import RemoteFile
-from runner.errors import RunnerError
+from runner.datasets.download import Progress, RemoteFile
+
+__all__ = ["DataSource", "Preparer", "RemoteFile"]
+
+
+class Preparer(Protocol):
+    """How a data set's verified downloads become what its loader reads, under a data root."""
+
+    def path(self, name: str, root: Path) -> Path:
+        """What the workloads read (its temporary twin, `.<final name>-XXXX`, is built beside
+        it and renamed into place)."""
+        ...
+
+    def ready(self, name: str, root: Path) -> bool:
+        """Whether it is complete under `root` (quick; no checksums)."""
+        ...
+
+    def prepare(
+        self, src: DataSource, paths: list[Path], root: Path, force: bool,
+        progress: Progress | None,
+    ) -> Path:  # fmt: skip
+        """Make path(name, root) from the verified downloads `paths` (src.files' order)."""
+        ...
+
+    def temporaries(self, name: str, root: Path) -> list[Path]:
+        """Temporary directories it builds besides the one beside path() (none, mostly)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -13,103 +51,5 @@ class DataSource:
     name: str
     files: tuple[RemoteFile, ...]
     checksum_origin: str  # where the published checksums come from, for the record
+    prepare: Preparer
     expected_rows: dict[str, int] = field(default_factory=dict)  # LIBSVM splits only
-
-
-# The WMT en-de archives (runner/wmt.py says which members of each it reads); sizes as
-# tensorflow/datasets records them.
-_EUROPARL_V7 = RemoteFile(  # 657,632,379 bytes
-    "http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz",
-    "sha256",
-    "0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7",
-)
-_COMMONCRAWL = RemoteFile(  # 918,311,367 bytes
-    "http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
-    "sha256",
-    "c7a74e2ea01ac6c920123108627e35278d4ccb5701e15428ffa34de86fa3a9e5",
-)
-_NEWS_COMMENTARY_V11 = RemoteFile(  # 75,178,032 bytes
-    "http://data.statmt.org/wmt16/translation-task/training-parallel-nc-v11.tgz",
-    "sha256",
-    "cfe8ab047e05043476e498ee765c98e939c7b7d6d294e856344c84476b619d6a",
-)
-_NEWS_COMMENTARY_V12 = RemoteFile(  # 168,591,139 bytes
-    "http://data.statmt.org/wmt17/translation-task/training-parallel-nc-v12.tgz",
-    "sha256",
-    "2b45f30ef1d550d302fd17dd3a5cbe19134ccc4c2cf50c2dae534aee600101a2",
-)
-_NEWSTEST2014 = RemoteFile(
-    "http://statmt.org/wmt14/test-full.tgz", "md5", "a8cd784e006feb32ac6f3d9ec7eb389a"
-)
-
-DATASETS: dict[str, DataSource] = {
-    "cifar10": DataSource(
-        name="cifar10",
-        files=(
-            RemoteFile(
-                "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-                "md5",
-                "c58f30108f718f92721af3b95e74349a",
-            ),
-        ),
-        checksum_origin="the MD5 published on https://www.cs.toronto.edu/~kriz/cifar.html",
-    ),
-    "epsilon": DataSource(
-        name="epsilon",
-        files=(
-            RemoteFile(
-                "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/epsilon_normalized.bz2",
-                "sha256",
-                "aff916d4f97f18d286558ca088d2a9f7e1fcee9376539a5aa6ef5b7ef9dfa978",
-            ),
-            RemoteFile(
-                "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/epsilon_normalized.t.bz2",
-                "sha256",
-                "cb299295ad11e200696eaa3050f5d8cf700eaa9c65e6aa859bda959f8669458b",
-            ),
-        ),
-        # LIBSVM's page publishes no checksums; these are the SHA-256 digests that
-        # scikit-learn_bench (Intel) and IBM's benchmark suite pin for the same URLs.
-        checksum_origin="SHA-256 pinned by scikit-learn_bench and IBM's dataset loaders",
-        expected_rows={"train": 400_000, "test": 100_000},
-    ),
-    "wikitext2": DataSource(
-        name="wikitext2",
-        files=(
-            RemoteFile(
-                "https://wikitext.smerity.com/wikitext-2-v1.zip",
-                "md5",
-                "542ccefacc6c27f945fb54453812b3cd",
-            ),
-        ),
-        # The archive was published at s3.amazonaws.com/research.metamind.io/wikitext/, which
-        # has answered 403 Forbidden since early 2024 (pytorch/text#2247, #2255); its author,
-        # Stephen Merity, serves the same file name on his own site. The MD5 is the original's,
-        # so a copy that differs fails verification.
-        checksum_origin="the MD5 pinned by pytorch/text (torchtext/datasets/wikitext2.py) for "
-        "wikitext-2-v1.zip as published on research.metamind.io",
-    ),
-    "wmt16": DataSource(
-        name="wmt16",
-        files=(_EUROPARL_V7, _COMMONCRAWL, _NEWS_COMMENTARY_V11, _NEWSTEST2014),
-        checksum_origin="SHA-256 of the training archives pinned by tensorflow/datasets "
-        "(url_checksums/wmt16_translate.txt); MD5 of test-full.tgz pinned by mjpost/sacrebleu "
-        "(its wmt14/full test set)",
-    ),
-    "wmt17": DataSource(
-        name="wmt17",
-        files=(_NEWS_COMMENTARY_V12, _COMMONCRAWL, _EUROPARL_V7, _NEWSTEST2014),
-        checksum_origin="SHA-256 of the training archives pinned by tensorflow/datasets "
-        "(url_checksums/wmt17_translate.txt); MD5 of test-full.tgz pinned by mjpost/sacrebleu "
-        "(its wmt14/full test set)",
-    ),
-}
-
-
-def source(name: str) -> DataSource:
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise RunnerError(
-            f"unknown data set {name!r}; choose one of: {', '.join(DATASETS)}"
-        ) from None

@@ -1,6 +1,8 @@
 """`runner data fetch NAME`: download a data set, verify its published checksum, prepare it.
 
-Preparing means what the workloads read: CIFAR-10's archive unpacked to
+Any registered data set whose entry declares a source (runner/datasets/catalog.py) can be
+fetched: its source names the files, their checksums and how they are prepared into what the
+workloads read. Ours: CIFAR-10's archive unpacked to
 `<dir>/cifar-10-batches-py/`, epsilon's LIBSVM files converted to the memory-mapped cache in
 `<dir>/epsilon/cache/`, WikiText-2's zip unpacked to `<dir>/wikitext-2/`, the WMT en-de
 corpora extracted and tokenized into `<dir>/wmt16/` and `<dir>/wmt17/` (runner/wmt.py). The
@@ -35,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runner.datasets import folder, wmt
-from runner.datasets.catalog import DATASETS, DataSource, source
+from runner.datasets.catalog import DataSource, Preparer
 from runner.datasets.download import (
     CHUNK_BYTES,
     HTTP_TIMEOUT_S,
@@ -44,17 +46,9 @@ from runner.datasets.download import (
     download,
     file_digest,
 )
-from runner.datasets.unpack import convert_epsilon, extract_zip, unpack
+from runner.datasets.registered import DATASETS, source
+from runner.datasets.unpack import EpsilonCache, Unpacked, convert_epsilon, extract_zip, unpack
 from runner.errors import RunnerError
-from workloads.data import (
-    CIFAR10_FILES,
-    CIFAR10_SUBDIR,
-    WIKITEXT2_FILES,
-    WIKITEXT2_SUBDIR,
-    WMT_SUBDIRS,
-    epsilon_cache_dir,
-    translation_cache_dir,
-)
 
 # The command and the tests reach the catalog and the steps through this module.
 __all__ = [
@@ -62,8 +56,11 @@ __all__ = [
     "DATASETS",
     "HTTP_TIMEOUT_S",
     "DataSource",
+    "EpsilonCache",
+    "Preparer",
     "Progress",
     "RemoteFile",
+    "Unpacked",
     "check_folder",
     "convert_epsilon",
     "disk_problem",
@@ -95,13 +92,7 @@ _DISK_FIX = {
 
 def prepared_path(name: str, root: Path) -> Path:
     """What the workloads read for data set `name` under `root`."""
-    if name == "cifar10":
-        return root / CIFAR10_SUBDIR
-    if name == "wikitext2":
-        return root / WIKITEXT2_SUBDIR
-    if name in WMT_SUBDIRS:
-        return translation_cache_dir(root, name)
-    return epsilon_cache_dir(root)
+    return source(name).prepare.path(name, root)
 
 
 def is_prepared(name: str, root: Path) -> bool:
@@ -115,14 +106,7 @@ def is_prepared(name: str, root: Path) -> bool:
 
 
 def _is_prepared(name: str, root: Path) -> bool:
-    path = prepared_path(name, root)
-    if name == "cifar10":
-        return all((path / f).is_file() for f in CIFAR10_FILES)
-    if name == "wikitext2":
-        return all((path / f).is_file() for f in WIKITEXT2_FILES)
-    if name in WMT_SUBDIRS:
-        return wmt.is_prepared(name, root)
-    return (path / "meta.json").is_file()
+    return source(name).prepare.ready(name, root)
 
 
 def fetch(
@@ -195,11 +179,9 @@ def leftovers(name: str, root: Path) -> list[Path]:
     """The temporary directories a fetch of `name` builds in before renaming them into place
     (mkdtemp's `.<final name>-XXXXXXXX`): found while this fetch holds the directory's turn,
     they are a killed fetch's."""
-    final = prepared_path(name, root)
-    found = list(final.parent.glob(f".{final.name}-*"))
-    if name in WMT_SUBDIRS:
-        raw = wmt.raw_dir(root, name)
-        found += raw.parent.glob(f".{raw.name}-*")
+    preparer = source(name).prepare
+    final = preparer.path(name, root)
+    found = [*final.parent.glob(f".{final.name}-*"), *preparer.temporaries(name, root)]
     return [path for path in found if path.is_dir() and not path.is_symlink()]
 
 
@@ -212,13 +194,6 @@ def remove_leftovers(name: str, root: Path) -> None:
 def _fetch(
     src: DataSource, root: Path, mirror: str | None, force: bool, progress: Progress | None
 ) -> Path:
-    name = src.name
     downloads = root / "downloads"
     paths = [download(f, downloads, mirror, force, progress) for f in src.files]
-    if name == "cifar10":
-        return unpack(paths[0], root, CIFAR10_SUBDIR, CIFAR10_FILES)
-    if name == "wikitext2":
-        return unpack(paths[0], root, WIKITEXT2_SUBDIR, WIKITEXT2_FILES)
-    if name in WMT_SUBDIRS:
-        return wmt.prepare(name, {p.name: p for p in paths}, root, force, progress)
-    return convert_epsilon(src, paths, root, progress)
+    return src.prepare.prepare(src, paths, root, force, progress)

@@ -1,4 +1,5 @@
-"""Preparing verified downloads: unpacking an archive into place, converting epsilon.
+"""Preparing verified downloads: unpacking an archive into place (Unpacked), converting
+epsilon (EpsilonCache): the preparers a data set's source names (runner/datasets/catalog.py).
 
 Each step builds in a temporary directory beside its final place and renames it there, so an
 interrupted one leaves nothing that looks complete (runner/datasets/fetch.py removes what a
@@ -14,6 +15,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from runner.datasets import wmt
@@ -21,6 +23,50 @@ from runner.datasets.catalog import DataSource
 from runner.datasets.download import Progress
 from runner.errors import RunnerError
 from workloads.data import EPSILON_NUM_FEATURES, DataError, epsilon_cache_dir
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """A data set published as one .tar.gz or .zip whose top-level directory `subdir` holds
+    the `required` files: unpacked to <root>/<subdir> (CIFAR-10, WikiText-2, a plugin's)."""
+
+    subdir: str
+    required: tuple[str, ...]
+
+    def path(self, name: str, root: Path) -> Path:
+        return root / self.subdir
+
+    def ready(self, name: str, root: Path) -> bool:
+        return all((root / self.subdir / f).is_file() for f in self.required)
+
+    def prepare(
+        self, src: DataSource, paths: list[Path], root: Path, force: bool,
+        progress: Progress | None,
+    ) -> Path:  # fmt: skip
+        return unpack(paths[0], root, self.subdir, self.required)
+
+    def temporaries(self, name: str, root: Path) -> list[Path]:
+        return []
+
+
+@dataclass(frozen=True)
+class EpsilonCache:
+    """epsilon's two LIBSVM files, converted to the memory-mapped cache the loader maps."""
+
+    def path(self, name: str, root: Path) -> Path:
+        return epsilon_cache_dir(root)
+
+    def ready(self, name: str, root: Path) -> bool:
+        return (epsilon_cache_dir(root) / "meta.json").is_file()
+
+    def prepare(
+        self, src: DataSource, paths: list[Path], root: Path, force: bool,
+        progress: Progress | None,
+    ) -> Path:  # fmt: skip
+        return convert_epsilon(src, paths, root, progress)
+
+    def temporaries(self, name: str, root: Path) -> list[Path]:
+        return []
 
 
 def unpack(archive: Path, root: Path, subdir: str, required: tuple[str, ...]) -> Path:

@@ -41,6 +41,7 @@ from types import ModuleType
 from typing import IO, Any
 from xml.sax.saxutils import unescape
 
+from runner.datasets.catalog import DataSource
 from runner.errors import RunnerError
 from workloads.data import WMT_SUBDIRS, DataError, translation_cache_dir
 
@@ -113,6 +114,28 @@ RECIPES: dict[str, Recipe] = {
     "wmt16": Recipe((EUROPARL_V7, COMMONCRAWL, NEWS_COMMENTARY_V11), NEWSTEST2014, VOCAB_SIZE, 50),
     "wmt17": Recipe((NEWS_COMMENTARY_V12, COMMONCRAWL, EUROPARL_V7), NEWSTEST2014, VOCAB_SIZE, 256),
 }
+
+
+@dataclass(frozen=True)
+class WmtCorpus:
+    """The preparer of wmt16 and wmt17 (runner/datasets/catalog.py): raw/ from the archives,
+    then the tokenized cache."""
+
+    def path(self, name: str, root: Path) -> Path:
+        return translation_cache_dir(root, name)
+
+    def ready(self, name: str, root: Path) -> bool:
+        return is_prepared(name, root)
+
+    def prepare(
+        self, src: DataSource, paths: list[Path], root: Path, force: bool, progress: Progress | None
+    ) -> Path:
+        return prepare(name=src.name, archives={p.name: p for p in paths}, root=root,
+                       force=force, progress=progress)  # fmt: skip
+
+    def temporaries(self, name: str, root: Path) -> list[Path]:
+        raw = raw_dir(root, name)  # write_raw builds it beside itself
+        return list(raw.parent.glob(f".{raw.name}-*"))
 
 
 def raw_dir(root: Path, name: str) -> Path:

@@ -12,8 +12,18 @@ here: `runner benchmarks` must start instantly.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 
+# The entry's type and the free keys live in benchmark_types.py; callers import them here too.
+from runner.job.benchmark_types import (  # noqa: F401
+    EXECUTION_CONTROLS,
+    FREE_KEYS,
+    RUN_CONTROLS,
+    TRAIN_MODULE,
+    AnyBenchmark,
+    Benchmark,
+    MicroBenchmark,
+)
+from workloads.compliance import rulefiles as rules
 from workloads.config import (
     ExecutionConfig,
     RunConfig,
@@ -35,65 +45,10 @@ from workloads.schedule import InverseSqrt, MultiStep, WarmupInverseSqrt, Warmup
 from workloads.strategies.config import PlainStrategy
 from workloads.tasks.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
 
-TRAIN_MODULE = "workloads.train"  # the workload entry of training benchmarks
-
-# How a run is driven (and where its data are read from) and how a step is executed, not
-# what it trains: changing these never makes a run open division (MLPerf's closed division
-# allows mixed precision too). Derived from the components, so a new run or execution
-# control is free without being listed here.
-RUN_CONTROLS = frozenset(f.name for f in fields(RunConfig)) | {"data_dir"}
-EXECUTION_CONTROLS = frozenset(f.name for f in fields(ExecutionConfig))
-FREE_KEYS = RUN_CONTROLS | EXECUTION_CONTROLS
-
 # MLPerf's tunables: batch size and the LR schedule's parameters (docs/benchmarks.md).
 SGD_TUNABLES = frozenset({"batch_size", "lr", "warmup_epochs", "lr_milestones", "lr_gamma"})
 # The Adam tasks' tunables: batch sizes, the LR schedule, and also betas and warm-up steps.
 ADAM_TUNABLES = frozenset({"batch_size", "global_batch", "lr", "warmup_steps", "adam_betas"})
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    task: str
-    description: str
-    config: TrainConfig
-    light_target: float  # the "light goal", for quick checks
-    tunables: frozenset[str]
-    default_workers: int = 1
-    default_runs: int = 1
-    module: str = TRAIN_MODULE
-    # Set when the task fixes the global batch whatever the number of workers (CS744): the
-    # per-worker batch_size is then global_batch_size / workers, resolved at submit time.
-    global_batch_size: int | None = None
-
-    def __post_init__(self) -> None:
-        unknown = self.tunables - set(self.config.flat_keys())
-        if unknown:
-            raise ValueError(f"{self.name}: tunables name keys it lacks: {sorted(unknown)}")
-        free = self.tunables & FREE_KEYS
-        if free:
-            raise ValueError(f"{self.name}: {sorted(free)} are free anyway, not tunables")
-
-
-@dataclass(frozen=True)
-class MicroBenchmark:
-    """A measurement of the stack itself, not a training task: no model, target or division
-    rules (every setting is a tunable, so every run is closed division)."""
-
-    name: str
-    task: str
-    description: str
-    config: AllReduceMicroConfig
-    module: str
-    default_workers: int = 2
-    default_runs: int = 1
-
-    @property
-    def tunables(self) -> frozenset[str]:
-        return frozenset(self.config.flat_keys())
-
-
-AnyBenchmark = Benchmark | MicroBenchmark
 
 
 CNN_DIGITS = Benchmark(
@@ -114,6 +69,7 @@ CNN_DIGITS = Benchmark(
         run=RunConfig(max_epochs=30),
         target=TargetConfig(target_value=0.95),
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.90,
     tunables=SGD_TUNABLES,
     default_workers=2,
@@ -155,6 +111,7 @@ RESNET20_CIFAR10 = Benchmark(
         run=RunConfig(max_epochs=164),
         target=TargetConfig(target_value=0.80),
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.70,
     tunables=SGD_TUNABLES,
     default_workers=1,
@@ -188,6 +145,7 @@ LOGREG_EPSILON = Benchmark(
         run=RunConfig(max_epochs=10),
         target=TargetConfig(target_value=0.89, target_train_loss=0.2828),
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.80,
     # inverse-sqrt has no warm-up, milestones or decay factor: its schedule is alpha.
     tunables=frozenset({"batch_size", "lr", "lr_scale_table"}),
@@ -214,6 +172,7 @@ VGG11_CIFAR10 = Benchmark(
         run=RunConfig(max_epochs=1, seed=0, stop_at_target=False),
         target=TargetConfig(target_value=0.40),  # a sanity floor for one epoch
     ),
+    ruleset=rules.CLASSIFICATION,
     light_target=0.30,
     tunables=frozenset(),  # a timing study: every run trains the same thing
     default_workers=1,
@@ -245,6 +204,7 @@ LSTM_WIKITEXT2 = Benchmark(
         run=RunConfig(max_epochs=750),
         target=TargetConfig(target_value=70.0),
     ),
+    ruleset=rules.LSTM_WIKITEXT2,
     light_target=90.0,
     # Not bptt: the spec fixes BPTT 70 as part of the algorithm (the truncation, and the LR
     # that scales with each window), not of the batch size, so changing it is open division.
@@ -282,6 +242,7 @@ GNMT_WMT16 = Benchmark(
         run=RunConfig(max_epochs=6),
         target=TargetConfig(target_value=24.0),
     ),
+    ruleset=rules.GNMT_WMT16,
     light_target=20.0,
     tunables=ADAM_TUNABLES | {"lr_gamma", "lr_decay_start", "lr_decay_count"},
     default_workers=1,
@@ -319,6 +280,7 @@ TRANSFORMER_WMT17 = Benchmark(
         run=RunConfig(max_epochs=10),
         target=TargetConfig(target_value=25.0),
     ),
+    ruleset=rules.TRANSFORMER_WMT17,
     light_target=20.0,
     tunables=ADAM_TUNABLES,
     default_workers=1,

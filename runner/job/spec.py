@@ -352,6 +352,8 @@ def workload_args(spec: JobSpec, output_dir: str, log_dir: str | None = None) ->
     for plugin in spec.plugins:
         if plugin.load is not None:
             args += ["--plugin", plugin.load]
+        # The workers check that the code they load is what the job was checked against.
+        args += ["--expect-plugin", f"{plugin.name}={plugin.source_sha256}"]
     if log_dir is not None:
         args += ["--log-dir", log_dir]
     return args

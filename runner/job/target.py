@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contract.imageplugins import ImagePlugin
 from runner import install
 from runner.backends import factory
 from runner.errors import BackendUnavailable, SpecError
@@ -36,6 +37,7 @@ class ClusterOptions:
     image: str | None = None
     pending_timeout_s: float | None = None
     runtime: str | None = None  # a TrainJob's ClusterTrainingRuntime
+    image_plugins: Path | None = None  # a file: the plugins --image carries
 
     @property
     def given(self) -> bool:
@@ -52,6 +54,8 @@ class Target:
     # Local runs: every worker's intra-op threads (--threads; a sweep fixes it for all its
     # cells). None: runner/job/threads.py's default for the run's worker count.
     threads_per_worker: int | None = None
+    # Cluster runs: the plugins the training image carries; None: not known.
+    image_plugins: tuple[ImagePlugin, ...] | None = None
 
     def placement(
         self, workers: int, link: str | None = None, min_workers: int | None = None
@@ -107,6 +111,7 @@ def make_target(
             ("--job-api", cluster.job_api),
             ("--image", cluster.image),
             ("--runtime", cluster.runtime),
+            ("--image-plugins", cluster.image_plugins),
             ("--pending-timeout", cluster.pending_timeout_s),
             ("--per-node", per_node),
         ):
@@ -122,10 +127,11 @@ def make_target(
 
     # Connected once, here: a bad stack or kubeconfig fails before anything is created.
     conn = connect(cluster.stack, cluster.kubeconfig, cluster.context, cluster.job_api,
-                   cluster.image, cluster.runtime)  # fmt: skip
+                   cluster.image, cluster.runtime, cluster.image_plugins)  # fmt: skip
 
     def make() -> Backend:
         return factory.cluster(conn, results_root, cluster.pending_timeout_s)
 
     where = f"stack {cluster.stack}" if cluster.stack else f"kubeconfig {cluster.kubeconfig}"
-    return Target(make, where, remote=True, device=device, per_node=per_node or 1)
+    return Target(make, where, remote=True, device=device, per_node=per_node or 1,
+                  image_plugins=conn.image_plugins)  # fmt: skip

@@ -432,3 +432,26 @@ def test_language_host_runs_the_program_as_a_package_without_path_changes():
 def test_node_job_resources_output_matches_the_shape_formula():
     cfg = stackfiles.load(REPO, "gke-gpu-8")  # n1-standard-8: 8 vCPU, 30 GiB
     assert node_job_resources(cfg) == NodeResources(cpu_m=7160, memory_mib=25561)
+
+
+def test_the_stacks_plugins_reach_the_image_its_label_and_the_output(tmp_path):
+    """config plugins -> the build's `plugins` context and label, and the `image_plugins`
+    output the runner checks a run's plugins against (runner/job/image_plugins.py)."""
+    package = tmp_path / "myplug"
+    package.mkdir()
+    (package / "__init__.py").write_text("X = 1\n")
+    ev = evaluate("kind", {"stackbench:plugins": json.dumps([str(package)])})
+    [carried] = ev.value("image_plugins")
+    assert carried["name"] == carried["module"] == "myplug"
+    build = ev.one("docker-build:index:Image")
+    assert json.loads(build.inputs["labels"]["io.stackbench.plugins"]) == [carried]
+    staged = Path(build.inputs["context"]["named"]["plugins"]["location"])
+    assert json.loads((staged / "plugins.json").read_text()) == [carried]
+    [parsed] = parse_outputs(plain_outputs(ev)).image_plugins
+    assert parsed.source_sha256 == carried["source_sha256"]
+
+
+def test_a_stack_older_than_the_image_plugins_output_carries_none(ev):
+    outputs = plain_outputs(ev)
+    del outputs["image_plugins"]
+    assert parse_outputs(outputs).image_plugins == ()

@@ -37,6 +37,7 @@ OUTPUTS: dict[str, Any] = {
     "service_account": "stackbench-runner",
     "training_runtime": "stackbench-torch-distributed",
     "bandwidth_shaping": False,
+    "image_plugins": [],
 }
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,6 +83,24 @@ def test_stack_outputs_become_a_connection(fake_pulumi):
 
 def test_the_fixture_is_exactly_the_contract():
     assert set(OUTPUTS) == set(OUTPUT_NAMES)
+
+
+def test_the_stacks_image_plugins_describe_its_own_image_only(fake_pulumi, tmp_path):
+    """The stack's list is of its own image: with --image the plugins are not known, unless
+    --image-plugins FILE says them (runner/job/image_plugins.py refuses a run otherwise)."""
+    plugin = {"name": "mine", "version": None, "source_sha256": "a" * 64, "module": "mine"}
+    fake_pulumi(OUTPUTS | {"image_plugins": [plugin]})
+    assert [p.to_dict() for p in connect(stack="gke-gpu-8").image_plugins or ()] == [plugin]
+    assert connect(stack="gke-gpu-8", image=IMAGE).image_plugins is None
+    listed = tmp_path / "plugins.json"
+    listed.write_text(json.dumps([plugin | {"source_sha256": "b" * 64}]))
+    conn = connect(stack="gke-gpu-8", image=IMAGE, image_plugins=listed)
+    assert [p.source_sha256 for p in conn.image_plugins or ()] == ["b" * 64]
+    listed.write_text('[{"name": "mine"}]')
+    with pytest.raises(SpecError, match=r"source_sha256 must be 64 hex"):
+        connect(stack="gke-gpu-8", image=IMAGE, image_plugins=listed)
+    with pytest.raises(SpecError, match="give --image too"):
+        connect(stack="gke-gpu-8", image_plugins=listed)
 
 
 def test_a_stack_that_cannot_tell_its_node_shape_connects_with_it_unknown(fake_pulumi):

@@ -31,7 +31,10 @@ def _publish(monkeypatch, name: str, files: dict[str, bytes], algorithm="md5", *
         )
         for fname, data in files.items()
     )
-    monkeypatch.setitem(datasets.DATASETS, name, DataSource(name, remotes, "test", **extra))
+    prepare = datasets.DATASETS[name].prepare  # how the published data set is prepared
+    monkeypatch.setitem(
+        datasets.DATASETS, name, DataSource(name, remotes, "test", prepare, **extra)
+    )
 
 
 def _serve_epsilon(served, monkeypatch, train, test, algorithm="md5", **extra) -> None:

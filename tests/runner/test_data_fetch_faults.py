@@ -201,7 +201,8 @@ _FETCHER = textwrap.dedent(
     from runner.cli import main
     name, digest, root, url = sys.argv[1:]
     remote = RemoteFile("https://example.invalid/" + name, "md5", digest)
-    datasets.DATASETS["cifar10"] = DataSource("cifar10", (remote,), "test")
+    prepare = datasets.DATASETS["cifar10"].prepare
+    datasets.DATASETS["cifar10"] = DataSource("cifar10", (remote,), "test", prepare)
     sys.argv = ["runner", "data", "fetch", "cifar10", "--dir", root, "--mirror", url]
     main()
     """

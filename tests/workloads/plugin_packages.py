@@ -47,6 +47,10 @@ BENCHMARK_FOLDER = {
         from workloads.plugins import loading, points
 
         NUM_CLASSES, WIDTH, PER_CLASS = 3, 4, 200
+        # Where the blobs' centers are published, and their checksum: `runner data fetch
+        # blobs` reads them from here (tests write the folder with a file:// URL they made).
+        CENTERS_URL = "@CENTERS_URL@"
+        CENTERS_SHA256 = "@CENTERS_SHA256@"
 
 
         @points.DATASETS.register
@@ -71,6 +75,18 @@ BENCHMARK_FOLDER = {
             @classmethod
             def canonical_problem(cls, name, root):
                 return None  # made from a seed: always the canonical data
+
+            @classmethod
+            def fetch_source(cls, name):
+                from runner.datasets.catalog import DataSource, RemoteFile
+                from runner.datasets.unpack import Unpacked
+
+                return DataSource(
+                    name=name,
+                    files=(RemoteFile(CENTERS_URL, "sha256", CENTERS_SHA256),),
+                    checksum_origin="the folder's own (data.py)",
+                    prepare=Unpacked("blobs", ("centers.txt",)),
+                )
     ''',
     "benchmark.py": """
         from runner.job.benchmarks import Benchmark
@@ -105,11 +121,16 @@ BENCHMARK_FOLDER = {
 }
 
 
-def write_package(root: Path, name: str, modules: dict[str, str]) -> Path:
-    """The package `name` under `root`, its modules dedented; returns its folder."""
+def write_package(
+    root: Path, name: str, modules: dict[str, str], values: dict[str, str] | None = None
+) -> Path:
+    """The package `name` under `root`, its modules dedented and each `@KEY@` of `values`
+    filled in; returns its folder."""
     package = root / name
     package.mkdir(parents=True)
     for module, text in modules.items():
+        for key, value in (values or {}).items():
+            text = text.replace(f"@{key}@", value)
         (package / module).write_text(textwrap.dedent(text).lstrip())
     return package
 

@@ -236,9 +236,9 @@ def test_every_rule_file_is_package_data():
 
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["workloads.compliance"]
-    files = {compliance.COMMON, *compliance.RULESETS.values()}
-    assert all((compliance.RULES_DIR / f).is_file() for f in files)
-    assert all(any(Path(f).match(p) for p in patterns) for f in files)
+    files = {compliance.RULES_DIR / compliance.COMMON, *compliance.rulesets().values()}
+    assert all(f.is_file() for f in files)
+    assert all(any(Path(f.name).match(p) for p in patterns) for f in files)
 
 
 def test_every_requirement_names_only_its_own_key():

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from contract.imageplugins import ImagePlugin, package_files, source_sha256
 from runner.cli import main
 from runner.errors import SpecError
-from runner.job.spec import JobSpec, resolve, workload_args
+from runner.job.spec import JobSpec, resolve, workload_args, workload_argv
 from tests.workloads.plugin_packages import (
     BENCHMARK_FOLDER,
     isolated_registries,
@@ -120,7 +127,9 @@ def test_a_run_with_a_plugin_is_open_division_and_records_it(plugin_root):
     assert spec.division == "open" and "plugin mine" in spec.open_keys
     (record,) = spec.plugins
     assert record.name == "mine" and record.version is None and record.load == str(package)
-    assert workload_args(spec, "/out")[-2:] == ["--plugin", str(package)]
+    assert workload_args(spec, "/out")[-4:] == [
+        "--plugin", str(package), "--expect-plugin", f"mine={record.source_sha256}"
+    ]  # fmt: skip
     # The hash is of the source: one byte more and it differs.
     before = record.source_sha256
     (package / "__init__.py").write_text((package / "__init__.py").read_text() + "\n")
@@ -146,6 +155,38 @@ def test_a_benchmark_folder_registers_model_data_and_benchmark(plugin_root):
     assert type(config.data).__name__ == "BlobsData"
 
 
+def _centers_archive(where: Path) -> tuple[str, str]:
+    """A real .tar.gz holding blobs/centers.txt: its file:// URL and SHA-256."""
+    archive = where / "blobs-centers.tar.gz"
+    (where / "blobs").mkdir()
+    (where / "blobs" / "centers.txt").write_text("0 0 0 0\n4 4 4 4\n-4 4 -4 4\n")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(where / "blobs", arcname="blobs")
+    return archive.as_uri(), hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
+def test_a_benchmark_folder_declares_its_data_source_and_runner_data_fetch_gets_it(plugin_root):
+    """The data set's fetch source (URL, checksum, how it is prepared) is the folder's own
+    data.py: `runner --plugin FOLDER data fetch blobs` downloads, verifies and unpacks it, and
+    refuses the archive in one line once it is not the one whose checksum was declared."""
+    (plugin_root / "served").mkdir()
+    url, sha256 = _centers_archive(plugin_root / "served")
+    folder = write_package(plugin_root, "blobsbench", BENCHMARK_FOLDER,
+                           {"CENTERS_URL": url, "CENTERS_SHA256": sha256})  # fmt: skip
+    data = plugin_root / "data"
+    fetch = ["--plugin", str(folder), "data", "fetch", "blobs", "--dir", str(data)]
+    result = CliRunner().invoke(main, fetch)
+    assert result.exit_code == 0, result.output
+    assert (data / "blobs" / "centers.txt").read_text().startswith("0 0 0 0")
+    assert (data / "downloads" / "blobs-centers.tar.gz").is_file()
+    # Changed where it is published: the declared checksum refuses it, in one line.
+    with tarfile.open(plugin_root / "served" / "blobs-centers.tar.gz", "w:gz") as tar:
+        tar.add(plugin_root / "served" / "blobs" / "centers.txt", arcname="blobs/centers.txt")
+    result = CliRunner().invoke(main, [*fetch, "--force"])
+    assert result.exit_code == 1 and "does not match the published" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_the_installed_example_lists_its_entries_with_its_version():
     """make test installs examples/stackbench-example (pip install -e): its entry points."""
     entry = points.STRATEGIES.entry("topk")
@@ -164,23 +205,67 @@ def test_a_project_folder_with_one_package_loads_it(plugin_root):
     assert "inner" in points.STRATEGIES.names()
 
 
-def test_a_run_with_a_plugin_is_not_sent_to_a_cluster(plugin_root):
-    """No image is known to carry the plugin: refused before anything is submitted."""
-    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
-    kubeconfig = plugin_root / "kubeconfig"
+def _submit_to_a_cluster(root: Path, *extra: str):
+    """`runner submit --dry-run` of a run with plugin `mine` to a cluster made elsewhere (a
+    kubeconfig naming a server nobody answers at: a dry run renders without calling it)."""
+    package = write_package(root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    kubeconfig = root / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
         "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
         "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
     )
-    result = CliRunner().invoke(main, [
-        "--results-dir", str(plugin_root / "results"), "submit", "cnn-digits",
+    return CliRunner().invoke(main, [
+        "--results-dir", str(root / "results"), "submit", "cnn-digits", "--dry-run",
         "--kubeconfig", str(kubeconfig), "--image", "reg.example/sb@sha256:" + "a" * 64,
-        "--plugin", str(package), "--set", "strategy=mine",
+        "--plugin", str(package), "--set", "strategy=mine", *extra,
     ])  # fmt: skip
+
+
+def contract_hash(package: Path) -> str:
+    return source_sha256(package_files(package))
+
+
+def _image_list(root: Path, sha256: str) -> Path:
+    """An image's plugins.json (contract/imageplugins.py), as infra/image.py writes it."""
+    path = root / "plugins.json"
+    plugin = ImagePlugin("mine", None, sha256, "mine")
+    path.write_text(json.dumps([plugin.to_dict()]))
+    return path
+
+
+def test_a_run_with_a_plugin_is_not_sent_to_an_image_not_known_to_carry_it(plugin_root):
+    """Nothing says what the image carries: refused before anything is submitted."""
+    result = _submit_to_a_cluster(plugin_root)
     assert result.exit_code == 1, result.output
-    assert "cannot yet check that a cluster's training image carries it" in result.output
+    assert "nothing says that the training image of kubeconfig" in result.output
+    assert "--image-plugins FILE" in result.output
     assert "mine (sha256 " in result.output and "Traceback" not in result.output
+
+
+def test_a_run_with_a_plugin_is_refused_for_an_image_with_other_code_of_it(plugin_root):
+    result = _submit_to_a_cluster(plugin_root, "--image-plugins",
+                                  str(_image_list(plugin_root, "0" * 64)))  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "does not carry plugin mine" in result.output
+    assert "carries: mine (sha256 000000000000)" in result.output
+
+
+def test_a_run_with_a_plugin_goes_to_an_image_that_carries_it_and_the_job_says_which(
+    plugin_root,
+):
+    """The job loads the plugin as the image installs it (a module, not this machine's
+    path), its workers check the hash, and the rendered job names plugin and hash."""
+    write_package(plugin_root / "copy", "mine", {"__init__.py": TOPK.format(name="mine")})
+    sha256 = contract_hash(plugin_root / "copy" / "mine")  # the same files: the same hash
+    result = _submit_to_a_cluster(plugin_root, "--image-plugins",
+                                  str(_image_list(plugin_root, sha256)))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"stackbench.io/plugins: mine={sha256}" in result.output
+    lines = [line.strip() for line in result.output.splitlines()]
+    at = lines.index("- --plugin")
+    assert lines[at + 1 : at + 4] == ["- mine", "- --expect-plugin", f"- mine={sha256}"]
+    assert str(plugin_root) not in result.output  # no path of this machine reaches the pods
 
 
 def test_the_plugin_at_fault_is_found_on_the_stack_and_named(plugin_root):
@@ -218,3 +303,41 @@ def test_reading_a_job_never_imports_the_plugin_path_it_names(tmp_path):
     with isolated_registries(tmp_path):
         loading.load(str(package))
         assert JobSpec.from_dict(data).config.strategy.name == "mine"
+
+
+def test_a_worker_whose_plugin_is_other_code_than_the_job_expects_ends_in_one_line(plugin_root):
+    """The pod's own check (workloads/train.py, --expect-plugin): a real worker process whose
+    plugin's files differ from the hash the job was checked against stops before training."""
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    spec = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)])
+    argv = workload_argv(spec, str(plugin_root / "out"))
+    assert argv[argv.index("--expect-plugin") + 1] == f"mine={contract_hash(package)}"
+    argv[argv.index("--expect-plugin") + 1] = "mine=" + "0" * 64  # the image's file changed
+    env = {"PATH": os.environ["PATH"], "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # fmt: skip  # never reached
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines() == [
+        "stackbench: plugin mine: the job expects source sha256 000000000000, but here it is "
+        f"sha256 {contract_hash(package)[:12]}; rebuild the image or run --local"
+    ]
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_sweep_with_a_plugin_is_refused_for_an_image_not_known_to_carry_it(plugin_root):
+    """A sweep's runs are checked as submit's are, before the study is written."""
+    package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
+    kubeconfig = plugin_root / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    result = CliRunner().invoke(main, [
+        "--results-dir", str(plugin_root / "results"), "--plugin", str(package), "sweep",
+        "cnn-digits", "--workers", "1,2", "--kubeconfig", str(kubeconfig),
+        "--image", "reg.example/sb@sha256:" + "a" * 64, "--set", "strategy=mine",
+    ])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "nothing says that the training image of kubeconfig" in result.output
+    assert not (plugin_root / "results").exists() or not any((plugin_root / "results").iterdir())

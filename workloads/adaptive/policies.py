@@ -13,37 +13,12 @@ by one policy of a run (policy.Controller refuses two owners). Torch-free.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from workloads.adaptive.spec import Knobs, PolicyContext, PolicySpec
 from workloads.plugins import points
 
-if TYPE_CHECKING:
-    from workloads.adaptive.config import AdaptiveConfig
-    from workloads.optim import OptimizerConfig
-
-Knobs = dict[str, Any]  # knob -> initial value (int, float or str)
-
-
-@dataclass(frozen=True)
-class PolicyContext:
-    """What a policy is built from: the adaptive component, the optimizer's, and the run's
-    starting numbers."""
-
-    adaptive: AdaptiveConfig
-    optimizer: OptimizerConfig
-    base_global_batch: int  # B0: samples per update over the starting workers
-    world_size: int  # the starting workers
-    reading_decay: float  # the monitors' EMA decay per reading (monitors.MonitorConfig)
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    name: str
-    knobs: tuple[str, ...]  # what it owns, in order (what a run's summary reports)
-    build: Callable[[PolicyContext], tuple[Any, Knobs]]  # -> (Policy, initial knob values)
-    description: str = ""
+__all__ = ["Knobs", "PolicyContext", "PolicySpec", "ema_memory"]
 
 
 def ema_memory(decay: float) -> int:

@@ -40,11 +40,11 @@ from workloads.adaptive.policy import (
     SingleProcess,
 )
 from workloads.adaptive.sampler import Cursor
-from workloads.config import TrainConfig
 from workloads.plugins import points
 
 if TYPE_CHECKING:
     from workloads.adaptive.elastic.session import ElasticSession
+    from workloads.config import TrainConfig
     from workloads.loop import Trainer
 
 Emit = Callable[[str, Any], Any]

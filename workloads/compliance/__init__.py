@@ -2,12 +2,13 @@
 
 The rules are the YAML files beside this module, in the checker's config format (KEY records
 with REQ/CHECK/POST, BEGIN and END): common.yaml for every training benchmark, and a file of
-closed-division rules per benchmark (RULESETS). Which files apply follows MLPerf, whose
-common.yaml enqueues {division}_common.yaml: a closed-division log is checked against its
-benchmark's file and then common.yaml, an open-division log against common.yaml alone (MLPerf's
-open rulesets check little beyond the quality metric). common.yaml runs last because the
-checker lets a config's rules for a key replace what earlier configs reported about it: no
-benchmark file can weaken a common rule.
+closed-division rules per benchmark, which its entry in the benchmark registry names (its
+`ruleset`; ours in rulefiles.py, a plugin's in its own folder). Which files apply follows
+MLPerf, whose common.yaml enqueues {division}_common.yaml: a closed-division log is checked
+against its benchmark's file and then common.yaml, an open-division log against common.yaml
+alone (MLPerf's open rulesets check little beyond the quality metric). common.yaml runs last
+because the checker lets a config's rules for a key replace what earlier configs reported
+about it: no benchmark file can weaken a common rule.
 
 The checker reads `:::MLLOG {json}` lines; events.jsonl holds bare JSON, so the events are
 written, prefixed, to a temporary file first (any log with events will do: a rank log too).
@@ -23,11 +24,10 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from contract.events import (
@@ -37,21 +37,9 @@ from contract.events import (
     parse_object,
     stream_lines,
 )
+from workloads.compliance.rulefiles import COMMON, RULES_DIR
+from workloads.plugins import points
 
-RULES_DIR = Path(__file__).parent
-COMMON = "common.yaml"
-# The closed-division rules of each training benchmark (the registry's names).
-RULESETS: Mapping[str, str] = MappingProxyType(
-    {
-        "transformer-wmt17": "transformer-wmt17.yaml",
-        "gnmt-wmt16": "gnmt-wmt16.yaml",
-        "lstm-wikitext2": "lstm-wikitext2.yaml",
-        "cnn-digits": "classification.yaml",
-        "resnet20-cifar10": "classification.yaml",
-        "logreg-epsilon": "classification.yaml",
-        "vgg11-cifar10": "classification.yaml",
-    }
-)
 # Selects the checker's parser of `:::MLLOG {json}` lines (the same since ruleset 0.7.0);
 # the rules themselves are ours.
 PARSER_RULESET = "6.1.0"
@@ -79,13 +67,25 @@ class CheckResult:
     ruleset: str  # which rule files were applied, and the checker's version
 
 
+def rulesets() -> dict[str, Path]:
+    """Benchmark -> its closed-division rule file, of every registered benchmark that names
+    one (`ruleset` of its entry)."""
+    found = {}
+    for name, bench in points.BENCHMARKS.entries().items():
+        ruleset = getattr(bench.obj, "ruleset", None)
+        if isinstance(ruleset, Path):
+            found[name] = ruleset
+    return found
+
+
 def rules_for(benchmark: str) -> Path:
     """The closed-division rule file of `benchmark`."""
-    if benchmark not in RULESETS:
+    known = rulesets()
+    if benchmark not in known:
         raise UnknownBenchmark(
-            f"no compliance rules for {benchmark!r}; rules exist for: {', '.join(RULESETS)}"
+            f"no compliance rules for {benchmark!r}; rules exist for: {', '.join(known)}"
         )
-    return RULES_DIR / RULESETS[benchmark]
+    return known[benchmark]
 
 
 def check_log(events_path: Path, benchmark: str) -> CheckResult:

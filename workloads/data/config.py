@@ -8,8 +8,10 @@ global batch and the length limit for WMT. And each says, by its methods, how th
 is loaded for the classification loop (`load`, from its own slice: this config and a
 LoadContext) and what keeps the files under a data root from being the canonical data set
 (`canonical_problem`, the closed division's check) or from being there at all
-(`missing_problem`). Torch-free, as the package it sits in: the loaders (workloads/data/
-*.py) and the checks (canonical.py) are imported when called.
+(`missing_problem`), and where its files are published (`fetch_source`: URLs, checksums
+and how they are prepared, which `runner data fetch NAME` reads). Torch-free, as the
+package it sits in: the loaders (workloads/data/*.py), the checks (canonical.py) and the
+sources (sources.py) are imported when called.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from workloads.plugins import points
 if TYPE_CHECKING:
     import torch
 
+    from runner.datasets.catalog import DataSource
     from workloads.data import Splits
 
 MAX_BATCH = 2**24  # a per-worker batch (or its tokens) beyond this is a typo
@@ -66,6 +69,13 @@ class DataConfig(Component):
     def missing_problem(cls, name: str, root: Path) -> str | None:
         """What of data set `name` is not under `root` at all, or None (an open-division
         run's check: any data its loader accepts, but not none)."""
+        return None
+
+    @classmethod
+    def fetch_source(cls, name: str) -> DataSource | None:
+        """Where data set `name` is published, its checksums and how its files are prepared
+        (runner/datasets/catalog.py), or None: not fetched (`runner data fetch` refuses it).
+        Imports the runner's download code, so only when asked."""
         return None
 
 
@@ -116,6 +126,12 @@ class Cifar10Data(FileData):
     def missing_problem(cls, name: str, root: Path) -> str | None:
         return canonical.first_absent(root, name, canonical.cifar10_paths(root))
 
+    @classmethod
+    def fetch_source(cls, name: str) -> DataSource | None:
+        from workloads.data import sources
+
+        return sources.CIFAR10
+
 
 @dataclass(frozen=True, kw_only=True)
 class EpsilonData(FileData):
@@ -136,6 +152,12 @@ class EpsilonData(FileData):
     def missing_problem(cls, name: str, root: Path) -> str | None:
         return canonical.first_absent(root, name, [epsilon_cache_dir(root) / "meta.json"])
 
+    @classmethod
+    def fetch_source(cls, name: str) -> DataSource | None:
+        from workloads.data import sources
+
+        return sources.EPSILON
+
 
 @dataclass(frozen=True, kw_only=True)
 class WikiText2Data(FileData):
@@ -149,6 +171,12 @@ class WikiText2Data(FileData):
     @classmethod
     def missing_problem(cls, name: str, root: Path) -> str | None:
         return canonical.first_absent(root, name, canonical.wikitext2_paths(root))
+
+    @classmethod
+    def fetch_source(cls, name: str) -> DataSource | None:
+        from workloads.data import sources
+
+        return sources.WIKITEXT2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +204,12 @@ class WmtData(FileData):
     @classmethod
     def missing_problem(cls, name: str, root: Path) -> str | None:
         return canonical.wmt(root, name)  # no canonical sizes there: the same check
+
+    @classmethod
+    def fetch_source(cls, name: str) -> DataSource | None:
+        from workloads.data import sources
+
+        return sources.WMT[name]
 
 
 for _option in (DigitsData, Cifar10Data, EpsilonData, WikiText2Data, WmtData):

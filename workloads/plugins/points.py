@@ -91,7 +91,7 @@ def _signature_problem(obj: type, base: type, method: str) -> str | None:
 
 
 def _policy_check(obj: Any) -> str | None:
-    from workloads.adaptive.policies import PolicySpec
+    from workloads.adaptive.spec import PolicySpec
 
     if not isinstance(obj, PolicySpec):
         return "is not a PolicySpec (workloads.adaptive.policies)"
@@ -101,7 +101,7 @@ def _policy_check(obj: Any) -> str | None:
 
 
 def _benchmark_check(obj: Any) -> str | None:
-    from runner.job.benchmarks import Benchmark, MicroBenchmark
+    from runner.job.benchmark_types import Benchmark, MicroBenchmark
 
     if not isinstance(obj, Benchmark | MicroBenchmark):
         return "is not a Benchmark (runner.job.benchmarks)"

@@ -10,7 +10,6 @@ differed by a byte are told apart. Torch-free.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import sys
 from collections.abc import Iterable, Mapping
@@ -18,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from contract.imageplugins import package_files, source_sha256
 from contract.manifest import PluginRecord
 from workloads.components import NAME, Composite
 from workloads.plugins import points
@@ -79,21 +79,16 @@ def _record(package: str, origin: str, load: str | None) -> PluginRecord:
 
 def source_hash(package: str) -> str:
     """SHA-256 of a top-level module's source: each .py file's path relative to the package
-    and its bytes (a single-file module: that file)."""
+    and its bytes (a single-file module: that file); contract/imageplugins.py's function, so
+    that an image's build and a run hash a plugin alike."""
     module = sys.modules.get(package) or importlib.import_module(package)
     roots = [Path(p) for p in getattr(module, "__path__", ())]
-    digest = hashlib.sha256()
     if roots:
-        files = sorted((f.relative_to(root).as_posix(), f) for root in roots
-                       for f in root.rglob("*.py") if f.is_file())  # fmt: skip
-    else:
-        where = getattr(module, "__file__", None)
-        if where is None:
-            raise PluginError(f"plugin {package}: has no source file to record")
-        files = [(Path(where).name, Path(where))]
-    for relative, path in files:
-        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+        return source_sha256([f for root in roots for f in package_files(root)])
+    where = getattr(module, "__file__", None)
+    if where is None:
+        raise PluginError(f"plugin {package}: has no source file to record")
+    return source_sha256([(Path(where).name, Path(where))])
 
 
 def plugin_packages() -> dict[str, str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from workloads.tasks.config import LOWER_IS_BETTER
+from workloads.tasks.metrics import LOWER_IS_BETTER
 
 if TYPE_CHECKING:
     import torch

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from workloads.components import Component
 from workloads.fields import Bounds, setting
 from workloads.plugins import points
+from workloads.tasks.metrics import LOWER_IS_BETTER as LOWER_IS_BETTER  # readers import it here
 
 if TYPE_CHECKING:
     from workloads.tasks import Context, Task
 
-# Higher is better for every metric except these (a run reaches its target at or below it).
-LOWER_IS_BETTER: frozenset[str] = frozenset({"perplexity"})
 # The values a target may take, by metric.
 METRIC_RANGES: dict[str, Bounds] = {
     "top1_accuracy": Bounds(0.0, 1.0, low_open=True, high_open=False),
@@ -72,7 +71,7 @@ class LanguageModelConfig(TaskConfig):
     def build(self, ctx: Context) -> Task:
         from workloads.tasks.language_model import LanguageModelTask
 
-        return LanguageModelTask.build(ctx)
+        return LanguageModelTask.build(ctx, self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +92,7 @@ class TranslationConfig(TaskConfig):
     def build(self, ctx: Context) -> Task:
         from workloads.tasks.translation import TranslationTask
 
-        return TranslationTask.build(ctx)
+        return TranslationTask.build(ctx, self)
 
 
 for _task in (ClassificationConfig, LanguageModelConfig, TranslationConfig):

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,7 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from workloads import divergence, models, precision, strategies, watchdog
-from workloads.config import TrainConfig
 from workloads.data import WIKITEXT2_SUBDIR, data_root
 from workloads.data.config import WikiText2Data
 from workloads.data.wikitext import load_wikitext
@@ -37,8 +37,11 @@ from workloads.models.awd_lstm.model import AWDLSTM, Hidden, detach_hidden
 from workloads.sgd import Optimizer
 from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains, narrow
-from workloads.tasks.config import LanguageModelConfig
 from workloads.timing import StepTimer
+
+if TYPE_CHECKING:
+    from workloads.config import TrainConfig
+    from workloads.tasks.config import LanguageModelConfig
 
 EVAL_BATCH_SIZE = 10  # the reference's eval_batch_size
 MIN_WINDOW = 5  # the reference's floor on a window length
@@ -68,10 +71,11 @@ class LanguageModelTask(Trains):
 
     def __post_init__(self) -> None:
         self.data_config = narrow(self.config.data, WikiText2Data, "data")
-        self.task_config = narrow(self.config.task, LanguageModelConfig, "task")
 
     @classmethod
-    def build(cls, ctx: Context) -> LanguageModelTask:
+    def build(cls, ctx: Context, task_config: LanguageModelConfig) -> LanguageModelTask:
+        """`task_config`: the run's task (LanguageModelConfig.build hands itself, so this
+        module needs its class only for types)."""
         config = ctx.config
         bptt = narrow(config.data, WikiText2Data, "data").bptt
         corpus = load_wikitext(data_root(config.data.data_dir) / WIKITEXT2_SUBDIR)
@@ -92,7 +96,7 @@ class LanguageModelTask(Trains):
                 f"(of {EVAL_BATCH_SIZE}), so nothing to score; use more validation data or "
                 "fewer workers"
             )
-        return cls(
+        made = cls(
             config,
             ctx.rank,
             ctx.world_size,
@@ -107,6 +111,8 @@ class LanguageModelTask(Trains):
             num_eval=len(corpus.valid),
             vocab_size=corpus.vocab_size,
         )
+        made.task_config = task_config
+        return made
 
     def train_epoch(
         self,

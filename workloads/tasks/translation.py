@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,7 +31,6 @@ from torch import nn
 
 from contract import files
 from workloads import decoding, divergence, models, precision, strategies, textmetrics, watchdog
-from workloads.config import TrainConfig
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
 from workloads.data.config import WmtData
@@ -41,8 +41,11 @@ from workloads.models.seq2seq import Seq2Seq
 from workloads.sgd import Optimizer
 from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains, narrow
-from workloads.tasks.config import TranslationConfig
 from workloads.timing import StepTimer
+
+if TYPE_CHECKING:
+    from workloads.config import TrainConfig
+    from workloads.tasks.config import TranslationConfig
 
 EVAL_SENTENCES = 128  # sentences per evaluation batch (sorted by length, so little padding)
 # Each evaluation's detokenized translations of the test split, one a line in its order, in
@@ -74,12 +77,13 @@ class TranslationTask(Trains):
 
     def __post_init__(self) -> None:
         self.data_config = narrow(self.config.data, WmtData, "data")
-        self.task_config = narrow(self.config.task, TranslationConfig, "task")
         self.num_train = len(self.train_ids)
         self.num_eval = self.test.num_sentences
 
     @classmethod
-    def build(cls, ctx: Context) -> TranslationTask:
+    def build(cls, ctx: Context, task_config: TranslationConfig) -> TranslationTask:
+        """`task_config`: the run's task (TranslationConfig.build hands itself, so this
+        module needs its class only for types)."""
         config = ctx.config
         data = config.data
         cache = translation_cache_dir(data_root(data.data_dir), data.name)
@@ -90,7 +94,7 @@ class TranslationTask(Trains):
         train_ids = trainable_pairs(train, narrow(data, WmtData, "data").max_seq_len)
         model = models.build(config.model, tokenizer.vocab_size).to(ctx.device)
         strategy = strategies.build(config.strategy, config.run.seed, model, ctx.clock)
-        return cls(
+        made = cls(
             config,
             ctx.rank,
             ctx.world_size,
@@ -106,6 +110,8 @@ class TranslationTask(Trains):
             precision.resolve(config.execution.precision, config.model.task, ctx.device),
             ctx.output_dir,
         )
+        made.task_config = task_config
+        return made
 
     def train_epoch(
         self,

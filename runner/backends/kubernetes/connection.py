@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from contract.imageplugins import ImagePlugin, read_manifest
 from contract.stack import (
     JOB_APIS,
     RESULTS_MOUNT_PATH,
@@ -73,6 +74,9 @@ class ClusterConnection:
     training_runtime: str = UPSTREAM_TRAINING_RUNTIME
     bandwidth_shaping: bool | None = None  # enforces pod bandwidth annotations; None: unknown
     stack: str | None = None  # the Pulumi stack it came from, for messages and references
+    # The plugins `image` carries (contract/imageplugins.py): the stack's output for its own
+    # image, or --image-plugins FILE; None: not known (a run with plugins is refused).
+    image_plugins: tuple[ImagePlugin, ...] | None = None
     kubeconfig_path: str | None = None  # the file it came from, for messages and references
 
     @property
@@ -110,9 +114,12 @@ def connect(
     job_api: str | None = None,
     image: str | None = None,
     runtime: str | None = None,
+    image_plugins: Path | None = None,
 ) -> ClusterConnection:
     """The CLI's one entry point: exactly one of --stack and --kubeconfig. `runtime`: the
-    TrainJob's ClusterTrainingRuntime (default: the stack's, else torch-distributed)."""
+    TrainJob's ClusterTrainingRuntime (default: the stack's, else torch-distributed).
+    `image_plugins`: a file listing the plugins --image carries (the stack's own image's are
+    its output `image_plugins`; another image's are not known without it)."""
     if stack and kubeconfig:
         raise SpecError("--stack", "give either --stack or --kubeconfig, not both")
     if stack:
@@ -121,14 +128,21 @@ def connect(
         conn = connect_stack(stack)
         if job_api is not None:
             conn = _replace(conn, job_api=_job_api(job_api, "--job-api"))
-        if image is not None:
-            conn = _replace(conn, image=check_image(image, "--image"))
+        if image is not None:  # the stack's list describes its own image, not this one
+            conn = _replace(conn, image=check_image(image, "--image"), image_plugins=None)
     elif kubeconfig:
         conn = connect_kubeconfig(kubeconfig, context, job_api, image)
     else:
         raise SpecError("--stack", "name a stack (--stack NAME) or a cluster (--kubeconfig FILE)")
     if runtime is not None:
         conn = _replace(conn, training_runtime=check_runtime(runtime, conn.kind))
+    if image_plugins is not None:
+        if image is None:
+            raise SpecError("--image-plugins", "says what --image carries; give --image too")
+        try:
+            conn = _replace(conn, image_plugins=read_manifest(image_plugins))
+        except ValueError as err:
+            raise SpecError("--image-plugins", str(err)) from None
     return conn
 
 
@@ -238,6 +252,7 @@ def connection_from_outputs(outputs: Mapping[str, Any], stack: str) -> ClusterCo
         training_runtime=out.training_runtime,
         bandwidth_shaping=out.bandwidth_shaping,
         stack=stack,
+        image_plugins=out.image_plugins,
     )
 
 

@@ -56,7 +56,7 @@ def check_data(spec: JobSpec) -> None:
     if not isinstance(spec.config, TrainConfig):
         return  # a micro-benchmark reads no data
     from runner.datasets import folder
-    from runner.datasets.catalog import DATASETS
+    from runner.datasets.registered import DATASETS
     from workloads.data import DATA_DIR_ENV, canonical, data_root
 
     data = spec.config.data

@@ -137,7 +137,18 @@ def pod_annotations(spec: JobSpec, conn: ClusterConnection) -> dict[str, str]:
     """GKE injects its FUSE sidecar only into pods that ask for it; the bandwidth plugin
     shapes only pods that carry its annotations (bandwidth_annotations)."""
     annotations = {"gke-gcsfuse/volumes": "true"} if _store_scheme(conn) == "gs" else {}
-    return annotations | bandwidth_annotations(conn, link_mbit(spec))
+    return annotations | bandwidth_annotations(conn, link_mbit(spec)) | plugin_annotations(spec)
+
+
+PLUGINS_ANNOTATION = "stackbench.io/plugins"
+
+
+def plugin_annotations(spec: JobSpec) -> dict[str, str]:
+    """Which plugins the pods load and the source hash each must have (the workers check it,
+    --expect-plugin): `name=sha256,...`, for whoever reads the job in the cluster."""
+    if not spec.plugins:
+        return {}
+    return {PLUGINS_ANNOTATION: ",".join(f"{p.name}={p.source_sha256}" for p in spec.plugins)}
 
 
 def link_mbit(spec: JobSpec) -> float | None:
