@@ -27,7 +27,6 @@ from contract.files import DamagedFile
 from runner.cli.lazy import deferred
 from runner.errors import BadInput, Interrupted, RunnerError, SpecError, interruption
 from runner.install import extra as install_extra
-from workloads.plugins.registry import PluginError
 
 if TYPE_CHECKING:
     from runner.job.spec import Placement
@@ -66,6 +65,17 @@ EXTRAS = {
 }
 
 
+class _NoPluginError(Exception):
+    """Raised by nothing: what a plugin's error class is before any plugin was loaded."""
+
+
+def _plugin_error() -> type[Exception]:
+    """workloads.plugins' error class once a command has imported it (only loading a plugin
+    raises one): importing it here would put workloads on `runner --help`'s start-up path."""
+    registry = sys.modules.get("workloads.plugins.registry")
+    return registry.PluginError if registry is not None else _NoPluginError
+
+
 def handle_errors(fn: F) -> F:
     """SpecError -> usage error (exit 2); BadInput (a run id, rank or run that does not fit,
     a missing data set) -> one line, exit 2; RunnerError, a damaged file or a plugin that
@@ -78,7 +88,7 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except SpecError as err:
             raise click.BadParameter(str(err), param_hint=err.param) from None
-        except (RunnerError, DamagedFile, PluginError) as err:  # PluginError: a user's code
+        except (RunnerError, DamagedFile, _plugin_error()) as err:  # a user's plugin code
             if _debug_enabled():
                 raise
             lines = err.lines if isinstance(err, RunnerError) and err.lines else str(err)

@@ -58,7 +58,9 @@ def runs(settings: Settings, as_json: bool) -> None:
         shown = plain(str(root))
         console.print(f"no runs under {shown}/; start one with `runner submit cnn-digits`")
     else:
-        click.echo(listing.table(found, colour=sys.stdout.isatty()))
+        # print, not click.echo: click swaps an ASCII stdout for UTF-8, where the escaping set
+        # up at start (common.escape_unencodable) is what a C locale's reader can take.
+        print(listing.table(found, colour=sys.stdout.isatty()))
 
 
 @click.command()

@@ -44,9 +44,11 @@ SYNC = _config(
     strategy="adaptive-sync",
     monitor_interval_steps=4,
     # Set so that training switches to averaging at once and the period then doubles and
-    # halves: the thresholds are the test's, not advice.
-    sync_low=0.01,
-    sync_high=0.02,
+    # halves: the thresholds are the test's, not advice. The policy acts on the median of 5
+    # readings since the period last changed, so the divergence here climbs past 1e-3 within
+    # the run's 3 epochs (8e-5 at period 2, 3e-3 at period 8 on these seeds).
+    sync_low=0.001,
+    sync_high=0.002,
 )
 
 
@@ -119,7 +121,7 @@ def test_the_global_batch_grows_within_its_bounds_with_the_linear_lr_rule(batch)
     assert grown and all(low <= old < new <= high and new % 3 == 0 for old, new in grown)
     factors = [d["new"] for d in decisions if d["knob"] == "lr_factor"]
     assert factors == [new / base for _, new in grown]
-    assert all(d["reason"].startswith("B_noise") for d in decisions if d["knob"] == "global_batch")
+    assert all("B_noise" in d["reason"] for d in decisions if d["knob"] == "global_batch")
 
 
 def test_each_step_trains_with_the_batch_decided_before_it(batch):
