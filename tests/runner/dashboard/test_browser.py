@@ -295,7 +295,9 @@ def test_an_adaptive_runs_page_draws_its_decisions_knobs_and_noise_scale(tmp_pat
             wait_for(lambda: chart_option(browser, "loss", "o.xAxis[0].name") == "epoch", 10,
                      "the epoch axis")  # fmt: skip
             xs = chart_option(browser, "loss", "o.series[0].data.map((p) => p[0])")
-            assert xs == pytest.approx([1, 2])
+            # A point sits where the run's clock puts its event's time: an epoch's loss is
+            # logged a few ms before that epoch's end anchor on a busy machine (0.9993 in CI).
+            assert xs == pytest.approx([1, 2], abs=0.01)
             hover(browser, "adaptive")
             assert console_errors(browser) == []
     finally:
