@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from contract.events import read_events
-from contract.rundir import EVENTS, JobState, JobStatus, read_state
+from contract.rundir import JobState, JobStatus, read_state
 from runner import api
 from runner.results import rundir
 from tests.conftest import submit_local
 from tests.disks import fill, leftovers, runner, tmpfs
+from tests.runner.training import wait_for_training
 
 
 def test_a_full_disk_at_submit_is_one_line_and_leaves_nothing(tmp_path):
@@ -50,10 +50,7 @@ def test_a_disk_that_fills_mid_run_ends_it_failed_with_that_reason(tmp_path):
     with tmpfs(tmp_path / "disk", "8m") as disk:
         results = disk / "results"
         run = submit_local(results, ["stop_at_target=false", "max_epochs=400"])
-        deadline = time.monotonic() + 90
-        while "epoch_start" not in [e["key"] for e in read_events(run.run_dir / EVENTS)]:
-            assert time.monotonic() < deadline, "the run never started training"
-            time.sleep(0.1)
+        wait_for_training(run)
         fill(disk)
         status = api.wait(results, run)
         assert status.state is JobState.FAILED
