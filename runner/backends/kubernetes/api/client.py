@@ -1,6 +1,6 @@
 """A thin layer over the official kubernetes client: the calls the backend makes, with bounded
 retries of transient failures, and every failure turned into a one-line RunnerError that names
-the cluster and what to do next (apierrors.py).
+the cluster and what to do next (calls.py makes the calls; apierrors.py words the errors).
 
 Collections (the job, its pods, the namespace's warning events) are listed, and watched from a
 list's resourceVersion (streams.py reads the watch); every object that comes in, listed, got or
@@ -13,36 +13,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from contract import files
 from runner.backends.kubernetes.api import objects
-from runner.backends.kubernetes.api.apierrors import (
-    RETRIED_STATUSES,
-    ApiErrors,
-    NameConflict,
-    NotFound,
-    retry_after_s,
-    status_message,
-)
-from runner.backends.kubernetes.api.deadline import Deadline, current_deadline, install
-from runner.backends.kubernetes.api.limits import ApiLimits, mib
-from runner.backends.kubernetes.api.streams import CHUNK_BYTES, Stream, Transient, WatchStream
+from runner.backends.kubernetes.api.apierrors import ApiErrors, NameConflict, NotFound
+from runner.backends.kubernetes.api.calls import ApiCalls
+from runner.backends.kubernetes.api.deadline import Deadline, install
+from runner.backends.kubernetes.api.limits import ApiLimits
+from runner.backends.kubernetes.api.streams import LogRead, Stream, WatchStream
 from runner.backends.kubernetes.connection import ClusterConnection, kubeconfig_file
 from runner.backends.kubernetes.jobapis import JOBSET, JobResource
 from runner.errors import RunnerError
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 # A followed log may be quiet for a while (a long evaluation); after this long without a line,
@@ -60,7 +51,7 @@ class Selector:
     field: str | None = None
 
 
-class KubeApi:
+class KubeApi(ApiCalls):
     """Clients for one cluster connection. close() removes the credentials written to disk."""
 
     def __init__(
@@ -356,116 +347,3 @@ class KubeApi:
     def read_log(self, pod: str, container: str) -> LogRead:
         """The log so far, to be read once through `lines()`; then whether it was whole."""
         return LogRead(self.open_log(pod, container, follow=False))
-
-    # ---- the one place calls are made ------------------------------------------------
-
-    def answer(
-        self, what: str, fn: Callable[..., Any], *args: Any, attempts: int | None = None,
-        **kwargs: Any,
-    ) -> bytes:  # fmt: skip
-        """The body of fn's answer, read within the call's deadline, at most max_answer_bytes
-        of it (a larger answer is refused, never read whole)."""
-        return self.call(what, fn, *args, _preload_content=False, attempts=attempts,
-                         read=lambda r: self._body(r, what), **kwargs)  # fmt: skip
-
-    def call(
-        self,
-        what: str,
-        fn: Callable[..., Any],
-        *args: Any,
-        attempts: int | None = None,
-        deadline: Deadline | None = None,
-        read: Callable[[Any], T] = lambda response: response,
-        **kwargs: Any,
-    ) -> T:
-        """read(fn(*args, **kwargs)), within `deadline` (default: call_deadline_s from now,
-        for the call as a whole, retries included); retried on 429/503 (after the server's
-        Retry-After, if it says one) and connection errors with exponential backoff, at most
-        `attempts` (default max_attempts) times; every failure becomes a RunnerError
-        (Transient for those worth trying again later, Gone for a 410)."""
-        own = deadline is None
-        deadline = deadline or Deadline(self.limits.call_deadline_s)
-        try:
-            with deadline.current():
-                return self._attempts(what, fn, args, kwargs, attempts or self.max_attempts,
-                                      deadline, read)  # fmt: skip
-        finally:
-            if own:
-                deadline.close()
-
-    def _attempts(
-        self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-        attempts: int, deadline: Deadline, read: Callable[[Any], T],
-    ) -> T:  # fmt: skip
-        kwargs.setdefault("_request_timeout", self.request_timeout_s)
-        for attempt in range(1, attempts + 1):
-            wait_s = 0.0
-            try:
-                return read(fn(*args, **kwargs))
-            except ApiException as err:
-                status = err.status or 0
-                if deadline.expired.is_set():
-                    raise self.errors.deadline(what, deadline.seconds) from None
-                if 300 <= status < 400:
-                    raise self.errors.redirect(what, status, err.headers) from None
-                if status not in RETRIED_STATUSES or attempt == attempts:
-                    raise self.error(what, status, status_message(err), attempt) from None
-                reason, wait_s = f"HTTP {status}", retry_after_s(err.headers)
-            except (urllib3.exceptions.HTTPError, OSError) as err:
-                if deadline.expired.is_set():
-                    raise self.errors.deadline(what, deadline.seconds) from None
-                if attempt == attempts:
-                    raise self.errors.unreachable(what, err, attempts) from None
-                reason = type(err).__name__
-            delay_s = max(wait_s, self.retry_backoff_s * 2 ** (attempt - 1))
-            if delay_s >= deadline.left_s():  # the next attempt could not end in time
-                raise self.errors.deadline(what, deadline.seconds, reason) from None
-            log.info("%s: %s, retrying in %.1f s (%d/%d)", what, reason, delay_s, attempt, attempts)
-            time.sleep(delay_s)
-        raise AssertionError("unreachable")  # the loop returns or raises
-
-    def _body(self, response: Any, what: str) -> bytes:
-        """The answer's body, at most max_answer_bytes (a larger one is refused as it comes:
-        its length may be unsaid, or a lie)."""
-        cap, size, chunks, done = self.limits.max_answer_bytes, 0, [], False
-        try:
-            for chunk in response.stream(CHUNK_BYTES, decode_content=True):
-                size += len(chunk)
-                if size > cap:
-                    raise self.errors.too_large(what, cap)
-                chunks.append(chunk)
-            done = True
-        finally:
-            if not done:  # unread data (a refused answer) must not go back to the pool
-                response.close()
-            response.release_conn()
-        deadline = current_deadline()
-        if deadline is not None and deadline.expired.is_set():  # cut short by the deadline
-            raise self.errors.deadline(what, deadline.seconds)
-        return b"".join(chunks)
-
-    def error(self, what: str, status: int, message: str, attempts: int = 1) -> RunnerError:
-        """An HTTP error status (of a call, or of a watch's ERROR event) as a RunnerError that
-        names the cluster and what to do (apierrors.py)."""
-        return self.errors.status(what, status, message, attempts)
-
-
-class LogRead:
-    """One pod's log read once to its end, line by line; then `whole` says whether it was all
-    of it, and `cut` whether it went past max_log_bytes (the rest not read)."""
-
-    def __init__(self, stream: Stream) -> None:
-        self._stream = stream
-        self.whole = False
-        self.cut = False
-
-    def lines(self) -> Iterator[str]:
-        try:
-            yield from self._stream.lines(keep_partial=True)
-        except Transient as err:
-            log.warning("%s; the log is incomplete", err)
-            return
-        self.cut = self._stream.cut
-        self.whole = not self.cut
-        if self.cut:
-            log.warning("%s: cut after %s", self._stream.what, mib(self._stream.max_bytes or 0))

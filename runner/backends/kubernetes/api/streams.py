@@ -1,6 +1,7 @@
 """Long-lived HTTP responses from the API server: a watch (one JSON event per line) and a followed
 pod log (text lines). Each is read by one thread; `close()` may come from any other thread and
 ends that read at once (it shuts the socket down, as the official client's Watch.stop does).
+LogRead reads a pod's log once to its end and then says whether it was whole.
 
 A connection that drops mid-stream raises `StreamBroken` (a line cut in half is never given);
 the caller decides whether to resume. Lines are capped in length, so a pod printing an endless
@@ -12,6 +13,7 @@ of its own). Not here: opening the responses (client.py) and deciding what to do
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,8 +21,10 @@ import urllib3
 
 from contract import files
 from runner.backends.kubernetes.api.deadline import Deadline
+from runner.backends.kubernetes.api.limits import mib
 from runner.errors import RunnerError
 
+log = logging.getLogger(__name__)
 CHUNK_BYTES = 64 * 1024
 # Longer lines are cut at this size and the rest of the line is dropped: no log line of ours
 # comes near it, and a piece of a line given as a line of its own could start with another
@@ -167,6 +171,27 @@ class WatchStream(Stream):
             if event["type"] in CHANGES and not self._check(event["object"]):
                 continue
             yield event
+
+
+class LogRead:
+    """One pod's log read once to its end, line by line; then `whole` says whether it was all
+    of it, and `cut` whether it went past max_log_bytes (the rest not read)."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+        self.whole = False
+        self.cut = False
+
+    def lines(self) -> Iterator[str]:
+        try:
+            yield from self._stream.lines(keep_partial=True)
+        except Transient as err:
+            log.warning("%s; the log is incomplete", err)
+            return
+        self.cut = self._stream.cut
+        self.whole = not self.cut
+        if self.cut:
+            log.warning("%s: cut after %s", self._stream.what, mib(self._stream.max_bytes or 0))
 
 
 def _event(line: str) -> dict[str, Any] | None:
