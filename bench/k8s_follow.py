@@ -41,7 +41,7 @@ def main() -> None:
 
 
 def follow_one_job(way: str, pending_s: float, running_s: float) -> tuple[dict[str, int], float]:
-    from runner.backends.kubernetes.follow.watch import WatchConfig
+    from runner.backends.kubernetes.follow.reflector import WatchConfig
     from tests.runner.k8s_fake import FakeCluster
     from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, submit
 

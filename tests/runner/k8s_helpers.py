@@ -11,7 +11,7 @@ from typing import Any
 from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.backend import KubernetesBackend
 from runner.backends.kubernetes.connection import ClusterConnection
-from runner.backends.kubernetes.follow.watch import WatchConfig
+from runner.backends.kubernetes.follow.reflector import WatchConfig
 from runner.job.spec import JobSpec, Placement, resolve
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster

@@ -20,7 +20,8 @@ import pytest
 from runner.backends.kubernetes.api.client import KubeApi, Selector
 from runner.backends.kubernetes.api.limits import MIB, ApiLimits
 from runner.backends.kubernetes.api.streams import DeadlinePassed
-from runner.backends.kubernetes.follow.watch import JobObserver, WatchConfig
+from runner.backends.kubernetes.follow.reflector import WatchConfig
+from runner.backends.kubernetes.follow.watch import JobObserver
 from runner.errors import RunnerError
 from tests.runner.k8s_helpers import RUN_ID, stack_connection
 from tests.runner.k8s_socket import RawServer, Request, drip, head, send_chunked

@@ -23,7 +23,7 @@ from contract.events import PREFIX
 from contract.rundir import JobState, JobStatus, read_state
 from runner.backends.kubernetes.api.client import Selector
 from runner.backends.kubernetes.backend import KubernetesBackend
-from runner.backends.kubernetes.follow.watch import Backoff, Reflector, Store, WatchConfig
+from runner.backends.kubernetes.follow.reflector import Backoff, Reflector, Store, WatchConfig
 from runner.errors import RunnerError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster

@@ -48,7 +48,8 @@ from runner.backends.kubernetes.follow.identity import JobIdentity, parse_handle
 from runner.backends.kubernetes.follow.logs import EventFeed, LogFollower
 from runner.backends.kubernetes.follow.owners import PodOwners
 from runner.backends.kubernetes.follow.pending import PendingTimeout
-from runner.backends.kubernetes.follow.watch import Observers, View, WatchConfig
+from runner.backends.kubernetes.follow.reflector import WatchConfig
+from runner.backends.kubernetes.follow.watch import Observers, View
 from runner.backends.kubernetes.memory import RunMemory, cluster_reference, record_in, record_uid
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits

@@ -5,7 +5,7 @@ the cluster and what to do next (calls.py makes the calls; apierrors.py words th
 Collections (the job, its pods, the namespace's warning events) are listed, and watched from a
 list's resourceVersion (streams.py reads the watch); every object that comes in, listed, got or
 watched, has the types of the fields the runner reads checked first (objects.py). What it is
-not: a general client, nor the policy of following a job (watch.py). Imported only by the
+not: a general client, nor the policy of following a job (follow/). Imported only by the
 kubernetes backend, never on the runner's start-up path.
 """
 

@@ -7,7 +7,7 @@ A connection that drops mid-stream raises `StreamBroken` (a line cut in half is 
 the caller decides whether to resume. Lines are capped in length, so a pod printing an endless
 line cannot exhaust the runner's memory (what is past the cap is dropped, never given as a line
 of its own). Not here: opening the responses (client.py) and deciding what to do after a drop
-(follow/watch.py, follow/logs.py).
+(follow/reflector.py, follow/logs.py).
 """
 
 from __future__ import annotations

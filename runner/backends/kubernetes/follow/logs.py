@@ -33,7 +33,8 @@ from runner.backends.kubernetes.api.streams import Stream, Transient
 from runner.backends.kubernetes.follow import observe
 from runner.backends.kubernetes.follow.owners import PodOwners
 from runner.backends.kubernetes.follow.pods import pods_by_node
-from runner.backends.kubernetes.follow.watch import Backoff, JobObserver, View, WatchConfig
+from runner.backends.kubernetes.follow.reflector import Backoff, WatchConfig
+from runner.backends.kubernetes.follow.watch import JobObserver, View
 from runner.backends.kubernetes.records import check_event
 from runner.errors import RunnerError
 
