@@ -17,8 +17,9 @@ for any file the store lacks or that fails its check, they are rebuilt from rank
 pod's node (demux.py).
 
 Not here: rendering (render/), stack outputs (connection.py), the API calls and their error
-messages (client.py), reading job and pod states (observe.py), which job is the run's
-(identity.py), the pending timeout's arithmetic (pending.py), log following (follow/logs.py), fetch
+messages (client.py), reading job and pod states (observe.py), settling and recording a run's
+state (follow/states.py), which job is the run's (identity.py), the pending timeout's arithmetic
+(pending.py), log following (follow/logs.py), fetch
 (fetching.py, with collect.py). This module imports the kubernetes client; the CLI imports it
 only for Kubernetes runs.
 """
@@ -49,6 +50,7 @@ from runner.backends.kubernetes.follow.logs import EventFeed, LogFollower
 from runner.backends.kubernetes.follow.owners import PodOwners
 from runner.backends.kubernetes.follow.pending import PendingTimeout
 from runner.backends.kubernetes.follow.reflector import WatchConfig
+from runner.backends.kubernetes.follow.states import RunStates
 from runner.backends.kubernetes.follow.watch import Observers, View
 from runner.backends.kubernetes.memory import RunMemory, cluster_reference, record_in, record_uid
 from runner.backends.kubernetes.render import render, to_yaml
@@ -95,9 +97,10 @@ class KubernetesBackend:
         self._clock = clock
         self._lock = threading.Lock()
         self._observers = Observers(lambda: self.api, watch_config)
-        self._finished: set[str] = set()  # jobs seen finished by this backend
         self._identity = JobIdentity(self._memory, lambda: self.api, lambda: self.conn, self._now)
         self._owners = PodOwners(lambda: self.api)  # which pods of the run's label are its job's
+        self._states = RunStates(self._memory, self._pending, self._identity, self._owners,
+                                 lambda: self.conn, lambda: self.api, self._now)  # fmt: skip
 
     @functools.cached_property
     def conn(self) -> ClusterConnection:
@@ -194,15 +197,15 @@ class KubernetesBackend:
         try:
             job = self.api.get_job(name)
         except NotFound:
-            return self._settle(name, None, self._identity.vanished(name))
+            return self._states.settle(name, None, self._identity.vanished(name))
         if not self._identity.ours(name, job):
-            return self._settle(name, None, self._identity.vanished(name, job))
+            return self._states.settle(name, None, self._identity.vanished(name, job))
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
-        status = self._job_status(name, job, pods, [])
+        status = self._states.job_status(name, job, pods, [])
         if status.state is JobState.PENDING:  # only then does an event say why
             events = self.api.list_objects("events", collect.WARNINGS)[0]
-            status = self._job_status(name, job, pods, events)
-        return self._settle(name, job, status)
+            status = self._states.job_status(name, job, pods, events)
+        return self._states.settle(name, job, status)
 
     def watch(self, handle: str) -> Iterator[JobStatus]:
         recorded = self._recorded_state(handle)
@@ -217,76 +220,18 @@ class KubernetesBackend:
                 view = observer.view()
                 if view.closed:
                     return
-                status = self._view_status(name, view, observer.pods_now)
+                status = self._states.view_status(name, view, observer.pods_now)
                 pending = status.state is JobState.PENDING
                 observer.watch_events(pending)
                 if pending and not view.events_synced:
                     continue  # the namespace's warnings are on their way: they may say why
-                status = self._settle(name, view.job, status)
-                timeout_s = self._wake_in_s(status)
+                status = self._states.settle(name, view.job, status)
+                timeout_s = self._states.wake_in_s(status)
                 if status != last:
                     last = status
                     yield status
                 if status.state.finished:
                     return
-
-    def _view_status(
-        self, name: str, view: View, pods_now: Callable[[], list[dict[str, Any]]] | None = None
-    ) -> JobStatus:
-        """The job's state from the view; with `pods_now`, a failure is read again from the
-        pods as the API server has them now: the pods' watch may lag the job's (a success
-        whose pods or exits the view does not show yet, observe.py), and a verdict is final."""
-        if view.job is None or not self._identity.ours(name, view.job):
-            return self._identity.vanished(name, view.job)
-        status = self._job_status(name, view.job, view.pods, view.events)
-        if status.state is JobState.FAILED and pods_now is not None:
-            status = self._job_status(name, view.job, pods_now(), view.events)
-        return status
-
-    def _job_status(
-        self, name: str, job: dict[str, Any], pods: list[dict[str, Any]], events: list[Any]
-    ) -> JobStatus:
-        """The job's state from its own pods (owners.py: never another same-name job's)."""
-        owner = self._owners.of(name, observe.job_uid(job), pods, job)
-        return observe.job_status(self.conn.kind, job, pods, events, owner)
-
-    def _made_again(self, name: str) -> bool:
-        """Whether the job of the run's name on the cluster is another than submit created
-        (and, if so, the run is recorded as such); never for a run recorded without a uid."""
-        impostor = self._identity.impostor(name)
-        if impostor is not None:
-            self._settle(name, None, self._identity.vanished(name, impostor))
-        return impostor is not None
-
-    def _settle(self, name: str, job: dict[str, Any] | None, status: JobStatus) -> JobStatus:
-        """Apply the pending timeout to a fresh status, and record it; but a finished record
-        is final. `runner cancel` elsewhere records CANCELLED before it deletes the job, and
-        what this process sees of the job meanwhile (a pod's change, before the job's
-        deletion reaches its watch) must not replace it: the run would then read as a job
-        deleted behind the runner's back, FAILED."""
-        recorded = self._memory.state(name)
-        if recorded is not None and recorded.state.finished:
-            self._finished.add(name)
-            return recorded
-        if job is not None and status.state is JobState.PENDING:
-            left_s = self._pending.left_s(status)
-            if left_s is not None and left_s <= 0:
-                status = self._cancel_pending(name, status, observe.job_uid(job))
-        status = overtime.overdue(status, self._pending.age_s)  # a success's wait for a node
-        self._record_state(name, status)
-        return status
-
-    def _wake_in_s(self, status: JobStatus) -> float | None:
-        """When to look again at an unchanged job: its pending timeout, or overtime.py's."""
-        if status.state is JobState.PENDING:
-            return self._pending.left_s(status)
-        return overtime.ends_left_s(status, self._pending.age_s)
-
-    def _cancel_pending(self, name: str, status: JobStatus, uid: str | None) -> JobStatus:
-        cancelled = JobStatus(JobState.CANCELLED, self._pending.reason(status), self._now())
-        cancelling.cancel(self.api, name, uid, cancelled, partial(self._record_state, name))
-        log.warning("%s: %s", name, cancelled.reason)
-        return cancelled
 
     # ---- logs and events ---------------------------------------------------------------
 
@@ -303,7 +248,7 @@ class KubernetesBackend:
             yield from archived  # fetched: the run directory has it all, no cluster needed
             return
         self._name(handle)  # from here on the cluster is asked: it must be the run's
-        if self._made_again(name):  # its pods are another job's: only what fetch archived
+        if self._states.made_again(name):  # its pods are another job's: only what fetch archived
             yield from collect.archived_only(self.api, name, rank, archived)
             return
         recorded = self._recorded_state(handle)
@@ -334,7 +279,7 @@ class KubernetesBackend:
         feed = EventFeed(follower, on_end=lambda: self._observers.release(name))
         try:
             while True:
-                if name in self._finished:
+                if name in self._states.finished:
                     feed.wait_ended(EVENTS_DRAIN_S)
                 batch = feed.take()
                 if batch is None:
@@ -348,7 +293,7 @@ class KubernetesBackend:
         the job is finished, gone, or reports success (the pods' watch may lag the job's)."""
         if view.job is None:
             return True
-        status = self._view_status(view.job["metadata"]["name"], view)
+        status = self._states.view_status(view.job["metadata"]["name"], view)
         return status.state.finished or overtime.awaiting_ends(status)
 
     # ---- results -----------------------------------------------------------------------
@@ -360,7 +305,7 @@ class KubernetesBackend:
 
     def cancel(self, handle: str) -> None:
         recorded = self._recorded_state(handle)
-        record = partial(self._record_state, parse_handle(handle)[1])
+        record = partial(self._states.record, parse_handle(handle)[1])
         if recorded is not None and cancelling.not_deleted(recorded):  # an earlier delete failed
             cancelling.delete_again(self.api, self._identity, self._name(handle), recorded, record)
             return
@@ -372,12 +317,12 @@ class KubernetesBackend:
         except NotFound:
             return  # already gone: cancelling twice is fine
         if not self._identity.ours(name, job):  # another job has its name: never ours to delete
-            self._settle(name, None, self._identity.vanished(name, job))
+            self._states.settle(name, None, self._identity.vanished(name, job))
             return
         # Whether the job is over is read from its pods too: an elastic job's operator says
         # Failed while the survivors train on, a PyTorchJob's Succeeded while a Worker runs.
         pods = self.api.list_objects("pods", collect.pods_selector(name))[0]
-        if self._job_status(name, job, pods, []).state.finished:
+        if self._states.job_status(name, job, pods, []).state.finished:
             return  # a finished job keeps its pods (and logs) for fetch
         cancelled = JobStatus(JobState.CANCELLED, "cancelled", self._now())
         cancelling.cancel(self.api, name, observe.job_uid(job), cancelled, record)
@@ -414,11 +359,6 @@ class KubernetesBackend:
 
     def _recorded_state(self, handle: str) -> JobStatus | None:
         return self._memory.state(parse_handle(handle)[1])
-
-    def _record_state(self, name: str, status: JobStatus) -> None:
-        self._memory.record(name, status)
-        if status.state.finished:
-            self._finished.add(name)
 
 
 def from_handle(
