@@ -2,33 +2,30 @@
 that reaches its store cannot change who is a member.
 
 A c10d TCPStore has no authentication: anyone who can connect may read and write every key.
-Locally the supervisor makes a random secret per run and gives it to the run's processes in
-their environment (SECRET_ENV; never on disk: launch.json and the run directory do not hold
-it). Every record a member writes (a join, a generation, a check-in, an arrival, `latest`,
+The launcher makes a random secret per run and gives it to the run's processes in their
+environment (SECRET_ENV, contract/runsecret.py; never on disk: launch.json, job.json and the
+run directory do not hold it): locally the supervisor, on Kubernetes the run's own Secret.
+Every record a member writes (a join, a generation, a check-in, an arrival, `latest`,
 `ended`) is stored as `<HMAC-SHA256 of key and value, hex>.<value>`; a reader takes a record
 only with a valid tag for its own key (a record moved to another key does not verify), and
 ignores any other, saying so once per key on stderr (the worker's log). The counters the
 store increments atomically (`joins`, the arrival count, heartbeats) cannot carry a tag: a
 foreign client can bump them, which delays a decision or makes a worker wait, but admits no
 member and drops none (rendezvous.py reads members from signed records only).
-Without SECRET_ENV (a cluster's pods: the job gives them none yet) records are plain text,
-as before; docs/security.md says so.
+Without SECRET_ENV (a worker started by hand, or by a launcher other than the runner) records
+are plain text; docs/security.md says so.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 import sys
 from collections.abc import Mapping
 
-SECRET_ENV = "STACKBENCH_RUN_SECRET"
+from contract.runsecret import SECRET_ENV, new_secret
 
-
-def new_secret() -> str:
-    """A run's secret: 32 random bytes, hex (what SECRET_ENV holds)."""
-    return secrets.token_hex(32)
+__all__ = ["SECRET_ENV", "UNSIGNED", "Signer", "new_secret"]
 
 
 class Signer:
