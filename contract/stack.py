@@ -51,10 +51,11 @@ FINISHED_JOB_TTL_S = 7 * 24 * 3600
 def runner_role_rules(job_api: JobApi) -> tuple[dict[str, tuple[str, ...]], ...]:
     """The RBAC rules of the runner's Role in the jobs' namespace, for a stack of `job_api`:
     every verb the runner's commands use (submit, status, logs, fetch, cancel, the pending
-    timeout) and no other. tests/runner/test_runner_role.py records the requests of every
-    command against a fake API server and holds the two to each other; API discovery (which
-    a 404 asks, to tell a missing CRD from a missing namespace) is granted to every
-    authenticated user by Kubernetes' own system:discovery role."""
+    timeout) and no other; it may create and delete Secrets (a run's own), never read one.
+    tests/runner/test_runner_role.py records the requests of every command against a fake API
+    server and holds the two to each other; API discovery (which a 404 asks, to tell a missing
+    CRD from a missing namespace) is granted to every authenticated user by Kubernetes' own
+    system:discovery role."""
     if job_api == "trainjob":
         jobs = [
             _rule("trainer.kubeflow.org", "trainjobs", "create", "get", "list", "watch", "delete"),
@@ -68,6 +69,9 @@ def runner_role_rules(job_api: JobApi) -> tuple[dict[str, tuple[str, ...]], ...]
         _rule("", "pods", "list", "watch"),
         _rule("", "events", "list", "watch"),  # why a pod is pending
         _rule("", "pods/log", "get"),
+        # Each run's own Secret, which signs its elastic records (runner/backends/kubernetes/
+        # runsecret.py): made at submit, deleted with the job. Never get, list or watch.
+        _rule("", "secrets", "create", "delete"),
     )
 
 

@@ -7,8 +7,9 @@ too), injected failures (403, 409, 500, ...), and connections dropped mid-stream
 The test plays the controllers: it adds pods and sets job conditions the way the Kubeflow
 operators and the kubelet would. The fake plays one itself: Kubeflow Trainer's, which makes a
 JobSet (owned by the TrainJob) as a TrainJob is created and removes it with the job, and JobSet's
-labelling of the pods (add_pod gives a pod that names a JobSet that JobSet's uid). The backend
-under test talks to it with the official client.
+labelling of the pods (add_pod gives a pod that names a JobSet that JobSet's uid); and the garbage
+collector's, which deletes what a deleted object owns (a run's Secret, owned by its job). The
+backend under test talks to it with the official client.
 Every change, through HTTP or through these helpers, gets the next resource version and is kept
 in a history that watches replay from the version they ask for, as the real API server's watch
 cache does.
@@ -30,6 +31,7 @@ import kmock
 
 PODS = "v1/pods"
 EVENTS = "v1/events"
+SECRETS = "v1/secrets"
 TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
 PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
 JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
@@ -130,6 +132,8 @@ class _Emulator(kmock.KubernetesEmulator):
             async with self._lock:
                 self.record(request.resource, request.namespace, name,
                             kind.get(request.action, "MODIFIED"))  # fmt: skip
+                if request.action == kmock.action.DELETE:
+                    self._collect_garbage(request.namespace, self.history[-1].event["object"])
                 if request.resource.plural == "trainjobs":
                     self._trainer(request.action, request.namespace, name)
         return response
@@ -143,6 +147,20 @@ class _Emulator(kmock.KubernetesEmulator):
         elif action == kmock.action.CREATE and self.make_jobsets:
             job = self.objects[TRAINJOBS, namespace, name].raw
             self.put_jobset(namespace, name, job["metadata"]["uid"])
+
+    def _collect_garbage(self, namespace: str, owner: dict[str, Any]) -> None:
+        """Kubernetes' garbage collector (kube-controller-manager), background propagation as
+        the runner deletes: what names the deleted `owner`'s uid in its ownerReferences goes
+        too (under the lock). The real one acts within seconds; this one at once, and only on
+        objects of the owner's namespace (a namespaced owner has no dependents elsewhere)."""
+        uid = (owner.get("metadata") or {}).get("uid")
+        for (resource, ns, name), obj in list(self.objects.items()):
+            if not uid or ns != namespace or obj.deleted:
+                continue
+            refs = (obj.raw.get("metadata") or {}).get("ownerReferences") or ()
+            if any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
+                obj.delete()
+                self.record(resource, ns, name, "DELETED")
 
     def put_jobset(self, namespace: str, name: str, owner_uid: str) -> str:
         """Make (or replace) the JobSet `name`, controlled by the TrainJob `owner_uid`; its
@@ -346,6 +364,7 @@ class FakeCluster:
         for resource in (
             PODS,
             EVENTS,
+            SECRETS,
             *apis,
             *([JOBSETS] if "trainjob" in self._installed else []),
         ):
@@ -414,6 +433,14 @@ class FakeCluster:
             self.emulator.record(resource, self.namespace, name, "MODIFIED")
 
         self._mutate(apply)
+
+    def secret(self, name: str) -> dict[str, Any] | None:
+        """The Secret `name` as created; None if there is none (or it was deleted)."""
+        try:
+            obj = self.emulator.objects[SECRETS, self.namespace, name]
+        except KeyError:
+            return None
+        return None if obj.deleted else obj.raw
 
     def jobset(self, name: str) -> dict[str, Any] | None:
         """The JobSet `name` (a TrainJob's), as Kubeflow Trainer made it; None if there is none."""

@@ -9,7 +9,9 @@ fetch), and a finished state is final: status, cancel, logs and fetch answer fro
 directory first, so a run whose job was never created (its submit failed) needs no cluster.
 
 A job is the run's by its uid too, which submit records in job.json (identity.py): a job
-deleted and made again under the run's name is another, so the run is FAILED.
+deleted and made again under the run's name is another, so the run is FAILED. Submit then makes
+the run's own Secret, owned by the job, which the pods read the key of their signed elastic
+records from (runsecret.py); whatever deletes the job deletes it too.
 
 Results come from the stack's results store when it has one (results_store.py); otherwise, or
 for any file the store lacks or that fails its check, they are rebuilt from rank 0's own lines
@@ -38,7 +40,7 @@ from typing import Any
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.base import KubernetesRequest, Request, kubernetes_handle
-from runner.backends.kubernetes import cancelling, collect, demux
+from runner.backends.kubernetes import cancelling, collect, demux, runsecret
 from runner.backends.kubernetes.api.apierrors import NotFound
 from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.api.streams import Transient
@@ -162,13 +164,16 @@ class KubernetesBackend:
         self._identity.created(name, uid)
         status = JobStatus(JobState.PENDING, SUBMITTED, self._now())
         try:
+            runsecret.create(self.api, name, uid)  # the job's pods wait for it
             if uid is not None:  # before anything follows the job, so that all know it by it
                 record_uid(Path(request.run_dir), uid)
             record_in(Path(request.run_dir), status)
-        except BaseException:
+        except BaseException as err:
             # The run is recorded FAILED ("submit failed"): its job must not run on unrecorded.
             with contextlib.suppress(RunnerError):
                 self.api.delete_job(name, uid)
+            if not isinstance(err, runsecret.SecretTaken):  # never delete another's Secret
+                runsecret.delete(self.api, name)
             raise
         return handle
 

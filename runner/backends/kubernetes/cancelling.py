@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contract.rundir import JobState, JobStatus
+from runner.backends.kubernetes import runsecret
 from runner.backends.kubernetes.api.apierrors import NameConflict, NotFound
 from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.follow import observe
@@ -58,13 +59,15 @@ def delete_job(
     cancelled: JobStatus,
     record: Callable[[JobStatus], None],
 ) -> None:
-    """Delete the job of the run `name`, recorded `cancelled`; `record` writes its state."""
+    """Delete the job of the run `name`, recorded `cancelled`, and its Secret (runsecret.py);
+    `record` writes its state."""
     try:
         with contextlib.suppress(NotFound, NameConflict):  # gone, or another's by now
             api.delete_job(name, uid)
     except RunnerError as err:
         record(undeleted(cancelled, name, err))
         raise
+    runsecret.delete(api, name)
     if not_deleted(cancelled):
         record(deleted(cancelled))
 

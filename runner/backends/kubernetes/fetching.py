@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from contract.rundir import JobState, JobStatus
-from runner.backends.kubernetes import collect
+from runner.backends.kubernetes import collect, runsecret
 from runner.backends.kubernetes.api.apierrors import NameConflict, NotFound
 from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.connection import ClusterConnection
@@ -48,6 +48,7 @@ def fetch_run(
         with contextlib.suppress(NotFound, NameConflict):  # gone, or another's by now
             api.delete_job(name, harvest.job_uid)
             log.info("deleted finished job %s after fetching it", handle)
+        runsecret.delete(api, name)
     return missing
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.network import ENV as NETWORK_ENV
 from contract.network import NetworkRecord
+from contract.runsecret import SECRET_ENV, SECRET_KEY, secret_name
 from contract.stack import IMAGE_HOME, IMAGE_UID
 from runner.backends.kubernetes.render.resources import pod_resources
 from runner.errors import SpecError
@@ -246,9 +247,10 @@ def scheduling(conn: ClusterConnection) -> dict[str, Any]:
     return result
 
 
-def launcher_env(spec: JobSpec) -> list[dict[str, str]]:
-    """torchrun's rank prefix, and the network record rank 0 copies into manifest.json
-    (contract/network.py): the pods' bandwidth as asked for, not measured."""
+def launcher_env(spec: JobSpec) -> list[dict[str, Any]]:
+    """torchrun's rank prefix, the network record rank 0 copies into manifest.json
+    (contract/network.py): the pods' bandwidth as asked for, not measured; and the run's
+    secret (run_secret_env)."""
     rate = link_mbit(spec)
     if rate is None:
         network = NetworkRecord(description="the cluster's pod network, unshaped, not measured")
@@ -263,7 +265,18 @@ def launcher_env(spec: JobSpec) -> list[dict[str, str]]:
     return [
         {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX_TEMPLATE},
         {"name": NETWORK_ENV, "value": network.to_env()},
+        run_secret_env(spec),
     ]
+
+
+def run_secret_env(spec: JobSpec) -> dict[str, Any]:
+    """SECRET_ENV from the run's own Secret, which submit creates with a random secret
+    (runner/backends/kubernetes/runsecret.py): the key that signs an elastic group's records,
+    so that no other client of its store changes who is a member. The manifest (job.json, the
+    dry run) names the Secret, never holds the secret; a container does not start until the
+    Secret exists (not optional), so no pod of the run runs unsigned."""
+    ref = {"name": secret_name(spec.run_id), "key": SECRET_KEY}
+    return {"name": SECRET_ENV, "valueFrom": {"secretKeyRef": ref}}
 
 
 def torchrun_flags() -> list[str]:
