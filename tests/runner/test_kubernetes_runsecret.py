@@ -171,3 +171,27 @@ def test_a_role_without_secrets_says_how_to_update_it_and_withdraws_the_job(clus
     assert "\n" not in str(err.value)
     assert cluster.job("trainjob", RUN_ID) is None
     backend.close()
+
+
+def test_a_refusal_that_quotes_the_secret_is_reported_without_it(cluster, tmp_path, caplog):
+    """An API server's message may quote the body it refused (a webhook's, a proxy's): the
+    error the user reads, and the log, never hold the secret."""
+    caplog.set_level(logging.DEBUG)
+    seen: list[str] = []
+    backend = make_backend(cluster, tmp_path, "pytorchjob")
+    real = backend.api.core.create_namespaced_secret
+
+    def quoting(namespace, body, **kwargs):
+        """The official client's call, once the server is set to refuse with the body quoted
+        (the secret is made inside submit: this is where the test learns it)."""
+        seen.append(base64.b64decode(body["data"][SECRET_KEY]).decode())
+        cluster.fail("POST", "/secrets$", 400, message=f"refused {body['data']} ({seen[-1]})")
+        return real(namespace, body, **kwargs)
+
+    backend.api.core.create_namespaced_secret = quoting
+    with pytest.raises(RunnerError) as err:
+        submit(backend, tmp_path, make_spec())
+    assert seen and seen[0] not in str(err.value) and "<the run's secret>" in str(err.value)
+    assert seen[0] not in caplog.text
+    assert cluster.job("pytorchjob", RUN_ID) is None
+    backend.close()

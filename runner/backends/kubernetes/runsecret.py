@@ -67,7 +67,8 @@ def create(api: KubeApi, name: str, job_uid: str | None) -> None:
     if owner is None:
         log.warning("the Secret %s has no owner: the job's uid is unknown; `runner cancel %s` "
                     "or a complete `runner fetch` removes it", secret_name(name), name)  # fmt: skip
-    body = manifest(name, api.conn.namespace, new_secret(), owner)
+    secret = new_secret()
+    body = manifest(name, api.conn.namespace, secret, owner)
     what, ns = f"create Secret {secret_name(name)}", api.conn.namespace
     try:
         api.answer(what, api.core.create_namespaced_secret, ns, body)
@@ -82,6 +83,16 @@ def create(api: KubeApi, name: str, job_uid: str | None) -> None:
             f"{err}; a stack's runner Role made before runs had their own Secret lacks "
             "`secrets create, delete`: `pulumi up` adds them"
         ) from None
+    except RunnerError as err:  # a server's message may quote the body: never the secret
+        raise _scrubbed(err, (secret, body["data"][SECRET_KEY])) from None
+
+
+def _scrubbed(err: RunnerError, secrets: tuple[str, ...]) -> RunnerError:
+    """`err`, with no secret in its message."""
+    text = str(err)
+    for secret in secrets:
+        text = text.replace(secret, "<the run's secret>")
+    return err if text == str(err) else RunnerError(text)
 
 
 def delete(api: KubeApi, name: str) -> None:
