@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 from contract.events import RUN_START, parse_line
 from contract.files import DamagedFile
-from runner.cli.views import event_text  # `runner logs`' own formatter, not a second one
 from runner.dashboard import curves, data, runpage
 from runner.dashboard.shared import split_keys
+from runner.results.eventtext import event_text  # `runner logs`' own formatter
 
 Message = tuple[str, Any]
 # Reads per poll: a reconnecting page catches up on a long run's events over a few polls
@@ -117,7 +117,7 @@ class RunFeed:
 
 class LogFeed:
     """One log of one run: its recent tail first, then what is appended, each event line shown
-    as `runner logs` shows it (runner.cli.views.event_text: time since run_start, key, value),
+    as `runner logs` shows it (runner.results.eventtext: time since run_start, key, value),
     every other line as it is. A line is sent once whole; a last line without its newline is
     sent as it is after a poll that brought nothing more (a killed writer's last words)."""
 

@@ -252,7 +252,7 @@ def chart_option(driver, chart: str, script: str):
 
 def test_an_adaptive_runs_page_draws_its_decisions_knobs_and_noise_scale(tmp_path, browser):
     from contract.events import read_events
-    from runner.cli.views import event_text
+    from runner.results.eventtext import event_text
 
     results = tmp_path / "results"
     results.mkdir()

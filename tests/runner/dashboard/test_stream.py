@@ -94,7 +94,7 @@ def test_a_log_streams_its_tail_then_what_is_appended(results, dashboard):
 
 
 def test_a_log_reads_as_runner_logs_shows_it(results, dashboard):
-    from runner.cli.views import event_text
+    from runner.results.eventtext import event_text
 
     run_dir = make_run(results, "cnn-a", 2, 30.0, state="RUNNING")
     start, accuracy = event_line("run_start", None, 1000), event_line("eval_accuracy", 0.9, 2500, 1)
