@@ -1,8 +1,8 @@
-"""The dashboard's reader of run records and studies: a run's row in the table (job, state,
-summary and manifest, the end of its events while it runs), studies, and runs as reports read
-them. With runner.dashboard.runpage (a run's page: its detail, events, logs and files), every
-file name and record format the dashboard knows is here, so moving them to contract/'s typed
-records changes these two modules alone.
+"""The dashboard's reader of run records: a run's row in the table (job, state, summary and
+manifest, the end of its events while it runs). With runner.dashboard.runpage (a run's page:
+its detail, events, logs and files) and runner.dashboard.reports (runs as reports read them,
+studies), every file name and record format the dashboard knows is here, so moving them to
+contract/'s typed records changes these modules alone.
 
 It answers in JSON-ready dicts (the API's payloads) and never raises for one bad run: a run
 whose files are damaged or hostile shows as DAMAGED with the file and the problem, and the
@@ -12,8 +12,9 @@ runner.dashboard.files, so nothing outside the results directory is ever read. S
 the run directory records (kept current by whoever supervises or follows the run), except
 that an unfinished local run whose supervisor is gone reads as failed, as `runner runs` says.
 
-Not here: a run's page (runner.dashboard.runpage), HTTP (runner.dashboard.server), chart
-points (runner.dashboard.curves), shaping studies and comparisons (runner.dashboard.views),
+Not here: a run's page (runner.dashboard.runpage), runs and studies as reports read them
+(runner.dashboard.reports), HTTP (runner.dashboard.server), chart points
+(runner.dashboard.curves), shaping studies and comparisons (runner.dashboard.views),
 statistics (runner.results).
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,6 @@ from runner.errors import RunnerError
 from runner.results import index, rundir
 from runner.results import study as studies
 from runner.results.keys import config_keys, plugin_text
-from runner.results.runs import RunResult, load_run
 from workloads.tasks.config import LOWER_IS_BETTER
 
 DAMAGED = "DAMAGED"  # a state of the dashboard's own: the records cannot be trusted
@@ -339,85 +339,3 @@ def _notes(row: Mapping[str, Any], path: Path, summary: Any) -> list[str]:
     elif remote and (summary is None or not os.path.lexists(path / EVENTS)):
         notes.append(f"results not fetched yet: runner fetch {row['run_id']}")
     return notes
-
-
-# ---- results for reports: studies and comparisons -----------------------------------------
-
-
-def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], list[dict]]:
-    """The runs as runner.results reads them, and a problem for each that cannot be read."""
-    runs, problems = [], []
-    for run_id in dict.fromkeys(run_ids):
-        try:
-            path = run_path(root, run_id)
-        except NotFound as err:
-            problems.append({"run_id": run_id, **problem("", str(err))})
-            continue
-        damage = _unsafe_for_load_run(path)
-        if not damage:
-            try:
-                runs.append(load_run(path))
-                continue
-            except DamagedFile as err:  # swapped for a link since run_path looked, say
-                damage.append(problem(err.path.name, err.problem))
-            except RunnerError as err:  # removed since run_path looked
-                damage.append(problem("", str(err)))
-            except (KeyError, TypeError, ValueError, AttributeError, OSError) as err:
-                damage.append(problem(JOB, f"cannot be read as a run ({err!r})"))
-        problems += [{"run_id": run_id, **p} for p in damage]
-    return runs, problems
-
-
-def _unsafe_for_load_run(path: Path) -> list[dict[str, str]]:
-    """load_run's own reads are not defensive: every record read the defensive way first, and
-    events.jsonl a plain file under the cap (load_run reads it whole)."""
-    damage = [p for name in RECORDS if name != JOB and (p := read_record(path, name)[1])]
-    if job_damage := read_job(path, path.name)[1]:  # the table's own check: DAMAGED there too
-        damage.append(job_damage)
-    try:
-        with os.fdopen(open_in_run(path, EVENTS), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-        if size > MAX_EVENTS_BYTES:
-            damage.append(problem(EVENTS, f"is {size} bytes, over the {MAX_EVENTS_BYTES} cap"))
-    except FileNotFoundError:
-        pass
-    except DamagedFile as err:
-        damage.append(problem(EVENTS, err.problem))
-    return damage
-
-
-def list_studies(root: Path) -> list[dict[str, Any]]:
-    """Every study under results/studies/, newest first; a damaged one says why."""
-    base = studies.studies_root(root)
-    if not files.is_plain_dir(base):
-        return []
-    out: list[dict[str, Any]] = []
-    for name in sorted(os.listdir(base)):
-        if not files.valid_name(name) or not files.is_plain_dir(base / name):
-            continue
-        try:
-            study = load_study_record(root, name)
-        except DamagedFile as err:
-            out.append({"study_id": name, "damaged": [problem(studies.STUDY_FILE, err.problem)]})
-            continue
-        except NotFound:
-            continue
-        out.append({
-            "study_id": name, "benchmark": study.benchmark, "state": study.state,
-            "workers": list(study.workers), "grid": {k: list(v) for k, v in study.grid.items()},
-            "runs_per_cell": study.runs_per_cell, "planned": len(study.runs),
-            "submitted": len(study.run_ids), "where": study.where,
-            "created_at": study.created_at, "finished_at": study.finished_at, "damaged": [],
-        })  # fmt: skip
-    return sorted(out, key=lambda s: str(s.get("created_at") or ""), reverse=True)
-
-
-def load_study_record(root: Path, study_id: str) -> studies.Study:
-    """study.json of a study (NotFound; DamagedFile when unreadable)."""
-    base = studies.studies_root(root)
-    if not files.valid_name(study_id) or not files.is_plain_dir(base / study_id):
-        raise NotFound(f"no study {study_id!r} in {base}")
-    try:
-        return studies.load(base / study_id / studies.STUDY_FILE)  # its fields checked
-    except FileNotFoundError:
-        raise NotFound(f"study {study_id!r} has no {studies.STUDY_FILE}") from None

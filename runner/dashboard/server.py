@@ -37,7 +37,7 @@ from typing import Any
 from aiohttp import web
 
 from contract.files import DamagedFile
-from runner.dashboard import data, files, hosts, live, runpage, views
+from runner.dashboard import data, files, hosts, live, reports, runpage, views
 from runner.dashboard.shared import split_keys
 
 STATIC = Path(__file__).parent / "static"
@@ -210,13 +210,13 @@ async def run_file(request: web.Request) -> web.Response:
 
 
 async def studies(request: web.Request) -> web.Response:
-    return _json(await _call(request, data.list_studies))
+    return _json(await _call(request, reports.list_studies))
 
 
 async def study(request: web.Request) -> web.Response:
     def page(root: Path, study_id: str) -> dict[str, Any]:
-        record = data.load_study_record(root, study_id)
-        runs, problems = data.load_results(root, record.run_ids)
+        record = reports.load_study_record(root, study_id)
+        runs, problems = reports.load_results(root, record.run_ids)
         return views.study_page(record, runs, problems)
 
     return _json(await _call(request, page, request.match_info["study_id"]))
@@ -227,7 +227,7 @@ async def compare(request: web.Request) -> web.Response:
 
     def page(root: Path) -> dict[str, Any]:
         rows = [data.run_row(root, run_id) for run_id in run_ids]
-        runs, problems = data.load_results(root, run_ids)
+        runs, problems = reports.load_results(root, run_ids)
         return {**views.comparison(rows, runs), "problems": problems}
 
     return _json(await _call(request, page))
