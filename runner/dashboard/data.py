@@ -69,20 +69,28 @@ def run_path(root: Path, run_id: str) -> Path:
     return path
 
 
-def _entries(root: Path) -> Iterator[tuple[str, bool]]:
-    """(name, is a link) of every entry of `root` that may be a run."""
+def _entries(root: Path) -> Iterator[tuple[str, int | None]]:
+    """(name, the directory's inode; None for a link) of every directory or link of `root`
+    that may be a run (whether it is one: _is_run, from the files its row is built from)."""
     with contextlib.suppress(OSError), os.scandir(root) as it:
         for entry in it:
             if not files.valid_name(entry.name) or entry.name == studies.STUDIES_DIR:
                 continue
             if entry.is_symlink():
-                yield entry.name, True
-            elif entry.is_dir(follow_symlinks=False) and _looks_like_run(Path(entry.path)):
-                yield entry.name, False
+                yield entry.name, None
+            elif entry.is_dir(follow_symlinks=False):
+                yield entry.name, entry.inode()
 
 
-def _looks_like_run(path: Path) -> bool:
-    return any(os.path.lexists(path / name) for name in (*RECORDS, EVENTS, LOGS))
+# A run directory holds one of its records, its events or its logs (SUPERVISOR, the last of
+# the files a row is built from, alone does not make one).
+RUN_FILES = (*RECORDS, EVENTS)
+
+
+def _is_run(root: Path, name: str, sig: index.Signature) -> bool:
+    """From the signature RowIndex just read (its first entry the directory's), so that only
+    a directory with none of a run's files is looked at again, for its logs."""
+    return any(sig[1 : 1 + len(RUN_FILES)]) or os.path.lexists(root / name / LOGS)
 
 
 def signature(path: Path) -> tuple[Any, ...]:
@@ -113,8 +121,9 @@ class RunTable:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._index = index.RowIndex(
-            root, "dashboard", (*RECORDS, EVENTS, SUPERVISOR), index.code_key(BUILDERS),
+            root, "dashboard", (*RUN_FILES, SUPERVISOR), index.code_key(BUILDERS),
             self._build, may_change_unseen, _stored_row,
+            is_run=lambda name, sig: _is_run(root, name, sig),
         )  # fmt: skip
         self._lock = threading.Lock()  # one table serves every page's stream, from threads
 
@@ -124,11 +133,11 @@ class RunTable:
 
     def _rows(self) -> list[dict[str, Any]]:
         rows, dirs = {}, []
-        for name, is_link in _entries(self.root):
-            if is_link:
+        for name, inode in _entries(self.root):
+            if inode is None:
                 rows[name] = _damaged_row(name, problem(name, "is a symbolic link, never followed"))
                 continue
-            dirs.append((name, None))
+            dirs.append((name, inode))
         rows |= {name: row for name, (_, row) in self._index.rows(dirs).items()}
         return sorted(rows.values(), key=lambda r: r["created_at"] or "", reverse=True)
 

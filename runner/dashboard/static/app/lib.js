@@ -47,7 +47,7 @@ export function useStream(url, handlers) {
     if (!url) return undefined;
     const source = new EventSource(url);
     let reopen = null;
-    const names = ["keys", "runs", "run", "gone", "detail", "curves", "points", "log", "problem"];
+    const names = ["table", "gone", "detail", "curves", "points", "log", "problem"];
     for (const name of names) {
       source.addEventListener(name, (message) => {
         const handler = latest.current[name];

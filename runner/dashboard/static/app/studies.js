@@ -6,19 +6,13 @@ import {
 } from "./charts.js";
 import { html, LiveBadge, Problems, runHref, StateBadge, useJSON, useStream, when } from "./lib.js";
 
-// Changes whenever a run of the results directory changes state (the table's stream), so
-// that a study being swept refreshes as its runs start and end, not at every epoch.
+// Changes whenever a run of the results directory comes, goes or changes state (the table
+// stream's `states`), so that a study being swept refreshes as its runs start and end, not
+// at every epoch.
 function useRunsVersion() {
-  const [states, setStates] = useState({});
-  const status = useStream("/api/stream?table=1", {
-    runs: (all) => setStates(Object.fromEntries(all.map((r) => [r.run_id, r.state]))),
-    run: (r) => setStates((old) => (old[r.run_id] === r.state ? old : { ...old, [r.run_id]: r.state })),
-    gone: ({ run_id }) => setStates((old) => {
-      const { [run_id]: _, ...rest } = old;
-      return rest;
-    }),
-  });
-  return [JSON.stringify(states), status];
+  const [states, setStates] = useState(0);
+  const status = useStream("/api/stream?table=1", { table: (t) => setStates(t.states) });
+  return [states, status];
 }
 
 export function StudiesPage() {
