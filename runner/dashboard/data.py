@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -126,10 +127,20 @@ class RunTable:
             is_run=lambda name, sig: _is_run(root, name, sig),
         )  # fmt: skip
         self._lock = threading.Lock()  # one table serves every page's stream, from threads
+        self._last: tuple[float, list[dict[str, Any]]] | None = None  # (begun at, rows)
 
     def rows(self) -> list[dict[str, Any]]:
+        """Every run's row, read after this call began: a caller that waited while another
+        read them takes that reading if it began after this call did (a page's first
+        /api/runs and its stream's first poll arrive together; 10,000 runs are read once)."""
+        asked = time.monotonic()
         with self._lock:
-            return self._rows()
+            if self._last is not None and self._last[0] >= asked:
+                return self._last[1]
+            begun = time.monotonic()
+            rows = self._rows()
+            self._last = (begun, rows)
+            return rows
 
     def _rows(self) -> list[dict[str, Any]]:
         rows, dirs = {}, []

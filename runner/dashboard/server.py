@@ -219,10 +219,13 @@ async def studies(request: web.Request) -> web.Response:
 
 
 async def study(request: web.Request) -> web.Response:
+    """A study's report; `?group=KEY`: its series by that configuration key's value."""
+    group_by = request.query.get("group") or None
+
     def page(root: Path, study_id: str) -> dict[str, Any]:
         record = reports.load_study_record(root, study_id)
         runs, problems = reports.load_results(root, record.run_ids)
-        return views.study_page(record, runs, problems)
+        return views.study_page(record, runs, problems, group_by)
 
     return _json(await _call(request, page, request.match_info["study_id"]))
 
