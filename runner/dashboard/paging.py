@@ -38,8 +38,9 @@ def _number(field: str, default: float) -> Callable[[Row], float]:
 
     def value(row: Row) -> float:
         raw = row.get(field)
-        ok = isinstance(raw, int | float) and not isinstance(raw, bool) and not math.isnan(raw)
-        return float(raw) if ok else default
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or math.isnan(raw):
+            return default
+        return float(raw)
 
     return value
 
