@@ -566,3 +566,39 @@ def test_compare_and_study_pages_group_runs_by_any_configuration_key(tmp_path, b
             browser, ("speedup", "time_to_accuracy", "compute_communication", "curves")
         )
         assert console_errors(browser) == []
+
+
+def test_the_runs_table_comes_a_page_at_a_time_and_scrolls_to_every_run(tmp_path, browser):
+    # The table's first message was every run: at 10,000 runs, seconds before a first row.
+    from tests.runner.rundirs import make_run
+
+    results = tmp_path / "results"
+    results.mkdir()
+    template = make_run(results, "template", 2, 10.0)
+    job = json.loads((template / "job.json").read_text())
+    for i in range(105):  # copies, as a sweep leaves them: one page of 100 and five more
+        run_id = f"run-{i:03d}"
+        shutil.copytree(template, results / run_id, ignore=shutil.ignore_patterns("job.json"))
+        created_at = f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}+00:00"
+        record = job | {"run_id": run_id, "handle": f"local://{run_id}", "created_at": created_at}
+        (results / run_id / "job.json").write_text(json.dumps(record))
+    shutil.rmtree(template)
+
+    def shown() -> list[str]:  # read at once: the rows are drawn again as pages come
+        return browser.execute_script(
+            "return [...document.querySelectorAll('tr.run-row')].map((r) => r.dataset.run)"
+        )
+
+    with dashboard_process(results) as url:
+        browser.get(url)
+        wait_for(lambda: len(shown()) == 100, 60, "the first page")
+        assert shown()[:2] == ["run-104", "run-103"]  # the newest first, over every run
+        assert "100 shown of 105 matching" in browser.find_element("css selector", "#shown").text
+        browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+        wait_for(lambda: len(shown()) == 105, 30, "the rest, once the table's end is seen")
+        assert sorted(shown()) == [f"run-{i:03d}" for i in range(105)]  # each once
+        search = browser.find_element("css selector", "input[type=search]")
+        search.send_keys("run-00")  # over every run, not the rows shown
+        wait_for(lambda: shown() == [f"run-{i:03d}" for i in range(9, -1, -1)], 30,
+                 "the filtered runs")  # fmt: skip
+        assert console_errors(browser) == []
