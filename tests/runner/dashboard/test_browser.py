@@ -440,9 +440,10 @@ def test_any_configuration_key_filters_groups_and_labels_without_overlap(tmp_pat
     results.mkdir()
     ids = policy_and_strategy_arms(results)
 
-    def runs_shown() -> list[str]:
-        rows = browser.find_elements("css selector", "tr.run-row")
-        return sorted(r.get_attribute("data-run") for r in rows)
+    def runs_shown() -> list[str]:  # read at once: a filter's answer draws the rows again
+        return sorted(browser.execute_script(
+            "return [...document.querySelectorAll('tr.run-row')].map((r) => r.dataset.run)"
+        ))  # fmt: skip
 
     with dashboard_process(results) as url:
         browser.get(url)
@@ -454,11 +455,10 @@ def test_any_configuration_key_filters_groups_and_labels_without_overlap(tmp_pat
         wait_for(lambda: runs_shown() == [ids[1], ids[3]], 10, "the filtered runs")
         search.clear()
         choose(browser, "select[aria-label='group by']", "group by strategy")
-        groups = browser.find_elements("css selector", "tbody[data-group]")
-        assert [g.get_attribute("data-group") for g in groups] == [
-            "allreduce",
-            "allreduce-per-param",
-        ]
+        groups = ("return [...document.querySelectorAll('tbody[data-group]')]"
+                  ".map((g) => g.dataset.group)")  # fmt: skip
+        wait_for(lambda: browser.execute_script(groups) == ["allreduce", "allreduce-per-param"],
+                 30, "the groups, from the server")  # fmt: skip
         choose(browser, "select[aria-label='add a column']", "batch_size")
         # A key every run shares comes once (runner/dashboard/shared.py) and is put back.
         cells = browser.find_elements("css selector", "td[data-key='batch_size']")
