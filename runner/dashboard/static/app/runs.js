@@ -159,8 +159,8 @@ export function RunsPage() {
         href=${selected.length >= 2 ? `#/compare/${selected.map(encodeURIComponent).join(",")}` : undefined}>
         compare ${selected.length || ""} selected</a>
     </div>
-    ${error && !shown ? html`<p class="alert">${error}</p>`
-      : !shown ? html`<p class="muted">loading…</p>`
+    ${error ? html`<p class="alert">${error}</p>` : ""}
+    ${!shown ? (error ? "" : html`<p class="muted">loading…</p>`)
       : shown.total === 0 ? html`<p class="muted">No runs in this results directory yet. Start one with <code>runner submit cnn-digits</code>; it appears here as it starts.</p>`
       : html`<table class="runs"><thead><tr><th></th>${columns.map(header)}</tr></thead>
         ${groups.map(([value, members]) => html`<tbody data-group=${group ? value : undefined}>
