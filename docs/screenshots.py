@@ -21,7 +21,7 @@ from pathlib import Path
 
 from runner import api
 from runner.backends.local.backend import LocalBackend
-from runner.dashboard import data
+from runner.dashboard import reports
 from runner.job.spec import Placement, resolve
 from tests.runner.dashboard.browser import chart_points, chromium, dashboard_process, missing
 
@@ -51,7 +51,7 @@ def shoot(driver, url: str, name: str, ready, height: int | None = None) -> None
 
 def study_run(root: Path, study_id: str, workers: int) -> str:
     """The first run of the study on `workers` workers."""
-    study = data.load_study_record(root, study_id)
+    study = reports.load_study_record(root, study_id)
     for planned in study.runs:
         if planned.run_id and planned.workers == workers:
             return planned.run_id
@@ -62,7 +62,7 @@ def main(root: Path) -> None:
     reason = missing()
     if reason:
         raise SystemExit(reason)
-    studies = [s for s in data.list_studies(root) if s.get("state") == "complete"]
+    studies = [s for s in reports.list_studies(root) if s.get("state") == "complete"]
     if not studies:
         raise SystemExit(f"no finished study in {root}; run a sweep first (see the docstring)")
     study_id = studies[0]["study_id"]

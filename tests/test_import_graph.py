@@ -6,6 +6,8 @@
 - backends are built in one place (runner/backends/factory.py): outside runner/backends/,
   nothing imports a backend's package, except that runner/job/target.py connects to a
   cluster when it reads the options (kubernetes/connection.py, no backend);
+- the dashboard and runner/results/ never import the command line (runner.cli): what the
+  CLI and they share (`runner logs`' event text, say) lives in runner/results/;
 - no import cycle, counting imports inside functions: a deferred import hides a cycle from
   Python's start-up, not from a reader.
 """
@@ -86,6 +88,18 @@ def test_the_api_and_the_dashboard_import_no_backend_package(edges):
         and any(under(e.target, package) for package in BACKEND_PACKAGES)
     ]  # fmt: skip
     assert not found, _lines(found)
+
+
+def test_the_dashboard_and_the_results_never_import_the_command_line(edges):
+    found = [
+        e for e in edges
+        if (under(e.source, "runner.dashboard") or under(e.source, "runner.results"))
+        and under(e.target, "runner.cli")
+    ]  # fmt: skip
+    assert not found, (
+        "the command line sits above the dashboard and the results: move what both need into "
+        "runner/results/:\n" + _lines(found)
+    )
 
 
 def _cycles_at(edges: list[Import], place: str) -> list[list[str]]:

@@ -99,6 +99,7 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
       runner logs RUN --raw | grep :::MLLOG
     """
     from contract.events import RUN_START, parse_line
+    from runner.results.eventtext import event_text
 
     run = api.open_run(settings.results_dir, run_id)
     _check_rank(run, rank)
@@ -111,7 +112,7 @@ def logs(settings: Settings, run_id: str, rank: int, follow: bool, raw: bool) ->
             continue
         if event["key"] == RUN_START:
             start_ms = event["time_ms"]
-        click.echo(shown(views.event_text(event, start_ms)))
+        click.echo(shown(event_text(event, start_ms)))
 
 
 def _check_rank(run: api.Run, rank: int) -> None:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from contract import events
 from contract.events import OTHER_PHASE
 from contract.events import STEP_PHASES as PHASES
 from contract.files import DamagedFile
@@ -216,26 +213,6 @@ def print_outcome(console: Console, run: Run, outcome: Outcome) -> None:
     learned = summary.did_not_learn if isinstance(summary, TrainSummary) else None
     verdict = f"  [red]{learned}[/red]" if learned else ""
     console.print(f"{state_text(outcome.status)}{verdict}  results: {plain(str(run.run_dir))}")
-
-
-def event_text(event: dict[str, Any], start_ms: int | None) -> str:
-    """One MLLOG event as a person reads it: time since run_start (or the clock), the key,
-    its value and metadata; the manifest and summary, which are long, by name only."""
-    when = event.get("time_ms", 0)
-    if start_ms is not None:
-        stamp = f"{(when - start_ms) / 1000:+9.2f} s"
-    else:
-        stamp = datetime.fromtimestamp(when / 1000, UTC).strftime("%H:%M:%S")
-    key, value = event.get("key"), event.get("value")
-    if isinstance(value, dict | list) and len(json.dumps(value)) > 80:
-        shown = "{...}" if isinstance(value, dict) else "[...]"
-    elif isinstance(value, float):
-        shown = f"{value:.6g}"
-    else:
-        shown = "" if value is None else str(value)
-    meta = events.metadata(event)
-    extras = " ".join(f"{k}={v}" for k, v in meta.items() if k not in ("file", "lineno"))
-    return " ".join(part for part in (f"[{stamp}]", str(key), shown, extras) if part)
 
 
 def summary_table(summary: TrainSummary, spec: JobSpec | None = None) -> Table:

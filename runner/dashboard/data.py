@@ -1,8 +1,8 @@
-"""The dashboard's reader of run records and studies: a run's row in the table (job, state,
-summary and manifest, the end of its events while it runs), studies, and runs as reports read
-them. With runner.dashboard.runpage (a run's page: its detail, events, logs and files), every
-file name and record format the dashboard knows is here, so moving them to contract/'s typed
-records changes these two modules alone.
+"""The dashboard's reader of run records: a run's row in the table (job, state, summary and
+manifest, the end of its events while it runs). With runner.dashboard.runpage (a run's page:
+its detail, events, logs and files) and runner.dashboard.reports (runs as reports read them,
+studies), every file name and record format the dashboard knows is here, so moving them to
+contract/'s typed records changes these modules alone.
 
 It answers in JSON-ready dicts (the API's payloads) and never raises for one bad run: a run
 whose files are damaged or hostile shows as DAMAGED with the file and the problem, and the
@@ -12,8 +12,9 @@ runner.dashboard.files, so nothing outside the results directory is ever read. S
 the run directory records (kept current by whoever supervises or follows the run), except
 that an unfinished local run whose supervisor is gone reads as failed, as `runner runs` says.
 
-Not here: a run's page (runner.dashboard.runpage), HTTP (runner.dashboard.server), chart
-points (runner.dashboard.curves), shaping studies and comparisons (runner.dashboard.views),
+Not here: a run's page (runner.dashboard.runpage), runs and studies as reports read them
+(runner.dashboard.reports), HTTP (runner.dashboard.server), chart points
+(runner.dashboard.curves), shaping studies and comparisons (runner.dashboard.views),
 statistics (runner.results).
 """
 
@@ -22,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,6 @@ from runner.errors import RunnerError
 from runner.results import index, rundir
 from runner.results import study as studies
 from runner.results.keys import config_keys, plugin_text
-from runner.results.runs import RunResult, load_run
 from workloads.tasks.config import LOWER_IS_BETTER
 
 DAMAGED = "DAMAGED"  # a state of the dashboard's own: the records cannot be trusted
@@ -69,20 +70,28 @@ def run_path(root: Path, run_id: str) -> Path:
     return path
 
 
-def _entries(root: Path) -> Iterator[tuple[str, bool]]:
-    """(name, is a link) of every entry of `root` that may be a run."""
+def _entries(root: Path) -> Iterator[tuple[str, int | None]]:
+    """(name, the directory's inode; None for a link) of every directory or link of `root`
+    that may be a run (whether it is one: _is_run, from the files its row is built from)."""
     with contextlib.suppress(OSError), os.scandir(root) as it:
         for entry in it:
             if not files.valid_name(entry.name) or entry.name == studies.STUDIES_DIR:
                 continue
             if entry.is_symlink():
-                yield entry.name, True
-            elif entry.is_dir(follow_symlinks=False) and _looks_like_run(Path(entry.path)):
-                yield entry.name, False
+                yield entry.name, None
+            elif entry.is_dir(follow_symlinks=False):
+                yield entry.name, entry.inode()
 
 
-def _looks_like_run(path: Path) -> bool:
-    return any(os.path.lexists(path / name) for name in (*RECORDS, EVENTS, LOGS))
+# A run directory holds one of its records, its events or its logs (SUPERVISOR, the last of
+# the files a row is built from, alone does not make one).
+RUN_FILES = (*RECORDS, EVENTS)
+
+
+def _is_run(root: Path, name: str, sig: index.Signature) -> bool:
+    """From the signature RowIndex just read (its first entry the directory's), so that only
+    a directory with none of a run's files is looked at again, for its logs."""
+    return any(sig[1 : 1 + len(RUN_FILES)]) or os.path.lexists(root / name / LOGS)
 
 
 def signature(path: Path) -> tuple[Any, ...]:
@@ -113,22 +122,33 @@ class RunTable:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._index = index.RowIndex(
-            root, "dashboard", (*RECORDS, EVENTS, SUPERVISOR), index.code_key(BUILDERS),
+            root, "dashboard", (*RUN_FILES, SUPERVISOR), index.code_key(BUILDERS),
             self._build, may_change_unseen, _stored_row,
+            is_run=lambda name, sig: _is_run(root, name, sig),
         )  # fmt: skip
         self._lock = threading.Lock()  # one table serves every page's stream, from threads
+        self._last: tuple[float, list[dict[str, Any]]] | None = None  # (begun at, rows)
 
     def rows(self) -> list[dict[str, Any]]:
+        """Every run's row, read after this call began: a caller that waited while another
+        read them takes that reading if it began after this call did (a page's first
+        /api/runs and its stream's first poll arrive together; 10,000 runs are read once)."""
+        asked = time.monotonic()
         with self._lock:
-            return self._rows()
+            if self._last is not None and self._last[0] >= asked:
+                return self._last[1]
+            begun = time.monotonic()
+            rows = self._rows()
+            self._last = (begun, rows)
+            return rows
 
     def _rows(self) -> list[dict[str, Any]]:
         rows, dirs = {}, []
-        for name, is_link in _entries(self.root):
-            if is_link:
+        for name, inode in _entries(self.root):
+            if inode is None:
                 rows[name] = _damaged_row(name, problem(name, "is a symbolic link, never followed"))
                 continue
-            dirs.append((name, None))
+            dirs.append((name, inode))
         rows |= {name: row for name, (_, row) in self._index.rows(dirs).items()}
         return sorted(rows.values(), key=lambda r: r["created_at"] or "", reverse=True)
 
@@ -339,85 +359,3 @@ def _notes(row: Mapping[str, Any], path: Path, summary: Any) -> list[str]:
     elif remote and (summary is None or not os.path.lexists(path / EVENTS)):
         notes.append(f"results not fetched yet: runner fetch {row['run_id']}")
     return notes
-
-
-# ---- results for reports: studies and comparisons -----------------------------------------
-
-
-def load_results(root: Path, run_ids: Sequence[str]) -> tuple[list[RunResult], list[dict]]:
-    """The runs as runner.results reads them, and a problem for each that cannot be read."""
-    runs, problems = [], []
-    for run_id in dict.fromkeys(run_ids):
-        try:
-            path = run_path(root, run_id)
-        except NotFound as err:
-            problems.append({"run_id": run_id, **problem("", str(err))})
-            continue
-        damage = _unsafe_for_load_run(path)
-        if not damage:
-            try:
-                runs.append(load_run(path))
-                continue
-            except DamagedFile as err:  # swapped for a link since run_path looked, say
-                damage.append(problem(err.path.name, err.problem))
-            except RunnerError as err:  # removed since run_path looked
-                damage.append(problem("", str(err)))
-            except (KeyError, TypeError, ValueError, AttributeError, OSError) as err:
-                damage.append(problem(JOB, f"cannot be read as a run ({err!r})"))
-        problems += [{"run_id": run_id, **p} for p in damage]
-    return runs, problems
-
-
-def _unsafe_for_load_run(path: Path) -> list[dict[str, str]]:
-    """load_run's own reads are not defensive: every record read the defensive way first, and
-    events.jsonl a plain file under the cap (load_run reads it whole)."""
-    damage = [p for name in RECORDS if name != JOB and (p := read_record(path, name)[1])]
-    if job_damage := read_job(path, path.name)[1]:  # the table's own check: DAMAGED there too
-        damage.append(job_damage)
-    try:
-        with os.fdopen(open_in_run(path, EVENTS), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-        if size > MAX_EVENTS_BYTES:
-            damage.append(problem(EVENTS, f"is {size} bytes, over the {MAX_EVENTS_BYTES} cap"))
-    except FileNotFoundError:
-        pass
-    except DamagedFile as err:
-        damage.append(problem(EVENTS, err.problem))
-    return damage
-
-
-def list_studies(root: Path) -> list[dict[str, Any]]:
-    """Every study under results/studies/, newest first; a damaged one says why."""
-    base = studies.studies_root(root)
-    if not files.is_plain_dir(base):
-        return []
-    out: list[dict[str, Any]] = []
-    for name in sorted(os.listdir(base)):
-        if not files.valid_name(name) or not files.is_plain_dir(base / name):
-            continue
-        try:
-            study = load_study_record(root, name)
-        except DamagedFile as err:
-            out.append({"study_id": name, "damaged": [problem(studies.STUDY_FILE, err.problem)]})
-            continue
-        except NotFound:
-            continue
-        out.append({
-            "study_id": name, "benchmark": study.benchmark, "state": study.state,
-            "workers": list(study.workers), "grid": {k: list(v) for k, v in study.grid.items()},
-            "runs_per_cell": study.runs_per_cell, "planned": len(study.runs),
-            "submitted": len(study.run_ids), "where": study.where,
-            "created_at": study.created_at, "finished_at": study.finished_at, "damaged": [],
-        })  # fmt: skip
-    return sorted(out, key=lambda s: str(s.get("created_at") or ""), reverse=True)
-
-
-def load_study_record(root: Path, study_id: str) -> studies.Study:
-    """study.json of a study (NotFound; DamagedFile when unreadable)."""
-    base = studies.studies_root(root)
-    if not files.valid_name(study_id) or not files.is_plain_dir(base / study_id):
-        raise NotFound(f"no study {study_id!r} in {base}")
-    try:
-        return studies.load(base / study_id / studies.STUDY_FILE)  # its fields checked
-    except FileNotFoundError:
-        raise NotFound(f"study {study_id!r} has no {studies.STUDY_FILE}") from None

@@ -10,8 +10,7 @@ waits for its newline). A file replaced under us (a fetch rewrote events.jsonl) 
 series over with a fresh snapshot.
 
 Messages are (name, JSON-ready payload):
-    keys    the keys every run shares (first)    runs    the whole table, rows without them
-    run     one run's row, new or changed, whole
+    table   {version, states, total}: the runs table changed (runs changed state: states)
     gone    {run_id} of a run no longer there    detail  a run page's header, when it changed
     curves  {run_id, ...every series}            points  {run_id, ...points added}
     log     {run_id, name, text, reset}          problem {run_id, file, problem}
@@ -28,9 +27,8 @@ from typing import Any, Protocol
 
 from contract.events import RUN_START, parse_line
 from contract.files import DamagedFile
-from runner.cli.views import event_text  # `runner logs`' own formatter, not a second one
 from runner.dashboard import curves, data, runpage
-from runner.dashboard.shared import split_keys
+from runner.results.eventtext import event_text  # `runner logs`' own formatter
 
 Message = tuple[str, Any]
 # Reads per poll: a reconnecting page catches up on a long run's events over a few polls
@@ -43,21 +41,29 @@ class Feed(Protocol):
 
 
 class TableFeed:
-    """The runs table: everything first, then the rows that changed or went."""
+    """The runs table's version: a `table` message first, then one whenever a run is added,
+    changed or gone. The page asks /api/runs again for what it shows (a page of the table,
+    filtered and sorted on the server: runner.dashboard.paging), so that 10,000 runs are
+    never sent whole. `states` moves only when a run comes, goes or changes state (a study's
+    page refreshes then, not at every epoch of a run)."""
 
     def __init__(self, table: data.RunTable) -> None:
         self._table = table
         self._sent: dict[str, dict[str, Any]] | None = None
+        self._states: dict[str, str] = {}
+        self._version = self._states_version = 0
 
     def poll(self) -> list[Message]:
-        rows = self._table.rows()
-        current = {row["run_id"]: row for row in rows}
-        sent, self._sent = self._sent, current
-        if sent is None:  # the keys every run shares, once; each row with its own only
-            shared, compact = split_keys(rows)
-            return [("keys", shared), ("runs", compact)]
-        messages: list[Message] = [("run", r) for k, r in current.items() if sent.get(k) != r]
-        return messages + [("gone", {"run_id": k}) for k in sent.keys() - current.keys()]
+        current = {row["run_id"]: row for row in self._table.rows()}
+        if self._sent is not None and current == self._sent:
+            return []
+        states = {k: row["state"] for k, row in current.items()}
+        if self._sent is None or states != self._states:
+            self._states_version += 1
+        self._version += 1
+        self._sent, self._states = current, states
+        return [("table", {"version": self._version, "states": self._states_version,
+                           "total": len(current)})]  # fmt: skip
 
 
 class RunFeed:
@@ -117,7 +123,7 @@ class RunFeed:
 
 class LogFeed:
     """One log of one run: its recent tail first, then what is appended, each event line shown
-    as `runner logs` shows it (runner.cli.views.event_text: time since run_start, key, value),
+    as `runner logs` shows it (runner.results.eventtext: time since run_start, key, value),
     every other line as it is. A line is sent once whole; a last line without its newline is
     sent as it is after a poll that brought nothing more (a killed writer's last words)."""
 

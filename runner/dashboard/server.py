@@ -37,7 +37,7 @@ from typing import Any
 from aiohttp import web
 
 from contract.files import DamagedFile
-from runner.dashboard import data, files, hosts, live, runpage, views
+from runner.dashboard import data, files, hosts, live, paging, reports, runpage, views
 from runner.dashboard.shared import split_keys
 
 STATIC = Path(__file__).parent / "static"
@@ -158,9 +158,14 @@ async def _call(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any
 
 
 async def runs(request: web.Request) -> web.Response:
-    """The rows, each without the configuration keys every run shares (/api/keys has them)."""
+    """A page of the runs table, filtered, sorted and grouped over every run (`q`, `state`,
+    `benchmark`, `sort`, `order`, `group`, `offset`, `limit`: runner.dashboard.paging)."""
+    try:
+        query = paging.parse_query(request.query)
+    except paging.BadQuery as err:
+        return _error(400, str(err))
     rows = await asyncio.to_thread(request.app[TABLE_KEY].rows)
-    return _json(split_keys(rows)[1])
+    return _json(await asyncio.to_thread(paging.page, rows, query))
 
 
 async def shared_keys(request: web.Request) -> web.Response:
@@ -210,14 +215,17 @@ async def run_file(request: web.Request) -> web.Response:
 
 
 async def studies(request: web.Request) -> web.Response:
-    return _json(await _call(request, data.list_studies))
+    return _json(await _call(request, reports.list_studies))
 
 
 async def study(request: web.Request) -> web.Response:
+    """A study's report; `?group=KEY`: its series by that configuration key's value."""
+    group_by = request.query.get("group") or None
+
     def page(root: Path, study_id: str) -> dict[str, Any]:
-        record = data.load_study_record(root, study_id)
-        runs, problems = data.load_results(root, record.run_ids)
-        return views.study_page(record, runs, problems)
+        record = reports.load_study_record(root, study_id)
+        runs, problems = reports.load_results(root, record.run_ids)
+        return views.study_page(record, runs, problems, group_by)
 
     return _json(await _call(request, page, request.match_info["study_id"]))
 
@@ -227,7 +235,7 @@ async def compare(request: web.Request) -> web.Response:
 
     def page(root: Path) -> dict[str, Any]:
         rows = [data.run_row(root, run_id) for run_id in run_ids]
-        runs, problems = data.load_results(root, run_ids)
+        runs, problems = reports.load_results(root, run_ids)
         return {**views.comparison(rows, runs), "problems": problems}
 
     return _json(await _call(request, page))
@@ -243,8 +251,8 @@ def _run_ids(request: web.Request) -> list[str]:
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
-    """Server-sent events: `?table=1` the runs table, `run=ID` (repeatable) runs' headers and
-    curves, `log=ID/NAME` one log; see runner.dashboard.live for the messages."""
+    """Server-sent events: `?table=1` the runs table's version, `run=ID` (repeatable) runs'
+    headers and curves, `log=ID/NAME` one log; see runner.dashboard.live for the messages."""
     feeds = await asyncio.to_thread(_feeds, request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})  # fmt: skip

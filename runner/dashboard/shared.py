@@ -1,7 +1,8 @@
 """The runs table's configuration keys sent once where every run has the same value: a row
-carries ~45 keys (every --set key, workers, link, division, policy), and at 10,000 runs the
-table's first message was several MB of the same text again and again. Pure; the page puts
-the shared keys back into each row that says it left them out (`keys_shared`).
+carries ~45 keys (every --set key, workers, link, division, policy), most of them the same
+in every run of a sweep. A page of the table (runner.dashboard.paging) sends those once, and
+/api/keys those every run shares. Pure; the page puts the shared keys back into each row that
+says it left them out (`keys_shared`).
 """
 
 from __future__ import annotations

@@ -40,16 +40,25 @@ def table(t: export.Table) -> dict[str, Any]:
             "notes": list(t.notes)}  # fmt: skip
 
 
-def study_page(study: Study, runs: Sequence[RunResult], problems: list[dict]) -> dict[str, Any]:
+def study_page(
+    study: Study, runs: Sequence[RunResult], problems: list[dict], group_by: str | None = None
+) -> dict[str, Any]:
+    """The study's report, its series by what the runs vary in or, with `group_by`, by that
+    configuration key's value (as `runner report --group-by`); `keys`: every key a run has,
+    for the page's choice."""
+    keys = sorted({k for run in runs for k in run.keys})
     page: dict[str, Any] = {
         "study": {**study.to_dict(), "runs": [_planned(p) for p in study.runs]},
-        "problems": problems, "report": None, "error": None,
+        "problems": problems, "report": None, "error": None, "keys": keys, "group_by": group_by,
     }  # fmt: skip
     if not runs:
         page["error"] = "no run of this study can be read yet"
         return page
+    if group_by is not None and group_by not in keys:
+        page["error"] = f"no run of this study has the configuration key {group_by!r}"
+        return page
     try:
-        built = reports.build(runs, study.study_id, allow_mixed=True)
+        built = reports.build(runs, study.study_id, allow_mixed=True, group_by=group_by)
         page["report"] = _report(built)
     except (RunnerError, KeyError, TypeError, ValueError) as err:
         # runner.results reads summaries without checking their shape: a damaged one lands here
@@ -66,6 +75,8 @@ def _report(built: reports.Report) -> dict[str, Any]:
     label = built.labeller()
     return {
         "title": built.title,
+        "series": built.series,
+        "group_by": built.group_by,
         "tables": [table(t) for t in export.tables(built)],
         "conflicts": list(built.conflicts),
         "cells": [_cell(c) for c in built.cells],
@@ -74,6 +85,7 @@ def _report(built: reports.Report) -> dict[str, Any]:
         "curves": [
             {
                 "run_id": r.run_id,
+                "group": label(r),  # its series' label: runs of one series share a colour
                 "label": f"{label(r)}, {count(r.world_size, 'worker')}",
                 "series": {k: [list(p) for p in v] for k, v in r.curves.items()},
             }

@@ -72,7 +72,7 @@ def test_it_serves_the_results_directory_until_interrupted(tmp_path):
         url = line.split(" at ")[1].split(";")[0].strip()
         assert url.startswith("http://127.0.0.1:"), line
         with urllib.request.urlopen(url + "api/runs", timeout=10) as response:
-            assert [r["run_id"] for r in json.load(response)] == ["cnn-a"]
+            assert [r["run_id"] for r in json.load(response)["rows"]] == ["cnn-a"]
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         # Its output is read while it stops (a full pipe would block it), and shown if it fails.
         out, _ = proc.communicate(timeout=10)

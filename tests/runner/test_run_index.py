@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from contract import files
@@ -169,3 +170,42 @@ def test_a_dashboard_row_of_another_shape_in_the_index_is_built_again(tmp_path):
     sig, _ = document["rows"]["run-a"]
     files.write_json(path, dict(document, rows={"run-a": [sig, {"run_id": "run-a"}]}))
     assert RunTable(tmp_path).rows() == [first]
+
+
+def test_the_dashboard_lists_a_folder_holding_a_runs_files_and_no_other(tmp_path):
+    # Whether a folder is a run is read from the signature the index takes anyway: one of
+    # its records or its events, else its logs/ folder; an empty folder or one of a
+    # supervisor record alone is no run (a run being submitted writes job.json first).
+    make_run(tmp_path, "run-a", 2, 5.0)
+    (tmp_path / "logs-only" / rundir.LOGS).mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "supervised").mkdir()
+    (tmp_path / "supervised" / "supervisor.json").write_text("{}")
+    (tmp_path / "state-only").mkdir()
+    rundir.write_state(tmp_path / "state-only", JobStatus(JobState.RUNNING, ""))
+    rows = {row["run_id"]: row for row in RunTable(tmp_path).rows()}
+    assert set(rows) == {"run-a", "logs-only", "state-only"}
+    assert rows["logs-only"]["state"] == rows["state-only"]["state"] == "DAMAGED"
+
+
+def test_a_listing_leaves_the_cycle_collector_as_it_found_it(tmp_path):
+    # The collector is paused while the rows are read; a build that fails must not leave it
+    # off for the rest of the process (a server runs for days).
+    import gc
+
+    make_run(tmp_path, "run-a", 2, 5.0)
+
+    def failing(name: str) -> None:
+        raise OSError("the disk went away")
+
+    table = index.RowIndex(tmp_path, "test", ("job.json",), "k", failing, lambda row: False,
+                           lambda row: True)  # fmt: skip
+    assert gc.isenabled()
+    with pytest.raises(OSError, match="went away"):
+        table.rows([("run-a", None)])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert list(RunTable(tmp_path).rows()) and not gc.isenabled()  # left off, as it was
+    finally:
+        gc.enable()

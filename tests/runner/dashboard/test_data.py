@@ -14,7 +14,7 @@ import psutil
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.local import processes
-from runner.dashboard import data, files
+from runner.dashboard import data, files, reports
 from runner.dashboard.data import RunTable, run_path, run_row
 from runner.results import rundir
 from tests.runner.rundirs import make_run
@@ -170,7 +170,7 @@ def test_a_run_directory_swapped_for_a_link_after_it_was_checked_is_never_read(t
     assert state is None and damage and "symbolic link" in damage["problem"]
     assert data.read_job(path, "cnn-a")[0] is None
     assert data._latest(path) == {}
-    assert any(p["file"] == "events.jsonl" for p in data._unsafe_for_load_run(path))
+    assert any(p["file"] == "events.jsonl" for p in reports._unsafe_for_load_run(path))
     assert files.scan(path) == []
 
 

@@ -37,3 +37,21 @@ def test_a_comparisons_conflict_names_no_count_of_nothing(results: Path, dashboa
     page = get_json(dashboard + "api/compare?run=a&run=b")
 
     assert page["conflicts"] == ["b differs from a: division closed vs open; momentum=0.9 vs 0.5"]
+
+
+def test_a_study_page_groups_its_series_by_any_key_as_report_group_by_does(results, dashboard):
+    names = link_runs(results)
+    planned = tuple(study.PlannedRun(1 + i % 2, (), 0, 0, name, "SUCCEEDED")
+                    for i, name in enumerate(names))  # fmt: skip
+    study.save(results, study.Study("study-links", "cnn-digits", (1, 2), {}, (), 1, "local",
+                                    planned, state="complete"))  # fmt: skip
+
+    page = get_json(dashboard + "api/studies/study-links?group=lr")
+
+    report = page["report"]
+    assert (page["group_by"], report["group_by"], report["series"]) == ("lr", "lr", ["lr=0.05"])
+    assert [(c["workers"], len(c["runs"])) for c in report["cells"]] == [(1, 3), (2, 3)]
+    assert {c["group"] for c in report["curves"]} == {"lr=0.05"}  # one colour on the page
+    assert {"link", "lr", "policy", "workers"} <= set(page["keys"])  # the page's choices
+    unknown = get_json(dashboard + "api/studies/study-links?group=nope")
+    assert unknown["report"] is None and "'nope'" in unknown["error"]

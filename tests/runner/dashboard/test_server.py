@@ -25,7 +25,7 @@ def test_runs_lists_every_run_with_state_and_headline(results, dashboard):
     make_run(results, "cnn-b", 4, None, state="FAILED", created_at="2026-01-02T00:00:00+00:00")
     (results / study.STUDIES_DIR).mkdir()  # not a run
 
-    rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")}
+    rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")["rows"]}
 
     assert set(rows) == {"cnn-a", "cnn-b"}
     a, b = rows["cnn-a"], rows["cnn-b"]
@@ -39,7 +39,7 @@ def test_runs_lists_every_run_with_state_and_headline(results, dashboard):
         None,
         0.9,
     )
-    assert [r["run_id"] for r in get_json(dashboard + "api/runs")] == [
+    assert [r["run_id"] for r in get_json(dashboard + "api/runs")["rows"]] == [
         "cnn-b",
         "cnn-a",
     ]  # newest first
@@ -127,7 +127,7 @@ def test_a_damaged_run_shows_as_damaged_and_breaks_nothing_else(results, dashboa
     (make_run(results, "list-job", 2, 12.5) / "job.json").write_text("[1, 2]")
     (results / "linked").symlink_to(results / "good")
 
-    rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")}
+    rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")["rows"]}
 
     assert rows["good"]["state"] == "SUCCEEDED" and not rows["good"]["damaged"]
     for run_id, file, words in [
@@ -158,7 +158,7 @@ def test_a_job_record_of_the_wrong_types_is_damaged_and_every_page_still_served(
     placement = {"num_nodes": 1.5, "procs_per_node": 2, "device": "cpu"}
     _edit_job(make_run(results, "fractional", 2, 12.5), placement=placement)
 
-    rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")}
+    rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")["rows"]}
 
     assert rows["good"]["state"] == "SUCCEEDED"
     for run_id, words in [("numbered", "created_at"), ("fractional", "whole number")]:
@@ -179,7 +179,7 @@ def test_a_failed_run_shows_no_time_to_target_whatever_its_summary_says(results,
     reason = "rank 1 exited with code -9: killed"
     rundir.write_state(run_dir, JobStatus(JobState.FAILED, reason, failed_rank=1, exit_code=-9))
 
-    [row] = get_json(dashboard + "api/runs")
+    [row] = get_json(dashboard + "api/runs")["rows"]
     page = get_json(dashboard + "api/runs/cnn-a")
     compared = get_json(dashboard + "api/compare?run=cnn-a")["runs"][0]
 
@@ -312,7 +312,7 @@ def test_a_dashboard_bound_to_every_address_answers_only_this_machines_names(res
             for shown in (host, f"{host}:{port}"):
                 status, body = get_as("127.0.0.1", port, "/api/runs", shown)
                 assert status == 200, (shown, body)
-                assert [r["run_id"] for r in json.loads(body)] == ["cnn-a"]
+                assert [r["run_id"] for r in json.loads(body)["rows"]] == ["cnn-a"]
 
 
 def test_a_dashboard_bound_to_a_lan_address_answers_only_that_address(results):
@@ -344,7 +344,7 @@ def test_a_run_whose_state_cannot_be_opened_is_damaged_and_the_table_still_serve
     make_run(results, "good", 2, 12.5)
     bad = make_run(results, "bad", 2, 12.5)
     with unix_socket_at(bad / "state.json"):
-        rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")}
+        rows = {r["run_id"]: r for r in get_json(dashboard + "api/runs")["rows"]}
         assert rows["good"]["state"] == "SUCCEEDED"
         assert rows["bad"]["state"] == "DAMAGED"
         assert rows["bad"]["damaged"] == [

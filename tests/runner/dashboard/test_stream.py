@@ -8,7 +8,7 @@ import time
 
 from contract.rundir import JobState, JobStatus
 from runner.results import rundir
-from tests.runner.dashboard.conftest import EventStream
+from tests.runner.dashboard.conftest import EventStream, get_json
 from tests.runner.rundirs import make_run
 
 
@@ -64,14 +64,22 @@ def test_a_state_change_reaches_the_run_page(results, dashboard):
         stream.close()
 
 
-def test_the_table_stream_sends_new_and_changed_runs(results, dashboard):
+def test_the_table_stream_says_when_runs_come_and_change(results, dashboard):
+    # The page asks /api/runs again for its rows on each `table` message; `states` moves
+    # only when a run comes, goes or changes state (a study's page refreshes on it).
     make_run(results, "cnn-a", 2, 30.0)
+    run_dir = make_run(results, "cnn-b", 2, None, state="RUNNING", write_summary=False)
     stream = EventStream(dashboard, "/api/stream?table=1")
     try:
-        assert [r["run_id"] for r in stream.until("runs")] == ["cnn-a"]
-        make_run(results, "cnn-b", 2, None, state="RUNNING", write_summary=False)
-        row = stream.until("run")
-        assert (row["run_id"], row["state"]) == ("cnn-b", "RUNNING")
+        first = stream.until("table")
+        assert first["total"] == 2
+        with open(run_dir / "events.jsonl", "a") as f:  # an epoch more: the row, not its state
+            f.write(event_line("eval_accuracy", 0.91, 1_700_000_041_000, epoch=4))
+        grown = stream.until("table")
+        assert grown["version"] > first["version"] and grown["states"] == first["states"]
+        make_run(results, "cnn-c", 2, 12.0)
+        added = stream.until("table")
+        assert added["total"] == 3 and added["states"] > first["states"]
     finally:
         stream.close()
 
@@ -94,7 +102,7 @@ def test_a_log_streams_its_tail_then_what_is_appended(results, dashboard):
 
 
 def test_a_log_reads_as_runner_logs_shows_it(results, dashboard):
-    from runner.cli.views import event_text
+    from runner.results.eventtext import event_text
 
     run_dir = make_run(results, "cnn-a", 2, 30.0, state="RUNNING")
     start, accuracy = event_line("run_start", None, 1000), event_line("eval_accuracy", 0.9, 2500, 1)
@@ -146,8 +154,9 @@ def test_a_removed_run_leaves_the_table(results, dashboard):
     make_run(results, "cnn-b", 2, 30.0)
     stream = EventStream(dashboard, "/api/stream?table=1")
     try:
-        assert len(stream.until("runs")) == 2
+        assert stream.until("table")["total"] == 2
         shutil.rmtree(results / "cnn-a")
-        assert stream.until("gone") == {"run_id": "cnn-a"}
+        assert stream.until("table")["total"] == 1
     finally:
         stream.close()
+    assert [r["run_id"] for r in get_json(dashboard + "api/runs")["rows"]] == ["cnn-b"]

@@ -47,7 +47,7 @@ export function useStream(url, handlers) {
     if (!url) return undefined;
     const source = new EventSource(url);
     let reopen = null;
-    const names = ["keys", "runs", "run", "gone", "detail", "curves", "points", "log", "problem"];
+    const names = ["table", "gone", "detail", "curves", "points", "log", "problem"];
     for (const name of names) {
       source.addEventListener(name, (message) => {
         const handler = latest.current[name];
@@ -157,4 +157,29 @@ export function shortNames(ids, chars = 22) {
   const names = words.map((w) => varying.map((i) => w[i]).filter((x) => x !== undefined).join("-") || w.join("-"));
   const cut = names.map((n) => (n.length <= chars ? n : `${n.slice(0, chars - 1)}…`));
   return new Set(cut).size === cut.length ? cut : cut.map((n, i) => `${i + 1}: ${n}`);
+}
+
+// Which configuration key a page groups its runs by: "" for the report's own series (what
+// the runs vary in), else any key a run has (as `runner report --group-by KEY`).
+export function GroupBy({ keys, group, setGroup, none }) {
+  return html`<label class="group-by">series <select value=${group} onChange=${(e) => setGroup(e.target.value)} aria-label="group by">
+    <option value="">${none}</option>${keys.map((k) => html`<option value=${k}>group by ${k}</option>`)}
+  </select></label>`;
+}
+
+// Names for runs shown grouped by a key: the group's value, then as much of the run's short
+// name (shortNames) as fits in `chars`; never two alike (the run's number where they would be).
+export function groupedNames(ids, values, chars = 26) {
+  const runs = shortNames(ids);
+  const cut = (text, n) => (text.length <= n ? text : `${text.slice(0, n - 1)}…`);
+  const names = ids.map((_, i) => {
+    const value = cut(String(values[i]), 12);
+    return `${value}: ${cut(runs[i], chars - value.length - 2)}`;
+  });
+  return new Set(names).size === names.length ? names : names.map((_, i) => `${cut(String(values[i]), 12)}: #${i + 1}`);
+}
+
+// Text that sorts as people read it: "2" before "10".
+export function byValue(a, b) {
+  return String(a).localeCompare(String(b), "en", { numeric: true });
 }

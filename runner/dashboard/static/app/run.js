@@ -80,7 +80,7 @@ function ChartControls({ view, setView, decisions }) {
 }
 
 export function CurveCharts({ runs, target, metric, children }) {
-  // runs: [{name, curves}] — one line per run (several on the comparison page).
+  // runs: [{name, full, color?, curves}] — one line per run (several on the comparison page).
   const [view, setView] = useState({ x: "time", smoothing: 0 });
   const options = useMemo(() => {
     const one = runs.length === 1;
@@ -93,7 +93,8 @@ export function CurveCharts({ runs, target, metric, children }) {
     };
     // One run: lines named by what they show; several: by run.
     // Several runs: one without the series (a fixed run has no workers series) has no entry.
-    const color = (r) => (one ? undefined : PALETTE[runs.indexOf(r) % PALETTE.length]);
+    // A run may carry its colour (a comparison grouped by a key: its group's).
+    const color = (r) => (one ? undefined : r.color || PALETTE[runs.indexOf(r) % PALETTE.length]);
     const lines = (key, label, knob = false) => runs.filter((r) => one || r.curves[key].length)
       .map((r) => ({ name: one ? label : r.name, full: r.full, color: color(r), data: on(r, key, knob) }));
     const marks = one ? decisionMarks(runs[0].curves.decisions, xs.get(runs[0])).filter((m) => m.x !== null) : [];

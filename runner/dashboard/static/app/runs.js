@@ -1,21 +1,23 @@
-// The runs table: every run of the results directory, live; filter, sort, pick runs to compare.
+// The runs table: every run of the results directory, live, a page at a time; filter, sort,
+// group by any configuration key, pick runs to compare.
 
-import { useMemo, useRef, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import {
-  html, LiveBadge, metricName, num, quality, runHref, seconds, StateBadge, useStream, when,
+  html, LiveBadge, metricName, num, quality, runHref, seconds, StateBadge, useJSON, useStream, when,
 } from "./lib.js";
 
+// The fixed columns; `key` is what /api/runs sorts by (runner/dashboard/paging.py's COLUMNS).
 const COLUMNS = [
-  { key: "state", label: "state", value: (r) => r.state },
-  { key: "run_id", label: "run", value: (r) => r.run_id },
-  { key: "benchmark", label: "benchmark", value: (r) => r.benchmark || "" },
-  { key: "division", label: "division", value: (r) => r.division || "" },
-  { key: "workers", label: "workers", value: (r) => r.workers ?? -1 },
-  { key: "backend", label: "where", value: (r) => r.stack || r.backend || "" },
-  { key: "value", label: "quality / target", value: (r) => r.value ?? -Infinity },
-  { key: "time_to_target_s", label: "time to target", value: (r) => r.time_to_target_s ?? Infinity },
-  { key: "throughput", label: "samples/s", value: (r) => r.throughput ?? -1 },
-  { key: "created_at", label: "started", value: (r) => r.created_at || "" },
+  { key: "state", label: "state" },
+  { key: "run_id", label: "run" },
+  { key: "benchmark", label: "benchmark" },
+  { key: "division", label: "division" },
+  { key: "workers", label: "workers" },
+  { key: "backend", label: "where" },
+  { key: "value", label: "quality / target" },
+  { key: "time_to_target_s", label: "time to target" },
+  { key: "throughput", label: "samples/s" },
+  { key: "created_at", label: "started" },
 ];
 
 // The configuration keys a page can show, filter and group by (the server's row.keys: every
@@ -24,28 +26,14 @@ const COLUMNS = [
 // plugin's only where some run used one).
 const DEFAULT_KEYS = ["strategy", "link", "policy", "plugin"];
 
-// The table's first message leaves out of each row the keys every run shares (sent once, in
-// `keys`; runner/dashboard/shared.py): they are put back here, so every key still filters,
-// groups and shows as a column. A row sent alone later carries all of its own.
+// A page's rows leave out the keys every row of the page shares (sent once, in `shared`;
+// runner/dashboard/shared.py): they are put back here, so every key still shows as a column.
 function withShared(row, shared) {
   return row.keys_shared ? { ...row, keys: { ...shared, ...row.keys } } : row;
 }
 
-// A filter: words (each must appear somewhere in the run's row or configuration), and
-// key=value terms (that key's value contains the value: `policy=batch`, `link=25mbit`).
-export function matches(row, text) {
-  if (!text) return true;
-  const keys = row.keys || {};
-  const haystack = [row.run_id, row.benchmark, row.division, row.state, row.backend, row.stack,
-    row.strategy, row.metric, row.reason, ...Object.values(keys)].join(" ").toLowerCase();
-  return text.toLowerCase().split(/\s+/).filter(Boolean).every((term) => {
-    const at = term.indexOf("=");
-    if (at <= 0) return haystack.includes(term);
-    const key = term.slice(0, at);
-    const value = Object.entries(keys).find(([k]) => k.toLowerCase() === key);
-    return value !== undefined && value[1].toLowerCase().includes(term.slice(at + 1));
-  });
-}
+// Rows asked for at a time: the first page, and each more as the table's end scrolls into view.
+const PAGE_ROWS = 100;
 
 function keyColumn(key) {
   return { key: `keys.${key}`, label: key, config: key, value: (r) => (r.keys || {})[key] ?? "" };
@@ -82,8 +70,32 @@ function Row({ row, selected, toggle, extra }) {
   </tr>`;
 }
 
+// The table's rows come a page at a time from /api/runs, filtered, sorted and grouped on the
+// server over every run (runner/dashboard/paging.py), so 10,000 runs are never sent whole.
+// The stream says when the table changed; the page then asks again for the rows it shows.
+function runsQuery({ text, state, benchmark, sort, group, limit }) {
+  const params = new URLSearchParams({ sort: sort.key, order: sort.descending ? "desc" : "asc", limit: String(limit) });
+  for (const [name, value] of [["q", text], ["state", state], ["benchmark", benchmark], ["group", group]]) {
+    if (value) params.set(name, value);
+  }
+  return `/api/runs?${params}`;
+}
+
+// Calls `more` when the element comes into view (the table's end, scrolled to).
+function useWhenSeen(more) {
+  const sentinel = useRef(null);
+  const latest = useRef(more);
+  latest.current = more;
+  useEffect(() => {
+    if (!sentinel.current) return undefined;
+    const observer = new IntersectionObserver((entries) => entries.some((e) => e.isIntersecting) && latest.current());
+    observer.observe(sentinel.current);
+    return () => observer.disconnect();
+  });
+  return sentinel;
+}
+
 export function RunsPage() {
-  const [rows, setRows] = useState(null);
   const [text, setText] = useState("");
   const [state, setState] = useState("");
   const [benchmark, setBenchmark] = useState("");
@@ -91,79 +103,71 @@ export function RunsPage() {
   const [selected, setSelected] = useState([]);
   const [shownKeys, setShownKeys] = useState(DEFAULT_KEYS);
   const [group, setGroup] = useState("");
-  const shared = useRef({});
-  const status = useStream("/api/stream?table=1", {
-    keys: (keys) => { shared.current = keys; },
-    runs: (all) => setRows(Object.fromEntries(all.map((r) => [r.run_id, withShared(r, shared.current)]))),
-    run: (row) => setRows((old) => ({ ...old, [row.run_id]: row })),
-    gone: ({ run_id }) => setRows((old) => {
-      const { [run_id]: _, ...rest } = old;
-      return rest;
-    }),
-  });
-  const all = useMemo(() => Object.values(rows || {}), [rows]);
-  const allKeys = useMemo(() => [...new Set(all.flatMap((r) => Object.keys(r.keys || {})))].sort(), [all]);
+  const [limit, setLimit] = useState(PAGE_ROWS);
+  const [version, setVersion] = useState(0);
+  const status = useStream("/api/stream?table=1", { table: (t) => setVersion(t.version) });
+  const [page, error] = useJSON(runsQuery({ text, state, benchmark, sort, group, limit }), version);
+  const last = useRef(null);
+  if (page) last.current = page; // the rows shown stay while the next answer loads
+  const shown = page || last.current;
+  // A new filter, sort or grouping starts again at the first page.
+  const restart = (set) => (value) => { set(value); setLimit(PAGE_ROWS); };
+  const rows = useMemo(() => (shown ? shown.rows.map((r) => withShared(r, shown.shared)) : []), [shown]);
+  const allKeys = shown ? shown.keys : [];
   const extra = shownKeys.filter((k) => allKeys.includes(k)).map(keyColumn);
   const columns = [...COLUMNS, ...extra];
-  const shown = useMemo(() => {
-    const column = columns.find((c) => c.key === sort.key) || COLUMNS[COLUMNS.length - 1];
-    const filtered = all.filter((r) => matches(r, text) && (!state || r.state === state)
-      && (!benchmark || r.benchmark === benchmark));
-    const ordered = filtered.sort((a, b) => {
-      const x = column.value(a), y = column.value(b);
-      return x < y ? -1 : x > y ? 1 : 0;
-    });
-    return sort.descending ? ordered.reverse() : ordered;
-  }, [all, text, state, benchmark, sort, shownKeys]);
-  // Grouped by a key's value: groups in order of the value, rows in the table's order.
+  // Grouped by a key's value: the server sends the rows group by group, and every group's count.
   const groups = useMemo(() => {
-    if (!group) return [["", shown]];
+    if (!group) return [["", rows]];
     const by = new Map();
-    for (const r of shown) {
+    for (const r of rows) {
       const value = (r.keys || {})[group] ?? "–";
       if (!by.has(value)) by.set(value, []);
       by.get(value).push(r);
     }
-    return [...by.entries()].sort(([a], [b]) => a.localeCompare(b, "en", { numeric: true }));
-  }, [shown, group]);
+    return [...by.entries()];
+  }, [rows, group]);
+  const more = shown && rows.length < shown.matched;
+  // One page more at a time: not again before the answer for this limit has come.
+  const sentinel = useWhenSeen(() => more && rows.length >= limit && setLimit(limit + PAGE_ROWS));
   const toggle = (id) => setSelected((s) => (s.includes(id) ? s.filter((x) => x !== id) : [...s, id]));
-  const states = [...new Set(all.map((r) => r.state))].sort();
-  const benchmarks = [...new Set(all.map((r) => r.benchmark).filter(Boolean))].sort();
-  const header = (c) => html`<th class="sortable" onClick=${() => setSort({ key: c.key,
+  const header = (c) => html`<th class="sortable" onClick=${() => restart(setSort)({ key: c.key,
     descending: sort.key === c.key ? !sort.descending : c.key === "created_at" })}>
     ${c.label}${sort.key === c.key ? (sort.descending ? " ▼" : " ▲") : ""}${c.config ? html` <button class="link remove" title=${`hide ${c.config}`}
       onClick=${(e) => { e.stopPropagation(); setShownKeys(shownKeys.filter((k) => k !== c.config)); }}>×</button>` : ""}</th>`;
-  const picked = selected.filter((id) => rows && rows[id]);
   const row = (r) => html`<${Row} key=${r.run_id} row=${r} selected=${selected.includes(r.run_id)} toggle=${toggle} extra=${extra} />`;
+  const count = (n) => `${n} ${n === 1 ? "run" : "runs"}`;
 
   return html`<section>
     <div class="toolbar">
       <h1>Runs</h1><${LiveBadge} status=${status} />
       <input type="search" placeholder="filter: words, or key=value (policy=batch, link=25mbit)…"
-        value=${text} onInput=${(e) => setText(e.target.value)} aria-label="filter runs" />
-      <select value=${state} onChange=${(e) => setState(e.target.value)} aria-label="state">
-        <option value="">every state</option>${states.map((s) => html`<option value=${s}>${s}</option>`)}
+        value=${text} onInput=${(e) => restart(setText)(e.target.value)} aria-label="filter runs" />
+      <select value=${state} onChange=${(e) => restart(setState)(e.target.value)} aria-label="state">
+        <option value="">every state</option>${(shown ? shown.states : []).map((s) => html`<option value=${s}>${s}</option>`)}
       </select>
-      <select value=${benchmark} onChange=${(e) => setBenchmark(e.target.value)} aria-label="benchmark">
-        <option value="">every benchmark</option>${benchmarks.map((b) => html`<option value=${b}>${b}</option>`)}
+      <select value=${benchmark} onChange=${(e) => restart(setBenchmark)(e.target.value)} aria-label="benchmark">
+        <option value="">every benchmark</option>${(shown ? shown.benchmarks : []).map((b) => html`<option value=${b}>${b}</option>`)}
       </select>
       <select value="" onChange=${(e) => e.target.value && setShownKeys([...shownKeys, e.target.value])} aria-label="add a column">
         <option value="">add a column…</option>${allKeys.filter((k) => !shownKeys.includes(k)).map((k) => html`<option value=${k}>${k}</option>`)}
       </select>
-      <select value=${group} onChange=${(e) => setGroup(e.target.value)} aria-label="group by">
+      <select value=${group} onChange=${(e) => restart(setGroup)(e.target.value)} aria-label="group by">
         <option value="">no grouping</option>${allKeys.map((k) => html`<option value=${k}>group by ${k}</option>`)}
       </select>
-      <a class=${`button ${picked.length >= 2 ? "" : "disabled"}`} id="compare"
-        href=${picked.length >= 2 ? `#/compare/${picked.map(encodeURIComponent).join(",")}` : undefined}>
-        compare ${picked.length || ""} selected</a>
+      <a class=${`button ${selected.length >= 2 ? "" : "disabled"}`} id="compare"
+        href=${selected.length >= 2 ? `#/compare/${selected.map(encodeURIComponent).join(",")}` : undefined}>
+        compare ${selected.length || ""} selected</a>
     </div>
-    ${rows === null ? html`<p class="muted">loading…</p>`
-      : all.length === 0 ? html`<p class="muted">No runs in this results directory yet. Start one with <code>runner submit cnn-digits</code>; it appears here as it starts.</p>`
+    ${error ? html`<p class="alert">${error}</p>` : ""}
+    ${!shown ? (error ? "" : html`<p class="muted">loading…</p>`)
+      : shown.total === 0 ? html`<p class="muted">No runs in this results directory yet. Start one with <code>runner submit cnn-digits</code>; it appears here as it starts.</p>`
       : html`<table class="runs"><thead><tr><th></th>${columns.map(header)}</tr></thead>
         ${groups.map(([value, members]) => html`<tbody data-group=${group ? value : undefined}>
-          ${group ? html`<tr class="group"><th colspan=${columns.length + 1}>${group} = ${value} <span class="muted">(${members.length} ${members.length === 1 ? "run" : "runs"})</span></th></tr>` : ""}
+          ${group ? html`<tr class="group"><th colspan=${columns.length + 1}>${group} = ${value} <span class="muted">(${count(shown.groups[value] ?? members.length)})</span></th></tr>` : ""}
           ${members.map(row)}</tbody>`)}
       </table>
-      <p class="muted">${shown.length} of ${all.length} runs</p>`}
+      <p class="muted" id="shown">${rows.length} shown of ${shown.matched} matching (${count(shown.total)} in all)
+        ${more ? html` <button class="link" ref=${sentinel} onClick=${() => setLimit(limit + PAGE_ROWS)}>show more</button>` : ""}</p>`}
   </section>`;
 }

@@ -2,23 +2,19 @@
 
 import { useMemo, useRef, useState } from "preact/hooks";
 import {
-  Chart, cellPhasesOption, linesOption, speedupOption, timeToAccuracyOption,
+  Chart, cellPhasesOption, linesOption, PALETTE, speedupOption, timeToAccuracyOption,
 } from "./charts.js";
-import { html, LiveBadge, Problems, runHref, StateBadge, useJSON, useStream, when } from "./lib.js";
+import {
+  GroupBy, html, LiveBadge, Problems, runHref, StateBadge, useJSON, useStream, when,
+} from "./lib.js";
 
-// Changes whenever a run of the results directory changes state (the table's stream), so
-// that a study being swept refreshes as its runs start and end, not at every epoch.
+// Changes whenever a run of the results directory comes, goes or changes state (the table
+// stream's `states`), so that a study being swept refreshes as its runs start and end, not
+// at every epoch.
 function useRunsVersion() {
-  const [states, setStates] = useState({});
-  const status = useStream("/api/stream?table=1", {
-    runs: (all) => setStates(Object.fromEntries(all.map((r) => [r.run_id, r.state]))),
-    run: (r) => setStates((old) => (old[r.run_id] === r.state ? old : { ...old, [r.run_id]: r.state })),
-    gone: ({ run_id }) => setStates((old) => {
-      const { [run_id]: _, ...rest } = old;
-      return rest;
-    }),
-  });
-  return [JSON.stringify(states), status];
+  const [states, setStates] = useState(0);
+  const status = useStream("/api/stream?table=1", { table: (t) => setStates(t.states) });
+  return [states, status];
 }
 
 export function StudiesPage() {
@@ -59,20 +55,24 @@ function Figures({ report }) {
     for (const cell of report.cells) (bySeries[cell.series] ||= []).push(cell);
     const several = Object.keys(bySeries).length > 1;
     const labelled = report.cells.map((c) => ({ label: several ? `${c.workers} workers\n${c.series}` : `${c.workers} workers`, phase_ms: c.phase_ms }));
+    // Grouped by a key, a series' runs share its colour (the speedup chart's), so its runs
+    // read as one; otherwise each run has its own.
+    const color = (c) => (report.group_by ? PALETTE[report.series.indexOf(c.group) % PALETTE.length] : undefined);
+    const line = (c, data) => ({ name: `${c.label} #${report.curves.indexOf(c) + 1}`, full: `${c.run_id} (${c.label})`, color: color(c), data });
     return {
       speedup: speedupOption(bySeries),
       tta: timeToAccuracyOption(bySeries),
       phases: cellPhasesOption(labelled, "Compute and communication per step (ms, mean over runs)"),
       curves: linesOption({
         title: "Quality of every run", yName: "quality", target: report.target,
-        lines: report.curves.map((c, i) => ({ name: `${c.label} #${i + 1}`, full: `${c.run_id} (${c.label})`, data: c.series.eval_accuracy || [] })),
+        lines: report.curves.map((c) => line(c, c.series.eval_accuracy || [])),
       }),
       // As `runner report`'s adaptive figure: B_noise of the runs that measured it (a fixed
       // run has none, and no legend entry).
       noise: report.curves.some((c) => (c.series.b_noise || []).length) ? linesOption({
         title: "Gradient noise scale B_noise", yName: "samples", log: true,
         lines: report.curves.filter((c) => (c.series.b_noise || []).length)
-          .map((c) => ({ name: `${c.label} #${report.curves.indexOf(c) + 1}`, full: `${c.run_id} (${c.label})`, data: c.series.b_noise })),
+          .map((c) => line(c, c.series.b_noise)),
       }) : null,
     };
   }, [report]);
@@ -87,7 +87,9 @@ function Figures({ report }) {
 
 export function StudyPage({ studyId }) {
   const [version, status] = useRunsVersion();
-  const [page, error] = useJSON(`/api/studies/${encodeURIComponent(studyId)}`, version);
+  const [group, setGroup] = useState("");
+  const query = group ? `?group=${encodeURIComponent(group)}` : "";
+  const [page, error] = useJSON(`/api/studies/${encodeURIComponent(studyId)}${query}`, version);
   const last = useRef(null);
   if (page) last.current = page; // keep showing the last report while a refresh loads
   const shown = page || last.current;
@@ -101,7 +103,8 @@ export function StudyPage({ studyId }) {
   const { study, report } = shown;
   const flagged = Object.values(flags).filter((r) => r.flag);
   return html`<section>
-    <div class="toolbar"><a href="#/studies">← studies</a><h1 class="mono">${study.study_id}</h1><${LiveBadge} status=${status} /></div>
+    <div class="toolbar"><a href="#/studies">← studies</a><h1 class="mono">${study.study_id}</h1><${LiveBadge} status=${status} />
+      <${GroupBy} keys=${shown.keys || []} group=${group} setGroup=${setGroup} none="what the runs vary in" /></div>
     <p class="muted">${study.benchmark} · ${study.where} · workers ${study.workers.join(", ")}${Object.entries(study.grid).map(([k, v]) => ` × ${k} ${v.join(", ")}`).join("")} × ${study.runs_per_cell} runs · ${study.state} · started ${when(study.created_at)}</p>
     ${shown.error ? html`<div class="alert">${shown.error}</div>` : ""}
     <${Problems} problems=${shown.problems} />
