@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from runner.backends.local import probe  # noqa: E402
-from runner.backends.local.network import ShapedNetwork, address, require  # noqa: E402
+from runner.backends.local.network import ShapedNetwork, address  # noqa: E402
+from runner.backends.local.network_check import require  # noqa: E402
 from runner.job.link import parse_link  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.shaped_network import rows_for, run_ranks  # noqa: E402
-from runner.backends.local.network import ShapedNetwork, require  # noqa: E402
+from runner.backends.local.network import ShapedNetwork  # noqa: E402
+from runner.backends.local.network_check import require  # noqa: E402
 from runner.job.link import parse_link  # noqa: E402
 from runner.results.linkmodel import (  # noqa: E402
     COLLECTIVES,

@@ -34,7 +34,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.shaped_explain import explain, ratio_lines  # noqa: E402
 from runner.backends.local.launch import SHAPED_MASTER_PORT  # noqa: E402
-from runner.backends.local.network import INTERFACE, ShapedNetwork, address, require  # noqa: E402
+from runner.backends.local.network import INTERFACE, ShapedNetwork, address  # noqa: E402
+from runner.backends.local.network_check import require  # noqa: E402
 from runner.job.link import parse_link  # noqa: E402
 
 STRATEGIES = ("gather-scatter", "allreduce-per-param", "allreduce", "ddp")

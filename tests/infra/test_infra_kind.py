@@ -60,8 +60,13 @@ case "$1 $2" in
     if [ -e "$FAKE_ROOT/clusters/$4" ]; then
       echo "node(s) already exist for a cluster with the name $4" >&2; exit 1
     fi
-    # kind pulling the node image: the cluster's nodes appear only when that is done.
-    [ -e "$FAKE_ROOT/slow" ] && touch "$FAKE_ROOT/creating" && sleep "$(cat "$FAKE_ROOT/slow")"
+    # kind pulling the node image: the cluster's nodes appear only when the test lets it go on
+    # (opens the FIFO this kind took as its own), not after a time a busy machine may spend
+    # elsewhere. Taken by one kind only: the next create does not wait.
+    if [ -p "$FAKE_ROOT/pulling" ]; then
+      mv "$FAKE_ROOT/pulling" "$FAKE_ROOT/pulling.$$"; touch "$FAKE_ROOT/creating"
+      cat "$FAKE_ROOT/pulling.$$"
+    fi
     cat > "$FAKE_ROOT/kind-config.json"; cp "$FAKE_ROOT/kind-config.json" "$FAKE_ROOT/clusters/$4"
     # A slow create (kind waits for the control plane), for a test to kill mid-way.
     if [ -e "$FAKE_ROOT/hang" ]; then touch "$FAKE_ROOT/creating"; sleep 60; fi ;;
@@ -362,15 +367,15 @@ def test_the_stacks_own_registry_is_kept_by_up_and_removed_by_destroy(fake_tools
 
 
 @pytest.fixture
-def orphaned_create(fake_tools: Path) -> Iterator[Callable[[int], int]]:
-    """Start the create with a `kind create` that takes `seconds` before the cluster's nodes
-    exist, wait until kind runs, then SIGKILL the script alone, as a killed `pulumi up` leaves
-    it: kind goes on, an orphan, and makes the cluster after the script is gone. Returns the
-    orphan's pid; whatever is left of it is killed after the test."""
+def orphaned_create(fake_tools: Path) -> Iterator[Callable[[], int]]:
+    """Start the create with a `kind create` that pulls its node image until the test lets it
+    go on (let_kind_go_on), wait until kind runs, then SIGKILL the script alone, as a killed
+    `pulumi up` leaves it: kind goes on, an orphan, and makes the cluster after the script is
+    gone. Returns the orphan's pid; whatever is left of it is killed after the test."""
     groups: list[int] = []
 
-    def start(seconds: int) -> int:
-        (fake_tools / "slow").write_text(str(seconds))
+    def start() -> int:
+        os.mkfifo(fake_tools / "pulling")
         cluster, _ = stack_commands(fake_tools / "store")
         with open(fake_tools / "orphan.out", "w") as out:  # not a pipe: the orphan outlives us
             proc = subprocess.Popen(
@@ -388,7 +393,6 @@ def orphaned_create(fake_tools: Path) -> Iterator[Callable[[int], int]]:
         assert (fake_tools / "creating").exists(), (fake_tools / "orphan.out").read_text()
         proc.kill()
         assert proc.wait() == -signal.SIGKILL
-        (fake_tools / "slow").unlink()
         kind = subprocess.run(
             # bin/kind, not the script's subshells, whose command line holds the whole script
             ["pgrep", "-s", str(proc.pid), "-f", "bin/kind create cluster"],
@@ -404,6 +408,32 @@ def orphaned_create(fake_tools: Path) -> Iterator[Callable[[int], int]]:
             os.killpg(group, signal.SIGKILL)
 
 
+def let_kind_go_on(fake_tools: Path, orphan: int) -> None:
+    """The orphan's image pull ends: it makes the cluster's nodes and exits."""
+    fd = os.open(fake_tools / f"pulling.{orphan}", os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: gone
+    os.close(fd)
+
+
+def run_while_kind_pulls(
+    fake_tools: Path, orphan: int, command: Registered, script: str
+) -> subprocess.CompletedProcess[str]:
+    """`command`'s `script` (a create or a delete), the orphan let go on only once the script
+    says it waits for it: on a busy machine the orphan must not end before the script looked."""
+    argv = command_argv(command, script)
+    env = {**os.environ, **command.inputs.get("environment", {})}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert proc.stderr is not None
+    said = []
+    for line in proc.stderr:
+        said.append(line)
+        if "for an earlier create" in line:
+            let_kind_go_on(fake_tools, orphan)
+            break
+    stdout, stderr = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, "".join(said) + stderr)
+
+
 def wait_until_ended(pid: int) -> None:
     """Until `pid` runs no more (gone, or a zombie its new parent has yet to reap)."""
     status = Path(f"/proc/{pid}/status")
@@ -417,12 +447,13 @@ def wait_until_ended(pid: int) -> None:
 
 
 def test_destroy_waits_for_a_killed_ups_kind_create_then_deletes_its_cluster(
-    fake_tools: Path, orphaned_create: Callable[[int], int]
+    fake_tools: Path, orphaned_create: Callable[[], int]
 ):
     """Without the create's lock, destroy looks while kind is still pulling its image, finds
     no cluster, and kind makes one after destroy has ended: a cluster no stack knows of."""
-    orphan = orphaned_create(3)
-    done = run_registry_delete(fake_tools / "store")
+    orphan = orphaned_create()
+    _, registry = stack_commands(fake_tools / "store")
+    done = run_while_kind_pulls(fake_tools, orphan, registry, "delete")
     assert done.returncode == 0, done.stderr
     assert f"waiting up to {kind_module.LOCK_WAIT_S} s for an earlier create" in done.stderr
     assert f"pid {orphan} (" in done.stderr
@@ -431,10 +462,11 @@ def test_destroy_waits_for_a_killed_ups_kind_create_then_deletes_its_cluster(
 
 
 def test_the_next_up_waits_for_a_killed_ups_kind_create_then_makes_the_cluster_again(
-    fake_tools: Path, orphaned_create: Callable[[int], int]
+    fake_tools: Path, orphaned_create: Callable[[], int]
 ):
-    orphan = orphaned_create(3)
-    done = run_create(fake_tools / "store")
+    orphan = orphaned_create()
+    cluster, _ = stack_commands(fake_tools / "store")
+    done = run_while_kind_pulls(fake_tools, orphan, cluster, "create")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"kind": "Config"}
     assert f"pid {orphan} (" in done.stderr
@@ -447,12 +479,12 @@ def test_the_next_up_waits_for_a_killed_ups_kind_create_then_makes_the_cluster_a
 
 
 def test_a_kind_create_that_outlasts_the_wait_fails_destroy_naming_it(
-    fake_tools: Path, orphaned_create: Callable[[int], int], monkeypatch: pytest.MonkeyPatch
+    fake_tools: Path, orphaned_create: Callable[[], int], monkeypatch: pytest.MonkeyPatch
 ):
     """Destroy must not report the stack gone while a create of it still runs: it fails in
     one line that names the process, and leaves the registry for the next destroy."""
     monkeypatch.setattr(kind_module, "LOCK_WAIT_S", 1)
-    orphan = orphaned_create(60)
+    orphan = orphaned_create()  # never let go on: it outlasts the wait
     done = run_registry_delete(fake_tools / "store")
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]

@@ -362,7 +362,7 @@ _FOLLOWS_IN_BOUNDED_MEMORY = """
 import resource, sys
 from pathlib import Path
 resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
-from runner.backends.local.backend import EventTail, follow_lines
+from runner.backends.local.tail import EventTail, follow_lines
 events = EventTail(Path(sys.argv[1])).read_new()
 lines = [len(line) for line in follow_lines(Path(sys.argv[2]), lambda: True, False)]
 print([e["key"] for e in events], lines[0], max(lines))

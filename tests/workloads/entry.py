@@ -11,25 +11,47 @@ from pathlib import Path
 from workloads.config import TrainConfig
 
 
+def torchrun(out: Path, workers: int) -> list[str]:
+    """torchrun's own command line for a run writing to `out`, up to the module it runs.
+
+    torchrun makes a folder per rank for their logs and error files even when it redirects
+    nothing, by default a torchelastic_* folder of the machine's temp dir that nothing ever
+    removes (torch's DefaultLogsSpecs mkdtemp); told --log-dir, it makes them there: beside
+    `out`, in the test's own temporary folder."""
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={workers}", f"--log-dir={out.parent / (out.name + '.torchrun')}",
+    ]  # fmt: skip
+
+
 def run_entry(
     config: TrainConfig,
     out: Path,
     *args: str,
     workers: int = 1,
     omp_threads: int | None = 1,
-    timeout_s: float = 120.0,
+    timeout_s: float = 240.0,
 ) -> subprocess.CompletedProcess[str]:
     """The finished torchrun of `config` writing to `out`, with `args` for workloads.train
-    (`--open-division`, `--benchmark NAME`); OMP_NUM_THREADS as given (None: inherited)."""
+    (`--open-division`, `--benchmark NAME`); OMP_NUM_THREADS as given (None: inherited).
+    `timeout_s` bounds a hang, under pytest's 300 s: the tiny Transformer's 48 s on CI's 2
+    cores took over 120 s with other work on them.
+
+    The run's temp dir (TMPDIR) is a fresh folder of its own, which must be empty when it has
+    ended, however it ended: whatever the launcher or a worker puts there outlives the run."""
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={workers}", "-m", "workloads.train", "--config", config.to_json(),
+        *torchrun(out, workers), "-m", "workloads.train", "--config", config.to_json(),
         "--run-id", "test", "--output-dir", str(out), *args,
     ]  # fmt: skip
-    env = dict(os.environ)
+    temp = out.parent / (out.name + ".tmp")
+    temp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(temp)}
     if omp_threads is not None:
         env["OMP_NUM_THREADS"] = str(omp_threads)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    left = sorted(str(path.relative_to(temp)) for path in temp.rglob("*"))
+    assert not left, f"the run left {left} in its temp dir"
+    return done
 
 
 def succeeded(done: subprocess.CompletedProcess[str]) -> None:

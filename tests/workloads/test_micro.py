@@ -2,13 +2,13 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.distributed import run_ranks
+from tests.workloads.entry import torchrun
 from workloads.config import ConfigError
 from workloads.micro import bus_bandwidth, measure, measurement
 from workloads.microconfig import AllReduceMicroConfig, MeasurementConfig, log_sizes
@@ -74,9 +74,8 @@ def test_measure_agrees_on_one_result_per_size_and_dtype_across_ranks():
 
 def micro_run(config: AllReduceMicroConfig, out: Path) -> dict:
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        "-m", "workloads.micro", "--config", config.to_json(), "--run-id", "test",
-        "--output-dir", str(out),
+        *torchrun(out, workers=2), "-m", "workloads.micro", "--config", config.to_json(),
+        "--run-id", "test", "--output-dir", str(out),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)

@@ -23,7 +23,7 @@ def torchrun(
     workers: int = 2,
     benchmark: str = "",
     open_division: bool = False,
-    timeout_s: float = 120.0,
+    timeout_s: float = 240.0,
 ) -> dict:
     """A run on generated data: open division where its sizes are not the canonical ones."""
     args = [*(["--benchmark", benchmark] if benchmark else []),

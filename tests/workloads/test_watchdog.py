@@ -16,6 +16,7 @@ import pytest
 
 from runner.job.benchmarks import BENCHMARKS
 from tests.distributed import free_port
+from tests.workloads.entry import torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +57,8 @@ def test_a_rank_that_stops_answering_ends_its_peer_with_one_line_naming_where(tm
     )
     out = tmp_path / "out"
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        "-m", "workloads.train", "--config", config.to_json(), "--run-id", "test",
-        "--output-dir", str(out), "--open-division",
+        *torchrun(out, workers=2), "-m", "workloads.train", "--config", config.to_json(),
+        "--run-id", "test", "--output-dir", str(out), "--open-division",
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1")
     launcher = subprocess.Popen(

@@ -7,11 +7,11 @@ submit records that request (launch.json) and starts the supervisor
 state.json while it lives. status reads state.json and notices a supervisor that died without
 recording an outcome: that run is marked FAILED and whatever is left of it is ended. cancel
 signals only a process that proves it belongs to the run (runner/backends/local/processes.py).
+Events and logs read the run's growing files (runner/backends/local/tail.py).
 """
 
 from __future__ import annotations
 
-import codecs
 import os
 import shlex
 import subprocess
@@ -20,18 +20,27 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import psutil
 
 from contract import files
-from contract.events import parse_line
 from contract.files import DamagedFile
 from contract.rundir import EVENTS, LOGS, STATE, JobState, JobStatus, rank_log, read_state
 from runner import flock
 from runner.backends.base import LOCAL_SCHEME, LocalRequest, Process, Request
-from runner.backends.local import elastic, joins, launch, leash, network, preflight, processes
+from runner.backends.local import (
+    elastic,
+    joins,
+    launch,
+    leash,
+    network,
+    network_check,
+    preflight,
+    processes,
+)
 from runner.backends.local.supervisor import command as supervisor_command
+from runner.backends.local.tail import EventTail, follow_lines
 from runner.errors import RunInputError, RunnerError, RunNotFound, SpecError
 from runner.job.link import parse_link
 from runner.job.spec import JobSpec
@@ -307,91 +316,12 @@ def shaped_processes(spec: JobSpec, run_dir: Path) -> tuple[Process, ...]:
             f"a shaped network has at most {network.MAX_WORKERS} workers (one address each on "
             f"its /24), not {spec.placement.world_size}",
         )
-    network.require(parse_link(spec.placement.link or ""))  # dryrun: a spec with a link
+    network_check.require(parse_link(spec.placement.link or ""))  # dryrun: a spec with a link
     return launch.worker_processes(
         spec.placement.world_size, launch.workload_entry(spec, run_dir),
         launch.thread_env(spec.placement), str(run_dir),
         launch.SHAPED_MASTER_PORT, shaped=True,
     )  # fmt: skip
-
-
-# What a follower reads of a growing file at once: a file far larger (a sparse one of
-# terabytes, a line that never ends) is still read, a chunk at a time, never whole.
-CHUNK_BYTES = 1 << 20
-
-
-class EventTail:
-    """New complete events appended to an events.jsonl since the last read."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._offset = 0
-
-    def read_new(self) -> list[dict[str, Any]]:
-        try:
-            fd = _open_regular(self._path)
-        except (OSError, DamagedFile):  # not there yet, or not a log: no events to pass on
-            return []
-        events: list[dict[str, Any]] = []
-        with os.fdopen(fd, "rb") as f:
-            while chunk := _whole_lines(f, self._offset):
-                self._offset += len(chunk)
-                text = chunk.decode("utf-8", errors="replace")
-                events += [e for e in map(parse_line, text.splitlines()) if e is not None]
-        return events
-
-
-def _whole_lines(f: BinaryIO, offset: int) -> bytes:
-    """At most CHUNK_BYTES from `offset`, up to its last newline (a line being written
-    waits); a chunk without one is passed whole, a line longer than any event's."""
-    f.seek(offset)
-    data = f.read(CHUNK_BYTES)
-    if len(data) == CHUNK_BYTES and b"\n" not in data:
-        return data
-    return data[: data.rfind(b"\n") + 1]
-
-
-def follow_lines(path: Path, finished: Any, follow: bool) -> Iterator[str]:
-    """Lines of a growing file; with follow, until `finished()` and the file is drained."""
-    offset = 0
-    partial = ""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a split character waits
-    while True:
-        done = finished() if follow else True  # read the flag before draining: no lost tail
-        for chunk in _chunks(path, offset):
-            offset += len(chunk)
-            lines = (partial + decoder.decode(chunk)).split("\n")
-            partial = lines.pop()
-            yield from lines
-            if len(partial) >= CHUNK_BYTES:  # a line that never ends is shown in pieces
-                yield partial
-                partial = ""
-        if done:
-            if partial:
-                yield partial
-            return
-        time.sleep(POLL_S)
-
-
-def _chunks(path: Path, offset: int) -> Iterator[bytes]:
-    """What `path` holds from `offset` on, CHUNK_BYTES at a time (nothing: not there, or
-    not readable)."""
-    try:
-        fd = _open_regular(path)
-    except OSError:
-        return
-    with os.fdopen(fd, "rb") as f:
-        f.seek(offset)
-        while chunk := f.read(CHUNK_BYTES):
-            yield chunk
-
-
-def _open_regular(path: Path) -> int:
-    """A descriptor of the regular file at `path`, never through a link, at its name or in
-    place of its folder (logs/ -> elsewhere would show a file from outside the run). A FIFO
-    (opened without waiting for a writer) or a device in place of a log is DamagedFile:
-    reading one would block a command for ever, or never end."""
-    return files.open_regular_in_folder(path)
 
 
 def _local(request: Request) -> LocalRequest:

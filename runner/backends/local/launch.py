@@ -52,10 +52,10 @@ from runner.backends.base import LocalRequest, Process
 from runner.backends.local.network import (
     INTERFACE,
     MAX_WORKERS,
-    NetworkUnavailable,
     ShapedNetwork,
     address,
 )
+from runner.backends.local.network_check import NetworkUnavailable
 from runner.errors import SpecError
 from runner.job import threads
 from runner.job.link import PARAM, parse_link

@@ -36,17 +36,16 @@ Lifetime: namespaces.py (held by processes that die with the owner; a killed own
 The iptables rules and qdiscs live in the namespaces and go with them; the delay lines are
 threads of the owner and their queues are unbound when it ends, however it ends.
 
-Not here: parsing the link (link.py), measuring it (probe.py), choosing netem or the delay line
-(impair.py), the delay line itself (delayline.py), the launcher (launch.py).
+Not here: whether this machine can build one (network_check.py), parsing the link (link.py),
+measuring it (probe.py), choosing netem or the delay line (impair.py), the delay line itself
+(delayline.py), the launcher (launch.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from contract.network import NetworkRecord
 from runner.backends.local import impair, namespaces, probe
 from runner.backends.local.delayline import DelayLine
 from runner.backends.local.namespaces import Holder, Kind, Lifeline, NamespaceError
-from runner.errors import BackendUnavailable
+from runner.backends.local.network_check import NetworkUnavailable
 from runner.job.link import Link
 
 INTERFACE = "veth0"  # the worker's end of its link, in every worker namespace
@@ -66,49 +65,6 @@ SUBNET_PREFIX = "198.18.0."  # RFC 2544's benchmarking range; see the module doc
 PREFIX_LENGTH = 24
 MAX_WORKERS = 250  # host numbers 1..250 of the /24
 IDLE_POLL_S = 0.02  # how often the probe's end looks at the queues it filled
-CAP_NET_ADMIN = 12  # bit numbers in /proc/self/status CapEff (linux/capability.h)
-CAP_SYS_ADMIN = 21
-TOOLS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
-# What a throwaway namespace must accept for a shaped network to work here.
-KERNEL_TRIAL = (
-    "ip link add name t0 type veth peer name t1 && ip link add name t2 type bridge"
-    " && ip link set dev t0 master t2 && tc qdisc add dev t1 root tbf rate 1mbit burst 4kb"
-    " limit 64kb"
-)
-
-
-class NetworkUnavailable(BackendUnavailable):
-    """A shaped network cannot be built here; the message says what is missing and the fix."""
-
-
-def problem(link: Link | None = None) -> str | None:
-    """Why a shaped network (for `link`, when given: its delay and loss too) cannot be built
-    here, in one line with the fix; None if it can.
-
-    Tools and capabilities are looked up in microseconds; then one throwaway namespace tries the
-    kernel's veth, bridge and tbf support (tens of milliseconds, and it leaves nothing), and,
-    for a delay or loss, netem or else iptables' NFQUEUE target."""
-    if sys.platform != "linux":
-        return f"shaped links need Linux network namespaces; this is {sys.platform}"
-    tools = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if tools:
-        packages = " ".join(sorted({TOOLS[tool] for tool in tools}))
-        return f"shaped links need {', '.join(tools)}: apt-get install -y {packages}"
-    caps = _missing_capabilities()
-    if caps:
-        return (
-            f"shaped links need {' and '.join(caps)} (network and PID namespaces, traffic "
-            "control): run the runner as root (sudo), or leave out --link"
-        )
-    return _kernel_problem() or (impair.problem(link) if link is not None else None)
-
-
-def require(link: Link | None = None) -> None:
-    """NetworkUnavailable (one line, with the fix) unless a shaped network (for `link`, when
-    given) can be built here."""
-    reason = problem(link)
-    if reason is not None:
-        raise NetworkUnavailable(reason)
 
 
 def address(index: int) -> str:
@@ -387,25 +343,3 @@ def _tbf_counters(holder: Holder, device: str) -> dict[str, int]:
         if qdisc.get("kind") == "tbf":
             return {key: int(qdisc[key]) for key in ("bytes", "drops", "backlog")}
     raise NamespaceError(f"no tbf qdisc on {device}")
-
-
-def _missing_capabilities() -> list[str]:
-    effective = 0
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                effective = int(line.split(":", 1)[1], 16)
-    wanted = {"CAP_NET_ADMIN": CAP_NET_ADMIN, "CAP_SYS_ADMIN": CAP_SYS_ADMIN}
-    return [name for name, bit in wanted.items() if not effective >> bit & 1]
-
-
-def _kernel_problem() -> str | None:
-    said = namespaces.trial(KERNEL_TRIAL)
-    if said is None:
-        return None
-    if said.startswith("cannot try"):
-        return said
-    return (
-        f"this kernel cannot build a shaped network ({said}): it needs network, PID and mount "
-        "namespaces, veth, bridge and the tbf qdisc (modprobe veth bridge sch_tbf)"
-    )

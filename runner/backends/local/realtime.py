@@ -1,11 +1,13 @@
 """A real-time scheduling priority for the one thread that calls it, where this process may
 have one (root), for the few threads whose wake-up time is what is measured or made: a delay
-line's reader (delayline.py) and the probe's round trips (probe.py).
+line's reader (delayline.py), the probe's round trips and the two ends of its stream
+(probe.py).
 
 On a loaded machine a normal thread woke 0.2-0.5 ms late for each packet it waited on, and
 a 3 ms delay measured 3.45 ms one way. These threads never spin (they sleep in select() or a
-blocking read), so they cannot starve the machine. Without the privilege they run as they
-are, and the probe says when the delay is then off.
+blocking read or write), so they cannot starve the machine; the probe's stream keeps a core
+busy only on a link faster than the machine carries, and for under a second. Without the
+privilege they run as they are, and the probe says when the delay is then off.
 
 Not here: anything that decides when a packet leaves.
 """

@@ -60,7 +60,7 @@ from runner.backends.local.launch import (
     start,
     start_failure,
 )
-from runner.backends.local.network import NetworkUnavailable
+from runner.backends.local.network_check import NetworkUnavailable
 from runner.backends.local.outcome import (
     GRACE_S,
     elastic_outcome,

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.backends.local import impair, network
+from runner.backends.local import impair, network_check
 from runner.backends.local.namespaces import in_namespace
 from runner.backends.local.network import ShapedNetwork, address
 from runner.backends.local.probe import ProbeError
@@ -131,7 +131,7 @@ def test_a_delay_line_without_iptables_is_refused_in_one_line_with_the_fix(
     for tool in ("ip", "tc", "unshare", "nsenter", "sh", "cat"):
         (tmp_path / tool).symlink_to(shutil.which(tool) or tool)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert network.problem(parse_link("100mbit,delay=1ms,jitter=1ms")) == (
+    assert network_check.problem(parse_link("100mbit,delay=1ms,jitter=1ms")) == (
         "100mbit,delay=1ms,jitter=1ms needs netem (this kernel has none) or iptables for the "
         "NFQUEUE delay line: apt-get install -y iptables"
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.backends.local import namespaces, network, processes
+from runner.backends.local import namespaces, network, network_check, processes
 from runner.backends.local.network import INTERFACE, ShapedNetwork
 from runner.job.link import parse_link
 from tests.runner.network import namespace_scan as scan
@@ -146,7 +146,7 @@ def test_a_refused_step_fails_in_one_line_and_leaves_no_holder(
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     before = {p.pid for p in psutil.Process().children()}
-    with pytest.raises(network.NetworkUnavailable) as caught:
+    with pytest.raises(network_check.NetworkUnavailable) as caught:
         ShapedNetwork.open(parse_link("1gbit"), num_workers=2)
     assert str(caught.value) == (
         "cannot build the shaped network: tc failed: Error: Specified qdisc kind is unknown."

@@ -1,4 +1,5 @@
-"""network.problem(): one line naming what this machine lacks for a shaped network, and the fix.
+"""network_check.problem(): one line naming what this machine lacks for a shaped network, and
+the fix.
 
 The faults are real: a PATH without the tools, a process without the capabilities, a `tc` that
 answers as a kernel without tbf (a fake at the process boundary)."""
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.local import network
+from runner.backends.local import network_check
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -22,13 +23,13 @@ def test_missing_tools_are_named_with_the_install_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find
-    assert network.problem() == (
+    assert network_check.problem() == (
         "shaped links need ip, tc, unshare, nsenter: apt-get install -y iproute2 util-linux"
     )
 
 
 def test_missing_capabilities_are_named_with_the_fix() -> None:
-    code = "from runner.backends.local import network; print(network.problem())"
+    code = "from runner.backends.local import network_check; print(network_check.problem())"
     argv = [sys.executable, "-c", code]
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
@@ -49,7 +50,7 @@ def test_a_kernel_without_tbf_is_reported_with_its_error_and_the_modules(
     fake.write_text("#!/bin/sh\necho 'Error: Specified qdisc kind is unknown.' >&2\nexit 2\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert network.problem() == (
+    assert network_check.problem() == (
         "this kernel cannot build a shaped network (Error: Specified qdisc kind is unknown.): "
         "it needs network, PID and mount namespaces, veth, bridge and the tbf qdisc "
         "(modprobe veth bridge sch_tbf)"
@@ -58,5 +59,5 @@ def test_a_kernel_without_tbf_is_reported_with_its_error_and_the_modules(
 
 def test_require_raises_the_problem_as_a_runner_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(network.NetworkUnavailable, match=r"^shaped links need ip, tc"):
-        network.require()
+    with pytest.raises(network_check.NetworkUnavailable, match=r"^shaped links need ip, tc"):
+        network_check.require()
