@@ -3,9 +3,9 @@
 Each listing runs in a fresh interpreter, as a user's does, with a bytecode tree of this
 module's (PYTHONPYCACHEPREFIX, where the cache lives beside runner/job's bytecode; shared by
 the tests so that Python compiles the standard library into it once, and emptied of cards
-before each) and a benchmark plugin installed the way pip leaves one: a package and a dist-info folder
-with a `stackbench.benchmarks` entry point, on PYTHONPATH. The plugin is then edited,
-uninstalled, and the cache damaged, each between two listings.
+before each), and a benchmark plugin installed the way pip leaves one: a package and a
+dist-info folder with a `stackbench.benchmarks` entry point, on PYTHONPATH. The plugin is
+then edited, uninstalled, and the cache damaged, each between two listings.
 """
 
 from __future__ import annotations
