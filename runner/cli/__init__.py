@@ -140,7 +140,7 @@ def benchmarks(benchmark: str | None, plugins: tuple[str, ...]) -> None:
         from runner.cli.catalog import benchmarks_table
         from runner.job import cards  # the cards, not the benchmarks' code, while unchanged
 
-        console.print(benchmarks_table(cards.listed()))
+        click.echo(benchmarks_table(cards.listed()))
         return
     from runner.cli.views import keys_table
     from runner.job.spec import get_benchmark  # resolving one: the whole job model
@@ -171,7 +171,7 @@ def plugins(plugins: tuple[str, ...]) -> None:
         for registry in points.POINTS
         for name, entry in registry.entries().items()
     ]
-    console.print(plugins_table(rows))
+    click.echo(plugins_table(rows))
 
 
 for _module in (submit, runs, data, study, stack, dashboard, doctor):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,12 +71,9 @@ def _listing(root: Path) -> dict[str, list[str]]:
         cwd=root, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {}
-    for line in proc.stdout.splitlines():
-        cells = [c.strip() for c in line.strip("│ ").split("│")]
-        if len(cells) == 5:
-            rows[cells[0]] = cells
-    return rows
+    rows = [re.split(r"\s{2,}", line) for line in proc.stdout.splitlines()]
+    assert rows[0] == ["NAME", "TASK", "TARGET (LIGHT)", "DEFAULTS", "ORIGIN"], proc.stdout
+    return {cells[0]: cells for cells in rows[1:]}
 
 
 def _cache_file(root: Path) -> Path:

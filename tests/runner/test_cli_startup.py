@@ -42,11 +42,11 @@ NOT_FOR_HELP = (
     "contract.summary",
     "contract.events",
 )
-# `runner benchmarks` reads its cached cards and draws a table: rich, but none of the
+# `runner benchmarks` reads its cached cards and prints them in columns: none of the
 # benchmarks' components (models, data sets, tasks, optimizers, strategies), nor the
-# installed distributions' metadata (the entry-point scan), nor a run's machinery.
+# installed distributions' metadata (the entry-point scan), nor rich, nor a run's machinery.
 NOT_FOR_BENCHMARKS = (
-    *(h for h in HEAVY if h != "rich"),
+    *HEAVY,
     "importlib.metadata",
     "logging",
     "runner.api",
