@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 import zlib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -88,10 +89,10 @@ def listed() -> list[Card]:
     cached = _read(path)
     if cached is not None:
         return cached
-    before = set(sys.modules)
+    started_ns = time.time_ns()
     cards = registered()
     if not sys.dont_write_bytecode:
-        _write(path, cards, sorted(set(sys.modules) | before))
+        _write(path, cards, started_ns)
     return cards
 
 
@@ -117,22 +118,31 @@ def _read(path: Path) -> list[Card] | None:
     try:
         if data["version"] != CACHE_VERSION or data["interpreter"] != _interpreter():
             return None
-        if data["dists"] != _dists_stamp() or data["sources"] != _files_stamp(data["sources"]):
+        sources = data["sources"]
+        if not isinstance(sources, dict) or sources != _files_stamp(sources):
+            return None
+        if data["dists"] != _dists_stamp():
             return None
         return [_card_from(raw) for raw in data["cards"]]
     except (KeyError, TypeError, ValueError, AttributeError):  # another shape: derived again
         return None
 
 
-def _write(path: Path, cards: list[Card], modules: list[str]) -> None:
+def _write(path: Path, cards: list[Card], started_ns: int) -> None:
+    """Cache `cards`, derived from what is imported now, with its stamp; not when a file
+    changed after `started_ns` (while they were derived: which version was read is unknown)."""
     from contract.files import write_json
 
-    files = [f for m in modules if (f := getattr(sys.modules.get(m), "__file__", None))]
+    modules = list(sys.modules.values())
+    files = sorted({f for m in modules if isinstance(f := getattr(m, "__file__", None), str)})
+    sources = _files_stamp(files)
+    if any(stamp is not None and stamp[2] >= started_ns for stamp in sources.values()):
+        return
     data = {
         "version": CACHE_VERSION,
         "interpreter": _interpreter(),
         "dists": _dists_stamp(),
-        "sources": _files_stamp(sorted(set(files))),
+        "sources": sources,
         "cards": [asdict(card) for card in cards],
     }
     try:
