@@ -132,16 +132,17 @@ def benchmarks(benchmark: str | None, plugins: tuple[str, ...]) -> None:
       runner benchmarks transformer-wmt17
       runner benchmarks --plugin path/to/my_benchmark
     """
-    from runner.cli.views import benchmarks_table, keys_table
-    from workloads.plugins import loading, points
+    from workloads.plugins import loading
 
     for plugin in plugins:
         loading.load(plugin)
     if benchmark is None:
-        entries = points.BENCHMARKS.entries()
-        origins = {name: e.origin for name, e in entries.items()}
-        console.print(benchmarks_table([e.obj for e in entries.values()], origins))
+        from runner.cli.catalog import benchmarks_table
+        from runner.job import cards  # the cards, not the benchmarks' code, while unchanged
+
+        click.echo(benchmarks_table(cards.listed()))
         return
+    from runner.cli.views import keys_table
     from runner.job.spec import get_benchmark  # resolving one: the whole job model
 
     console.print(keys_table(get_benchmark(benchmark)))
@@ -160,7 +161,7 @@ def plugins(plugins: tuple[str, ...]) -> None:
       runner plugins
       runner plugins --plugin examples/stackbench-example
     """
-    from runner.cli.views import plugins_table
+    from runner.cli.catalog import plugins_table
     from workloads.plugins import loading, points
 
     for plugin in plugins:
@@ -170,7 +171,7 @@ def plugins(plugins: tuple[str, ...]) -> None:
         for registry in points.POINTS
         for name, entry in registry.entries().items()
     ]
-    console.print(plugins_table(rows))
+    click.echo(plugins_table(rows))
 
 
 for _module in (submit, runs, data, study, stack, dashboard, doctor):

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from contract.files import DamagedFile
 from runner.cli.lazy import deferred
 from runner.errors import BadInput, Interrupted, RunnerError, SpecError, interruption
 from runner.install import extra as install_extra
@@ -65,15 +64,16 @@ EXTRAS = {
 }
 
 
-class _NoPluginError(Exception):
-    """Raised by nothing: what a plugin's error class is before any plugin was loaded."""
+class _NeverRaised(Exception):
+    """Raised by nothing: what an error class of a module not yet imported stands for."""
 
 
-def _plugin_error() -> type[Exception]:
-    """workloads.plugins' error class once a command has imported it (only loading a plugin
-    raises one): importing it here would put workloads on `runner --help`'s start-up path."""
-    registry = sys.modules.get("workloads.plugins.registry")
-    return registry.PluginError if registry is not None else _NoPluginError
+def _error_class(module: str, name: str) -> type[Exception]:
+    """`module`'s error class `name` once a command has imported that module (only its code
+    raises one), else _NeverRaised: importing workloads.plugins (a plugin's errors) or
+    contract.files (a damaged file's) here would put them on `runner --help`'s start-up path."""
+    found = sys.modules.get(module)
+    return getattr(found, name) if found is not None else _NeverRaised
 
 
 def handle_errors(fn: F) -> F:
@@ -88,7 +88,11 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except SpecError as err:
             raise click.BadParameter(str(err), param_hint=err.param) from None
-        except (RunnerError, DamagedFile, _plugin_error()) as err:  # a user's plugin code
+        except (
+            RunnerError,
+            _error_class("contract.files", "DamagedFile"),
+            _error_class("workloads.plugins.registry", "PluginError"),  # a user's plugin code
+        ) as err:
             if _debug_enabled():
                 raise
             lines = err.lines if isinstance(err, RunnerError) and err.lines else str(err)

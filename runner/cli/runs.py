@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -53,6 +52,8 @@ def runs(settings: Settings, as_json: bool) -> None:
     root = settings.results_dir
     found = listing.rows(root, listing.JSON if as_json else listing.TABLE)
     if as_json:
+        import json
+
         click.echo(json.dumps([listing.as_json(root, n, row) for n, row in found], indent=2))
     elif not found:
         shown = plain(str(root))

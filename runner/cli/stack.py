@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from contract.files import DamagedFile
 from runner.cli.common import (
     Settings,
     confirm,
@@ -76,6 +75,7 @@ def cost(settings: Settings, stack: str, hours: float | None) -> None:
     recorded runs above it; --hours lists what each part counted.
     """
     require("yaml", "runner cost")
+    from contract.files import DamagedFile
     from runner.cli.views import plain_table
     from runner.results import export
     from runner.results import report as reports

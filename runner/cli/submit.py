@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from contract.files import DamagedFile
-from contract.rundir import rank_log
 from runner.cli.common import (
     WORKERS,
     Settings,
@@ -165,6 +163,8 @@ def _after_interrupt(results: Path, run: api.Run) -> str:
     the first cancel half-way, the run still RUNNING for a moment (its supervisor told) or for
     good (not yet told): cancel again, which is quick and does nothing to a finished run, so
     that the line states the final state; a third Ctrl-C leaves it to `runner status`."""
+    from contract.files import DamagedFile
+
     try:
         with signals_interrupt():
             state = api.status(results, run)
@@ -181,6 +181,8 @@ def _after_interrupt(results: Path, run: api.Run) -> str:
 
 
 def finish(run: api.Run, outcome: api.Outcome) -> None:
+    from contract.rundir import rank_log
+
     views.print_outcome(console, run, outcome)
     if outcome.status.state.value != "SUCCEEDED":
         rank = outcome.status.failed_rank or 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -32,45 +34,6 @@ STATE_STYLE = {
     JobState.FAILED: "red",
     JobState.CANCELLED: "magenta",
 }
-
-
-def benchmarks_table(benchmarks: list[AnyBenchmark], origins: Mapping[str, str]) -> Table:
-    """The benchmarks, with where each comes from (`origins`: name -> built in, or the
-    plugin's package==version or path)."""
-    table = Table(title="Benchmarks", title_justify="left")
-    # Three columns that read at 80 characters; identifiers are copied, so never wrapped.
-    table.add_column("name", no_wrap=True, style="bold")
-    table.add_column("task")
-    table.add_column("target (light)")
-    table.add_column("defaults")
-    table.add_column("origin")
-    for b in benchmarks:
-        origin = plain(origins.get(b.name, "?"))
-        if isinstance(b, MicroBenchmark):
-            table.add_row(b.name, b.task, "-", count(b.default_workers, "worker"), origin)
-            continue
-        c = b.config
-        table.add_row(
-            b.name,
-            b.task,
-            f"{c.target_metric} {'<=' if c.target_metric in LOWER_IS_BETTER else '>='} "
-            f"{c.target.target_value:g} ({b.light_target:g})",
-            f"{count(b.default_workers, 'worker')} x batch {c.data.batch_size}, {c.strategy.name}, "
-            f"{b.default_runs} run{'s' if b.default_runs > 1 else ''}",
-            origin,
-        )
-    return table
-
-
-def plugins_table(rows: list[tuple[str, str, str]]) -> Table:
-    """Every extension point's entries: (point, name, origin)."""
-    table = Table(title="Extension points", title_justify="left")
-    for column in ("point", "name", "origin"):
-        table.add_column(column, no_wrap=column != "origin")
-    for point, name, origin in rows:
-        style = "" if origin == "built in" else "bold"
-        table.add_row(point, plain(name), Text(terminal_safe(origin), style))
-    return table
 
 
 def keys_table(bench: AnyBenchmark) -> Table:

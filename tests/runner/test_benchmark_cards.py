@@ -1,0 +1,132 @@
+"""`runner benchmarks` from its cache of cards (runner/job/cards.py): never a stale list.
+
+Each listing runs in a fresh interpreter, as a user's does, with a bytecode tree of this
+module's (PYTHONPYCACHEPREFIX, where the cache lives beside runner/job's bytecode; shared by
+the tests so that Python compiles the standard library into it once, and emptied of cards
+before each), and a benchmark plugin installed the way pip leaves one: a package and a
+dist-info folder with a `stackbench.benchmarks` entry point, on PYTHONPATH. The plugin is
+then edited, uninstalled, and the cache damaged, each between two listings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.job import cards
+from tests.workloads.plugin_packages import write_dist_info, write_package
+from workloads.plugins import points
+
+# A variant of a built-in, as a user's package would declare one (not registered by the
+# module itself: its entry point registers it).
+PLUGIN = """
+    import dataclasses
+    from runner.job.benchmarks import CNN_DIGITS
+
+    MINE = dataclasses.replace(CNN_DIGITS, name="mine", default_runs={runs})
+"""
+
+
+@pytest.fixture(scope="module")
+def pyc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pyc")
+
+
+@pytest.fixture
+def root(tmp_path: Path, pyc: Path) -> Path:
+    """A folder whose site/ is on the listings' PYTHONPATH, pyc/ their bytecode tree."""
+    (tmp_path / "pyc").symlink_to(pyc)
+    for old in pyc.rglob("benchmark-cards.*.json"):
+        old.unlink()
+    return tmp_path
+
+
+def _install(root: Path, runs: int = 3) -> None:
+    package = root / "site" / "minebench"
+    if package.exists():
+        shutil.rmtree(package)
+    write_package(root / "site", "minebench",
+                  {"__init__.py": PLUGIN.format(runs=runs)})  # fmt: skip
+    if not any((root / "site").glob("*.dist-info")):
+        write_dist_info(root / "site", "mine-bench", "2.0", """
+            [stackbench.benchmarks]
+            mine = minebench:MINE
+        """)  # fmt: skip
+
+
+def _listing(root: Path) -> dict[str, list[str]]:
+    """Each benchmark's row of `runner benchmarks` (run in a fresh interpreter), by name."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env |= {"PYTHONPYCACHEPREFIX": str((root / "pyc").resolve()), "PYTHONPATH": str(root / "site")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.cli", "--results-dir", str(root / "results"),
+         "benchmarks"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [re.split(r"\s{2,}", line) for line in proc.stdout.splitlines()]
+    assert rows[0] == ["NAME", "TASK", "TARGET (LIGHT)", "DEFAULTS", "ORIGIN"], proc.stdout
+    return {cells[0]: cells for cells in rows[1:]}
+
+
+def _cache_file(root: Path) -> Path:
+    (found,) = (root / "pyc").resolve().rglob("benchmark-cards.*.json")
+    return found
+
+
+def test_the_cards_are_the_registered_benchmarks_facts():
+    listed = {c.name: c for c in cards.registered()}
+    assert list(listed) == points.BENCHMARKS.names()
+    digits = listed["cnn-digits"]
+    assert (digits.origin, digits.target_metric, digits.target_value, digits.batch_size) == (
+        "built in", "top1_accuracy", 0.95, 32,
+    )  # fmt: skip
+    assert listed["allreduce-micro"].target_metric is None  # a measurement: no target
+
+
+def test_a_changed_or_uninstalled_plugin_is_never_listed_from_a_stale_cache(root):
+    _install(root, runs=3)
+    first = _listing(root)
+    assert first["mine"][4] == "mine-bench==2.0" and first["cnn-digits"][4] == "built in"
+    assert "3 runs" in first["mine"][3]
+    assert _listing(root) == first  # from the cache: the same rows
+    _install(root, runs=5)  # the plugin's source edited
+    assert "5 runs" in _listing(root)["mine"][3]
+    shutil.rmtree(next((root / "site").glob("*.dist-info")))  # uninstalled
+    after = _listing(root)
+    assert "mine" not in after and "cnn-digits" in after
+
+
+def test_a_damaged_cache_is_derived_again_and_replaced(root):
+    _install(root)
+    first = _listing(root)
+    cache = _cache_file(root)
+    for damage in (b"\x00garbage{", b'{"version": 1, "cards": 7}'):
+        cache.write_bytes(damage)
+        assert _listing(root) == first
+        assert json.loads(cache.read_text())["cards"][0]["name"] == "cnn-digits"
+    # A cache whose stamp is right but whose cards were edited by hand is a shape check
+    # away from being listed: a card missing a field is derived again.
+    data = json.loads(cache.read_text())
+    del data["cards"][0]["origin"]
+    cache.write_text(json.dumps(data))
+    assert _listing(root) == first
+
+
+def test_a_cache_replaced_by_a_link_is_not_followed(root):
+    _install(root)
+    first = _listing(root)
+    cache = _cache_file(root)
+    elsewhere = root / "elsewhere.json"
+    elsewhere.write_text(cache.read_text().replace("mine-bench==2.0", "forged==6.6.6"))
+    cache.unlink()
+    cache.symlink_to(elsewhere)
+    assert _listing(root) == first
+    assert not cache.is_symlink() and "forged" in elsewhere.read_text()
