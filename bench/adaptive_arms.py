@@ -124,11 +124,11 @@ def adaptation(kind: Kind, made: Sequence[Decision]) -> Adaptation:
     changes = [d for d in made if d.knob == "workers" and _numbers(d.old, d.new)]
     left = any(d.new < d.old for d in changes)
     joined = any(d.new > d.old for d in changes)
-    said = "; ".join(f"workers {d.old} -> {d.new} at {d.time_s:.1f} s" for d in changes)
+    moves = "; ".join(f"workers {d.old} -> {d.new} at {d.time_s:.1f} s" for d in changes)
     if left and joined:
-        return Adaptation(True, said)
+        return Adaptation(True, moves)
     missing = "no worker left" if not left else "no worker joined before the run ended"
-    return Adaptation(False, f"did not adapt: {missing}" + (f" ({said})" if said else ""))
+    return Adaptation(False, f"did not adapt: {missing}" + (f" ({moves})" if moves else ""))
 
 
 def _knob(name: str) -> str:
