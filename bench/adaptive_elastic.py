@@ -4,10 +4,10 @@ is killed (SIGKILL, a real fault) early in epoch 1, and `runner join` brings the
 
 The kill lands KILL_AFTER_S after epoch 1 began (never at an epoch's edge, where
 docs/adaptive-elastic.md says the run fails by design; epoch 1 lasts several seconds at the
-study's settings). Early, so that the joiner (a new process importing torch, 15-35 s on a
-loaded 2-core machine) is admitted before the run meets its target: killed a third into
-epoch 2, as this driver did before, most runs met the target before the joiner came and the
-arm measured a departure only. The study reads whether both happened from the run's
+study's settings). Early, so that the joiner (a new process importing torch, admitted 11-20 s
+after the departure on a loaded 2-core machine) comes before the run meets its target:
+killed a third into epoch 2, as this driver did before, most runs met the target first and
+the arm measured a departure only. The study reads whether both happened from the run's
 decision events (adaptive_arms.py), not from this driver.
 """
 

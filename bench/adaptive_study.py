@@ -6,9 +6,9 @@ compile_model=false (the batch policy refuses compilation; the fixed arms match 
 
 - batch: fixed `policy=none` against `policy=batch`, both at 4 samples a worker (B0 = 8)
   and LR 0.00625 a worker (the benchmark's 0.05 per 32 samples, scaled linearly). At the
-  benchmark's own batch (B0 = 64) the policy cannot act: the smoothed B_noise (15-100 here)
-  rarely reaches 2 x 64 before the target, and bench/adaptive_batch_study.py measured no
-  change in any run. From B0 = 8 it reaches 2 x B0 within the first epoch, so the policy
+  benchmark's own batch (B0 = 64) the policy cannot act: the smoothed B_noise ended at 14-41
+  in bench/adaptive_batch_study.py's runs, under the 128 a first doubling needs, and none
+  changed the batch. From B0 = 8 it reaches 2 x B0 within the first epoch, so the policy
   acts with its documented defaults (growth 2, first change once the EMAs hold their
   memory's worth of readings, the median of 5 since the last change).
 - sync: fixed `strategy=allreduce` (the exact mode, throughout) against
@@ -27,8 +27,8 @@ compile_model=false (the batch policy refuses compilation; the fixed arms match 
   heartbeats every 0.2 s and a worker gone after 2 s (the defaults, 0.5 and 5 s, only
   lengthen the survivor's wait), target 97 % within 30 epochs. The low LR and the high
   target make the run long enough for the joiner, a new process importing torch, to be
-  admitted: it needs 15-35 s to start on a loaded 2-core machine, and at the benchmark's
-  95 %, or at twice this LR, runs met the target before it came.
+  admitted: it came 11-20 s after the departure on a loaded 2-core machine, and at the
+  benchmark's 95 %, or at twice this LR, runs met the target before it came.
 
 What adapting means per pair, and the two ratios (over the pairs whose adaptive run adapted,
 and over every pair), are bench/adaptive_arms.py's. The runs alternate fixed, adaptive,
