@@ -1,5 +1,5 @@
-"""A generated CIFAR-format data set for bench/adaptive_study.py: no download, several epochs
-of ResNet-20 on 2 CPU cores before a target, not one.
+"""A generated CIFAR-format data set for bench/adaptive_batch_study.py: no download, several
+epochs of ResNet-20 on 2 CPU cores before a target, not one.
 
 Written in the published layout (`cifar-10-batches-py/` with data_batch_1..5 and test_batch,
 python pickles of {'data': uint8 [N, 3072], 'labels': [...]}, protocol 2 as the originals),

@@ -1,4 +1,4 @@
-"""The figures of bench/adaptive_study.py, as small PNGs:
+"""The figures of bench/adaptive_batch_study.py, as small PNGs:
 
 - adaptive_time_to_target: every run's time to target, fixed and adaptive side by side, one
   panel per task, with each arm's MLPerf aggregate as a bar (a missed target drawn at the
@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 from contract.events import EVAL_ACCURACY, TRAIN_LOSS
 from runner.results.runs import B_NOISE, GLOBAL_BATCH, RunResult
 
-COLORS = {"none": "#1f77b4", "adaptive": "#d62728"}  # the arms (adaptive_study.py)
+COLORS = {"none": "#1f77b4", "adaptive": "#d62728"}  # the arms (adaptive_batch_study.py)
 LABELS = {"none": "fixed", "adaptive": "adaptive"}
 DPI = 100
 
