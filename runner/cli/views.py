@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-import json
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
