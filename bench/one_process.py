@@ -10,8 +10,8 @@ import socket
 import tempfile
 
 from contract.summary import TrainSummary
-from workloads import dist as wdist
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
+from workloads.runtime import dist as wdist
 from workloads.train import parse_args, run
 
 
@@ -41,7 +41,7 @@ def run_quietly(
 
 def steady(throughput: float | None) -> float:
     """A summary's throughput, or exit saying why there is none: a run records none without
-    a steady step (workloads/summary.py), so the bench's run was too short to time."""
+    a steady step (workloads/telemetry/summary.py), so the bench's run was too short to time."""
     if throughput is None:
         raise SystemExit("the run recorded no throughput: it had no steady step; give it more")
     return throughput

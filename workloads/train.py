@@ -29,23 +29,26 @@ from contract.files import write_json
 from contract.manifest import Manifest
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import TrainSummary
-from workloads import dist, divergence, lifetime, manifest, mllog, strategies, tasks, watchdog
+from workloads import strategies, tasks
 from workloads.adaptive import run as adaptive_run
 from workloads.adaptive.elastic import session as elastic
 from workloads.adaptive.elastic.launch import LaunchError
 from workloads.adaptive.elastic.membership import MembershipError
 from workloads.adaptive.elastic.session import KNOB, ElasticSession
 from workloads.adaptive.policy import KnobValue, Policy
-from workloads.components import Composite
-from workloads.config import ConfigError, TrainConfig
+from workloads.configuration.components import Composite
+from workloads.configuration.train_config import ConfigError, TrainConfig
 from workloads.data import DataError, canonical, data_root
-from workloads.divergence import DIVERGED_EXIT, Diverged
-from workloads.loop import Deadline
-from workloads.over_ranks import epoch_sums, mean_phases
 from workloads.plugins import loading, provenance
 from workloads.plugins.registry import PluginError
-from workloads.summary import RunTally, summarize
-from workloads.timing import clock_for
+from workloads.runtime import dist, lifetime, watchdog
+from workloads.telemetry import manifest, mllog
+from workloads.telemetry.summary import RunTally, summarize
+from workloads.telemetry.timing import clock_for
+from workloads.training import divergence
+from workloads.training.divergence import DIVERGED_EXIT, Diverged
+from workloads.training.loop import Deadline
+from workloads.training.over_ranks import epoch_sums, mean_phases
 
 PROGRESS_INTERVAL_S = 5.0
 ELASTIC_EXIT = 4  # an elastic run that cannot go on (too few workers, its writer gone)
@@ -83,7 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def launch(argv: list[str] | None, config_type: type[C], run_fn: Callable[..., Any]) -> int:
     """The entry of every workload module: arguments, rank log, config, then run_fn."""
-    lifetime.die_with_parent()  # no worker outlives its launcher (workloads/lifetime.py)
+    lifetime.die_with_parent()  # no worker outlives its launcher (workloads/runtime/lifetime.py)
     args = parse_args(argv)
     if args.elastic is not None and config_type is not TrainConfig:
         raise SystemExit("workloads: --elastic: only training runs have elastic workers")
@@ -172,7 +175,7 @@ def _log_index(env: dist.DistEnv | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     # torch._dynamo (a second of imports) is not imported here: a run that compiles nothing
-    # and steps with workloads/sgd.py never loads it.
+    # and steps with workloads/optimization/sgd.py never loads it.
     return launch(argv, TrainConfig, run)
 
 
@@ -416,9 +419,9 @@ def _train(
 def _require_finite(result: tasks.Evaluation, epoch: int) -> None:
     """Diverged when an evaluation's metric or loss is not finite: damaged test data,
     activations that overflowed, or weights a gradient overflow made non-finite since the last
-    pass over them (workloads/divergence.py). Such a result is no measurement, and the summary
-    could not hold it (JSON has no NaN). Every rank has the same, all-reduced result, so every
-    rank stops here."""
+    pass over them (workloads/training/divergence.py). Such a result is no measurement, and the
+    summary could not hold it (JSON has no NaN). Every rank has the same, all-reduced result, so
+    every rank stops here."""
     bad = [f"{name} {value}" for name, value in (("metric", result.value), ("loss", result.loss))
            if not math.isfinite(value)]  # fmt: skip
     if bad:
@@ -433,7 +436,7 @@ def _log_run_parameters(
     task: tasks.Task,
     env_manifest: Manifest,
 ) -> None:
-    from workloads import mlperf_keys
+    from workloads.telemetry import mlperf_keys
 
     log.point(events.SUBMISSION_BENCHMARK, args.benchmark or config.model.name)
     # Before the hyperparameters: the compliance rules check closed-division values by it.

@@ -23,7 +23,7 @@ from tests.workloads.plugin_packages import (
     write_dist_info,
     write_package,
 )
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 from workloads.plugins import loading, points, provenance
 from workloads.plugins.registry import PluginError, Registry
 from workloads.strategies.config import PlainStrategy

@@ -44,8 +44,8 @@ from workloads.plugins import points
 
 if TYPE_CHECKING:
     from workloads.adaptive.elastic.session import ElasticSession
-    from workloads.config import TrainConfig
-    from workloads.loop import Trainer
+    from workloads.configuration.train_config import TrainConfig
+    from workloads.training.loop import Trainer
 
 Emit = Callable[[str, Any], Any]
 

@@ -69,10 +69,10 @@ from workloads.adaptive.policy import Decision
 from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor
 from workloads.adaptive.sync import AdaptiveSyncStrategy
-from workloads.config import TrainConfig
-from workloads.loop import BUDGET_CHECK_EVERY_STEPS, agreed_flag
+from workloads.configuration.train_config import TrainConfig
 from workloads.strategies.averaging import ModelAveragingStrategy
 from workloads.strategies.base import Strategy
+from workloads.training.loop import BUDGET_CHECK_EVERY_STEPS, agreed_flag
 
 T = TypeVar("T")
 KNOB = "workers"

@@ -14,16 +14,17 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from workloads import divergence, precision, watchdog
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
-from workloads.objectives import ClosedForm, CrossEntropy, Objective
-from workloads.sgd import Optimizer
+from workloads.optimization.objectives import ClosedForm, CrossEntropy, Objective
+from workloads.optimization.sgd import Optimizer
+from workloads.runtime import precision, watchdog
 from workloads.strategies.base import LocalGradients, Strategy
-from workloads.timing import StepTimer, add_phases, zero_phases
+from workloads.telemetry.timing import StepTimer, add_phases, zero_phases
+from workloads.training import divergence
 
 if TYPE_CHECKING:
-    from workloads.config import TrainConfig
+    from workloads.configuration.train_config import TrainConfig
 
 EVAL_BATCH_SIZE = 1024
 # A training batch: indices of the split's samples, or a contiguous range of a shuffled shard.
@@ -63,7 +64,7 @@ class Trainer:
     objective: Objective = field(default_factory=CrossEntropy)
     # The model's loss and gradient without autograd, where it has them (see optimize).
     closed_form: ClosedForm | None = None
-    precision: str = "fp32"  # what forward passes compute in (workloads/precision.py)
+    precision: str = "fp32"  # what forward passes compute in (workloads/runtime/precision.py)
 
 
 @dataclass(frozen=True)

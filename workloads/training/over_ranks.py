@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from workloads.loop import EpochStats
-from workloads.timing import LOOP_PHASES
+from workloads.telemetry.timing import LOOP_PHASES
+from workloads.training.loop import EpochStats
 
 
 def epoch_sums(stats: EpochStats, device: torch.device) -> tuple[int, int, float]:
