@@ -17,7 +17,7 @@ processes sharing them; with --device cuda: one GPU per process, NCCL):
   flattened gradients, then torch's SGD), in the loop of their train_round (zero_grad,
   forward, loss, backward, step) over batches made once and kept in memory. Their data
   loading, augmentation, per-batch metrics and tracker are left out: in their favour.
-- stackbench: workloads.train.run, the entry every run goes through, with the registry's
+- stackbench: workloads.training.run, the entry every run goes through, with the registry's
   config (our defaults) on CIFAR-format files / an epsilon cache of random data, its
   summary's throughput: steady steps over the training loop's wall time, augmentation and
   everything between steps included, evaluation excluded.

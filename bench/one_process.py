@@ -1,4 +1,4 @@
-"""What the benches share: stackbench's own training path (workloads.train.run) in this
+"""What the benches share: stackbench's own training path (workloads.training.run) in this
 process, as rank 0 of 1 or as one rank of several, its event echo silenced, returning the
 run's summary."""
 
@@ -12,7 +12,8 @@ import tempfile
 from contract.summary import TrainSummary
 from workloads.configuration.train_config import TrainConfig
 from workloads.runtime import dist as wdist
-from workloads.train import parse_args, run
+from workloads.training.launch import parse_args
+from workloads.training.run import run
 
 
 def single_rank_environment() -> None:

@@ -63,7 +63,7 @@ def cli_help_s(repeats: int = 5) -> float:
 
 
 def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
-    """workloads.train.run in this process; in one process the strategy runs as `local`.
+    """workloads.training.run in this process; in one process the strategy runs as `local`.
     Open division: the ResNet data are not CIFAR-10's canonical split."""
     summary = run_quietly(config, "--device", device, "--open-division")
     assert summary is not None
@@ -251,7 +251,7 @@ def main() -> None:
     parser.add_argument("--interleaved-steps", type=int, default=2000)
     args = parser.parse_args()
     single_rank_environment()
-    # What workloads.train's process does after its imports (workloads/train.py, launch):
+    # What workloads.train's process does after its imports (workloads/training/launch.py):
     # without it, either side's first full collection walks every object torch created.
     gc.freeze()
     report: dict[str, object] = {"runner_help_s": round(cli_help_s(), 3)}

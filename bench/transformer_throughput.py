@@ -1,6 +1,6 @@
 """Transformer training tokens/s in one process: stackbench against a bare loop, one run.
 
-stackbench's path is workloads.train.run (the translation task with its length batching,
+stackbench's path is workloads.training.run (the translation task with its length batching,
 phase timers, strategy, schedule and event log); the bare loop is what a person would write
 by hand around the same Transformer: the same batches (the same length_batches call), the
 same Adam and label-smoothed loss, no timers, no logging. Both count real target tokens and

@@ -31,7 +31,7 @@ from contract.summary import Measurement, MicroSummary
 from workloads.configuration.micro_config import AllReduceMicroConfig, MeasurementConfig, log_sizes
 from workloads.runtime import dist
 from workloads.telemetry import manifest, mllog
-from workloads.train import launch
+from workloads.training.launch import launch
 from workloads.training.loop import Deadline
 
 

@@ -23,7 +23,7 @@ from workloads import compliance
 from workloads.compliance import check_log
 from workloads.configuration.train_config import TrainConfig
 from workloads.telemetry import mllog
-from workloads.train import _log_run_parameters
+from workloads.training.run import _log_run_parameters
 
 TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
 

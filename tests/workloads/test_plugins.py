@@ -306,8 +306,9 @@ def test_reading_a_job_never_imports_the_plugin_path_it_names(tmp_path):
 
 
 def test_a_worker_whose_plugin_is_other_code_than_the_job_expects_ends_in_one_line(plugin_root):
-    """The pod's own check (workloads/train.py, --expect-plugin): a real worker process whose
-    plugin's files differ from the hash the job was checked against stops before training."""
+    """The pod's own check (workloads/training/launch.py, --expect-plugin): a real worker
+    process whose plugin's files differ from the hash the job was checked against stops
+    before training."""
     package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
     spec = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)])
     argv = workload_argv(spec, str(plugin_root / "out"))

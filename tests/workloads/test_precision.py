@@ -69,7 +69,7 @@ def digits() -> dict[str, dict[str, Any]]:
 
 def test_a_bf16_run_computes_its_layers_in_bf16_in_training_and_evaluation(digits):
     run = digits["bf16"]
-    assert run["precision"] == "bf16"  # what the summary records (workloads/train.py)
+    assert run["precision"] == "bf16"  # what the summary records (workloads/training/run.py)
     expected = {"Conv2d torch.bfloat16", "Linear torch.bfloat16"}
     assert run["seen"] == {"train": expected, "eval": expected}
 

@@ -127,7 +127,7 @@ def _budget_spent(run: Adaptive) -> bool:
 
 
 def epoch_samples_share(run: Adaptive) -> int:
-    """This rank's part of the epoch's sample count, which train.py sums over the ranks: all
+    """This rank's part of the epoch's sample count, which training/run.py sums over the ranks: all
     of it on rank 0, none elsewhere. Counted rank by rank, an elastic epoch loses the steps
     of a worker that left (its count leaves with it) and the step a survivor skipped when it
     adopted a state a step ahead. The cursor, handed over from the most advanced state at

@@ -1,6 +1,6 @@
 """The per-task seam of the training loop: what one epoch of training and one evaluation are.
 
-train.py owns the clock, the event log and the results; a Task owns its data, model,
+training/run.py owns the clock, the event log and the results; a Task owns its data, model,
 communication strategy and optimizer, and is built outside the clock (MLPerf's init phase).
 - classification.py: image classification and logistic regression, scored by top-1 accuracy;
 - language_model.py: AWD-LSTM on WikiText-2, scored by validation perplexity;

@@ -1,9 +1,10 @@
 """A TrainConfig as MLPerf hyperparameter events: the one mapping from our config to the keys
 that MLPerf logs and its compliance checker reads (workloads/compliance/ holds our rules).
 
-Pure functions, no torch: train.py emits `hyperparameters()` once before run_start, each key
-with its `metadata()`, and tests build logs from the same functions. What is not a config
-fact (seed, data sizes, the benchmark and division) is logged by train.py itself.
+Pure functions, no torch: a run (workloads/training/run.py) emits `hyperparameters()` once
+before run_start, each key with its `metadata()`, and tests build logs from the same
+functions. What is not a config fact (seed, data sizes, the benchmark and division) is
+logged by the run itself.
 Keys follow mlperf_logging.mllog.constants; where MLPerf's closed division fixes a setting
 but names no key (label smoothing, beam size, length penalty), a stackbench_ key says it.
 """

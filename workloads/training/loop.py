@@ -1,6 +1,6 @@
 """One epoch of training and one evaluation, timed per docs/design.md, "Timing".
 
-Pure training mechanics: no event logging and no file output here (train.py does that), so
+Pure training mechanics: no event logging and no file output here (run.py does that), so
 the same functions serve the entry point, the tests and the overhead benchmark.
 """
 
@@ -153,7 +153,7 @@ def timed_steps(
         try:
             result = step(i)
         except divergence.Diverged as err:
-            # No epoch end will count this epoch (train.py): the steps it completed go with
+            # No epoch end will count this epoch (run.py): the steps it completed go with
             # the error. The diverged step is not one of them: its time is the loop's other.
             err.partial = stats
             raise

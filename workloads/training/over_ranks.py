@@ -1,4 +1,4 @@
-"""The training run's own reductions over its ranks, which train.py takes at an epoch's end
+"""The training run's own reductions over its ranks, which run.py takes at an epoch's end
 and at the run's end: what the summary reports is the run's, not rank 0's alone. Each is a
 collective every rank takes at the same point (an elastic run's inside its guard, so it is
 taken again on the re-formed group when a worker left during it)."""

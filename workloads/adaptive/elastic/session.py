@@ -146,7 +146,7 @@ class ElasticSession:
 
     def expired(self) -> bool:
         """Whether the run's time budget is spent, as the last check agreed (no collective:
-        the training loop and train.py read it between steps and at an epoch's end)."""
+        the training loop and training/run.py read it between steps and at an epoch's end)."""
         return self.out_of_time
 
     def bind(self, run: Adaptive) -> None:
