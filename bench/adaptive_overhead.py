@@ -49,7 +49,7 @@ def _strategy(name: str, model: torch.nn.Module, probe: Any) -> Any:
     """The strategy around `model`, its gradient exchange probed."""
     from workloads.strategies import ddp, gradients
     from workloads.strategies.base import Collectives, flat_all_reduce_mean
-    from workloads.timing import CpuClock
+    from workloads.telemetry.timing import CpuClock
 
     comm = Collectives()
     if name == "ddp":
@@ -67,7 +67,7 @@ def _run(config: Any, steps: int, data: Any, setup: dict[str, Any]) -> dict[str,
     import torch.distributed as dist
 
     from workloads.adaptive.monitors import Monitor, MonitorConfig
-    from workloads.timing import CpuClock, StepTimer
+    from workloads.telemetry.timing import CpuClock, StepTimer
 
     strategy, optimizer = setup["strategy"], setup["optimizer"]
     monitor = None

@@ -2,7 +2,7 @@
 
 One model (VGG-11-BN, channels optionally divided), one synthetic CIFAR-shaped batch per rank,
 SGD lr 0.1, momentum 0.9, weight decay 1e-4, fixed seeds; each iteration's step time and its
-exposed communication, as workloads.timing measures them. Nothing here asserts.
+exposed communication, as workloads.telemetry.timing measures them. Nothing here asserts.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def iterations(strategy: str, rank: int, world_size: int, settings: dict[str, An
     own settings by name: a key of one strategy is refused with another)."""
     from runner.job.benchmarks import CNN_DIGITS
     from workloads import strategies
-    from workloads.timing import CpuClock, StepTimer
+    from workloads.telemetry.timing import CpuClock, StepTimer
 
     torch.manual_seed(0)  # the same initial model on every rank
     model = vgg11(settings["width_divisor"])
@@ -68,7 +68,7 @@ def iterations(strategy: str, rank: int, world_size: int, settings: dict[str, An
         steps.append(sum(phases.values()))
         comms.append(phases["communication"])
     del strat, module
-    gc.collect()  # no DDP reducer may outlive the group (workloads/dist.py)
+    gc.collect()  # no DDP reducer may outlive the group (workloads/runtime/dist.py)
     if dist.is_initialized():
         dist.barrier()
     return {"step_s": steps, "comm_s": comms}

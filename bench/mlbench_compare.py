@@ -17,11 +17,11 @@ processes sharing them; with --device cuda: one GPU per process, NCCL):
   flattened gradients, then torch's SGD), in the loop of their train_round (zero_grad,
   forward, loss, backward, step) over batches made once and kept in memory. Their data
   loading, augmentation, per-batch metrics and tracker are left out: in their favour.
-- stackbench: workloads.train.run, the entry every run goes through, with the registry's
+- stackbench: workloads.training.run, the entry every run goes through, with the registry's
   config (our defaults) on CIFAR-format files / an epsilon cache of random data, its
   summary's throughput: steady steps over the training loop's wall time, augmentation and
   everything between steps included, evaluation excluded.
-  With --precision bf16 our forward passes run under bf16 autocast (workloads/precision.py)
+  With --precision bf16 our forward passes run under bf16 autocast (workloads/runtime/precision.py)
   while MLBench's stay in fp32: no longer like for like, and the report says so.
 Both report samples/s over all processes. Rounds alternate which side goes first; the ratio
 is of medians. A speed benchmark, not a test: nothing passes or fails.
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.one_process import run_quietly, steady
 from bench.spawned import run_ranks
 from tests.datagen import write_cifar10
-from workloads.manifest import cpu_kernels
+from workloads.telemetry.manifest import cpu_kernels
 
 INSTALL = "pip install --no-deps --target /tmp/mlbench mlbench-core==3.0.0.dev23"
 MLBENCH_VERSION = "3.0.0-dev23"
@@ -160,7 +160,7 @@ def stackbench_config(
 
 
 def stackbench_samples_per_s(config: Any, rank: int, world: int, device: str) -> float | None:
-    from workloads.dist import DistEnv
+    from workloads.runtime.dist import DistEnv
 
     env = DistEnv(rank, rank, world)
     summary = run_quietly(config, "--open-division", "--device", device, env=env)

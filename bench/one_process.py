@@ -1,4 +1,4 @@
-"""What the benches share: stackbench's own training path (workloads.train.run) in this
+"""What the benches share: stackbench's own training path (workloads.training.run) in this
 process, as rank 0 of 1 or as one rank of several, its event echo silenced, returning the
 run's summary."""
 
@@ -10,9 +10,10 @@ import socket
 import tempfile
 
 from contract.summary import TrainSummary
-from workloads import dist as wdist
-from workloads.config import TrainConfig
-from workloads.train import parse_args, run
+from workloads.configuration.train_config import TrainConfig
+from workloads.runtime import dist as wdist
+from workloads.training.launch import parse_args
+from workloads.training.run import run
 
 
 def single_rank_environment() -> None:
@@ -41,7 +42,7 @@ def run_quietly(
 
 def steady(throughput: float | None) -> float:
     """A summary's throughput, or exit saying why there is none: a run records none without
-    a steady step (workloads/summary.py), so the bench's run was too short to time."""
+    a steady step (workloads/telemetry/summary.py), so the bench's run was too short to time."""
     if throughput is None:
         raise SystemExit("the run recorded no throughput: it had no steady step; give it more")
     return throughput

@@ -4,12 +4,12 @@
 - training throughput in one process, stackbench against a bare hand-written PyTorch loop on
   the same model, data, augmentation, batch and optimizer: cnn-digits, and ResNet-20 on
   CIFAR-format files of random images. stackbench's figure is its summary's, the samples of
-  the steady steps over the training loop's wall time (workloads/summary.py); the bare loop's
-  is measured the same way, wall clock from before each epoch's shuffle to after its last
+  the steady steps over the training loop's wall time (workloads/telemetry/summary.py); the bare
+  loop's is measured the same way, wall clock from before each epoch's shuffle to after its last
   step, less the first (warm-up) step on both sides, and both evaluate after every epoch
   outside their clocks. Rounds alternate which side goes first, so neither always runs on a
   warmer (or more disturbed) machine; the median of the rounds' ratios is our overhead.
-- the same two steps interleaved in one process: stackbench's step (workloads.loop's
+- the same two steps interleaved in one process: stackbench's step (workloads.training.loop's
   train_step on the Trainer a run builds: its timers, strategy, objective, divergence check)
   and the bare loop's, alternating every step on the same batches, each timed on its own.
   Whole runs on a shared 2-core machine drift by a tenth between rounds, more than the 2 %
@@ -42,11 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.datagen wr
 from bench.one_process import run_quietly, single_rank_environment, steady
 from runner.job.benchmarks import CNN_DIGITS, RESNET20_CIFAR10
 from tests.datagen import write_cifar10
-from workloads import cachedir, compiling, data, models
-from workloads.config import TrainConfig
+from workloads import data, models
+from workloads.configuration.train_config import TrainConfig
 from workloads.data.config import LoadContext
 from workloads.data.sampling import batches, epoch_shard
-from workloads.loop import EVAL_BATCH_SIZE
+from workloads.runtime import cachedir, compiling
+from workloads.training.loop import EVAL_BATCH_SIZE
 
 RESNET_IMAGES_PER_FILE = 256  # 1,280 training images: 40 steps of 32 an epoch
 
@@ -62,7 +63,7 @@ def cli_help_s(repeats: int = 5) -> float:
 
 
 def stackbench_samples_per_s(config: TrainConfig, device: str) -> float:
-    """workloads.train.run in this process; in one process the strategy runs as `local`.
+    """workloads.training.run in this process; in one process the strategy runs as `local`.
     Open division: the ResNet data are not CIFAR-10's canonical split."""
     summary = run_quietly(config, "--device", device, "--open-division")
     assert summary is not None
@@ -143,9 +144,9 @@ def interleaved_step_ratio(config: TrainConfig, steps: int, device: str) -> dict
 
 def _interleave(config: TrainConfig, steps: int, dev: torch.device) -> dict[str, Any]:
     from workloads import tasks
-    from workloads.loop import train_step
-    from workloads.mllog import EventLog
-    from workloads.timing import clock_for
+    from workloads.telemetry.mllog import EventLog
+    from workloads.telemetry.timing import clock_for
+    from workloads.training.loop import train_step
 
     torch.manual_seed(config.run.seed)
     task = tasks.build(tasks.Context(config, 0, 1, dev, clock_for(dev), EventLog(None, None)))
@@ -250,7 +251,7 @@ def main() -> None:
     parser.add_argument("--interleaved-steps", type=int, default=2000)
     args = parser.parse_args()
     single_rank_environment()
-    # What workloads.train's process does after its imports (workloads/train.py, launch):
+    # What workloads.train's process does after its imports (workloads/training/launch.py):
     # without it, either side's first full collection walks every object torch created.
     gc.freeze()
     report: dict[str, object] = {"runner_help_s": round(cli_help_s(), 3)}

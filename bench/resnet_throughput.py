@@ -200,7 +200,7 @@ def report(results: dict[str, dict[str, Any]], batch_sizes: list[int], args: Any
             "optimizer": "SGD(fused=True) (workloads/train.py)",
             "torch_compile": "on (registry): every batch shape compiled before the clock, "
             "the kernels cached under the data root so a machine compiles once "
-            "(workloads/compiling.py); the eager model where no C++ compiler is found",
+            "(workloads/runtime/compiling.py); the eager model where no C++ compiler is found",
         },
         "results": results,
         "speedups": gains,

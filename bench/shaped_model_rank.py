@@ -19,8 +19,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.iterations import iterations
+from workloads.configuration.micro_config import MeasurementConfig
 from workloads.micro import measure
-from workloads.microconfig import MeasurementConfig
 
 
 def main() -> None:

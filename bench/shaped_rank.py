@@ -6,7 +6,7 @@ Run by shaped_network.py with the torchrun variables set (inside a worker's name
 shaped link), or with WORLD_SIZE=1 for the one-process baseline. Per strategy it builds the
 same model from the same seed, trains `iters` iterations on this rank's synthetic CIFAR-shaped
 batch (global batch split over the ranks) and records each iteration's step time and its
-communication (the exposed part, as workloads.timing measures it). Nothing here asserts.
+communication (the exposed part, as workloads.telemetry.timing measures it). Nothing here asserts.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ The bare references are torchrun itself, with 2 workers that import torch, join 
 group and all-reduce one tensor (the floor any torchrun job pays), and the same plus one SGD
 step of a small model (what a torch.optim training loop adds: torch.optim imports
 torch._dynamo on its first step, about a second here; stackbench's SGD does not,
-workloads/sgd.py). Rounds alternate the order of the three. Ratios are
+workloads/optimization/sgd.py). Rounds alternate the order of the three. Ratios are
 of medians. A speed benchmark, not a test.
 
 With --cli it measures instead how fast the CLI itself starts: `runner --help` and `runner

@@ -1,6 +1,6 @@
 """Transformer training tokens/s in one process: stackbench against a bare loop, one run.
 
-stackbench's path is workloads.train.run (the translation task with its length batching,
+stackbench's path is workloads.training.run (the translation task with its length batching,
 phase timers, strategy, schedule and event log); the bare loop is what a person would write
 by hand around the same Transformer: the same batches (the same length_batches call), the
 same Adam and label-smoothed loss, no timers, no logging. Both count real target tokens and
@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.one_process import run_quietly, single_rank_environment, steady
 from runner.job.benchmarks import TRANSFORMER_WMT17
 from workloads import models
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 from workloads.data import translation_cache_dir
 from workloads.data.token_batching import length_batches
 from workloads.data.translation import load_parallel, prepare_parallel, tokenizer
-from workloads.optim import AdamConfig
+from workloads.optimization.optim import AdamConfig
 from workloads.tasks.config import TranslationConfig
 
 SIZES = {

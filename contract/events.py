@@ -1,9 +1,9 @@
 """The event log's vocabulary: MLPerf-style event keys and how a log line is read back.
 
-Rank 0 of a run writes events (workloads/mllog.py) as one JSON object per line to events.jsonl
-and, prefixed with `:::MLLOG `, to its stdout, so that a run directory can be rebuilt from a
-pod log; the runner reads them to follow, report and check runs. Both sides take the keys from
-here. Keys are mlcommons/logging's constants where MLPerf has one, `stackbench_*` otherwise.
+Rank 0 of a run writes events (workloads/telemetry/mllog.py) as one JSON object per line to
+events.jsonl and, prefixed with `:::MLLOG `, to its stdout, so that a run directory can be rebuilt
+from a pod log; the runner reads them to follow, report and check runs. Both sides take the keys
+from here. Keys are mlcommons/logging's constants where MLPerf has one, `stackbench_*` otherwise.
 
 Reading is lenient by design: a log holds other lines, a killed writer leaves a partial last
 line, a damaged file holds bytes that are not UTF-8; none of them is an event, and none of them
@@ -42,7 +42,8 @@ SUBMISSION_BENCHMARK, SEED = "submission_benchmark", "seed"
 SUBMISSION_DIVISION = "submission_division"  # "closed" or "open"
 GLOBAL_BATCH_SIZE, OPT_BASE_LR = "global_batch_size", "opt_base_learning_rate"
 TRAIN_SAMPLES, EVAL_SAMPLES = "train_samples", "eval_samples"
-# Hyperparameters (mlperf_logging.mllog.constants; workloads/mlperf_keys.py maps a config).
+# Hyperparameters (mlperf_logging.mllog.constants; workloads/telemetry/mlperf_keys.py maps a
+# config).
 GRADIENT_ACCUMULATION_STEPS = "gradient_accumulation_steps"
 MAX_SEQUENCE_LENGTH = "max_sequence_length"
 OPT_NAME, OPT_WEIGHT_DECAY = "opt_name", "opt_weight_decay"
@@ -65,7 +66,8 @@ BPTT = "stackbench_bptt"  # language modelling: the mean truncated-backprop wind
 ASGD_NONMONO = "stackbench_asgd_nonmono"  # NT-ASGD's non-monotone interval (0: never)
 TRAIN_LOSS = "train_loss"
 EPOCH_PHASES = "epoch_phase_times"  # stackbench: seconds per step phase over one epoch
-# The phases of a training step, in order; they add up to the step time (workloads/timing.py).
+# The phases of a training step, in order; they add up to the step time
+# (workloads/telemetry/timing.py).
 STEP_PHASES = ("data", "forward", "backward", "communication", "optimizer")
 # stackbench: the training loop's wall time outside every step's phases (per-step bookkeeping,
 # per-epoch shuffling and reductions); the step phases plus this add up to the loop's wall time.

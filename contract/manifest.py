@@ -3,7 +3,7 @@ be compared and to rebuild the setting: code version, image, Python and package 
 hardware, the network (contract/network.py), world size, collective backend, seed, threads,
 and the plugins whose code the run used (PluginRecord: also in job.json, runner/job/spec.py).
 
-Rank 0 builds it (workloads/manifest.py) and writes `to_dict()`; readers get it back with
+Rank 0 builds it (workloads/telemetry/manifest.py) and writes `to_dict()`; readers get it back with
 `parse_manifest`, every field's type checked (a DamagedFile names a wrong one).
 """
 

@@ -98,7 +98,7 @@ def _entry(
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
         value = fn(rank, world_size, **kwargs)
-        gc.collect()  # see workloads/dist.py shutdown(): no reducer may outlive the group
+        gc.collect()  # see workloads/runtime/dist.py shutdown(): no reducer may outlive the group
         dist.barrier()
         dist.destroy_process_group()
         results.put((rank, True, _dumps(value)))

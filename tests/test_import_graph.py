@@ -9,7 +9,12 @@
 - the dashboard and runner/results/ never import the command line (runner.cli): what the
   CLI and they share (`runner logs`' event text, say) lives in runner/results/;
 - no import cycle, counting imports inside functions: a deferred import hides a cycle from
-  Python's start-up, not from a reader.
+  Python's start-up, not from a reader;
+- workloads/ is layered by its folders: the commands (workloads/train.py, micro.py) are
+  imported by nothing, and the run (training/launch.py, run.py) by nothing but them;
+  runtime/ (process, group, device) reaches nothing above it; optimization/ only the config
+  language; the config side (configuration/) never the torch side (runtime/, training/,
+  telemetry/), which the runner's start-up path must not load.
 """
 
 from __future__ import annotations
@@ -124,3 +129,55 @@ def test_a_cycle_is_found_where_one_is_planted():
              ("d", "e", True), ("e", "d", False)]  # fmt: skip
     planted = [Import(source, target, 1, typing_only) for source, target, typing_only in pairs]
     assert import_graph.cycles(planted) == [["a", "b", "c"]]  # d <-> e only while type checking
+
+
+ENTRY_MODULES = ("workloads.train", "workloads.micro")
+RUN_MODULES = ("workloads.training.launch", "workloads.training.run")
+
+
+def _reaching(edges: list[Import], source: str, allowed: tuple[str, ...]) -> list[Import]:
+    """Imports from inside `source` of a workloads module outside `source` and `allowed`."""
+    return [
+        e for e in edges
+        if under(e.source, source) and under(e.target, "workloads")
+        and not any(under(e.target, place) for place in (source, *allowed))
+    ]  # fmt: skip
+
+
+def test_the_workload_commands_are_imported_by_nothing(edges):
+    """What the commands share lives below them (training/launch.py), not in one of them."""
+    found = [e for e in edges if e.target in ENTRY_MODULES]
+    assert not found, _lines(found)
+
+
+def test_the_training_run_is_imported_only_by_the_commands(edges):
+    found = [e for e in edges if e.target in RUN_MODULES and e.source not in ENTRY_MODULES]
+    found = [e for e in found if e.source not in RUN_MODULES]  # launch and run side by side
+    assert not found, "training/launch.py and run.py are the top of a run:\n" + _lines(found)
+
+
+def test_the_runtime_reaches_nothing_above_it(edges):
+    """The process, its group and its device are what everything else runs on (DataError,
+    which a refused cache directory raises, is the data package's)."""
+    found = _reaching(edges, "workloads.runtime", ("workloads.data",))
+    assert not found, _lines(found)
+
+
+def test_the_optimization_reaches_only_the_config_language(edges):
+    allowed = ("workloads.configuration.fields", "workloads.configuration.components",
+               "workloads.plugins")  # fmt: skip
+    found = _reaching(edges, "workloads.optimization", allowed)
+    assert not found, _lines(found)
+
+
+def test_the_configuration_never_reaches_the_torch_side(edges):
+    """The runner loads the configuration on its start-up path (runner benchmarks, --help):
+    it may reach the components beside their code, never the run's machinery."""
+    torch_side = ("workloads.runtime", "workloads.training", "workloads.telemetry",
+                  *ENTRY_MODULES)  # fmt: skip
+    found = [
+        e for e in edges
+        if under(e.source, "workloads.configuration")
+        and any(under(e.target, place) for place in torch_side)
+    ]  # fmt: skip
+    assert not found, _lines(found)

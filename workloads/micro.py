@@ -28,10 +28,11 @@ from contract.files import write_json
 from contract.rundir import EVENTS, MANIFEST, SUMMARY
 from contract.summary import MICRO as KIND
 from contract.summary import Measurement, MicroSummary
-from workloads import dist, manifest, mllog
-from workloads.loop import Deadline
-from workloads.microconfig import AllReduceMicroConfig, MeasurementConfig, log_sizes
-from workloads.train import launch
+from workloads.configuration.micro_config import AllReduceMicroConfig, MeasurementConfig, log_sizes
+from workloads.runtime import dist
+from workloads.telemetry import manifest, mllog
+from workloads.training.launch import launch
+from workloads.training.loop import Deadline
 
 
 def bus_bandwidth(algbw: float, world_size: int) -> float:

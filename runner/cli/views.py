@@ -132,7 +132,7 @@ def run_json(info: RunInfo) -> dict[str, Any]:
 def lr_text(spec: JobSpec) -> str | None:
     """The learning rate the run will use, and how it got there from the benchmark's base LR
     ("lr 0.05 -> 0.1 (linear x 2 workers, ...)"); None for a benchmark without one."""
-    from workloads.config import TrainConfig
+    from workloads.configuration.train_config import TrainConfig
 
     if not isinstance(spec.config, TrainConfig):
         return None
@@ -147,7 +147,7 @@ def lr_text(spec: JobSpec) -> str | None:
 def progress_for(console: Console, spec: JobSpec) -> TrainingProgress | MeasurementProgress:
     """The live view that fits the run's kind of benchmark."""
     from runner.cli.progress import MeasurementProgress, TrainingProgress
-    from workloads.microconfig import AllReduceMicroConfig
+    from workloads.configuration.micro_config import AllReduceMicroConfig
 
     if isinstance(spec.config, AllReduceMicroConfig):
         return MeasurementProgress(console)

@@ -1,4 +1,4 @@
-"""What the dashboard plots for one run, computed from its events (workloads/mllog.py).
+"""What the dashboard plots for one run, computed from its events (workloads/telemetry/mllog.py).
 
 `Curves` is fed events in order, in as many pieces as they arrive, and answers each feed with
 the points it adds, so a live run's page extends the series it already shows; a fresh

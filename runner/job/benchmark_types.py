@@ -10,11 +10,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workloads.run_config import ExecutionConfig, RunConfig
+from workloads.configuration.run_config import ExecutionConfig, RunConfig
 
 if TYPE_CHECKING:
-    from workloads.config import TrainConfig
-    from workloads.microconfig import AllReduceMicroConfig
+    from workloads.configuration.micro_config import AllReduceMicroConfig
+    from workloads.configuration.train_config import TrainConfig
 
 TRAIN_MODULE = "workloads.train"  # the workload entry of training benchmarks
 

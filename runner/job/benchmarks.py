@@ -2,9 +2,9 @@
 
 A benchmark fixes the closed division of one task (docs/benchmarks.md): its config is a
 model, data, task, optimizer, LR schedule, strategy, execution, run and target component
-(workloads/config.py), and it adds a name, a description, a light target, the tunables and
-defaults. Only the keys in `tunables`, the run and execution controls and `data_dir` may
-change and stay closed; any other `--set` makes the run open division. Variants are
+(workloads/configuration/train_config.py), and it adds a name, a description, a light target, the
+tunables and defaults. Only the keys in `tunables`, the run and execution controls and `data_dir`
+may change and stay closed; any other `--set` makes the run open division. Variants are
 `dataclasses.replace` of a base (or `config.replace(key=value)` of its config). No torch
 here: `runner benchmarks` must start instantly.
 """
@@ -24,14 +24,14 @@ from runner.job.benchmark_types import (  # noqa: F401
     MicroBenchmark,
 )
 from workloads.compliance import rulefiles as rules
-from workloads.config import (
+from workloads.configuration.micro_config import AllReduceMicroConfig
+from workloads.configuration.train_config import (
     ExecutionConfig,
     RunConfig,
     TargetConfig,
     TrainConfig,
 )
 from workloads.data.config import Cifar10Data, DigitsData, EpsilonData, WikiText2Data, WmtData
-from workloads.microconfig import AllReduceMicroConfig
 from workloads.models.awd_lstm.config import AwdLstmConfig
 from workloads.models.cnn.config import DigitsCnnConfig
 from workloads.models.gnmt.config import GnmtConfig
@@ -39,9 +39,14 @@ from workloads.models.logreg.config import LogRegConfig
 from workloads.models.resnet.config import ResNetConfig
 from workloads.models.transformer.config import TransformerConfig
 from workloads.models.vgg.config import VggConfig
-from workloads.optim import AdamConfig, SgdConfig
+from workloads.optimization.optim import AdamConfig, SgdConfig
+from workloads.optimization.schedule import (
+    InverseSqrt,
+    MultiStep,
+    WarmupInverseSqrt,
+    WarmupStepDecay,
+)
 from workloads.plugins import points
-from workloads.schedule import InverseSqrt, MultiStep, WarmupInverseSqrt, WarmupStepDecay
 from workloads.strategies.config import PlainStrategy
 from workloads.tasks.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
 
@@ -106,7 +111,7 @@ RESNET20_CIFAR10 = Benchmark(
         strategy=PlainStrategy(name="ddp"),
         # Faster convolutions on CPU (bench/resnet_throughput.py), compiled before the clock with
         # its kernels cached beside the data sets so a machine compiles once
-        # (workloads/compiling.py): execution controls.
+        # (workloads/runtime/compiling.py): execution controls.
         execution=ExecutionConfig(memory_format="channels_last", compile_model=True),
         run=RunConfig(max_epochs=164),
         target=TargetConfig(target_value=0.80),

@@ -3,7 +3,7 @@ submitted the image must be known to carry each plugin the run uses, of the same
 (contract/imageplugins.py: a stack's output for its own image, or `--image-plugins FILE` for
 another). Then the job's workers load each plugin by the module the image installs it as
 (not the submitting machine's path), and check its hash again when they start
-(workloads/train.py, --expect-plugin): a file edited after the list was written is refused
+(workloads/training/launch.py, --expect-plugin): a file edited after the list was written is refused
 in the pod too, in one line.
 """
 

@@ -23,8 +23,8 @@ from runner.errors import SpecError
 from runner.job.benchmarks import BENCHMARKS, FREE_KEYS, TRAIN_MODULE, AnyBenchmark, Benchmark
 from runner.job.link import parse_link
 from workloads.adaptive.config import AdaptiveConfig
-from workloads.config import ConfigError, TrainConfig
-from workloads.microconfig import AllReduceMicroConfig
+from workloads.configuration.micro_config import AllReduceMicroConfig
+from workloads.configuration.train_config import ConfigError, TrainConfig
 from workloads.plugins import loading, provenance
 from workloads.strategies.config import EXACT_STRATEGIES
 

@@ -34,7 +34,7 @@ from tests.runner.k8s_helpers import (
 )
 from tests.runner.rundirs import env_manifest
 from tests.runner.rundirs import summary as summary_record
-from workloads import mllog
+from workloads.telemetry import mllog
 
 pytestmark = pytest.mark.timeout(60)
 APIS = ["trainjob", "pytorchjob"]

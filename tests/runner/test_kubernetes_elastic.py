@@ -20,7 +20,7 @@ from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, pod, submit
 from tests.runner.rundirs import env_manifest
 from tests.runner.rundirs import summary as summary_record
-from workloads import mllog
+from workloads.telemetry import mllog
 
 pytestmark = pytest.mark.timeout(60)
 OPERATOR_FAILED = f"PyTorchJob {RUN_ID} is failed because 1 Worker replica(s) failed."

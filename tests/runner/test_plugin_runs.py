@@ -21,7 +21,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stackbench-example
 FAULTY_OPTIMIZER = """
     from dataclasses import dataclass
     from typing import Literal
-    from workloads.optim import OptimizerConfig
+    from workloads.optimization.optim import OptimizerConfig
     from workloads.plugins import points
 
 
@@ -95,8 +95,9 @@ def test_a_benchmark_folder_from_a_temporary_package_runs_to_its_target(tmp_path
 
 
 def test_a_plugin_that_raises_in_the_step_fails_the_run_in_one_line_naming_it(tmp_path):
-    """A diverged run (NaN weights) and a hung one end as any run does (workloads/
-    divergence.py, watchdog.py), their line naming the plugins the run used (train.py)."""
+    """A diverged run (NaN weights) and a hung one end as any run does (workloads/training/
+    divergence.py, workloads/runtime/watchdog.py), their line naming the plugins the run
+    used (train.py)."""
     package = "faulty_step"
     write_package(tmp_path / "src", package, {
         "__init__.py": FAULTY_OPTIMIZER.format(name="faulty", package=package),

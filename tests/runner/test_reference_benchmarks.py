@@ -54,7 +54,8 @@ SPECS = {
         "lr_schedule": "multistep", "lr": 0.1 / 256 * 32, "lr_scaling": "linear",
         "lr_scale_table": (), "warmup_epochs": 5.0, "lr_milestones": (82, 109), "lr_gamma": 0.1,
         "strategy": "ddp", **EXECUTION_DEFAULTS, "memory_format": "channels_last",
-        "compile_model": True,  # execution controls, cached kernels (workloads/compiling.py)
+        "compile_model": True,  # execution controls, cached kernels
+        # (workloads/runtime/compiling.py)
         **RUN_DEFAULTS, "max_epochs": 164, "target_value": 0.80, "target_train_loss": None,
     },
     "logreg-epsilon": {  # 2a

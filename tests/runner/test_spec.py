@@ -178,7 +178,7 @@ def test_free_keys_are_the_run_and_execution_components_fields_and_data_dir():
     from dataclasses import fields
 
     from runner.job.benchmarks import FREE_KEYS
-    from workloads.config import ExecutionConfig, RunConfig
+    from workloads.configuration.train_config import ExecutionConfig, RunConfig
 
     components = {f.name for cls in (RunConfig, ExecutionConfig) for f in fields(cls)}
     assert components | {"data_dir"} == FREE_KEYS

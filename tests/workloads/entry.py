@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 
 
 def torchrun(out: Path, workers: int) -> list[str]:

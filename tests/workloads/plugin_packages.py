@@ -90,10 +90,10 @@ BENCHMARK_FOLDER = {
     ''',
     "benchmark.py": """
         from runner.job.benchmarks import Benchmark
-        from workloads.config import RunConfig, TargetConfig, TrainConfig
-        from workloads.optim import SgdConfig
+        from workloads.configuration.train_config import RunConfig, TargetConfig, TrainConfig
+        from workloads.optimization.optim import SgdConfig
         from workloads.plugins import loading, points
-        from workloads.schedule import MultiStep
+        from workloads.optimization.schedule import MultiStep
         from workloads.strategies.config import PlainStrategy
         from workloads.tasks.config import ClassificationConfig
         from blobsbench.data import BlobsData

@@ -1,6 +1,6 @@
 """What the strategy and timing tests run on every rank: a tiny model, real training steps.
 
-Steps go through workloads.loop's own step function with a Trainer over random CIFAR-like
+Steps go through workloads.training.loop's own step function with a Trainer over random CIFAR-like
 8x8 data, so the tests exercise the loop's strategy seams (backward, after_step) as a run does.
 """
 
@@ -16,11 +16,11 @@ from torch import nn
 
 from runner.job.benchmarks import CNN_DIGITS
 from workloads import strategies
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 from workloads.data import Splits
-from workloads.loop import Trainer, train_step
 from workloads.strategies.base import Collectives
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
+from workloads.training.loop import Trainer, train_step
 
 BATCH = 16
 

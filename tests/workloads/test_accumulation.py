@@ -10,7 +10,7 @@ from torch import nn
 from tests.distributed import run_ranks
 from tests.workloads.strategy_harness import config_for, random_splits, small_bn_net
 from workloads import strategies
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
 
 STRATEGIES = ["ddp", "allreduce", "allreduce-per-param", "gather-scatter", "model-averaging"]
 

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from workloads.cachedir import CacheRefused, compile_cache_dir, prepare
+from workloads.runtime.cachedir import CacheRefused, compile_cache_dir, prepare
 
 
 def test_the_cache_is_made_private_under_xdg_cache_home(tmp_path):

@@ -14,9 +14,9 @@ from runner.job.benchmarks import LOGREG_EPSILON
 from tests.distributed import run_ranks
 from workloads import strategies
 from workloads.data import Splits
-from workloads.loop import Trainer, train_step
 from workloads.models.logreg.model import LogisticRegression
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
+from workloads.training.loop import Trainer, train_step
 
 FEATURES, BATCH = 7, 16
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from workloads.compiling import batch_sizes, compile_model, precompile
+from workloads.runtime.compiling import batch_sizes, compile_model, precompile
 
 
 @pytest.mark.parametrize(
@@ -72,8 +72,8 @@ _BUILD_COMPILED = """
 import json, os, sys, torch, torch.distributed as dist
 from runner.job.benchmarks import CNN_DIGITS
 from workloads import tasks
-from workloads.mllog import EventLog
-from workloads.timing import CpuClock
+from workloads.telemetry.mllog import EventLog
+from workloads.telemetry.timing import CpuClock
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
 dist.init_process_group("gloo", rank=0, world_size=1)
 # Batches of 719: the 1,438 training images in two full ones, so one training shape to compile

@@ -1,7 +1,7 @@
 """The MLPerf compliance checker with our rules, on real and built event logs.
 
 The translation logs are built from the events train.py emits: its real _log_run_parameters
-(the benchmark, division and every hyperparameter of workloads.mlperf_keys), then the
+(the benchmark, division and every hyperparameter of workloads.telemetry.mlperf_keys), then the
 init/run/epoch/eval sequence of train.run and train._train.
 """
 
@@ -19,10 +19,11 @@ from contract import events as keys
 from contract.manifest import parse_manifest
 from runner.job.benchmarks import BENCHMARKS, GNMT_WMT16, TRANSFORMER_WMT17
 from tests.runner.rundirs import env_manifest
-from workloads import compliance, mllog
+from workloads import compliance
 from workloads.compliance import check_log
-from workloads.config import TrainConfig
-from workloads.train import _log_run_parameters
+from workloads.configuration.train_config import TrainConfig
+from workloads.telemetry import mllog
+from workloads.training.run import _log_run_parameters
 
 TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
 

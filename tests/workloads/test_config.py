@@ -7,8 +7,10 @@ import typing
 import pytest
 
 from runner.job.benchmarks import BENCHMARKS, CNN_DIGITS
-from workloads.components import Component
-from workloads.config import (
+from workloads.configuration.components import Component
+from workloads.configuration.fields import BOUNDS, field_types, parse_value
+from workloads.configuration.micro_config import MeasurementConfig
+from workloads.configuration.train_config import (
     ConfigError,
     ExecutionConfig,
     RunConfig,
@@ -16,10 +18,8 @@ from workloads.config import (
     TargetConfig,
     TrainConfig,
 )
-from workloads.fields import BOUNDS, field_types, parse_value
-from workloads.microconfig import MeasurementConfig
+from workloads.optimization.schedule import LrPlan
 from workloads.plugins.points import TASKS
-from workloads.schedule import LrPlan
 
 BASE = CNN_DIGITS.config
 TRAINING = {n: b.config for n, b in BENCHMARKS.items() if isinstance(b.config, TrainConfig)}
@@ -357,8 +357,9 @@ def test_the_config_and_every_component_import_without_torch():
     import sys
 
     modules = [
-        "workloads.config", "workloads.microconfig", "workloads.models", "workloads.optim",
-        "workloads.schedule", "workloads.strategies", "workloads.strategies.config",
+        "workloads.configuration.train_config", "workloads.configuration.micro_config",
+        "workloads.models", "workloads.optimization.optim",
+        "workloads.optimization.schedule", "workloads.strategies", "workloads.strategies.config",
         "workloads.tasks", "workloads.tasks.config", "workloads.data.config",
         "workloads.adaptive.config",
         *(f"workloads.models.{family}.config" for family in (

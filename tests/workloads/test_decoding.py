@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from workloads.decoding import beam_search, greedy_search, length_penalty_divisor
 from workloads.models.gnmt.model import GNMT
 from workloads.models.seq2seq import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Seq2Seq
 from workloads.models.transformer.model import Transformer
+from workloads.tasks.decoding import beam_search, greedy_search, length_penalty_divisor
 
 
 @pytest.fixture(autouse=True)

@@ -22,8 +22,14 @@ from runner.job.benchmarks import BENCHMARKS, CNN_DIGITS
 from runner.results import rundir
 from tests.conftest import submit_local
 from workloads import models
-from workloads.divergence import WEIGHTS_EVERY_STEPS, Diverged, check, check_all_weights, forget
-from workloads.sgd import FusedSGD
+from workloads.optimization.sgd import FusedSGD
+from workloads.training.divergence import (
+    WEIGHTS_EVERY_STEPS,
+    Diverged,
+    check,
+    check_all_weights,
+    forget,
+)
 
 OPTIMIZERS = {
     "sgd": {"momentum": 0.9, "nesterov": True, "weight_decay": 1e-4},
@@ -189,9 +195,9 @@ def _first_step_with_rank_1s_data_damaged(rank: int, world_size: int) -> str:
     """One real step of cnn-digits under DDP; rank 1's batch holds a NaN image, so only its
     loss is NaN. What each rank's check said."""
     from workloads import tasks
-    from workloads.loop import train_step
-    from workloads.mllog import EventLog
-    from workloads.timing import clock_for
+    from workloads.telemetry.mllog import EventLog
+    from workloads.telemetry.timing import clock_for
+    from workloads.training.loop import train_step
 
     device = torch.device("cpu")
     torch.manual_seed(0)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from contract.network import ENV, NetworkRecord
-from workloads import manifest
+from workloads.telemetry import manifest
 
 
 def test_the_manifest_records_the_network_the_launcher_describes(

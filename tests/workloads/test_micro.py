@@ -9,9 +9,9 @@ import torch
 
 from tests.distributed import run_ranks
 from tests.workloads.entry import torchrun
-from workloads.config import ConfigError
+from workloads.configuration.micro_config import AllReduceMicroConfig, MeasurementConfig, log_sizes
+from workloads.configuration.train_config import ConfigError
 from workloads.micro import bus_bandwidth, measure, measurement
-from workloads.microconfig import AllReduceMicroConfig, MeasurementConfig, log_sizes
 
 
 def test_sizes_are_log_spaced_from_min_to_max_inclusive():

@@ -7,7 +7,7 @@ import pytest
 
 from contract.events import parse_line, read_events
 from contract.files import LinkedPath
-from workloads.mllog import EventLog, RankLog
+from workloads.telemetry.mllog import EventLog, RankLog
 
 
 def test_events_go_to_the_file_as_json_and_to_stdout_with_the_mllog_prefix(tmp_path):
@@ -68,7 +68,8 @@ def test_a_worker_never_writes_through_a_link_planted_in_its_run_directory(tmp_p
     else:
         (run_dir / "logs").symlink_to(outside)
         code = (
-            "import sys\nfrom pathlib import Path\nfrom workloads.dist import redirect_output\n"
+            "import sys\nfrom pathlib import Path\n"
+            "from workloads.runtime.dist import redirect_output\n"
             "redirect_output(Path(sys.argv[1]))\nprint('escaped')\n"
         )
         log = run_dir / "logs" / "rank-0.log"

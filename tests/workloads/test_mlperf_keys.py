@@ -8,7 +8,7 @@ from runner.job.benchmarks import (
     TRANSFORMER_WMT17,
     Benchmark,
 )
-from workloads.mlperf_keys import decay_boundary_epochs, hyperparameters, metadata
+from workloads.telemetry.mlperf_keys import decay_boundary_epochs, hyperparameters, metadata
 
 TRANSFORMER, GNMT = TRANSFORMER_WMT17.config, GNMT_WMT16.config
 
@@ -57,7 +57,7 @@ def test_gnmt_keys_give_the_step_decay_boundaries_in_epochs():
 
 
 def test_decay_boundaries_match_where_the_schedule_decays():
-    from workloads.schedule import warmup_step_decay_lr
+    from workloads.optimization.schedule import warmup_step_decay_lr
 
     schedule, epochs = GNMT.schedule, GNMT.run.max_epochs
     for epoch in decay_boundary_epochs(schedule, epochs):  # up to the schedule's float rounding

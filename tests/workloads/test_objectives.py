@@ -5,7 +5,7 @@ import torch
 
 from runner.job.benchmarks import BENCHMARKS
 from workloads.models.logreg.model import LogisticRegression
-from workloads.objectives import CrossEntropy, RegularizedLogistic
+from workloads.optimization.objectives import CrossEntropy, RegularizedLogistic
 
 
 def test_a_logistic_steps_reported_loss_is_log_one_plus_exp_of_minus_margin_plus_half_l2():

@@ -23,7 +23,7 @@ from tests.workloads.plugin_packages import (
     write_dist_info,
     write_package,
 )
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 from workloads.plugins import loading, points, provenance
 from workloads.plugins.registry import PluginError, Registry
 from workloads.strategies.config import PlainStrategy
@@ -306,8 +306,9 @@ def test_reading_a_job_never_imports_the_plugin_path_it_names(tmp_path):
 
 
 def test_a_worker_whose_plugin_is_other_code_than_the_job_expects_ends_in_one_line(plugin_root):
-    """The pod's own check (workloads/train.py, --expect-plugin): a real worker process whose
-    plugin's files differ from the hash the job was checked against stops before training."""
+    """The pod's own check (workloads/training/launch.py, --expect-plugin): a real worker
+    process whose plugin's files differ from the hash the job was checked against stops
+    before training."""
     package = write_package(plugin_root, "mine", {"__init__.py": TOPK.format(name="mine")})
     spec = resolve("cnn-digits", ["strategy=mine"], plugins=[str(package)])
     argv = workload_argv(spec, str(plugin_root / "out"))

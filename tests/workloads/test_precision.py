@@ -1,4 +1,4 @@
-"""`precision=bf16` for the classification tasks (workloads/precision.py): forward passes in
+"""`precision=bf16` for the classification tasks (workloads/runtime/precision.py): forward passes in
 bf16 under autocast, in training and evaluation, the loss and the weights in fp32, and the
 choice recorded; fp32 (the default) untouched. Each case builds the task as a run does."""
 
@@ -14,9 +14,9 @@ from runner.job.benchmarks import CNN_DIGITS, LOGREG_EPSILON
 from tests.datagen import write_epsilon
 from tests.distributed import run_ranks
 from workloads import tasks
-from workloads.loop import evaluate_metrics, train_step
-from workloads.mllog import EventLog
-from workloads.timing import CpuClock
+from workloads.telemetry.mllog import EventLog
+from workloads.telemetry.timing import CpuClock
+from workloads.training.loop import evaluate_metrics, train_step
 
 
 def _build(config: Any) -> Any:
@@ -69,7 +69,7 @@ def digits() -> dict[str, dict[str, Any]]:
 
 def test_a_bf16_run_computes_its_layers_in_bf16_in_training_and_evaluation(digits):
     run = digits["bf16"]
-    assert run["precision"] == "bf16"  # what the summary records (workloads/train.py)
+    assert run["precision"] == "bf16"  # what the summary records (workloads/training/run.py)
     expected = {"Conv2d torch.bfloat16", "Linear torch.bfloat16"}
     assert run["seen"] == {"train": expected, "eval": expected}
 

@@ -12,7 +12,7 @@ from contract.events import read_events
 from runner.job.benchmarks import BENCHMARKS
 from tests.datagen import write_cifar10, write_epsilon
 from tests.workloads.entry import run_entry, succeeded
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 
 pytestmark = pytest.mark.slow
 

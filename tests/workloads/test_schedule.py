@@ -3,8 +3,8 @@ import math
 import pytest
 
 from runner.job.benchmarks import BENCHMARKS
-from workloads.config import ConfigError
-from workloads.schedule import inverse_sqrt_lr, table_multiplier
+from workloads.configuration.train_config import ConfigError
+from workloads.optimization.schedule import inverse_sqrt_lr, table_multiplier
 
 RESNET = BENCHMARKS["resnet20-cifar10"].config
 LOGREG = BENCHMARKS["logreg-epsilon"].config

@@ -139,8 +139,9 @@ def _lm_evaluations_around_an_averaging(
     import torch
     import torch.distributed as dist
 
-    from workloads import mllog, tasks
-    from workloads.timing import clock_for
+    from workloads import tasks
+    from workloads.telemetry import mllog
+    from workloads.telemetry.timing import clock_for
 
     config = BENCHMARKS["lstm-wikitext2"].config.replace(
         data_dir=data_dir,

@@ -1,4 +1,4 @@
-"""workloads/sgd.py's FusedSGD against torch.optim.SGD(fused=True): the same kernel and
+"""workloads/optimization/sgd.py's FusedSGD against torch.optim.SGD(fused=True): the same kernel and
 state, so the same weights bit for bit, and a run's start-up that never imports torch._dynamo."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from runner.job.benchmarks import BENCHMARKS
-from workloads.sgd import FusedSGD
+from workloads.optimization.sgd import FusedSGD
 
 
 def _model(seed: int = 0) -> nn.Module:
@@ -201,7 +201,7 @@ def test_a_state_of_torchs_sgd_is_taken():
 _RUN = """
 import json, sys, tempfile
 from one_process import run_quietly, single_rank_environment
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 single_rank_environment()
 summary = run_quietly(TrainConfig.from_json(sys.argv[1]), "--open-division")
 print(json.dumps({"dynamo": "torch._dynamo" in sys.modules,

@@ -27,7 +27,7 @@ from tests.workloads.strategy_harness import (
 from workloads import strategies
 from workloads.strategies.averaging import averaging_due
 from workloads.strategies.local import LocalStrategy
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
 
 EXACT = ("allreduce", "allreduce-per-param", "gather-scatter")
 COMPRESSED = {"fp16-compress": torch.float16, "bf16-compress": torch.bfloat16}
@@ -382,7 +382,7 @@ class _CountingCollectives:
 def _single_process_step(rank: int, world_size: int) -> tuple[str, int, str]:
     from runner.job.benchmarks import CNN_DIGITS
     from workloads.strategies import build, effective_name
-    from workloads.timing import CpuClock, StepTimer
+    from workloads.telemetry.timing import CpuClock, StepTimer
 
     model = torch.nn.Linear(4, 2)
     strategy = build(

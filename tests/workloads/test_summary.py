@@ -2,7 +2,7 @@ import pytest
 
 from contract.summary import TrainLoss
 from runner.job.benchmarks import BENCHMARKS
-from workloads.summary import (
+from workloads.telemetry.summary import (
     STEP_TIMES_KEPT,
     RunTally,
     summarize,

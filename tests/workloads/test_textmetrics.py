@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from workloads.textmetrics import Bleu, bleu, perplexity
+from workloads.tasks.textmetrics import Bleu, bleu, perplexity
 
 
 def test_identical_text_scores_100_and_records_how_it_was_computed():

@@ -23,7 +23,7 @@ from tests.workloads.strategy_harness import (
     two_bucket_net,
 )
 from workloads.strategies.base import Collectives
-from workloads.timing import PHASES, StepTimer
+from workloads.telemetry.timing import PHASES, StepTimer
 
 DELAY_S = 0.2
 STEPS = 3  # the first is a warm-up; the phase minimum over the others resists noise

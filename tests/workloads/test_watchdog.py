@@ -1,5 +1,5 @@
 """A collective that can never complete ends the run within about dist_timeout_s, with one
-line naming the rank, the collective and the step (workloads/watchdog.py): real gloo ranks,
+line naming the rank, the collective and the step (workloads/runtime/watchdog.py): real gloo ranks,
 one of them stopped (SIGSTOP), or a real deadlock of torch's own PowerSGD hook on gloo."""
 
 from __future__ import annotations
@@ -96,10 +96,10 @@ _STALLED_CALLBACK = textwrap.dedent("""
     import datetime, os, sys, time
     import torch, torch.distributed as dist
     from torch import nn
-    from workloads import watchdog
+    from workloads.runtime import watchdog
     from workloads.strategies.base import Collectives
     from workloads.strategies.ddp import DdpStrategy, all_reduce_hook
-    from workloads.timing import StepTimer, clock_for
+    from workloads.telemetry.timing import StepTimer, clock_for
 
     rank = int(os.environ["RANK"])
     torch.set_num_threads(1)
@@ -183,7 +183,7 @@ def _note_exits(procs: list[subprocess.Popen[bytes]], ended: list[int]) -> bool:
 def test_compute_outside_collectives_is_no_stall():
     # Armed with a tiny timeout, a process that waits on no collective lives on.
     code = (
-        "import time\nfrom workloads import watchdog\nwatchdog.arm(0, 0.1)\n"
+        "import time\nfrom workloads.runtime import watchdog\nwatchdog.arm(0, 0.1)\n"
         "time.sleep(1.0)\nprint('alive', flush=True)\n"
     )
     done = subprocess.run(
@@ -213,7 +213,7 @@ def test_only_torch_distributeds_timeouts_are_taken_for_a_collectives():
     than passing as "collective timed out": the line would send the user after the network."""
     import torch.distributed as dist
 
-    from workloads import watchdog
+    from workloads.runtime import watchdog
 
     gloo = RuntimeError(
         "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
@@ -233,7 +233,7 @@ def test_only_torch_distributeds_timeouts_are_taken_for_a_collectives():
 _QUEUE = textwrap.dedent("""
     import datetime, os, time
     import torch, torch.distributed as dist
-    from workloads import watchdog
+    from workloads.runtime import watchdog
     from workloads.strategies.base import Collectives
 
     COUNT, DELAY_S = 16, 0.5

@@ -12,8 +12,8 @@ the mechanisms it configures are the modules beside it.
 Any policy or an elastic range makes a run open division (runner/job/spec.py); monitoring
 alone changes no number a run trains with, only its time, and is open division too because a
 closed-division time must not carry another run's instruments. `policy=none` is the empty list.
-Not here: the rules between this component and the others (workloads/config.py validates
-them: which task, data and strategy a policy works with).
+Not here: the rules between this component and the others (workloads/configuration/train_config.py
+validates them: which task, data and strategy a policy works with).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from workloads.components import Component
-from workloads.fields import ConfigError, setting
+from workloads.configuration.components import Component
+from workloads.configuration.fields import ConfigError, setting
 from workloads.plugins import points
 
 # "none" alone is the empty list (a sweep's fixed baseline: --set policy=none,batch). The
@@ -105,8 +105,8 @@ class AdaptiveConfig(Component):
         """The global batch the run's first step trains at, for a run configured with
         `global_batch` on `world_size` workers: that one, or under policy=batch the one its
         bounds allow (a max set below it caps the start), fitted to the workers. What the
-        run's record states as its global batch (workloads/summary.py), never the unbounded
-        configured one."""
+        run's record states as its global batch (workloads/telemetry/summary.py), never the
+        unbounded configured one."""
         if "batch" not in self.policy:
             return global_batch
         low, high = self.batch_bounds(global_batch)

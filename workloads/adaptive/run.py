@@ -1,7 +1,7 @@
 """One run's adaptive machinery, built from its config: the monitor, the policies in their
 Controller, where the epoch stands, and what the run reports about them.
 
-train.py builds an `Adaptive` before the task (the strategy's exchange is probed by its
+training/run.py builds an `Adaptive` before the task (the strategy's exchange is probed by its
 monitor, so the monitor must exist first) and hands it to the task through tasks.Context;
 the classification task drives it step by step (training.py). It emits its records as
 events through `emit` (rank 0's event log; nothing on the other ranks), after the step they
@@ -44,8 +44,8 @@ from workloads.plugins import points
 
 if TYPE_CHECKING:
     from workloads.adaptive.elastic.session import ElasticSession
-    from workloads.config import TrainConfig
-    from workloads.loop import Trainer
+    from workloads.configuration.train_config import TrainConfig
+    from workloads.training.loop import Trainer
 
 Emit = Callable[[str, Any], Any]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workloads.adaptive.config import AdaptiveConfig
-    from workloads.optim import OptimizerConfig
+    from workloads.optimization.optim import OptimizerConfig
 
 Knobs = dict[str, Any]  # knob -> initial value (int, float or str)
 

@@ -42,7 +42,7 @@ from workloads.adaptive.evidence import Evidence, EvidenceConfig
 from workloads.adaptive.monitors import Snapshot
 from workloads.adaptive.policy import Hook, Knob, Proposal, View
 from workloads.adaptive.probes import GradientProbe, sq_norm
-from workloads.sgd import Optimizer
+from workloads.optimization.sgd import Optimizer
 from workloads.strategies.averaging import average_model
 from workloads.strategies.base import (
     Collectives,
@@ -52,7 +52,7 @@ from workloads.strategies.base import (
     flat_all_reduce_mean,
     trainable,
 )
-from workloads.timing import StepTimer
+from workloads.telemetry.timing import StepTimer
 
 SyncMode = Literal["exact", "averaging"]
 SYNC_MODES: tuple[SyncMode, ...] = ("exact", "averaging")

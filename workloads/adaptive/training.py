@@ -1,6 +1,6 @@
 """The classification loop's epoch and step with the adaptive machinery (run.py) in them.
 
-A step, timed as workloads/loop.py times one, with what adaptation adds booked where it
+A step, timed as workloads/training/loop.py times one, with what adaptation adds booked where it
 happens:
 
     start
@@ -21,9 +21,9 @@ the epochs) on the run's initial worker count, times the batch policy's factor.
 Samples: where every rank holds the training set, each step takes the next global batch of
 the epoch's order from the cursor (sampler.py), so the batch (and the world) can change
 mid-epoch; data split into static per-rank shards (epsilon) keep loop.py's batches, and only
-the monitors and the sync policy apply there (workloads/config.py refuses the rest).
-Not here: building the machinery (run.py), the event log, the run's own reductions
-(workloads/over_ranks.py).
+the monitors and the sync policy apply there (workloads/configuration/train_config.py refuses the
+rest). Not here: building the machinery (run.py), the event log, the run's own reductions
+(workloads/training/over_ranks.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor, epoch_order
 from workloads.adaptive.sync import AdaptiveSyncStrategy, SyncMode, SyncState
 from workloads.data.sampling import slice_batches
-from workloads.loop import (
+from workloads.strategies.base import trainable
+from workloads.training.loop import (
     Batch,
     EpochStats,
     StepResult,
@@ -46,7 +47,6 @@ from workloads.loop import (
     optimize,
     timed_steps,
 )
-from workloads.strategies.base import trainable
 
 SYNC_KNOBS = ("sync_mode", "averaging_period")
 
@@ -127,7 +127,7 @@ def _budget_spent(run: Adaptive) -> bool:
 
 
 def epoch_samples_share(run: Adaptive) -> int:
-    """This rank's part of the epoch's sample count, which train.py sums over the ranks: all
+    """This rank's part of the epoch's sample count, which training/run.py sums over the ranks: all
     of it on rank 0, none elsewhere. Counted rank by rank, an elastic epoch loses the steps
     of a worker that left (its count leaves with it) and the step a survivor skipped when it
     adopted a state a step ahead. The cursor, handed over from the most advanced state at
@@ -144,7 +144,8 @@ def _shard_epoch(
     on_step: Callable[[int, int], None] | None,
 ) -> EpochStats:
     """Static per-rank shards: loop.py's batches (no batch policy and no elastic workers
-    here: workloads/config.py refuses them, so the size and the world are fixed)."""
+    here: workloads/configuration/train_config.py refuses them, so the size and the world are
+    fixed)."""
     tr = run.trainer
     cfg = tr.config
     batches = slice_batches(tr.splits.num_train, cfg.data.batch_size, tr.rank, epoch - 1,

@@ -4,7 +4,7 @@
 well under a second, so the runner can ask before it starts anything: None when the data
 set is there and its splits have the sizes docs/benchmarks.md names, else one line saying
 what is wrong and the command that fixes it. A closed-division run refuses data that is not
-canonical (workloads/train.py asks the same question before it starts); an open-division
+canonical (workloads/training/run.py asks the same question before it starts); an open-division
 run may train on anything its loader accepts. It checks sizes, not content: the content is
 what `runner data fetch` verified against the published checksums, and what the loaders
 validate as they read it.

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from workloads.components import Choice, Component
+from workloads.configuration.components import Choice, Component
+from workloads.configuration.fields import ConfigError, setting
 from workloads.data import DataError, canonical, data_root, epsilon_cache_dir
-from workloads.fields import ConfigError, setting
 from workloads.plugins import points
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workloads.components import Choice
+from workloads.configuration.components import Choice
 from workloads.models.awd_lstm.config import AwdLstmConfig
 from workloads.models.base import ModelConfig
 from workloads.models.cnn.config import DigitsCnnConfig

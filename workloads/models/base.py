@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from workloads.components import Component
+from workloads.configuration.components import Component
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.objectives import ClosedForm, Objective
+    from workloads.optimization.objectives import ClosedForm, Objective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,16 +35,16 @@ class ModelConfig(Component):
 
     def objective(self, model: nn.Module) -> Objective:
         """What training minimizes: cross-entropy, unless the family says otherwise."""
-        from workloads.objectives import CrossEntropy
+        from workloads.optimization.objectives import CrossEntropy
 
         return CrossEntropy()
 
     def closed_form(self, model: nn.Module, objective: Objective) -> ClosedForm | None:
         """The loss and gradient of `model` under `objective` without autograd, where the
-        family has one (workloads/objectives.py, ClosedForm); None: autograd."""
+        family has one (workloads/optimization/objectives.py, ClosedForm); None: autograd."""
         return None
 
     def optimizer_weight_decay(self) -> float:
         """Weight decay the optimizer adds for the objective's own L2 penalty, whose gradient
-        it is (workloads/objectives.py, RegularizedLogistic); 0 without one."""
+        it is (workloads/optimization/objectives.py, RegularizedLogistic); 0 without one."""
         return 0.0

@@ -1,7 +1,7 @@
 """What a translation model offers the training loop and the search (tasks 4a and 4b).
 
 Training calls `forward` (teacher forcing: every target position at once). Evaluation runs a
-search (workloads/decoding.py) that drives the model one token at a time through `encode`,
+search (workloads/tasks/decoding.py) that drives the model one token at a time through `encode`,
 `init_state`, `decode_step` and `reorder`, so that GNMT and the Transformer share one greedy
 and one beam search. What `encode` and the decoder state hold is each model's business; the
 search only passes them back and asks the model to `reorder` them.

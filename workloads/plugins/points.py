@@ -1,14 +1,14 @@
 """The extension points: one Registry each, its entry-point group, and its built-ins.
 
-    point       entry-point group        an entry is                  our built-ins in
-    models      stackbench.models        a ModelConfig subclass       workloads.models
-    datasets    stackbench.datasets      a DataConfig subclass        workloads.data.config
-    tasks       stackbench.tasks         a TaskConfig subclass        workloads.tasks.config
-    strategies  stackbench.strategies    a StrategyConfig subclass    workloads.strategies.config
-    optimizers  stackbench.optimizers    an OptimizerConfig subclass  workloads.optim
-    schedules   stackbench.schedules     a ScheduleConfig subclass    workloads.schedule
-    policies    stackbench.policies      a PolicySpec                 workloads.adaptive.policies
-    benchmarks  stackbench.benchmarks    a Benchmark                  runner.job.benchmarks
+    point       entry-point group      an entry is                  our built-ins in
+    models      stackbench.models      a ModelConfig subclass       workloads.models
+    datasets    stackbench.datasets    a DataConfig subclass        workloads.data.config
+    tasks       stackbench.tasks       a TaskConfig subclass        workloads.tasks.config
+    strategies  stackbench.strategies  a StrategyConfig subclass    workloads.strategies.config
+    optimizers  stackbench.optimizers  an OptimizerConfig subclass  workloads.optimization.optim
+    schedules   stackbench.schedules   a ScheduleConfig subclass    workloads.optimization.schedule
+    policies    stackbench.policies    a PolicySpec                 workloads.adaptive.policies
+    benchmarks  stackbench.benchmarks  a Benchmark                  runner.job.benchmarks
 
 A config class is its own factory (its `build` makes the model, optimizer, strategy, task,
 data splits from the class's own fields) and names itself by its `name` field's Literal
@@ -33,14 +33,14 @@ _BASES = {
     "datasets": ("workloads.data.config:DataConfig", "load"),
     "tasks": ("workloads.tasks.config:TaskConfig", "build"),
     "strategies": ("workloads.strategies.config:StrategyConfig", "build"),
-    "optimizers": ("workloads.optim:OptimizerConfig", "build"),
-    "schedules": ("workloads.schedule:ScheduleConfig", "lr_at"),
+    "optimizers": ("workloads.optimization.optim:OptimizerConfig", "build"),
+    "schedules": ("workloads.optimization.schedule:ScheduleConfig", "lr_at"),
 }
 
 
 def _literal_names(cls: Any) -> tuple[str, ...]:
     """The names a config class selects by: its `name` field's Literal values."""
-    from workloads.fields import field_types
+    from workloads.configuration.fields import field_types
 
     try:
         return tuple(get_args(field_types(cls).get("name")))
@@ -124,9 +124,9 @@ STRATEGIES: Registry[Any] = Registry("strategies", _literal_names,
                                      ("workloads.strategies.config",))  # fmt: skip
 OPTIMIZERS: Registry[Any] = Registry("optimizers", _literal_names,
                                      _subclass_check("optimizers"),
-                                     ("workloads.optim",))  # fmt: skip
+                                     ("workloads.optimization.optim",))  # fmt: skip
 SCHEDULES: Registry[Any] = Registry("schedules", _literal_names, _subclass_check("schedules"),
-                                    ("workloads.schedule",))  # fmt: skip
+                                    ("workloads.optimization.schedule",))  # fmt: skip
 POLICIES: Registry[Any] = Registry("policies", _named, _policy_check,
                                    ("workloads.adaptive.policies",))  # fmt: skip
 BENCHMARKS: Registry[Any] = Registry("benchmarks", _named, _benchmark_check,

@@ -19,7 +19,7 @@ from typing import Any
 
 from contract.imageplugins import package_files, source_sha256
 from contract.manifest import PluginRecord
-from workloads.components import NAME, Composite
+from workloads.configuration.components import NAME, Composite
 from workloads.plugins import points
 from workloads.plugins.registry import Entry, PluginError
 

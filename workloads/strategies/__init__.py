@@ -15,8 +15,8 @@ buffers:
 - base.py: the Strategy protocol and Collectives, the network boundary.
 Exact strategies (ddp, allreduce, allreduce-per-param, gather-scatter) give every worker the
 mean gradient, as DDP does; the compressed ones approximate it; model averaging averages
-weights instead. The optimizer is separate (workloads/optim.py): "centralized Adam" is Adam
-after any gradient-averaging strategy. This module imports torch only to build a strategy,
+weights instead. The optimizer is separate (workloads/optimization/optim.py): "centralized Adam" is
+Adam after any gradient-averaging strategy. This module imports torch only to build a strategy,
 so the configs beside it stay importable without it.
 """
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from workloads.adaptive.monitors import Monitor
     from workloads.strategies.base import Collectives, Strategy
     from workloads.strategies.config import StrategyConfig
-    from workloads.timing import Clock
+    from workloads.telemetry.timing import Clock
 
 __all__ = ["build", "effective_name"]
 

@@ -32,7 +32,7 @@ from workloads.strategies.base import (
     flat_all_reduce_mean,
     trainable,
 )
-from workloads.timing import StepTimer
+from workloads.telemetry.timing import StepTimer
 
 
 def averaging_due(steps_done: int, warmup_steps: int, period: int) -> bool:

@@ -18,13 +18,13 @@ import torch.distributed as dist
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from workloads import watchdog
-from workloads.timing import StepTimer
+from workloads.runtime import watchdog
+from workloads.telemetry.timing import StepTimer
 
 
 class Collectives:
     """Collectives over the default process group; means divide before summing (as DDP does,
-    so that fp16 buffers do not overflow). Each is timed by the watchdog (workloads/
+    so that fp16 buffers do not overflow). Each is timed by the watchdog (workloads/runtime/
     watchdog.py): one that never completes ends the run in one line, gloo's timeout or not.
 
     `carried`: set by a strategy for one gradient exchange (UsageCarrier), a small tensor that
@@ -258,8 +258,8 @@ def model_device(model: nn.Module) -> torch.device:
 class LocalGradients(ABC):
     """Strategies that exchange gradients themselves after backward, rather than in autograd's
     hooks as DDP does: backward() is autograd's, then `synchronize`. Gradients computed
-    without autograd (a closed form, workloads/objectives.py) are synchronized the same way.
-    Their no_sync(): while `syncing` is false, synchronize() skips the exchange."""
+    without autograd (a closed form, workloads/optimization/objectives.py) are synchronized the same
+    way. Their no_sync(): while `syncing` is false, synchronize() skips the exchange."""
 
     syncing: bool = True
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from workloads.components import Choice, Component
-from workloads.fields import setting
+from workloads.configuration.components import Choice, Component
+from workloads.configuration.fields import setting
 from workloads.plugins import points
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from workloads.adaptive.monitors import Monitor
     from workloads.strategies.base import Collectives, Strategy
-    from workloads.timing import Clock
+    from workloads.telemetry.timing import Clock
 
 # Strategies that give every worker the mean gradient, as DDP does: choosing among them
 # changes the system, not the algorithm (the runner keeps such a switch closed division).

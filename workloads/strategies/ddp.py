@@ -37,14 +37,14 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.parallel.distributed import _BufferCommHookLocation
 
-from workloads import watchdog
+from workloads.runtime import watchdog
 from workloads.strategies.base import (
     Collectives,
     broadcast_buffers,
     broadcast_coalesced,
     model_device,
 )
-from workloads.timing import Clock, StepTimer
+from workloads.telemetry.timing import Clock, StepTimer
 
 if TYPE_CHECKING:
     from workloads.adaptive.probes import GradientProbe

@@ -34,7 +34,7 @@ from workloads.strategies.base import (
     flat_all_reduce_mean,
     trainable,
 )
-from workloads.timing import StepTimer
+from workloads.telemetry.timing import StepTimer
 
 if TYPE_CHECKING:
     from workloads.adaptive.probes import GradientProbe

@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from workloads.strategies.base import LocalGradients
-from workloads.timing import StepTimer
+from workloads.telemetry.timing import StepTimer
 
 
 class LocalStrategy(LocalGradients):

@@ -1,6 +1,6 @@
 """The per-task seam of the training loop: what one epoch of training and one evaluation are.
 
-train.py owns the clock, the event log and the results; a Task owns its data, model,
+training/run.py owns the clock, the event log and the results; a Task owns its data, model,
 communication strategy and optimizer, and is built outside the clock (MLPerf's init phase).
 - classification.py: image classification and logistic regression, scored by top-1 accuracy;
 - language_model.py: AWD-LSTM on WikiText-2, scored by validation perplexity;
@@ -22,12 +22,12 @@ if TYPE_CHECKING:
     import torch
 
     from workloads.adaptive.run import Adaptive
-    from workloads.config import TrainConfig
-    from workloads.loop import EpochStats
-    from workloads.mllog import EventLog
-    from workloads.sgd import Optimizer
+    from workloads.configuration.train_config import TrainConfig
+    from workloads.optimization.sgd import Optimizer
     from workloads.strategies.base import Strategy
-    from workloads.timing import Clock
+    from workloads.telemetry.mllog import EventLog
+    from workloads.telemetry.timing import Clock
+    from workloads.training.loop import EpochStats
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ class Context:
 class Task(Protocol):
     num_train: int  # training samples per epoch over all ranks (MLPerf's train_samples)
     num_eval: int  # evaluation samples
-    precision: str  # "fp32" or "bf16": what the forward passes compute in (workloads/precision)
+    precision: str  # "fp32" or "bf16": what the forward passes compute in
+    # (workloads/runtime/precision)
 
     def train_epoch(
         self,

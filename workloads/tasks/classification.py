@@ -1,6 +1,6 @@
 """Image classification and logistic regression (tasks 1a, 2a, the CS744 study, cnn-digits).
 
-The training mechanics are workloads/loop.py's (a Trainer over tensors prepared once), or
+The training mechanics are workloads/training/loop.py's (a Trainer over tensors prepared once), or
 under adaptive policies and monitors workloads/adaptive/training.py's; this builds them and
 scores by top-1 accuracy over the whole test split.
 """
@@ -14,13 +14,20 @@ import torch
 
 from contract import events
 from contract.summary import CHANCE
-from workloads import data, models, precision, strategies
+from workloads import data, models, strategies
 from workloads.adaptive import training
 from workloads.adaptive.run import Adaptive
 from workloads.data.config import LoadContext
-from workloads.loop import EVAL_BATCH_SIZE, EpochStats, Trainer, evaluate_metrics, train_epoch
+from workloads.runtime import precision
 from workloads.tasks import Context, Evaluation
-from workloads.timing import StepTimer
+from workloads.telemetry.timing import StepTimer
+from workloads.training.loop import (
+    EVAL_BATCH_SIZE,
+    EpochStats,
+    Trainer,
+    evaluate_metrics,
+    train_epoch,
+)
 
 
 @dataclass
@@ -111,8 +118,8 @@ def _compiled(
     eager model, and the reason in the event log, where the backend cannot compile."""
     from torch._dynamo.exc import BackendCompilerFailed
 
-    from workloads import cachedir, compiling
     from workloads.data.sampling import eval_shard
+    from workloads.runtime import cachedir, compiling
 
     config = ctx.config
     compiled = compiling.compile_model(model, cachedir.compile_cache_dir())  # never the data's

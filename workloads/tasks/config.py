@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from workloads.components import Component
-from workloads.fields import Bounds, setting
+from workloads.configuration.components import Component
+from workloads.configuration.fields import Bounds, setting
 from workloads.plugins import points
 from workloads.tasks.metrics import LOWER_IS_BETTER as LOWER_IS_BETTER  # readers import it here
 

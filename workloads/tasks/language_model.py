@@ -28,19 +28,21 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from workloads import divergence, models, precision, strategies, watchdog
+from workloads import models, strategies
 from workloads.data import WIKITEXT2_SUBDIR, data_root
 from workloads.data.config import WikiText2Data
 from workloads.data.wikitext import load_wikitext
-from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.models.awd_lstm.model import AWDLSTM, Hidden, detach_hidden
-from workloads.sgd import Optimizer
+from workloads.optimization.sgd import Optimizer
+from workloads.runtime import precision, watchdog
 from workloads.strategies.base import Strategy
 from workloads.tasks import Context, Evaluation, Trains, narrow
-from workloads.timing import StepTimer
+from workloads.telemetry.timing import StepTimer
+from workloads.training import divergence
+from workloads.training.loop import EpochStats, StepResult, timed_epoch
 
 if TYPE_CHECKING:
-    from workloads.config import TrainConfig
+    from workloads.configuration.train_config import TrainConfig
     from workloads.tasks.config import LanguageModelConfig
 
 EVAL_BATCH_SIZE = 10  # the reference's eval_batch_size

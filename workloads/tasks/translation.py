@@ -30,21 +30,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract import files
-from workloads import decoding, divergence, models, precision, strategies, textmetrics, watchdog
+from workloads import models, strategies
 from workloads.data import data_root, translation_cache_dir
 from workloads.data import translation as corpus
 from workloads.data.config import WmtData
 from workloads.data.subword import SubwordTokenizer
 from workloads.data.token_batching import Unit, batch_units, length_batches, plan_updates
-from workloads.loop import EpochStats, StepResult, timed_epoch
 from workloads.models.seq2seq import Seq2Seq
-from workloads.sgd import Optimizer
+from workloads.optimization.sgd import Optimizer
+from workloads.runtime import precision, watchdog
 from workloads.strategies.base import Strategy
-from workloads.tasks import Context, Evaluation, Trains, narrow
-from workloads.timing import StepTimer
+from workloads.tasks import Context, Evaluation, Trains, decoding, narrow, textmetrics
+from workloads.telemetry.timing import StepTimer
+from workloads.training import divergence
+from workloads.training.loop import EpochStats, StepResult, timed_epoch
 
 if TYPE_CHECKING:
-    from workloads.config import TrainConfig
+    from workloads.configuration.train_config import TrainConfig
     from workloads.tasks.config import TranslationConfig
 
 EVAL_SENTENCES = 128  # sentences per evaluation batch (sorted by length, so little padding)

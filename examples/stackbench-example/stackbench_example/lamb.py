@@ -8,14 +8,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from workloads.fields import ConfigError, setting
-from workloads.optim import OptimizerConfig
+from workloads.configuration.fields import ConfigError, setting
+from workloads.optimization.optim import OptimizerConfig
 from workloads.plugins import points
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.sgd import Optimizer
+    from workloads.optimization.sgd import Optimizer
 
 
 @points.OPTIMIZERS.register

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from workloads.fields import setting
+from workloads.configuration.fields import setting
 from workloads.plugins import points
 from workloads.strategies.config import StrategyConfig
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from workloads.adaptive.monitors import Monitor
     from workloads.strategies.base import Collectives, Strategy
-    from workloads.timing import Clock
+    from workloads.telemetry.timing import Clock
 
 
 @points.STRATEGIES.register

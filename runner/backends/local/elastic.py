@@ -108,10 +108,10 @@ def hosted_store(port: int | None) -> Iterator[WriterWatch]:
     # Only an elastic run's supervisor pays for torch.
     from torch.distributed import PrefixStore
 
-    from workloads import stores
     from workloads.adaptive.elastic.launch import STORE_PREFIX
     from workloads.adaptive.elastic.rendezvous import Rendezvous
     from workloads.adaptive.elastic.signing import SECRET_ENV, Signer, new_secret
+    from workloads.runtime import stores
 
     try:  # on loopback alone (torch's own choice would be every interface)
         store = stores.serve(launch.LOOPBACK, port, STORE_TIMEOUT_S)

@@ -3,8 +3,8 @@ network (loopback, or a shaped link between network namespaces).
 
 The workers are started directly, one `python -m <workload> ...` per rank, with the variables
 torchrun would give them (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT; workloads/dist.py reads nothing else), not under torchrun's agent: the agent is a
-process of its own that imports torch before any worker starts and exits 0.2 s after the last
+MASTER_PORT; workloads/runtime/dist.py reads nothing else), not under torchrun's agent: the agent is
+a process of its own that imports torch before any worker starts and exits 0.2 s after the last
 one, 1.2 s and more of every run's start and end for nothing a local run uses (the supervisor
 already watches every process, ends the rest at the first failure and reports which failed).
 Rank 0 hosts the group's store on MASTER_PORT (torch's env:// rendezvous). A run on Kubernetes
@@ -59,7 +59,7 @@ from runner.backends.local.network_check import NetworkUnavailable
 from runner.errors import SpecError
 from runner.job import threads
 from runner.job.link import PARAM, parse_link
-from workloads import lifetime
+from workloads.runtime import lifetime
 
 if TYPE_CHECKING:
     from runner.job.spec import JobSpec, Placement

@@ -51,7 +51,7 @@ def check_device(device: str, procs_per_node: int) -> None:
 def check_data(spec: JobSpec) -> None:
     """The data set is here; in the closed division, the canonical one (its split sizes those
     of docs/benchmarks.md). Both checks are quick (workloads/data/canonical.py)."""
-    from workloads.config import TrainConfig
+    from workloads.configuration.train_config import TrainConfig
 
     if not isinstance(spec.config, TrainConfig):
         return  # a micro-benchmark reads no data
@@ -79,12 +79,12 @@ def check_data(spec: JobSpec) -> None:
 
 def check_compile_cache(spec: JobSpec) -> None:
     """A compiled run's kernel cache is made, private to this user, and safe to run code from
-    (workloads/cachedir.py); the workers check it again before they use it."""
-    from workloads.config import TrainConfig
+    (workloads/runtime/cachedir.py); the workers check it again before they use it."""
+    from workloads.configuration.train_config import TrainConfig
 
     if not isinstance(spec.config, TrainConfig) or not spec.config.execution.compile_model:
         return
-    from workloads import cachedir
+    from workloads.runtime import cachedir
 
     try:
         cachedir.prepare(cachedir.compile_cache_dir())

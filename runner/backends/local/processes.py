@@ -6,8 +6,8 @@ That is the proof of membership: a pid read from a file (supervisor.json) may be
 recycled or forged, so nothing is ever signalled on a pid alone; only a process of this
 user whose own environment names this run, checked at the moment it is signalled.
 
-Lifetime: no process of a run outlives its owner (workloads/lifetime.py): the supervisor is a
-child subreaper and starts every worker with a parent-death signal (each worker arms one for
+Lifetime: no process of a run outlives its owner (workloads/runtime/lifetime.py): the supervisor is
+a child subreaper and starts every worker with a parent-death signal (each worker arms one for
 itself too), so a SIGKILLed supervisor takes the workers with it; what is left is found by
 `members` and ended.
 

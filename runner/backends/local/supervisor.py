@@ -8,8 +8,8 @@ wrote, which the digest proves) and is the only writer of state.json while it li
 SIGINT or SIGHUP cancel: every process of the run gets SIGTERM, and whatever is left after a
 grace period SIGKILL. So does the end of the command that
 follows the run, a SIGKILLed one included, unless it let the run go (leash.py). If this
-process is SIGKILLed, the kernel ends the workers (workloads/lifetime.py), and the next command
-that reads the run records it FAILED (LocalBackend.status).
+process is SIGKILLed, the kernel ends the workers (workloads/runtime/lifetime.py), and the next
+command that reads the run records it FAILED (LocalBackend.status).
 
 An elastic run (--workers MIN:MAX, runner/backends/local/elastic.py): the supervisor also
 hosts the workers' store, and the run goes on until every worker has ended, since a worker's
@@ -71,7 +71,7 @@ from runner.backends.local.outcome import (
     storage_problem,
     wrote_summary,
 )
-from workloads import lifetime
+from workloads.runtime import lifetime
 
 POLL_S = 0.05  # how often joins and signals are looked at (an exit wakes the loop at once)
 HOLDER_SETTLE_S = 1.0  # for a failed rank's namespace holder to be seen gone, if it goes

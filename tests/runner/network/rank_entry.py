@@ -20,7 +20,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     value = fn(int(os.environ["RANK"]), dist.get_world_size(), **kwargs)
-    gc.collect()  # see workloads/dist.py shutdown(): no reducer may outlive the group
+    gc.collect()  # see workloads/runtime/dist.py shutdown(): no reducer may outlive the group
     dist.barrier()
     dist.destroy_process_group()
     torch.save(value, result_path)

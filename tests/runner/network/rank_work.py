@@ -26,7 +26,7 @@ def strategy_phases(
 
     from workloads.strategies import ddp, gradients
     from workloads.strategies.base import Collectives
-    from workloads.timing import CpuClock, StepTimer
+    from workloads.telemetry.timing import CpuClock, StepTimer
 
     builders = {
         "ddp": lambda model, clock: ddp.ddp(model, clock, Collectives()),
@@ -58,7 +58,7 @@ def strategy_phases(
             strategy.after_step(timer)
             steps.append(timer.finish())
         phases[name] = steps
-        del strategy  # no DDP reducer may outlive the group (workloads/dist.py)
+        del strategy  # no DDP reducer may outlive the group (workloads/runtime/dist.py)
     return phases
 
 
@@ -72,7 +72,7 @@ def queued_all_reduces(
     issued."""
     import time
 
-    from workloads import watchdog
+    from workloads.runtime import watchdog
     from workloads.strategies.base import Collectives
 
     collectives = Collectives()

@@ -1,5 +1,5 @@
-"""The watchdog (workloads/watchdog.py) over a real shaped link: collectives that queue behind
-one another on a slow link, every one of them moving, are no stall however long the queue
+"""The watchdog (workloads/runtime/watchdog.py) over a real shaped link: collectives that queue
+behind one another on a slow link, every one of them moving, are no stall however long the queue
 takes; a peer that stops answering still ends its rank in one line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from runner.backends.local.network import ShapedNetwork
 from runner.job.link import parse_link
 from tests.runner.network.shaped_ranks import run_ranks
-from workloads.watchdog import GRACE_S
+from workloads.runtime.watchdog import GRACE_S
 
 pytestmark = [pytest.mark.usefixtures("shaping"), pytest.mark.slow]
 WORK = "tests.runner.network.rank_work:queued_all_reduces"

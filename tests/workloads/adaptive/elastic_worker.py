@@ -7,7 +7,7 @@ cursor sampler, admits joiners through the ElasticPolicy at decision points, and
 collective re-forms the group with the survivors and adopts the source worker's state (never
 a checkpoint: there is none). It writes what it did to <out>/<member>.json at the end:
 the per-step log of the steps that stand, the decisions, the state adopted at each
-generation and the final weights. This is the phase-A prototype of what workloads/loop.py
+generation and the final weights. This is the phase-A prototype of what workloads/training/loop.py
 will do; it is test support, not a test.
 """
 
@@ -32,7 +32,7 @@ from workloads.adaptive.policy import Controller, RankZeroDecides
 from workloads.adaptive.sampler import Cursor, epoch_order
 from workloads.strategies import gradients
 from workloads.strategies.base import Collectives
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
 
 NUM_SAMPLES, DIM, GLOBAL_BATCH, SEED = 600, 8, 12, 3
 CPU = torch.device("cpu")
@@ -179,7 +179,7 @@ def main() -> None:
     worker.adopt(change)
     worker.run(connect(), joined=change.current.number > 0)
     worker.strategy = None
-    gc.collect()  # see workloads/dist.py shutdown(): collect, barrier, then destroy
+    gc.collect()  # see workloads/runtime/dist.py shutdown(): collect, barrier, then destroy
     torch.distributed.barrier()
     group.close()
     out = args.out / f"{args.member}.json"

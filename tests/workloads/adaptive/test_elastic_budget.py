@@ -24,7 +24,7 @@ from runner import api
 from runner.backends.local.backend import LocalBackend
 from runner.job.spec import Placement, resolve
 from tests.runner.members import worker_process
-from workloads.loop import BUDGET_CHECK_EVERY_STEPS
+from workloads.training.loop import BUDGET_CHECK_EVERY_STEPS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 # Heartbeats every 0.2 s, a worker gone after 2 s still; no target stop, epochs without end:

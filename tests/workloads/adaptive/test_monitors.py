@@ -21,7 +21,7 @@ from workloads.adaptive.policy import View
 from workloads.adaptive.probes import GradientProbe
 from workloads.strategies import ddp, gradients
 from workloads.strategies.base import Collectives, flat_all_reduce_mean
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
 
 WORLD, BATCH, STEPS = 2, 8, 4
 

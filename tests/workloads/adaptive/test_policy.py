@@ -26,7 +26,7 @@ from workloads.adaptive.policy import (
 from workloads.adaptive.sampler import Cursor, epoch_order
 from workloads.strategies import gradients
 from workloads.strategies.base import Collectives, flat_all_reduce_mean
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
 
 
 class SetTo:

@@ -20,9 +20,9 @@ from workloads.adaptive.sync import (
     next_sync,
     predicted_divergence,
 )
-from workloads.sgd import FusedSGD
+from workloads.optimization.sgd import FusedSGD
 from workloads.strategies.base import Collectives
-from workloads.timing import CpuClock, StepTimer
+from workloads.telemetry.timing import CpuClock, StepTimer
 
 CONFIG = AdaptiveSyncConfig(low=1e-5, high=1e-4, min_period=2, max_period=16)
 

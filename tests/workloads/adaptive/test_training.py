@@ -20,7 +20,7 @@ from contract.events import DECISION, MONITORS
 from runner.job.benchmarks import BENCHMARKS
 from tests.distributed import run_ranks
 from workloads.adaptive import run as adaptive_run
-from workloads.config import ConfigError, TrainConfig
+from workloads.configuration.train_config import ConfigError, TrainConfig
 
 EPOCHS = 3
 BASE = BENCHMARKS["cnn-digits"].config
@@ -54,8 +54,8 @@ SYNC = _config(
 
 def _train(rank: int, world_size: int, config_json: str) -> dict[str, Any]:
     from workloads import tasks
-    from workloads.mllog import RankLog
-    from workloads.timing import CpuClock
+    from workloads.telemetry.mllog import RankLog
+    from workloads.telemetry.timing import CpuClock
 
     config = TrainConfig.from_json(config_json)
     emitted: list[tuple[str, Any]] = []

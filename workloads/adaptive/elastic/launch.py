@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from torch.distributed import PrefixStore, Store, TCPStore
 
-from workloads import stores
 from workloads.adaptive.elastic.signing import UNSIGNED, Signer
+from workloads.runtime import stores
 
 STORE_PREFIX = "elastic/"
 CONNECT_TIMEOUT_S = 300.0

@@ -69,10 +69,10 @@ from workloads.adaptive.policy import Decision
 from workloads.adaptive.run import Adaptive
 from workloads.adaptive.sampler import Cursor
 from workloads.adaptive.sync import AdaptiveSyncStrategy
-from workloads.config import TrainConfig
-from workloads.loop import BUDGET_CHECK_EVERY_STEPS, agreed_flag
+from workloads.configuration.train_config import TrainConfig
 from workloads.strategies.averaging import ModelAveragingStrategy
 from workloads.strategies.base import Strategy
+from workloads.training.loop import BUDGET_CHECK_EVERY_STEPS, agreed_flag
 
 T = TypeVar("T")
 KNOB = "workers"
@@ -146,7 +146,7 @@ class ElasticSession:
 
     def expired(self) -> bool:
         """Whether the run's time budget is spent, as the last check agreed (no collective:
-        the training loop and train.py read it between steps and at an epoch's end)."""
+        the training loop and training/run.py read it between steps and at an epoch's end)."""
         return self.out_of_time
 
     def bind(self, run: Adaptive) -> None:

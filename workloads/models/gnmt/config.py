@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from workloads.fields import setting
+from workloads.configuration.fields import setting
 from workloads.models.base import ModelConfig
 
 if TYPE_CHECKING:

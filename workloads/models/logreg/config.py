@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from workloads.fields import setting
+from workloads.configuration.fields import setting
 from workloads.models.base import ModelConfig
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.objectives import ClosedForm, Objective
+    from workloads.optimization.objectives import ClosedForm, Objective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,13 +32,13 @@ class LogRegConfig(ModelConfig):
         return LogisticRegression(math.prod(sample_shape))
 
     def objective(self, model: nn.Module) -> Objective:
-        from workloads.objectives import RegularizedLogistic
+        from workloads.optimization.objectives import RegularizedLogistic
 
         return RegularizedLogistic(model.parameters(), self.l2_rate)
 
     def closed_form(self, model: nn.Module, objective: Objective) -> ClosedForm:
         from workloads.models.logreg.model import LinearLogistic, LogisticRegression
-        from workloads.objectives import RegularizedLogistic
+        from workloads.optimization.objectives import RegularizedLogistic
 
         assert isinstance(model, LogisticRegression)
         assert isinstance(objective, RegularizedLogistic)

@@ -1,7 +1,7 @@
 """Logistic regression: one linear layer giving one logit per sample (task 2a, epsilon).
 
-The loss (binary logistic plus L2) lives in workloads/objectives.py, not here. The weights
-start at zero: the problem is convex, and a zero start is the usual, seed-free choice.
+The loss (binary logistic plus L2) lives in workloads/optimization/objectives.py, not here. The
+weights start at zero: the problem is convex, and a zero start is the usual, seed-free choice.
 Training computes its gradient in closed form (LinearLogistic) where the strategy allows.
 """
 
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from workloads.objectives import RegularizedLogistic
+    from workloads.optimization.objectives import RegularizedLogistic
 
 
 class LogisticRegression(nn.Module):
@@ -28,7 +28,8 @@ class LogisticRegression(nn.Module):
 
 
 class LinearLogistic:
-    """The model's loss and gradient in closed form (workloads/objectives.py, ClosedForm).
+    """The model's loss and gradient in closed form (workloads/optimization/objectives.py,
+    ClosedForm).
 
     With z = x w + b and the mean logistic loss over n samples, dL/dz = (sigmoid(z) - y) / n,
     so dL/dw = x^T dL/dz and dL/db = sum(dL/dz): one matrix-vector product each way, where

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from workloads.loop import EpochStats
-    from workloads.sgd import Optimizer
+    from workloads.optimization.sgd import Optimizer
+    from workloads.training.loop import EpochStats
 
 # The exit code of a process whose run diverged (documented with `runner submit`'s).
 DIVERGED_EXIT = 3

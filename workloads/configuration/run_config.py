@@ -2,7 +2,7 @@
 components that are free in the closed division. Apart from config.py (which composes every
 component, each registry's included) so that the benchmark entries' type
 (runner/job/benchmark_types.py) derives its free keys without importing the registries.
-workloads/config.py re-exports them.
+workloads/configuration/train_config.py re-exports them.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from workloads.components import Component
-from workloads.fields import setting
+from workloads.configuration.components import Component
+from workloads.configuration.fields import setting
 
 DAY_S = 86_400.0
 
@@ -42,10 +42,10 @@ class ExecutionConfig(Component):
 
     # Of the model and its input batches; channels_last applies to image models.
     memory_format: Literal["contiguous", "channels_last"] = "contiguous"
-    # torch.compile, compiled before the clock (workloads/compiling.py).
+    # torch.compile, compiled before the clock (workloads/runtime/compiling.py).
     compile_model: bool = False
     # "auto": bf16 autocast for the translation models on CUDA, fp32 otherwise
-    # (workloads/precision.py).
+    # (workloads/runtime/precision.py).
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # At most this many intra-op CPU threads per process (None: what torch or the launcher
     # chose; torchrun gives each of several workers one). A model whose kernels are tiny (a

@@ -1,4 +1,4 @@
-"""The training run's own reductions over its ranks, which train.py takes at an epoch's end
+"""The training run's own reductions over its ranks, which run.py takes at an epoch's end
 and at the run's end: what the summary reports is the run's, not rank 0's alone. Each is a
 collective every rank takes at the same point (an elastic run's inside its guard, so it is
 taken again on the re-formed group when a worker left during it)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from workloads.loop import EpochStats
-from workloads.timing import LOOP_PHASES
+from workloads.telemetry.timing import LOOP_PHASES
+from workloads.training.loop import EpochStats
 
 
 def epoch_sums(stats: EpochStats, device: torch.device) -> tuple[int, int, float]:

@@ -12,12 +12,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from contract.summary import AdaptiveSummary, Evaluation, TrainLoss, TrainSummary
-from workloads.config import TrainConfig
+from workloads.configuration.train_config import TrainConfig
 from workloads.tasks import best_of
-from workloads.timing import LOOP_PHASES, OTHER_PHASE, PHASES, add_phases, shares, zero_phases
+from workloads.telemetry.timing import (
+    LOOP_PHASES,
+    OTHER_PHASE,
+    PHASES,
+    add_phases,
+    shares,
+    zero_phases,
+)
 
 if TYPE_CHECKING:
-    from workloads.loop import EpochStats
+    from workloads.training.loop import EpochStats
 
 STEP_TIMES_KEPT = 100  # the run's first steps, timed one by one (rank 0's)
 # The CS744 study's figure: the mean step time over steps 2 to 40 (1-based), which leaves
@@ -39,7 +46,7 @@ class RunTally:
     evals: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
     time_to_target_s: float | None = None
     out_of_time: bool = False
-    diverged: str | None = None  # why the run stopped diverged (workloads/divergence.py)
+    diverged: str | None = None  # why the run stopped diverged (workloads/training/divergence.py)
     step_times_s: list[float] = field(default_factory=list)  # the first STEP_TIMES_KEPT
     train_losses: list[dict[str, float]] = field(default_factory=list)  # {epoch, value, time_s}
 
@@ -108,7 +115,7 @@ def summarize(
         strategy=strategy,
         world_size=world_size,
         device=device,
-        precision=precision,  # what forward passes computed in (workloads/precision.py)
+        precision=precision,  # what forward passes computed in (workloads/runtime/precision.py)
         status="diverged" if tally.diverged else ("success" if reached else "aborted"),
         diverged=tally.diverged,
         target_metric=config.target_metric,

@@ -21,8 +21,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Literal
 
-from workloads.components import Choice, Component
-from workloads.fields import ConfigError, setting
+from workloads.configuration.components import Choice, Component
+from workloads.configuration.fields import ConfigError, setting
 from workloads.plugins import points
 
 MAX_LR = 1000.0  # 2a's alpha is 200 for one worker (800 at 16); beyond this is a typo

@@ -1,9 +1,10 @@
 """A TrainConfig as MLPerf hyperparameter events: the one mapping from our config to the keys
 that MLPerf logs and its compliance checker reads (workloads/compliance/ holds our rules).
 
-Pure functions, no torch: train.py emits `hyperparameters()` once before run_start, each key
-with its `metadata()`, and tests build logs from the same functions. What is not a config
-fact (seed, data sizes, the benchmark and division) is logged by train.py itself.
+Pure functions, no torch: a run (workloads/training/run.py) emits `hyperparameters()` once
+before run_start, each key with its `metadata()`, and tests build logs from the same
+functions. What is not a config fact (seed, data sizes, the benchmark and division) is
+logged by the run itself.
 Keys follow mlperf_logging.mllog.constants; where MLPerf's closed division fixes a setting
 but names no key (label smoothing, beam size, length penalty), a stackbench_ key says it.
 """
@@ -14,9 +15,9 @@ import math
 from typing import Any
 
 from contract import events
-from workloads.config import TrainConfig
-from workloads.optim import AdamConfig
-from workloads.schedule import MultiStep, WarmupInverseSqrt, WarmupStepDecay
+from workloads.configuration.train_config import TrainConfig
+from workloads.optimization.optim import AdamConfig
+from workloads.optimization.schedule import MultiStep, WarmupInverseSqrt, WarmupStepDecay
 from workloads.tasks.config import LanguageModelConfig, TranslationConfig
 
 # Our translation data pipeline skips training pairs longer than max_seq_len (MLPerf's
@@ -79,7 +80,8 @@ def gradient_accumulation_steps(config: TrainConfig, world_size: int) -> int:
 
 def decay_boundary_epochs(schedule: WarmupStepDecay, max_epochs: int) -> list[float]:
     """Where warmup-step-decay multiplies the LR by lr_gamma, in (fractional) epochs: first at
-    lr_decay_start of training, then evenly spaced over the rest (workloads/schedule.py)."""
+    lr_decay_start of training, then evenly spaced over the rest
+    (workloads/optimization/schedule.py)."""
     interval = (1.0 - schedule.lr_decay_start) / schedule.lr_decay_count
     return [
         round((schedule.lr_decay_start + i * interval) * max_epochs, 6)

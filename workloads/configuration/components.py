@@ -1,9 +1,10 @@
 """How a config is built from components, and what every config made of them can do.
 
-- `Component`: a frozen dataclass of declared fields (workloads/fields.py), validated when
+- `Component`: a frozen dataclass of declared fields (workloads/configuration/fields.py), validated
+when
   made: each field against its declaration, then the component's own cross-field rules. A
   component lives beside the code it configures (a model family's config beside its network,
-  the optimizers beside workloads/optim.py, ...) and imports no torch.
+  the optimizers beside workloads/optimization/optim.py, ...) and imports no torch.
 - `Choice`: the components that can fill one place, told apart by their `name` field (SGD or
   Adam; ddp, powersgd, ...). Its `key` is the flat key that selects: `--set optimizer=adam`.
 - `Composite`: a config made of components (TrainConfig, AllReduceMicroConfig). Its flat
@@ -26,7 +27,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar, Self
 
 from contract import files
-from workloads.fields import (
+from workloads.configuration.fields import (
     ConfigError,
     bounds_of,
     check_fields,

@@ -7,17 +7,17 @@ its components, each beside the code it configures:
     model      workloads/models/<family>/config.py   (MODELS, key `model`)
     data       workloads/data/config.py              (DATASETS, key `dataset`)
     task       workloads/tasks/config.py             (follows from the model)
-    optimizer  workloads/optim.py                    (OPTIMIZERS, key `optimizer`)
-    schedule   workloads/schedule.py                 (SCHEDULES, key `lr_schedule`)
+    optimizer  workloads/optimization/optim.py                    (OPTIMIZERS, key `optimizer`)
+    schedule   workloads/optimization/schedule.py                 (SCHEDULES, key `lr_schedule`)
     strategy   workloads/strategies/config.py        (STRATEGIES, key `strategy`)
     adaptive   workloads/adaptive/config.py          (policies and monitors; open division)
     execution, run, target                           (here: how a step runs, how a run is
                                                       driven, what it aims for)
 
-Each component validates its own fields (declared ranges, workloads/fields.py); this module
-adds the rules between components. How keys, JSON and overrides work for any config made of
-components is workloads/components.py. Not the registry (runner/job/benchmarks.py); imports
-no torch (the runner loads it on its start-up path).
+Each component validates its own fields (declared ranges, workloads/configuration/fields.py); this
+module adds the rules between components. How keys, JSON and overrides work for any config made of
+components is workloads/configuration/components.py. Not the registry (runner/job/benchmarks.py);
+imports no torch (the runner loads it on its start-up path).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workloads.adaptive.config import AdaptiveConfig
-from workloads.components import Choice, Component, Composite
+from workloads.configuration.components import Choice, Component, Composite
+from workloads.configuration.fields import ConfigError, setting
+from workloads.configuration.run_config import ExecutionConfig, RunConfig, RunLimits
 from workloads.data.config import DATASETS, DataConfig
-from workloads.fields import ConfigError, setting
 from workloads.models import MODELS, ModelConfig
-from workloads.optim import OPTIMIZERS, OptimizerConfig
+from workloads.optimization.optim import OPTIMIZERS, OptimizerConfig
+from workloads.optimization.schedule import SCHEDULES, LrPlan, ScheduleConfig, lr_plan
 from workloads.plugins import points
-from workloads.run_config import ExecutionConfig, RunConfig, RunLimits
-from workloads.schedule import SCHEDULES, LrPlan, ScheduleConfig, lr_plan
 from workloads.strategies.config import (
     DDP_STRATEGIES,
     STRATEGIES,
@@ -48,7 +48,7 @@ from workloads.tasks.config import METRIC_RANGES, TaskConfig
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.sgd import Optimizer
+    from workloads.optimization.sgd import Optimizer
 
 __all__ = [
     "ConfigError",

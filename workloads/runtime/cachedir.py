@@ -9,7 +9,7 @@ which `prepare` makes with mode 0700 and checks before every use: `stackbench/` 
 everyone else and `stackbench/` writable by no one else. Anything else is refused in one
 line that says how to start afresh; never repaired in place, since what another user could
 write may already hold their code. Imports no torch: the runner checks it before a run.
-Not here: compiling (workloads/compiling.py).
+Not here: compiling (workloads/runtime/compiling.py).
 """
 
 from __future__ import annotations

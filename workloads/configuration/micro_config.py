@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from workloads.components import Component, Composite
-from workloads.config import RunLimits
-from workloads.fields import ConfigError, setting
+from workloads.configuration.components import Component, Composite
+from workloads.configuration.fields import ConfigError, setting
+from workloads.configuration.train_config import RunLimits
 
 Dtype = Literal["float32", "float16", "bfloat16"]
 DTYPES: tuple[Dtype, ...] = ("float32", "float16", "bfloat16")

@@ -2,7 +2,7 @@
 from the declaration: the check of a value, the parse of a command-line string and the
 description of a key in errors and listings.
 
-A component (workloads/components.py) declares a number as
+A component (workloads/configuration/components.py) declares a number as
 
     lr: float = setting(gt=0, le=1000)
 
@@ -10,8 +10,8 @@ and from that one declaration a value of the wrong type, a non-finite number or 
 range is refused with the range ("lr: expected a finite number in (0, 1000], got nan"),
 `--set lr=0.2` is parsed, and the key is described as "a finite number in (0, 1000]".
 Every int and float field declares a range (a test holds every component to it). Not here:
-which fields a config has (the components) or how they combine (workloads/components.py).
-No torch.
+which fields a config has (the components) or how they combine
+(workloads/configuration/components.py). No torch.
 """
 
 from __future__ import annotations

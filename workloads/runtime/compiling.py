@@ -12,7 +12,7 @@ Compiling ResNet-20's shapes from nothing takes minutes on a small CPU; inductor
 it compiled in a cache keyed to the graph, its input shapes and the torch version, so a
 machine pays the full cost once and later runs only trace (seconds). That cache is code (the
 Python modules and pickles inductor loads back), so it lives in the user's private cache,
-checked before each use (workloads/cachedir.py), never beside the data sets. Without a C++
+checked before each use (workloads/runtime/cachedir.py), never beside the data sets. Without a C++
 compiler (slim images) inductor cannot build its kernels: the run then trains the eager model
 and says so (workloads/tasks/classification).
 It does not choose whether compiling pays: bench/resnet_throughput.py measures that.
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from workloads import cachedir
+from workloads.runtime import cachedir
 
 
 def compile_model(model: nn.Module, kernel_cache: Path | None = None) -> nn.Module:

@@ -7,7 +7,7 @@ the machine (checked with torch 2.13: `TCPStore("127.0.0.1", 0, is_master=True)`
 listens on that: here it is bound to the address the store's clients are told. An address
 given as a name (a cluster's service name) is left to torch: which of the machine's
 addresses a name stands for is the cluster's business (runner/backends/kubernetes/).
-Not here: who hosts the store (workloads/dist.py for a fixed group, the elastic launch).
+Not here: who hosts the store (workloads/runtime/dist.py for a fixed group, the elastic launch).
 """
 
 from __future__ import annotations

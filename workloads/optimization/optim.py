@@ -1,11 +1,11 @@
 """The optimizers a config can name, each a config component that builds its optimizer.
 
-SGD with momentum/Nesterov and weight decay (workloads/sgd.py), or torch's Adam. "Centralized
-Adam" (docs/benchmarks.md) is Adam stepping on gradients that a strategy has averaged over
-all workers, so every worker applies the same update; it needs nothing here beyond Adam.
+SGD with momentum/Nesterov and weight decay (workloads/optimization/sgd.py), or torch's Adam.
+"Centralized Adam" (docs/benchmarks.md) is Adam stepping on gradients that a strategy has averaged
+over all workers, so every worker applies the same update; it needs nothing here beyond Adam.
 Torch is imported only to build.
-Not here: learning-rate schedules (workloads/schedule.py sets each step's LR on the param
-groups; the optimizer starts at the schedule's base lr).
+Not here: learning-rate schedules (workloads/optimization/schedule.py sets each step's LR on the
+param groups; the optimizer starts at the schedule's base lr).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from workloads.components import Choice, Component
-from workloads.fields import ConfigError, setting
+from workloads.configuration.components import Choice, Component
+from workloads.configuration.fields import ConfigError, setting
 from workloads.plugins import points
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from workloads.sgd import Optimizer
+    from workloads.optimization.sgd import Optimizer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +50,7 @@ class SgdConfig(OptimizerConfig):
     def build(
         self, params: Iterable[nn.Parameter], lr: float, extra_weight_decay: float = 0.0
     ) -> Optimizer:
-        from workloads.sgd import FusedSGD  # torch's fused update, without torch.optim
+        from workloads.optimization.sgd import FusedSGD  # torch's fused update, without torch.optim
 
         return FusedSGD(
             params,

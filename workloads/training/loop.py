@@ -1,6 +1,6 @@
 """One epoch of training and one evaluation, timed per docs/design.md, "Timing".
 
-Pure training mechanics: no event logging and no file output here (train.py does that), so
+Pure training mechanics: no event logging and no file output here (run.py does that), so
 the same functions serve the entry point, the tests and the overhead benchmark.
 """
 
@@ -14,16 +14,17 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
-from workloads import divergence, precision, watchdog
 from workloads.data import Splits
 from workloads.data.sampling import batches, epoch_shard, eval_shard, slice_batches
-from workloads.objectives import ClosedForm, CrossEntropy, Objective
-from workloads.sgd import Optimizer
+from workloads.optimization.objectives import ClosedForm, CrossEntropy, Objective
+from workloads.optimization.sgd import Optimizer
+from workloads.runtime import precision, watchdog
 from workloads.strategies.base import LocalGradients, Strategy
-from workloads.timing import StepTimer, add_phases, zero_phases
+from workloads.telemetry.timing import StepTimer, add_phases, zero_phases
+from workloads.training import divergence
 
 if TYPE_CHECKING:
-    from workloads.config import TrainConfig
+    from workloads.configuration.train_config import TrainConfig
 
 EVAL_BATCH_SIZE = 1024
 # A training batch: indices of the split's samples, or a contiguous range of a shuffled shard.
@@ -63,7 +64,7 @@ class Trainer:
     objective: Objective = field(default_factory=CrossEntropy)
     # The model's loss and gradient without autograd, where it has them (see optimize).
     closed_form: ClosedForm | None = None
-    precision: str = "fp32"  # what forward passes compute in (workloads/precision.py)
+    precision: str = "fp32"  # what forward passes compute in (workloads/runtime/precision.py)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def timed_steps(
         try:
             result = step(i)
         except divergence.Diverged as err:
-            # No epoch end will count this epoch (train.py): the steps it completed go with
+            # No epoch end will count this epoch (run.py): the steps it completed go with
             # the error. The diverged step is not one of them: its time is the loop's other.
             err.partial = stats
             raise

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from contract import files
-from workloads import stores, watchdog
+from workloads.runtime import stores, watchdog
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def init(device: torch.device, timeout_s: float) -> str:
 
 
 def _group_store(timeout_s: float) -> dist.Store | None:
-    """The group's store, rank 0 hosting it on MASTER_ADDR alone (workloads/stores.py), when
+    """The group's store, rank 0 hosting it on MASTER_ADDR alone (workloads/runtime/stores.py), when
     MASTER_ADDR is an address (a local run: loopback, or worker 0's namespace address on a
     shaped link); None to leave it to torch's env:// rendezvous: under torchrun's agent,
     which hosts the store itself (TORCHELASTIC_USE_AGENT_STORE), or for a name."""
