@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,16 @@ from runner import api
 from runner.backends.local.backend import LocalBackend
 from runner.job.spec import resolve
 from runner.job.target import local_target
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started as a background job without job control (`make test &` in a script)
+    inherits SIGINT ignored, and so would every runner it starts: the Ctrl-C tests' SIGINT
+    would then be ignored as a background job's is (runner/cli/__init__.py), the runner train
+    on, and each test wait out its timeout. Python's own handler, which exec resets to the
+    default in the processes the tests start, is what a terminal gives them."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def submit_local(results: Path, overrides: list[str], workers: int = 2) -> api.Run:
