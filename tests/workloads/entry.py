@@ -45,7 +45,13 @@ def run_entry(
     ]  # fmt: skip
     temp = out.parent / (out.name + ".tmp")
     temp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(temp)}
+    # Importing torch._dynamo makes inductor's default cache folder in the temp dir
+    # (torchinductor_<user>, torch's per-user cache, not the run's) unless
+    # TORCHINDUCTOR_CACHE_DIR names one: pytest's own process sets it once any test imported
+    # torch._dynamo, so it is named here, for every order of the tests alike. A compiled run
+    # puts its own (the private cache) in its place (workloads/runtime/compiling.py).
+    env = {**os.environ, "TMPDIR": str(temp),
+           "TORCHINDUCTOR_CACHE_DIR": str(out.parent / (out.name + ".inductor"))}  # fmt: skip
     if omp_threads is not None:
         env["OMP_NUM_THREADS"] = str(omp_threads)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)

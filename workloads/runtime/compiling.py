@@ -40,8 +40,27 @@ def compile_model(model: nn.Module, kernel_cache: Path | None = None) -> nn.Modu
     /tmp). Inductor reads the place from TORCHINDUCTOR_CACHE_DIR whenever it looks there,
     and importing torch._dynamo already set it to its default: hence overwritten."""
     if kernel_cache is not None:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cachedir.prepare(kernel_cache))
+        private = cachedir.prepare(kernel_cache)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(private)
+        _private_headers(private / "precompiled_headers")
     return torch.compile(model)  # type: ignore[return-value]
+
+
+def _private_headers(folder: Path) -> None:
+    """Inductor precompiles its C++ kernels' headers into a folder it fixes at import from the
+    temp dir, not TORCHINDUCTOR_CACHE_DIR (/tmp/torchinductor_<user>/precompiled_headers): a
+    folder anyone on the machine may have made first, whose headers the compiler would take.
+    They go beside the kernels in the private cache; where this torch has no such module
+    variables, precompiled headers are switched off rather than read from /tmp."""
+    from torch._inductor import codecache, config
+
+    if isinstance(getattr(codecache, "_HEADER_DIR", None), str) and isinstance(
+        getattr(codecache, "_HEADER_LOCK_DIR", None), str
+    ):
+        codecache._HEADER_DIR = str(folder)
+        codecache._HEADER_LOCK_DIR = str(folder / "locks")
+    else:
+        config.cpp_cache_precompile_headers = False
 
 
 def precompile(

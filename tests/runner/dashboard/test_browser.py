@@ -38,9 +38,16 @@ LIVE_EPOCHS = 40
 
 
 def wait_for(condition, timeout_s: float, what: str):
+    """As selenium's WebDriverWait: an element not there yet (the runs table comes a page at
+    a time, after the page) or replaced while read (the table re-rendered) is asked again."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        value = condition()
+        try:
+            value = condition()
+        except (NoSuchElementException, StaleElementReferenceException):
+            value = None
         if value:
             return value
         time.sleep(0.2)
