@@ -48,11 +48,13 @@ def stackbench_ms(results: Path, workers: int, per_worker: int, epochs: int) -> 
 
 
 def bare_ms(workers: int, per_worker: int, epochs: int) -> float:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={workers}", str(REPO / "bench" / "bare_ddp.py"),
-           "--epochs", str(epochs)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(per_worker)}
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    # --log-dir: without it torchrun leaves a torchelastic_* folder in /tmp (DefaultLogsSpecs).
+    with tempfile.TemporaryDirectory(prefix="bench-torchrun-") as logs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={workers}", f"--log-dir={logs}",
+               str(REPO / "bench" / "bare_ddp.py"), "--epochs", str(epochs)]  # fmt: skip
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"bare torchrun failed:\n{done.stderr[-3000:]}")
     line = next(x for x in done.stdout.splitlines() if x.startswith("{"))

@@ -66,13 +66,15 @@ optimizer.zero_grad()
 
 def bare(script: Path) -> tuple[float, float]:
     """(launch to the all-reduce done, all-reduce done to torchrun's return), in seconds."""
-    t0 = time.time()
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         str(script)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    end = time.time()
+    # --log-dir: without it torchrun leaves a torchelastic_* folder in /tmp (DefaultLogsSpecs).
+    with tempfile.TemporaryDirectory(prefix="bench-torchrun-") as logs:
+        t0 = time.time()
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+             f"--log-dir={logs}", str(script)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        end = time.time()
     line = next(x for x in done.stdout.splitlines() if x.startswith("FIRST_STEP_DONE"))
     first = float(line.split()[1])
     return first - t0, end - first
