@@ -141,13 +141,13 @@ def test_a_run_directory_that_is_a_link_is_not_listed_or_followed(tmp_path):
     assert set(_table(results)) == {"run-a"}
 
 
-def test_runs_json_comes_from_its_own_index_with_the_callers_folder(tmp_path):
+def test_runs_json_comes_from_its_own_index_with_the_callers_folder(tmp_path, monkeypatch):
     make_run(tmp_path, "run-a", 2, 5.0)
     result = CliRunner().invoke(main, ["--results-dir", str(tmp_path), "runs", "--json"])
     (entry,) = json.loads(result.output)
     assert entry["run_dir"] == str(tmp_path / "run-a") and entry["summary"]["target_reached"]
     assert (tmp_path / ".stackbench-index-runs-json.json").is_file()
-    os.chdir(tmp_path)  # the same runs under another name of the folder
+    monkeypatch.chdir(tmp_path)  # the same runs under another name of the folder
     result = CliRunner().invoke(main, ["--results-dir", ".", "runs", "--json"])
     assert json.loads(result.output)[0]["run_dir"] == "run-a"
 
