@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,19 @@ def pytest_configure(config: pytest.Config) -> None:
     default in the processes the tests start, is what a terminal gives them."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with the most real runs (`slow` tests) first, each file's tests in their own
+    order. `make test` runs two pytest-xdist workers that take a test file at a time in this
+    order: the heaviest first, so that the workers end together rather than one running the
+    last heavy file alone. A plain `pytest` runs in the same order, so an order-dependent
+    failure seen there is seen here."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    first: dict[Path, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.path, index)
+    items.sort(key=lambda item: (-slow[item.path], first[item.path]))
 
 
 def submit_local(results: Path, overrides: list[str], workers: int = 2) -> api.Run:
