@@ -10,10 +10,13 @@ caches by `fresh`, and start in a folder of the test's, with no ./results in it.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,10 +70,11 @@ def environment(pyc: Path, **extra: str) -> dict[str, str]:
 
 def run(
     argv: list[str], cwd: Path, env: dict[str, str], script: Path | None = None,
-    module: bool = False,
+    module: bool = False, terminal_columns: int | None = None,
 ) -> Ran:  # fmt: skip
     """`runner ARGV` through the console script (or `script`, or `python -m runner.cli`),
-    run in `cwd`."""
+    run in `cwd`; with `terminal_columns`, its stdout a terminal (a pseudo-terminal that
+    wide, whose bytes come back as the terminal got them: each newline as CR LF)."""
     program = ["-m", "runner.cli"] if module else [str(script or RUNNER)]
     # The hook in the test's folder, the same file for each of its runs: it is one of the
     # modules a cache is stamped with, and one that disappeared would make every cache stale.
@@ -81,12 +85,49 @@ def run(
     with tempfile.TemporaryDirectory(prefix="startup-run-") as scratch:
         listed = Path(scratch, "modules")
         path = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
-        proc = subprocess.run(
-            [sys.executable, *program, *argv], cwd=cwd, capture_output=True, text=True,
-            env=env | {"PYTHONPATH": path, "STACKBENCH_TEST_MODULES": str(listed)}, timeout=120,
-        )  # fmt: skip
+        command = [sys.executable, *program, *argv]
+        env = env | {"PYTHONPATH": path, "STACKBENCH_TEST_MODULES": str(listed)}
+        if terminal_columns is None:
+            proc = subprocess.run(
+                command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+            )
+            out, err, code = proc.stdout, proc.stderr, proc.returncode
+        else:
+            out, err, code = _in_terminal(command, cwd, env, terminal_columns)
         modules = frozenset(listed.read_text().split("\n"))
-    return Ran(proc.stdout, proc.stderr, proc.returncode, modules)
+    return Ran(out, err, code, modules)
+
+
+def _in_terminal(
+    command: list[str], cwd: Path, env: dict[str, str], columns: int
+) -> tuple[str, str, int]:
+    """(stdout, stderr, exit code) of `command` with its stdout a pseudo-terminal."""
+    main_fd, tty = os.openpty()
+    try:
+        fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+        proc = subprocess.Popen(
+            command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=tty,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        os.close(tty)
+        tty = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # EIO: the terminal's last writer has gone
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    finally:
+        os.close(main_fd)
+        if tty != -1:
+            os.close(tty)
+    return b"".join(chunks).decode(), err, code
 
 
 def click_only(folder: Path) -> Path:

@@ -186,3 +186,20 @@ def test_every_served_reply_is_the_click_group_s_own_and_imports_no_click(tmp_pa
         helped = startup_runs.run(["--help"], tmp_path, env).stdout
         wrapped = "cluster and\n  collect comparable" in helped
         assert wrapped == (columns == "60")  # wider than 78 columns: on one line
+
+
+def test_a_terminal_is_served_the_reply_click_gives_a_terminal_of_its_width(tmp_path, pyc):
+    """Without COLUMNS click wraps help to the terminal on stdout (its width asked of the
+    terminal itself), and styles what it writes to one: a reply recorded for a pipe is not
+    served to a terminal, nor one of another width."""
+    startup_runs.fresh(pyc)
+    env = startup_runs.environment(pyc)
+    click_only = startup_runs.click_only(tmp_path)
+    piped = startup_runs.run(["--help"], tmp_path, env)  # cached for a pipe, 80 columns
+    assert "\r\n" not in piped.stdout
+    clicked = startup_runs.run(["--help"], tmp_path, env, click_only, terminal_columns=64)
+    first = startup_runs.run(["--help"], tmp_path, env, terminal_columns=64)
+    second = startup_runs.run(["--help"], tmp_path, env, terminal_columns=64)
+    assert first.reply == clicked.reply and second.reply == clicked.reply
+    assert "click" in first.modules and "click" not in second.modules
+    assert "cluster and\r\n  collect comparable" in clicked.stdout  # wrapped to 62
