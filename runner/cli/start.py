@@ -34,6 +34,7 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported on the start-up path: a few ms
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeGuard
 
 # The argument lists served from the cache; `benchmarks` with any option or argument is not.
@@ -50,14 +51,13 @@ def main() -> None:
         key = reply_key(sys.argv[1:])
         if key is not None:
             _replay(key)
+        from runner.cli.app import main as group  # which first takes Ctrl-C over, quietly
     except KeyboardInterrupt:  # Ctrl-C before the group's own handler is in: no traceback
         os._exit(130)
     if key is None:
-        from runner.cli.app import main as group
-
         group()
     else:
-        _record(key, started_ns)
+        _record(key, group, started_ns)
 
 
 def reply_key(args: list[str]) -> tuple[Any, ...] | None:
@@ -144,9 +144,8 @@ def _is_reply(reply: Any) -> TypeGuard[tuple[str, str, int]]:
     )  # fmt: skip
 
 
-def _record(key: tuple[Any, ...], started_ns: int) -> None:
+def _record(key: tuple[Any, ...], group: Callable[[], Any], started_ns: int) -> None:
     """The click group, its reply recorded as it writes it and cached for the next time."""
-    from runner.cli.app import main as group
     from runner.cli.common import escape_unencodable
 
     streams = sys.stdout, sys.stderr

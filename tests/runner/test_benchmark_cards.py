@@ -2,7 +2,7 @@
 never a stale list.
 
 Each listing runs in a fresh interpreter, as a user's does, with a bytecode tree of this
-module's (PYTHONPYCACHEPREFIX, where the cache lives beside runner/job's bytecode; shared by
+module's (PYTHONPYCACHEPREFIX, where the cache lives beside runner's bytecode; shared by
 the tests so that Python compiles the standard library into it once, and emptied of cards
 before each), and a benchmark plugin installed the way pip leaves one: a package and a
 dist-info folder with a `stackbench.benchmarks` entry point, on PYTHONPATH. The plugin is
