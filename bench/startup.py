@@ -17,15 +17,17 @@ With --cli it measures instead how fast the CLI itself starts: `runner --help` a
 benchmarks` against `python -c pass` (the same interpreter, so the ratio is what the runner
 adds to Python's own start), by wall time and by CPU time (user + system, which other work
 on a shared machine disturbs less), and checks the budget: within CLI_BUDGET_RATIO of
-Python's start. `python -c "import click"` is measured beside them: the floor of any click
-command line, which the runner cannot go under without leaving click. Every command runs
-as a user's does the second time: with its bytecode cached (PYTHONPYCACHEPREFIX, a
-temporary tree, filled by one warm-up round; a shell with PYTHONDONTWRITEBYTECODE would
-otherwise compile every module at every start) and so with `runner benchmarks`' cards
-cached beside it (runner/job/cards.py). With --instructions it counts instead the user-space
-instructions each runs (valgrind's callgrind, once each, about 50x slower): what neither
-other work on the machine nor its clock changes, so a change of a few percent shows.
-tests/runner/test_cli_startup.py lists what `--help` and `runner benchmarks` must not import.
+Python's start. `python -c "import click"` is measured beside them: the floor of any path
+through click, which both commands now stay under by not importing it (runner/cli/start.py
+replays the reply click gave the first time, from a cache). Every command runs as a user's
+does the second time: with its bytecode cached (PYTHONPYCACHEPREFIX, a temporary tree, filled
+by one warm-up round; a shell with PYTHONDONTWRITEBYTECODE would otherwise compile every
+module at every start) and so with the replies and `runner benchmarks`' cards cached beside
+it (runner/stamped.py), from a folder with no ./results in it (as a new user's). With
+--instructions it counts instead the user-space instructions each runs (valgrind's callgrind,
+once each, about 50x slower): what neither other work on the machine nor its clock changes,
+so a change of a few percent shows. tests/runner/test_cli_startup.py holds both to click's
+own output and lists what they must not import.
 
 Usage: python bench/startup.py [--rounds 5] | python bench/startup.py --cli [--rounds 15]
        [--instructions]
@@ -100,26 +102,28 @@ def stackbench() -> tuple[float, float]:
 CLI_BUDGET_RATIO = 2.0  # issue 33: `runner --help` and `runner benchmarks` within 2x
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall s, CPU s) of one run of `argv`, its output discarded."""
+def timed(
+    argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None
+) -> tuple[float, float]:
+    """(wall s, CPU s) of one run of `argv` in `cwd`, its output discarded."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                   env=env)  # fmt: skip
+                   env=env, cwd=cwd)  # fmt: skip
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
 
-def cli_sides(results: str) -> dict[str, list[str]]:
-    """The commands --cli compares, by what the output calls them."""
+def cli_sides() -> dict[str, list[str]]:
+    """The commands --cli compares, by what the output calls them (run in an empty folder)."""
     runner = str(Path(sys.executable).with_name("runner"))
     return {
         "python -c pass": [sys.executable, "-c", "pass"],
         "python -c 'import click'": [sys.executable, "-c", "import click"],
         "runner --help": [runner, "--help"],
-        "runner benchmarks": [runner, "--results-dir", results, "benchmarks"],
+        "runner benchmarks": [runner, "benchmarks"],
     }
 
 
@@ -129,11 +133,12 @@ def warm_env(pyc: str) -> dict[str, str]:
     return env | {"PYTHONPYCACHEPREFIX": pyc}
 
 
-def instructions(argv: list[str], env: dict[str, str]) -> int:
-    """User-space instructions of one run of `argv`, counted by callgrind."""
+def instructions(argv: list[str], env: dict[str, str], cwd: str) -> int:
+    """User-space instructions of one run of `argv` in `cwd`, counted by callgrind."""
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, check=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+        check=True,
     )  # fmt: skip
     return int(done.stderr.split("Collected : ")[1].split()[0])
 
@@ -141,11 +146,11 @@ def instructions(argv: list[str], env: dict[str, str]) -> int:
 def cli_instructions() -> dict[str, object]:
     if shutil.which("valgrind") is None:
         sys.exit("--instructions counts with valgrind: apt-get install valgrind")
-    with tempfile.TemporaryDirectory() as results, tempfile.TemporaryDirectory() as pyc:
-        env, sides = warm_env(pyc), cli_sides(results)
-        for argv in sides.values():  # the warm-up: bytecode and cards cached
-            timed(argv, env)
-        counts = {name: instructions(argv, env) for name, argv in sides.items()}
+    with tempfile.TemporaryDirectory() as here, tempfile.TemporaryDirectory() as pyc:
+        env, sides = warm_env(pyc), cli_sides()
+        for argv in sides.values():  # the warm-up: bytecode, cards and replies cached
+            timed(argv, env, here)
+        counts = {name: instructions(argv, env, here) for name, argv in sides.items()}
     base, floor = counts["python -c pass"], counts["python -c 'import click'"]
     return {
         "instructions_M": {k: round(v / 1e6) for k, v in counts.items()},
@@ -157,15 +162,15 @@ def cli_instructions() -> dict[str, object]:
 
 def cli_startup(rounds: int) -> dict[str, object]:
     """Medians over rounds that rotate which command goes first."""
-    with tempfile.TemporaryDirectory() as results, tempfile.TemporaryDirectory() as pyc:
-        env, sides = warm_env(pyc), cli_sides(results)
+    with tempfile.TemporaryDirectory() as here, tempfile.TemporaryDirectory() as pyc:
+        env, sides = warm_env(pyc), cli_sides()
         names = list(sides)
-        for argv in sides.values():  # the warm-up: bytecode and cards cached
-            timed(argv, env)
+        for argv in sides.values():  # the warm-up: bytecode, cards and replies cached
+            timed(argv, env, here)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
         for i in range(rounds):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                times[name].append(timed(sides[name], env))
+                times[name].append(timed(sides[name], env, here))
     wall = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
     cpu = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
     base, floor = "python -c pass", "python -c 'import click'"

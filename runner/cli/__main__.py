@@ -1,5 +1,5 @@
 """`python -m runner.cli`: the same as the `runner` command."""
 
-from runner.cli import main
+from runner.cli.start import main
 
 main()

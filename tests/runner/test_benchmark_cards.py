@@ -1,16 +1,18 @@
-"""`runner benchmarks` from its cache of cards (runner/job/cards.py): never a stale list.
+"""`runner benchmarks` from its cache of cards (runner/job/cards.py, kept by runner/stamped.py):
+never a stale list.
 
 Each listing runs in a fresh interpreter, as a user's does, with a bytecode tree of this
-module's (PYTHONPYCACHEPREFIX, where the cache lives beside runner/job's bytecode; shared by
+module's (PYTHONPYCACHEPREFIX, where the cache lives beside runner's bytecode; shared by
 the tests so that Python compiles the standard library into it once, and emptied of cards
 before each), and a benchmark plugin installed the way pip leaves one: a package and a
 dist-info folder with a `stackbench.benchmarks` entry point, on PYTHONPATH. The plugin is
-then edited, uninstalled, and the cache damaged, each between two listings.
+then edited, uninstalled, and the cache damaged, each between two listings. (With
+--results-dir the listing is the click group's: the command line's cache of replies answers
+only a bare `runner benchmarks`, tests/runner/test_cli_replies.py.)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import stamped
 from runner.job import cards
 from tests.workloads.plugin_packages import write_dist_info, write_package
 from workloads.plugins import points
@@ -43,7 +46,7 @@ def pyc(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def root(tmp_path: Path, pyc: Path) -> Path:
     """A folder whose site/ is on the listings' PYTHONPATH, pyc/ their bytecode tree."""
     (tmp_path / "pyc").symlink_to(pyc)
-    for old in pyc.rglob("benchmark-cards.*.json"):
+    for old in pyc.rglob("*.cache"):
         old.unlink()
     return tmp_path
 
@@ -77,8 +80,13 @@ def _listing(root: Path) -> dict[str, list[str]]:
 
 
 def _cache_file(root: Path) -> Path:
-    (found,) = (root / "pyc").resolve().rglob("benchmark-cards.*.json")
+    (found,) = (root / "pyc").resolve().rglob("benchmark-cards.*.cache")
     return found
+
+
+def _origin_of_mine(cache: Path) -> str:
+    (mine,) = (c for c in stamped.load(str(cache))["payload"] if c["name"] == "mine")
+    return str(mine["origin"])
 
 
 def test_the_cards_are_the_registered_benchmarks_facts():
@@ -114,25 +122,34 @@ def test_a_damaged_cache_is_derived_again_and_replaced(root):
     _install(root)
     first = _listing(root)
     cache = _cache_file(root)
-    for damage in (b"\x00garbage{", b'{"version": 1, "cards": 7}'):
+    whole = cache.read_bytes()
+    # Garbage; the right format line then garbage; cut short; one byte of a card changed
+    # (the checksum's to catch: the stamp alone would not see it).
+    forged = whole.replace(b"mine-bench==2.0", b"mine-bench==2.1")
+    assert forged != whole
+    for damage in (b"\x00garbage{", stamped.FORMAT + b"\x01\x02", whole[:-40], forged):
         cache.write_bytes(damage)
         assert _listing(root) == first
-        assert json.loads(cache.read_text())["cards"][0]["name"] == "cnn-digits"
-    # A cache whose stamp is right but whose cards were edited by hand is a shape check
-    # away from being listed: a card missing a field is derived again.
-    data = json.loads(cache.read_text())
-    del data["cards"][0]["origin"]
-    cache.write_text(json.dumps(data))
+        assert _origin_of_mine(cache) == "mine-bench==2.0"  # replaced by a sound one
+    # A cache whose stamp and checksum are right but whose cards are of another shape (one
+    # missing a field, as a cache of an older Card would be) is derived again.
+    data = stamped.load(str(cache))
+    del data["payload"][0]["origin"]
+    cache.write_bytes(stamped.encode(data))
     assert _listing(root) == first
+    assert "origin" in stamped.load(str(cache))["payload"][0]
 
 
 def test_a_cache_replaced_by_a_link_is_not_followed(root):
     _install(root)
     first = _listing(root)
     cache = _cache_file(root)
-    elsewhere = root / "elsewhere.json"
-    elsewhere.write_text(cache.read_text().replace("mine-bench==2.0", "forged==6.6.6"))
+    data = stamped.load(str(cache))  # a sound cache in every other way, but for its origin
+    for card in data["payload"]:
+        card["origin"] = card["origin"].replace("mine-bench==2.0", "forged==6.6.6")
+    elsewhere = root / "elsewhere.cache"
+    elsewhere.write_bytes(stamped.encode(data))
     cache.unlink()
     cache.symlink_to(elsewhere)
     assert _listing(root) == first
-    assert not cache.is_symlink() and "forged" in elsewhere.read_text()
+    assert not cache.is_symlink() and _origin_of_mine(elsewhere) == "forged==6.6.6"

@@ -1,13 +1,16 @@
-"""What `runner --help` (and every command's --help) and `runner benchmarks` must not import.
+"""What `runner`, `runner --help` and `runner benchmarks` print and must not import.
 
-They should start about as fast as Python itself (bench/startup.py --cli measures the ratio;
-it was 2.56x when the help path had come to import the API, the job model and the workloads'
-configuration). Speed is not asserted here: the modules are, because a module on this list
-that comes back on the help path is what made it slow. Each check runs in a fresh interpreter
-and reads its sys.modules, so what earlier tests imported does not hide anything. A new
-command (`runner plugins`, say) is covered the day it is added: every command's --help runs.
-`runner benchmarks` is checked as a user meets it the second time: with its cards cached
-(runner/job/cards.py; the first listing derives them, importing every benchmark's configs).
+They should start about as fast as Python itself (bench/startup.py --cli measures the ratio:
+2.7x and 2.9x while they went through click, which alone is 2.1x). So the console script and
+`python -m runner.cli` answer them, the second time, with the reply the click group gave the
+first time (runner/cli/start.py), importing none of click: the first test holds each such reply
+to the click group's own, byte for byte, exit code and stderr included, at two terminal widths,
+and lists what a served reply must not import. Speed is not asserted: the modules are, because
+a module on these lists that comes back is what makes a start slow. The click group itself
+(every other command line, and every reply the first time) is held to its own lists: every
+command's --help, and `runner benchmarks` with its cards cached (runner/job/cards.py; the first
+listing derives them, importing every benchmark's configs). Each check runs in a fresh
+interpreter, so what earlier tests imported does not hide anything.
 """
 
 from __future__ import annotations
@@ -18,10 +21,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from runner.cli import start
+from tests.runner import startup_runs
 from workloads.plugins import points
 
 REPO = Path(__file__).resolve().parents[2]
 
+# What a reply from the cache must not import: click and the group, the job model, the
+# workloads, json and hashlib (contract.files' writer imports them; a reply is only read).
+NOT_FOR_A_SERVED_REPLY = (
+    "click", "rich", "runner.cli.app", "runner.cli.common", "runner.job", "runner.api",
+    "workloads", "contract", "json", "hashlib", "typing", "logging",
+)  # fmt: skip
 # What a command's body imports, never its --help: heavy libraries (each an extra), and our
 # own modules that pull in the job model, the backends or the workloads.
 HEAVY = ("torch", "numpy", "pulumi", "kubernetes", "matplotlib", "aiohttp", "yaml", "rich")
@@ -140,3 +153,53 @@ def test_benchmarks_lists_every_benchmark_from_its_cards_without_their_code(tmp_
     assert listed == first
     for entry in points.BENCHMARKS.entries().values():  # installed plugins' too
         assert entry.name in listed and entry.origin in listed
+
+
+@pytest.fixture(scope="module")
+def pyc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bytecode tree the runs share (Python compiles the standard library into it once)."""
+    return tmp_path_factory.mktemp("pyc")
+
+
+def test_every_served_reply_is_the_click_group_s_own_and_imports_no_click(tmp_path, pyc):
+    """At two widths (click wraps help to the terminal's, up to 78 columns), the second after
+    the first's replies are cached (a reply of another width must not be served): the click
+    group alone (the reference), then the console script twice: its first reply is the
+    group's, recorded; its second is replayed, and imports none of click."""
+    startup_runs.fresh(pyc)
+    click_only = startup_runs.click_only(tmp_path)
+    assert [list(args) for args in start.SERVED] == [[], ["--help"], ["-h"], ["benchmarks"]]
+    for columns in ("60", "120"):
+        env = startup_runs.environment(pyc, COLUMNS=columns)
+        for args in map(list, start.SERVED):
+            clicked = startup_runs.run(args, tmp_path, env, script=click_only)
+            first = startup_runs.run(args, tmp_path, env)
+            second = startup_runs.run(args, tmp_path, env)
+            assert first.reply == clicked.reply, (columns, args)
+            assert second.reply == clicked.reply, (columns, args)
+            assert "click" in first.modules
+            assert startup_runs.offending(second.modules, NOT_FOR_A_SERVED_REPLY) == [], args
+        # What the replies are, so that one equal to the reference's is not an empty one.
+        assert clicked.code == 0 and "cnn-digits" in clicked.stdout and clicked.stderr == ""
+        bare = startup_runs.run([], tmp_path, env)
+        assert bare.code == 2 and bare.stdout == "" and bare.stderr.startswith("Usage: runner [")
+        helped = startup_runs.run(["--help"], tmp_path, env).stdout
+        wrapped = "cluster and\n  collect comparable" in helped
+        assert wrapped == (columns == "60")  # wider than 78 columns: on one line
+
+
+def test_a_terminal_is_served_the_reply_click_gives_a_terminal_of_its_width(tmp_path, pyc):
+    """Without COLUMNS click wraps help to the terminal on stdout (its width asked of the
+    terminal itself), and styles what it writes to one: a reply recorded for a pipe is not
+    served to a terminal, nor one of another width."""
+    startup_runs.fresh(pyc)
+    env = startup_runs.environment(pyc)
+    click_only = startup_runs.click_only(tmp_path)
+    piped = startup_runs.run(["--help"], tmp_path, env)  # cached for a pipe, 80 columns
+    assert "\r\n" not in piped.stdout
+    clicked = startup_runs.run(["--help"], tmp_path, env, click_only, terminal_columns=64)
+    first = startup_runs.run(["--help"], tmp_path, env, terminal_columns=64)
+    second = startup_runs.run(["--help"], tmp_path, env, terminal_columns=64)
+    assert first.reply == clicked.reply and second.reply == clicked.reply
+    assert "click" in first.modules and "click" not in second.modules
+    assert "cluster and\r\n  collect comparable" in clicked.stdout  # wrapped to 62
