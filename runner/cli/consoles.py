@@ -20,12 +20,17 @@ class Console(RichConsole):
     """A console as wide as its terminal, and wide enough elsewhere (a pipe, a file, a CI log)
     for a state and its reason (at most 600 characters) to stay one line: rich takes 80
     columns there, and `runner status RUN | grep FAILED` found half a reason. A COLUMNS the
-    user set is kept."""
+    user set is kept, read at each print: rich reads it once, when the console is made, and a
+    caller that sets it later (click's test runner, one process for many commands) got the
+    width of the first."""
 
     @property
     def size(self) -> ConsoleDimensions:
         size = super().size
-        if self.is_terminal or "COLUMNS" in os.environ:
+        columns = os.environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            return ConsoleDimensions(int(columns), size.height)
+        if self.is_terminal:
             return size
         return ConsoleDimensions(max(size.width, PIPE_COLUMNS), size.height)
 
