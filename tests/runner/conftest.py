@@ -1,12 +1,16 @@
-"""Fixtures of the runner tests: a local HTTP server for `runner data fetch`."""
+"""Fixtures of the runner tests: a local HTTP server for `runner data fetch`, and the fake
+Kubernetes API server (k8s_fake.py) the KubernetesBackend tests talk to."""
 
 from __future__ import annotations
 
 import functools
 import http.server
 import threading
+from collections.abc import Iterator
 
 import pytest
+
+from tests.runner.k8s_fake import FakeCluster
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -27,3 +31,11 @@ def server(tmp_path):
     yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    """A fake API server with namespace `bench`, closed after the test."""
+    fake = FakeCluster(namespace="bench")
+    yield fake
+    fake.close()

@@ -33,9 +33,9 @@ from runner.errors import RunnerError
 from runner.results import rundir
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
-from tests.runner.test_kubernetes_backend import MANIFEST as GOOD_MANIFEST
-from tests.runner.test_kubernetes_backend import SUMMARY as GOOD_SUMMARY
-from tests.runner.test_kubernetes_backend import pod_log, rank0_stdout
+from tests.runner.k8s_runlogs import MANIFEST as GOOD_MANIFEST
+from tests.runner.k8s_runlogs import SUMMARY as GOOD_SUMMARY
+from tests.runner.k8s_runlogs import pod_log, rank0_stdout
 
 pytestmark = pytest.mark.timeout(60)
 NAMES = (EVENTS, SUMMARY, MANIFEST)
