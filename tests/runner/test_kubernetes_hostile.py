@@ -481,7 +481,7 @@ def test_a_server_that_ignores_the_selectors_never_passes_another_run_as_this_on
     """A proxy (or a server) that drops the label and field selectors answers every job and
     pod of the namespace: another run's finished job, or its failed pod, is never read as this
     run's state (it read as SUCCEEDED, or as this run's job deleted and made again, FAILED)."""
-    monkeypatch.setattr("tests.runner.k8s_fake._selected", lambda obj, params: True)
+    monkeypatch.setattr("tests.runner.k8s_streams._selected", lambda obj, params: True)
     backend = make_backend(cluster, tmp_path, "trainjob")
     request = backend.dryrun(make_spec(), tmp_path / RUN_ID)
     other = json.loads(json.dumps(dict(request.manifest)))
