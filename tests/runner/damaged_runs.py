@@ -1,9 +1,14 @@
 """A good run and a damaged one side by side, the kinds of damage a JSON record may have, and the
-CLI invoked on their results directory: the damaged run directory tests' common ground."""
+CLI invoked on their results directory, and a socket in place of a file: the damaged run
+directory tests' common ground."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -33,3 +38,18 @@ def two_runs(root: Path) -> tuple[Path, Path]:
     good = make_run(root, "cnn-digits-good", 2, 10.0)
     bad = make_run(root, "cnn-digits-bad", 2, 12.0)
     return good, bad
+
+
+@contextlib.contextmanager
+def unix_socket_at(path: Path) -> Iterator[None]:
+    """A listening UNIX socket in place of a file (open() fails on it with ENXIO, as on a file
+    of another user with EACCES); bound from its directory, as a path may be too long."""
+    path.unlink(missing_ok=True)
+    here = Path.cwd()
+    with socket.socket(socket.AF_UNIX) as sock:
+        os.chdir(path.parent)
+        try:
+            sock.bind(path.name)
+        finally:
+            os.chdir(here)
+        yield

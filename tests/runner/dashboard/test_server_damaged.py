@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 from runner.results import rundir
+from tests.runner.damaged_runs import unix_socket_at
 from tests.runner.dashboard.conftest import get, get_json
 from tests.runner.rundirs import make_run
-from tests.runner.test_teardown import unix_socket_at
 
 
 def test_a_damaged_run_shows_as_damaged_and_breaks_nothing_else(results, dashboard):
