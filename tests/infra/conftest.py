@@ -1,5 +1,6 @@
-"""The infra tests' event loop, and the kind stack's fake `docker` and `kind` (kind_fakes.py)
-on PATH.
+"""The infra tests' event loop, the infra program's evaluation of each stack file (run once per
+stack and shared by the stack tests), and the kind stack's fake `docker` and `kind`
+(kind_fakes.py) on PATH.
 
 Pulumi's runtime (mocks included) waits on the main thread's current event loop. Async tests
 elsewhere in the suite (pytest-asyncio, kmock) leave the main thread with none, so each infra
@@ -14,7 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from infra_harness import Evaluation, evaluate
 from kind_fakes import FAKE_DOCKER, FAKE_KIND, NODES
+from stack_reads import STACKS
+
+_CACHE: dict[str, Evaluation] = {}
 
 
 @pytest.fixture(autouse=True)
@@ -40,3 +45,10 @@ def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log"))
     monkeypatch.setenv("FAKE_ROOT", str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture(params=STACKS)
+def ev(request) -> Evaluation:
+    if request.param not in _CACHE:
+        _CACHE[request.param] = evaluate(request.param)
+    return _CACHE[request.param]
