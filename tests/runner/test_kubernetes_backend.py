@@ -2,8 +2,8 @@
 the protocol (dryrun, submit, handle), status for both job APIs (a success the pods do not bear
 out, a deadline, a failed node), pending reasons and timeout, cancel, and reconnecting from
 job.json. Logs are in test_kubernetes_logs.py, fetch in test_kubernetes_fetch.py, watching in
-test_kubernetes_watch.py, the API's failures in test_kubernetes_errors.py, hostile logs and
-stores in test_kubernetes_hostile.py."""
+test_kubernetes_watch.py, the API's failures in test_kubernetes_errors.py, hostile stores, logs
+and objects in test_kubernetes_hostile*.py."""
 
 from __future__ import annotations
 
