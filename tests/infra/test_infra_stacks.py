@@ -2,8 +2,10 @@
 
 Each test reads what the program registered (types, inputs, provider, parent, deletedWith)
 and the stack outputs as the engine receives them, and checks one promise of the runner
-contract or of the issue. Evaluations are cached per stack: one program run per stack file.
-"""
+contract or of the issue: here the output contract, the job operator and its runtime,
+bandwidth shaping, the language host and the stacks' plugins. Evaluations are cached per stack
+(the `ev` fixture, conftest.py): one program run per stack file. Scheduling and pools are in
+test_infra_scheduling.py, ownership and teardown in test_infra_ownership.py."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from pathlib import Path
 import kustomize_target
 import pytest
 import yaml
-from infra_harness import REPO, Evaluation, Secret, evaluate, stack_file_config, stack_names
+from infra_harness import REPO, Evaluation, Secret, evaluate, stack_file_config
+from stack_reads import STACKS, cluster_resource, setting
 
 from contract.stack import (
     FINISHED_JOB_TTL_S,
@@ -37,70 +40,11 @@ from infra.shapes import node_job_resources
 from tests.schemas import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-STACKS = stack_names()
-_CACHE: dict[str, Evaluation] = {}
-K8S_EFFECT = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 RUNTIME_TYPE = "kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"
-
-
-@pytest.fixture(params=STACKS)
-def ev(request) -> Evaluation:
-    if request.param not in _CACHE:
-        _CACHE[request.param] = evaluate(request.param)
-    return _CACHE[request.param]
-
-
-def setting(ev: Evaluation, key: str, default=None):
-    return stack_file_config(ev.stack).get(f"stackbench:{key}", default)
 
 
 def plain_outputs(ev: Evaluation) -> dict:
     return {name: ev.value(name) for name in ev.outputs}
-
-
-def training_pool_resource(ev: Evaluation):
-    kind = ev.value("provider")
-    if kind == "gke":
-        return ev.one("gcp:container/nodePool:NodePool", "-training")
-    if kind == "eks":
-        return ev.one("eks:index:ManagedNodeGroup", "-training")
-    return None
-
-
-def pool_taints(ev: Evaluation) -> list[dict]:
-    pool = training_pool_resource(ev)
-    if pool is None:
-        return []
-    taints = pool.inputs.get("nodeConfig", pool.inputs).get("taints", [])
-    return [{**t, "effect": K8S_EFFECT[t["effect"]]} for t in taints]
-
-
-def pool_labels(ev: Evaluation) -> dict:
-    pool = training_pool_resource(ev)
-    return {} if pool is None else pool.inputs.get("nodeConfig", pool.inputs).get("labels", {})
-
-
-def tolerates(toleration: dict, taint: dict) -> bool:
-    """Kubernetes' matching rule for one toleration and one taint."""
-    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
-        return False
-    if toleration.get("operator", "Equal") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint["key"]
-    return toleration.get("key") == taint["key"] and toleration.get("value") == taint.get("value")
-
-
-def cluster_resource(ev: Evaluation):
-    return {
-        "gke": lambda: ev.one("gcp:container/cluster:Cluster"),
-        "eks": lambda: ev.one("eks:index:Cluster"),
-        "kind": lambda: ev.one("command:local:Command", "-cluster"),
-    }[ev.value("provider")]()
-
-
-def kind_config(ev: Evaluation) -> dict:
-    return json.loads(
-        ev.one("command:local:Command", "-cluster").inputs["environment"]["KIND_CONFIG"]
-    )
 
 
 # ---- the output contract -----------------------------------------------------------------
@@ -176,69 +120,6 @@ def test_image_is_pinned_by_digest_and_built_for_the_contract_user(ev):
     }
 
 
-# ---- scheduling and pools ------------------------------------------------------------------
-
-
-def test_gpu_pool_taint_is_tolerated_by_the_exported_toleration(ev):
-    taints, tolerations = pool_taints(ev), ev.value("gpu_tolerations")
-    if ev.value("gpus_per_node") == 0:
-        assert taints == [] and tolerations == []
-        assert ev.value("node_selector").items() <= pool_labels(ev).items()
-        return
-    assert taints, "a GPU pool must be tainted so CPU pods stay off it"
-    for taint in taints:
-        assert any(tolerates(t, taint) for t in tolerations), (taint, tolerations)
-    assert ev.value("node_selector").items() <= pool_labels(ev).items()
-
-
-def test_accelerator_type_and_count_follow_the_stack_file(ev):
-    gpus = int(setting(ev, "gpusPerNode", "0"))
-    pool = training_pool_resource(ev)
-    if ev.value("provider") == "gke":
-        accelerators = pool.inputs["nodeConfig"].get("guestAccelerators", [])
-        expected = [(setting(ev, "gpuType"), gpus)] if gpus else []
-        assert [(a["type"], a["count"]) for a in accelerators] == expected
-    elif ev.value("provider") == "eks":
-        ami = pool.inputs["amiType"]
-        assert ami == ("AL2023_x86_64_NVIDIA" if gpus else "AL2023_x86_64_STANDARD")
-        assert pool.inputs["instanceTypes"] == [setting(ev, "nodeMachineType")]
-
-
-def test_training_pool_is_sized_by_the_one_pool_rule(ev):
-    size = training_pool(stackfiles.load(REPO, ev.stack))
-    pool = training_pool_resource(ev)
-    if ev.value("provider") == "gke":
-        assert pool.inputs["autoscaling"] == {
-            "minNodeCount": size.min_nodes,
-            "maxNodeCount": size.max_nodes,
-        }
-        assert pool.inputs["initialNodeCount"] == size.initial_nodes == size.min_nodes
-    elif ev.value("provider") == "eks":
-        assert pool.inputs["scalingConfig"] == {
-            "minSize": size.min_nodes,
-            "maxSize": size.max_nodes,
-            "desiredSize": size.initial_nodes,
-        }
-        assert not size.autoscaled  # nothing would scale it: it holds maxNodes from `up` on
-    else:
-        workers = kind_config(ev)["nodes"][1:]
-        assert len(workers) == size.max_nodes and {n["role"] for n in workers} == {"worker"}
-
-
-def test_gpu_drivers_are_installed_and_device_plugin_only_where_missing(ev):
-    gpus, kind = ev.value("gpus_per_node"), ev.value("provider")
-    plugin = [r for r in ev.of_type("kubernetes:helm.sh/v3:Release") if "device-plugin" in r.name]
-    assert bool(plugin) == (gpus > 0 and kind == "eks")
-    if kind == "gke" and gpus:
-        [accelerator] = training_pool_resource(ev).inputs["nodeConfig"]["guestAccelerators"]
-        driver = accelerator["gpuDriverInstallationConfig"]["gpuDriverVersion"]
-        assert driver in ("DEFAULT", "LATEST")
-    if plugin:
-        values = plugin[0].inputs["values"]
-        assert values["tolerations"] == ev.value("gpu_tolerations")
-        assert values["nodeSelector"].items() <= pool_labels(ev).items()
-
-
 # ---- the job operator and its runtime -----------------------------------------------------
 
 
@@ -285,80 +166,6 @@ def test_pytorchjob_stack_installs_training_operator_instead_of_trainer():
     )
     assert target.ref == "v1.9.4"
     assert directory.deleted_with == cluster_resource(ev).urn
-
-
-# ---- ownership and teardown ------------------------------------------------------------------
-
-
-def test_every_kubernetes_object_uses_the_cluster_provider_and_dies_with_it(ev):
-    [provider] = ev.of_type("pulumi:providers:kubernetes")
-    cluster_urn = cluster_resource(ev).urn
-    objects = [r for r in ev.resources if r.type.startswith("kubernetes:")]
-    assert len(objects) >= 3
-    for obj in objects:
-        assert obj.provider.startswith(provider.urn + "::"), obj.name
-        assert obj.deleted_with == cluster_urn, obj.name
-    assert json.loads(provider.inputs["kubeconfig"].value)["kind"] == "Config"
-
-
-def test_every_resource_is_a_child_of_a_component(ev):
-    stack_urn = f"urn:pulumi:{ev.stack}::stackbench::pulumi:pulumi:Stack::stackbench-{ev.stack}"
-    top = {r.name for r in ev.resources if r.parent == stack_urn}
-    assert all(r.type.startswith("stackbench:index:") for r in ev.resources if r.name in top)
-
-
-def test_stores_and_registries_empty_themselves_on_destroy(ev):
-    for repo in ev.of_type("aws:ecr/repository:Repository"):
-        assert repo.inputs["forceDelete"] is True
-    buckets = ev.of_type("gcp:storage/bucket:Bucket") + ev.of_type("aws:s3/bucket:Bucket")
-    assert all(b.inputs["forceDestroy"] is True for b in buckets)
-    assert len(buckets) == (0 if ev.value("provider") == "kind" else 1)
-
-
-def test_results_store_is_private_and_bound_to_the_job_service_account(ev):
-    store, kind = ev.value("results_store"), ev.value("provider")
-    sa = ev.one("kubernetes:core/v1:ServiceAccount", "-addons-sa")  # the jobs', not the runner's
-    assert sa.inputs["metadata"]["name"] == ev.value("service_account")
-    assert sa.inputs["metadata"]["namespace"] == ev.value("namespace")
-    annotations = sa.inputs["metadata"].get("annotations", {})
-    subject = f"{ev.value('namespace')}:{ev.value('service_account')}"
-    if kind == "gke":
-        bucket = ev.one("gcp:storage/bucket:Bucket")
-        assert store == f"gs://{bucket.name}-7f3a"
-        assert bucket.inputs["publicAccessPrevention"] == "enforced"
-        binding = ev.one("gcp:serviceaccount/iAMMember:IAMMember", "-wi")
-        assert binding.inputs["member"].endswith(f"[{subject.replace(':', '/')}]")
-        writer = ev.one("gcp:serviceaccount/account:Account", "-writer")
-        assert annotations["iam.gke.io/gcp-service-account"].startswith(
-            writer.inputs["accountId"] + "@"
-        )
-        # The job pods write the bucket through GKE's Cloud Storage FUSE CSI driver.
-        addons = cluster_resource(ev).inputs["addonsConfig"]
-        assert addons["gcsFuseCsiDriverConfig"] == {"enabled": True}
-    elif kind == "eks":
-        assert store.startswith("s3://")
-        role = ev.one("aws:iam/role:Role", "-writer")
-        policy = json.loads(role.inputs["assumeRolePolicy"])
-        [condition] = [s["Condition"]["StringEquals"] for s in policy["Statement"]]
-        assert f"system:serviceaccount:{subject}" in condition.values()
-        assert annotations["eks.amazonaws.com/role-arn"].endswith(role.name)
-        block = ev.one("aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-        assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy"))
-    else:
-        host_dir = store.removeprefix("file://")
-        assert store.startswith("file:///") and annotations == {}
-        for node in kind_config(ev)["nodes"]:
-            assert {"hostPath": host_dir, "containerPath": RESULTS_MOUNT_PATH} in node[
-                "extraMounts"
-            ]
-
-
-def test_kind_results_folder_belongs_to_the_image_user():
-    """hostPath ignores fsGroup: pods (uid IMAGE_UID) can write the store only if they own it."""
-    ev = evaluate("kind")
-    script = ev.one("command:local:Command", "-cluster").inputs["create"]
-    assert f"chown {IMAGE_UID}:{IMAGE_UID} {RESULTS_MOUNT_PATH}" in script
-    assert script.index("kind create cluster") < script.index("chown")
 
 
 def test_bandwidth_shaping_output_follows_the_pod_network(ev):

@@ -13,333 +13,35 @@ backend under test talks to it with the official client.
 Every change, through HTTP or through these helpers, gets the next resource version and is kept
 in a history that watches replay from the version they ask for, as the real API server's watch
 cache does.
+
+This module is the handle the tests drive (FakeCluster); the emulator it serves, with its faults
+and controllers, is k8s_emulator.py, and the emulator's lists, watches and pod logs are
+k8s_streams.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
 import json
 import re
 import threading
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import kmock
 
-PODS = "v1/pods"
-EVENTS = "v1/events"
-SECRETS = "v1/secrets"
-TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
-PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
-JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
-JOB_RESOURCES = {"trainjob": TRAINJOBS, "pytorchjob": PYTORCHJOBS}
-LOG_CHUNK_BYTES = 16 * 1024  # a kubelet flushes a streamed log in pieces of about this size
-STATUS_CHANGES = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
-
-
-@dataclass
-class Fault:
-    method: str
-    path: re.Pattern[str]
-    status: int
-    times: int
-    message: str
-    watch: bool | None  # None: any request; True/False: only watches / only the others
-
-
-@dataclass(frozen=True)
-class Change:
-    """One entry of the watch history: what changed, at which resource version."""
-
-    version: int
-    plural: str
-    namespace: str
-    event: dict[str, Any]  # {"type": ADDED/MODIFIED/DELETED, "object": ...}
-
-
-class _Emulator(kmock.KubernetesEmulator):
-    """kmock's emulator plus versions, watches, selectors, pod logs and injected faults."""
-
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
-        self.faults: list[Fault] = []
-        self.pod_logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> current log
-        self.ended_logs: set[tuple[str, str]] = set()  # containers that stopped: follows end
-        self.after_log_read: Callable[[str], None] = lambda pod: None
-        # A GET of (plural, name) answered with what `fn` makes of the object of that name: a
-        # broken or hostile server, or proxy, serving another object than the one asked for.
-        self.swapped: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {}
-        self.now = "2030-01-01T00:00:00Z"  # creationTimestamp of what is created
-        # A real cluster's versions start far from zero (etcd has a history before our objects),
-        # and "0" means "any version" to a watch: start higher, so it never means that here.
-        self.version = 1000
-        self.history: list[Change] = []
-        self.oldest_version = 0  # a watch from before this version is told 410 Gone
-        self.drops = 0  # bumped to cut every open stream
-        self.make_jobsets = True  # Kubeflow Trainer makes a TrainJob's JobSet at once
-        self._tick = asyncio.Event()
-
-    # ---- the history of changes --------------------------------------------------------
-
-    def record(self, resource: Any, namespace: str, name: str, kind: str) -> None:
-        """Give the object its next resource version and keep the change (under the lock)."""
-        self.version += 1
-        obj = self.objects[resource, namespace, name]
-        if kind == "DELETED":
-            raw = copy.deepcopy(obj.last.raw)
-        else:
-            obj.patch({"metadata": {"resourceVersion": str(self.version)}})
-            raw = copy.deepcopy(obj.raw)
-        raw.setdefault("metadata", {})["resourceVersion"] = str(self.version)
-        plural = kmock.resource(resource).plural if isinstance(resource, str) else resource.plural
-        self.history.append(Change(self.version, plural, namespace, {"type": kind, "object": raw}))
-        self.wake()
-
-    def wake(self) -> None:
-        tick, self._tick = self._tick, asyncio.Event()
-        tick.set()
-
-    async def _handle(self, request: Any) -> Any:
-        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
-            # What the API server adds to every object it creates.
-            meta = request.data.setdefault("metadata", {})
-            meta.setdefault("creationTimestamp", self.now)
-            # Unique, as the API server's UUIDs are: a job made again under a name is another.
-            meta.setdefault("uid", f"uid-{meta.get('name')}-{self.version + 1}")
-        if request.action == kmock.action.DELETE:
-            await self._check_preconditions(request)
-        for fault in self.faults:
-            is_watch = request.params.get("watch") == "true"
-            if (
-                fault.times
-                and request.method.value.upper() == fault.method
-                and fault.path.search(request.url.path)
-                and fault.watch in (None, is_watch)
-            ):
-                fault.times -= 1
-                raise kmock.KubernetesError(
-                    status=fault.status, reason="Injected", message=fault.message, details={}
-                )
-        response = await super()._handle(request)
-        if request.resource is not None and request.action in STATUS_CHANGES:
-            name = request.name or (request.data or {}).get("metadata", {}).get("name")
-            kind = {kmock.action.CREATE: "ADDED", kmock.action.DELETE: "DELETED"}
-            async with self._lock:
-                self.record(request.resource, request.namespace, name,
-                            kind.get(request.action, "MODIFIED"))  # fmt: skip
-                if request.action == kmock.action.DELETE:
-                    self._collect_garbage(request.namespace, self.history[-1].event["object"])
-                if request.resource.plural == "trainjobs":
-                    self._trainer(request.action, request.namespace, name)
-        return response
-
-    def _trainer(self, action: Any, namespace: str, name: str) -> None:
-        """Kubeflow Trainer's part (under the lock): a TrainJob created gets its JobSet, of the
-        same name, owned by it; a TrainJob deleted takes its JobSet with it (garbage collection,
-        at once here)."""
-        if action == kmock.action.DELETE:
-            self.remove_jobset(namespace, name)
-        elif action == kmock.action.CREATE and self.make_jobsets:
-            job = self.objects[TRAINJOBS, namespace, name].raw
-            self.put_jobset(namespace, name, job["metadata"]["uid"])
-
-    def _collect_garbage(self, namespace: str, owner: dict[str, Any]) -> None:
-        """Kubernetes' garbage collector (kube-controller-manager), background propagation as
-        the runner deletes: what names the deleted `owner`'s uid in its ownerReferences goes
-        too (under the lock). The real one acts within seconds; this one at once, and only on
-        objects of the owner's namespace (a namespaced owner has no dependents elsewhere)."""
-        uid = (owner.get("metadata") or {}).get("uid")
-        for (resource, ns, name), obj in list(self.objects.items()):
-            if not uid or ns != namespace or obj.deleted:
-                continue
-            refs = (obj.raw.get("metadata") or {}).get("ownerReferences") or ()
-            if any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
-                obj.delete()
-                self.record(resource, ns, name, "DELETED")
-
-    def put_jobset(self, namespace: str, name: str, owner_uid: str) -> str:
-        """Make (or replace) the JobSet `name`, controlled by the TrainJob `owner_uid`; its
-        uid (under the lock)."""
-        self.version += 1
-        uid = f"uid-jobset-{name}-{self.version}"
-        owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                 "name": name, "uid": owner_uid, "controller": True}  # fmt: skip
-        meta = {"name": name, "namespace": namespace, "uid": uid,
-                "creationTimestamp": self.now, "ownerReferences": [owner]}  # fmt: skip
-        jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta}
-        self.objects[JOBSETS, namespace, name] = jobset
-        self.record(JOBSETS, namespace, name, "ADDED")
-        return uid
-
-    def remove_jobset(self, namespace: str, name: str) -> None:
-        obj = self.jobset(namespace, name)
-        if obj is not None:
-            self.objects[JOBSETS, namespace, name].delete()
-            self.record(JOBSETS, namespace, name, "DELETED")
-
-    def jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj = self.objects[JOBSETS, namespace, name]
-        except KeyError:
-            return None
-        return None if obj.deleted else obj.raw
-
-    async def _check_preconditions(self, request: Any) -> None:
-        """A delete's `preconditions.uid`, as the API server checks it: 409 if it differs."""
-        wanted = ((request.data or {}).get("preconditions") or {}).get("uid")
-        if not wanted or request.resource is None:
-            return
-        async with self._lock:
-            try:
-                obj = self.objects[request.resource, request.namespace, request.name]
-            except KeyError:
-                return  # the delete answers 404 itself
-            uid = None if obj.deleted else obj.raw.get("metadata", {}).get("uid")
-        if uid is not None and uid != wanted:
-            raise kmock.KubernetesError(
-                status=409,
-                reason="Conflict",
-                message=f"Precondition failed: UID in precondition: {wanted}, UID in object "
-                f"meta: {uid}",
-                details={},
-            )
-
-    # ---- list and watch ----------------------------------------------------------------
-
-    async def _serve_list(self, request: Any) -> Any:
-        if not any(resource == request.resource for resource in self._get_resources()):
-            raise kmock.KubernetesError(status=404, reason="NotFound", message="no such resource")
-        async with self._lock:
-            items = [
-                copy.deepcopy(obj.raw)
-                for (resource, namespace, _), obj in self.objects.items()
-                if resource.plural == request.resource.plural
-                and namespace == request.namespace
-                and not obj.deleted
-                and _selected(obj.raw, request.params)
-            ]
-            return {"metadata": {"resourceVersion": str(self.version)}, "items": items}
-
-    async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
-        yield b""  # the headers go now, even if nothing happens for a while
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + float(request.params.get("timeoutSeconds") or 3600)
-        drops = self.drops
-        since = request.params.get("resourceVersion") or "0"
-        cursor = int(since)
-        if cursor < self.oldest_version:
-            yield _status_event(410, "Expired", f"too old resource version: {cursor}")
-            return
-        if cursor == 0:  # "any version": the current objects first, as ADDED
-            listed = await self._serve_list(request)
-            for item in listed["items"]:
-                yield {"type": "ADDED", "object": item}
-            cursor = int(listed["metadata"]["resourceVersion"])
-        while True:
-            tick = self._tick
-            if self.drops != drops:
-                # Cut mid-line, as a dying proxy or a node failure would; what changed since
-                # is left for the next watch to replay.
-                yield b'{"type": "MODIFIED", "object": {"metad'
-                request._raw_request.transport.abort()
-                return
-            for change in [c for c in self.history if c.version > cursor]:
-                cursor = change.version
-                if self._watched(change, request):
-                    yield change.event
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                if request.params.get("allowWatchBookmarks") == "true":
-                    meta = {"resourceVersion": str(cursor)}
-                    yield {"type": "BOOKMARK", "object": {"metadata": meta}}
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(tick.wait(), remaining)
-
-    def _watched(self, change: Change, request: Any) -> bool:
-        return (
-            change.plural == request.resource.plural
-            and change.namespace == request.namespace
-            # A bookmark is for every watch of the collection, whatever it selects.
-            and (
-                change.event["type"] == "BOOKMARK"
-                or _selected(change.event["object"], request.params)
-            )
-        )
-
-    # ---- pod logs ------------------------------------------------------------------------
-
-    async def _serve_fetch(self, request: Any) -> Any:
-        if request.subresource == "log":
-            key = (request.namespace, request.name)
-            if key not in self.pod_logs:
-                raise kmock.KubernetesObjectNotFoundError()
-            self.after_log_read(request.name)
-            if request.params.get("follow") == "true":
-                return self._follow_log(request, key)
-            return _chunks(self.pod_logs[key].encode())
-        served = await super()._serve_fetch(request)
-        swap = self.swapped.get((request.resource.plural, request.name))
-        return served if swap is None else swap(copy.deepcopy(served))
-
-    async def _follow_log(self, request: Any, key: tuple[str, str]) -> AsyncIterator[bytes]:
-        """The log so far, then what is appended, until the container stops."""
-        sent, text, drops = 0, self.pod_logs.get(key, ""), self.drops
-        yield b""
-        while True:
-            tick = self._tick
-            current = self.pod_logs.get(key, "")
-            if not current.startswith(text[:sent]):
-                return  # replaced: a new container; this stream was the old one's
-            if len(current) > sent:
-                async for chunk in _chunks(current[sent:].encode()):
-                    yield chunk
-                sent, text = len(current), current
-            if key in self.ended_logs or key not in self.pod_logs:
-                return
-            if self.drops != drops:
-                request._raw_request.transport.abort()
-                return
-            await tick.wait()
-
-
-async def _chunks(data: bytes) -> AsyncIterator[bytes]:
-    """`data` in pieces of at most LOG_CHUNK_BYTES, as a kubelet streams a log: a long line
-    reaches the client in many reads, never in one."""
-    yield b""
-    for start in range(0, len(data), LOG_CHUNK_BYTES):
-        yield data[start : start + LOG_CHUNK_BYTES]
-
-
-def _status_event(code: int, reason: str, message: str) -> dict[str, Any]:
-    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-              "message": message, "reason": reason, "code": code}  # fmt: skip
-    return {"type": "ERROR", "object": status}
-
-
-def _selected(obj: dict[str, Any], params: Any) -> bool:
-    """labelSelector (k=v,...) and fieldSelector (dotted.path=v,...) equality terms."""
-    labels = obj.get("metadata", {}).get("labels") or {}
-    for key, value in _terms(params.get("labelSelector", "")):
-        if labels.get(key) != value:
-            return False
-    for path, value in _terms(params.get("fieldSelector", "")):
-        node: Any = obj
-        for part in path.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node != value:
-            return False
-    return True
-
-
-def _terms(text: str) -> list[tuple[str, str]]:
-    pairs = (part.split("=", 1) for part in text.split(",") if "=" in part)
-    return [(k.strip(), v.strip()) for k, v in pairs]
+from tests.runner.k8s_emulator import (
+    EVENTS,
+    JOB_RESOURCES,
+    JOBSET_NAME,
+    JOBSET_UID,
+    JOBSETS,
+    PODS,
+    SECRETS,
+    Emulator,
+    Fault,
+)
+from tests.runner.k8s_streams import Change
 
 
 class FakeCluster:
@@ -357,8 +59,8 @@ class FakeCluster:
         self.emulator, self._server = self._run(self._start())
         self.url = f"http://{self._server.host}:{self._server.port}"
 
-    async def _start(self) -> tuple[_Emulator, kmock.Server]:
-        emulator = _Emulator()
+    async def _start(self) -> tuple[Emulator, kmock.Server]:
+        emulator = Emulator()
         # Listing needs them declared, even when empty (the CRDs are installed).
         apis = (JOB_RESOURCES[api] for api in self._installed)
         for resource in (

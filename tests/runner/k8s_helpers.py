@@ -8,6 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from contract import files
 from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.backend import KubernetesBackend
 from runner.backends.kubernetes.connection import ClusterConnection
@@ -116,6 +117,11 @@ def submit(backend: KubernetesBackend, root: Path, spec: JobSpec) -> tuple[str, 
     run_dir = rundir.create(root, rundir.RunRecord(spec, "kubernetes", handle, backend.reference))
     assert backend.submit(request) == handle
     return handle, run_dir
+
+
+def recorded_uid(run_dir: Path) -> Any:
+    """The uid of the job the run recorded in its job.json (None in one from before uids)."""
+    return files.read_json(run_dir / rundir.JOB)["cluster"].get("job_uid")
 
 
 def complete(cluster: FakeCluster, job_api: str, name: str = RUN_ID, nodes: int = 2) -> None:

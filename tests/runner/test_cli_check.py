@@ -1,8 +1,8 @@
 import json
 import shutil
 
+from tests.runner.cli_runner import invoke
 from tests.runner.rundirs import make_run
-from tests.runner.test_cli import invoke
 
 
 def copy_run(finished_run, tmp_path):

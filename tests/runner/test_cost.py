@@ -17,8 +17,8 @@ from runner.results import export
 from runner.results import report as reports
 from runner.results.runs import load_run
 from runner.stack import cost
+from tests.runner.damaged_runs import unix_socket_at
 from tests.runner.rundirs import make_run
-from tests.runner.test_teardown import unix_socket_at
 
 PROJECT = Path(__file__).resolve().parents[2]
 TABLE = {

@@ -1,5 +1,7 @@
-"""Damaged and hostile run directories: one bad file never breaks commands about other runs;
-commands about the damaged run say which file and what is wrong, without a traceback."""
+"""Damaged and hostile run directories under the commands that read them: one bad file never
+breaks commands about other runs; commands about the damaged run say which file and what is
+wrong, without a traceback; links out of the run are never followed, and a huge events file or
+log is followed a chunk at a time. The supervisor's side is in test_damaged_launch.py."""
 
 from __future__ import annotations
 
@@ -11,44 +13,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
-from click.testing import CliRunner
 
 from contract import files
 from contract.events import read_events
 from contract.rundir import JobState, JobStatus
-from runner.cli import main
+from tests.runner.damaged_runs import DAMAGE, invoke, two_runs
 from tests.runner.rundirs import make_run
-
-DAMAGE = {
-    "truncated": b'{"state": "SUCC',
-    "empty": b"",
-    "binary": b"\x00\xff\xfe\x80garbage\x00",
-    "a list": b"[1, 2, 3]",
-    "wrong types": json.dumps({"state": 7, "reason": ["x"]}).encode(),
-    "NaN": b'{"state": "FAILED", "exit_code": NaN}',
-    # Deeper than the interpreter's recursion limit: json raises RecursionError, no ValueError.
-    "nested too deeply": b'{"state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-}
-
-
-def invoke(results: Path, *args: str):  # type: ignore[no-untyped-def]
-    return CliRunner(env={"COLUMNS": "250"}).invoke(
-        main, ["--results-dir", str(results), *args], catch_exceptions=False
-    )
-
-
-def _two_runs(root: Path) -> tuple[Path, Path]:
-    good = make_run(root, "cnn-digits-good", 2, 10.0)
-    bad = make_run(root, "cnn-digits-bad", 2, 12.0)
-    return good, bad
 
 
 @pytest.mark.parametrize("name", ["job.json", "state.json", "summary.json"])
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_runs_lists_a_damaged_run_beside_the_good_one(tmp_path, name, damage):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     (bad / name).write_bytes(DAMAGE[damage])
     result = invoke(tmp_path, "runs")
     assert result.exit_code == 0, result.output
@@ -69,7 +46,7 @@ def test_runs_lists_a_damaged_run_beside_the_good_one(tmp_path, name, damage):
 
 def test_a_job_of_an_absurd_world_size_is_damaged_and_every_command_about_it_returns(tmp_path):
     """Anything that goes over the ranks (their logs, missing results) would never end."""
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     job = files.read_json(bad / "job.json")
     job["placement"]["num_nodes"] = 10**12
     files.write_json(bad / "job.json", job)
@@ -81,7 +58,7 @@ def test_a_job_of_an_absurd_world_size_is_damaged_and_every_command_about_it_ret
 
 @pytest.mark.parametrize("name", ["job.json", "state.json"])
 def test_status_of_a_damaged_run_names_the_file_in_one_line(tmp_path, name):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     (bad / name).write_bytes(DAMAGE["truncated"])
     result = invoke(tmp_path, "status", "cnn-digits-bad")
     assert result.exit_code == 1
@@ -91,7 +68,7 @@ def test_status_of_a_damaged_run_names_the_file_in_one_line(tmp_path, name):
 
 
 def test_a_summary_without_its_target_is_reported_not_a_crash(tmp_path):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     summary = files.read_json(bad / "summary.json")
     del summary["target"]
     files.write_json(bad / "summary.json", summary)
@@ -101,7 +78,7 @@ def test_a_summary_without_its_target_is_reported_not_a_crash(tmp_path):
 
 
 def test_a_record_that_links_out_of_the_run_directory_is_never_followed(tmp_path):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     secret = tmp_path / "secret.json"
     secret.write_text(json.dumps(JobStatus(JobState.SUCCEEDED, "from outside").to_dict()))
     (bad / "state.json").unlink()
@@ -112,7 +89,7 @@ def test_a_record_that_links_out_of_the_run_directory_is_never_followed(tmp_path
 
 
 def test_a_newer_schema_version_asks_for_an_upgrade(tmp_path):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     state = files.read_json(bad / "state.json")
     files.write_json(bad / "state.json", {**state, "schema_version": 99})
     result = invoke(tmp_path, "status", "cnn-digits-bad")
@@ -150,7 +127,7 @@ def test_a_report_leaves_a_damaged_run_out_and_says_which(tmp_path):
 
 @pytest.mark.parametrize("name", ["job.json", "state.json", "summary.json"])
 def test_a_record_that_is_a_directory_is_damage_not_a_crash(tmp_path, name):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     (bad / name).unlink()
     (bad / name).mkdir()  # os.fdopen refuses a directory with IsADirectoryError
     result = invoke(tmp_path, "runs")
@@ -163,7 +140,7 @@ def test_a_number_too_large_for_a_float_is_damage_not_a_crash(tmp_path):
     # JSON allows integers of hundreds of digits; math.isfinite and float() raise
     # OverflowError on them, which escaped every reader that expected ValueError.
     huge = "1" + "0" * 400
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     text = (bad / "summary.json").read_text()
     (bad / "summary.json").write_text(
         re.sub(r'"run_time_s": [0-9.]+', f'"run_time_s": {huge}', text)
@@ -186,7 +163,7 @@ def test_a_number_too_large_for_a_float_is_damage_not_a_crash(tmp_path):
 def test_a_record_that_is_a_socket_is_damage_not_a_crash(tmp_path, name):
     import socket
 
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     (bad / name).unlink()
     with socket.socket(socket.AF_UNIX) as sock:  # open() of a socket fails with ENXIO
         sock.bind(str(bad / name))
@@ -205,7 +182,7 @@ def test_a_fifo_in_place_of_a_rank_log_is_damage_not_a_command_that_hangs(tmp_pa
     import subprocess
     import sys
 
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     os.mkfifo(bad / "logs" / "rank-0.log")  # open() for reading waited for a writer, for ever
     done = subprocess.run(
         [sys.executable, "-m", "runner.cli", "--results-dir", str(tmp_path), "logs",
@@ -226,7 +203,7 @@ def test_a_fifo_in_place_of_a_rank_log_is_damage_not_a_command_that_hangs(tmp_pa
     ],
 )
 def test_a_job_record_of_the_wrong_types_is_damage_not_a_crash(tmp_path, field, value):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     job = json.loads((bad / "job.json").read_text())
     outer, _, inner = field.rpartition(".")
     (job[outer] if outer else job)[inner] = value
@@ -239,122 +216,12 @@ def test_a_job_record_of_the_wrong_types_is_damage_not_a_crash(tmp_path, field, 
 
 def test_a_failed_run_whose_summary_reached_the_target_lists_no_time_to_target(tmp_path):
     # Rank 0 wrote "reached" before another rank failed: a miss, as the report counts it.
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     files.write_json(bad / "state.json", JobStatus(JobState.FAILED, "rank 1 exited").to_dict())
     result = invoke(tmp_path, "runs")
     assert result.exit_code == 0, result.output
     assert "target in 12.0 s" not in result.output and "no time to target" in result.output
     assert "target in 10.0 s" in result.output  # the good run
-
-
-def _launch_damage(run_dir: Path, elsewhere: Path) -> dict[str, bytes | None]:
-    """launch.json as a damaged disk or a person with write access to the run leaves it (None:
-    a link to a well-formed request outside the run directory)."""
-    process = {"argv": ["true"], "env": {}, "cwd": str(run_dir), "netns": None}
-    good = {"schema_version": 1, "run_dir": str(run_dir), "link": None, "store_port": None,
-            "min_workers": None, "processes": [process]}  # fmt: skip
-    (elsewhere / "launch.json").write_text(json.dumps(good))
-
-    def changed(**fields: object) -> bytes:
-        return json.dumps({**good, **fields}).encode()
-
-    return {
-        "truncated": DAMAGE["truncated"],
-        "a list": DAMAGE["a list"],
-        "processes not a list": changed(processes=7),
-        "argv not text": changed(processes=[{**process, "argv": [1, None]}]),
-        "env not text": changed(processes=[{**process, "env": {"A": 1}}]),
-        "a NUL in argv": changed(processes=[{**process, "argv": ["tr\x00ue"]}]),
-        "a lone surrogate in env": changed(processes=[{**process, "env": {"X": "\ud800"}}]),
-        "huge netns": changed(link="100mbit", processes=[{**process, "netns": 10**30}]),
-        "huge store port": changed(store_port=10**30, min_workers=1),
-        "min_workers over MAX": changed(store_port=29511, min_workers=5),
-        "a link": None,
-    }
-
-
-def _supervise(
-    run_dir: Path, out: Path, digest: str | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """The local supervisor over `run_dir`, as submit starts it (the run's environment, the
-    digest of its launch.json as it is now unless `digest` says otherwise)."""
-    from runner.backends.local import launch, processes, supervisor
-
-    if digest is None:
-        try:
-            digest = launch.digest((run_dir / "launch.json").read_bytes())
-        except OSError:  # missing, or a link to nothing: the supervisor says which
-            digest = launch.digest(b"")
-    env = {**os.environ, **processes.run_env(run_dir.name, run_dir)}
-    with out.open("ab") as log:
-        return subprocess.run(
-            supervisor.command(run_dir, digest), stdout=log, stderr=subprocess.STDOUT, env=env,
-            timeout=120, check=False,
-        )  # fmt: skip
-
-
-DAMAGED_LAUNCH = [
-    "truncated", "a list", "processes not a list", "argv not text", "env not text",
-    "a NUL in argv", "a lone surrogate in env", "huge netns", "huge store port",
-    "min_workers over MAX", "a link",
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("damage", DAMAGED_LAUNCH)
-def test_a_damaged_launch_json_fails_the_run_in_one_line_naming_it(tmp_path, damage):
-    """The supervisor reads launch.json: garbage in it is the run's failure, said in one line
-    naming the file, never a supervisor that died of a traceback."""
-    _, bad = _two_runs(tmp_path)
-    (bad / "state.json").unlink()  # as submitted: no outcome yet
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    data = _launch_damage(bad, elsewhere)[damage]
-    if data is None:
-        (bad / "launch.json").symlink_to(elsewhere / "launch.json")
-    else:
-        (bad / "launch.json").write_bytes(data)
-    supervisor_log = bad / "logs" / "supervisor.log"
-    assert _supervise(bad, supervisor_log).returncode == 1
-    result = invoke(tmp_path, "status", "cnn-digits-bad")
-    assert "FAILED" in result.output and "launch.json" in result.output
-    assert "supervisor died" not in result.output
-    for text in (result.output, supervisor_log.read_text()):
-        assert "Traceback" not in text
-    state = files.read_json(bad / "state.json")
-    assert state["state"] == "FAILED" and "launch.json" in state["reason"]
-    assert "\n" not in state["reason"]
-
-
-def _request(run_dir: Path, *argvs: list[str], cwd: str | None = None) -> None:
-    processes = [{"argv": argv, "env": {}, "cwd": cwd or str(run_dir), "netns": None}
-                 for argv in argvs]  # fmt: skip
-    files.write_json(run_dir / "launch.json", {"schema_version": 1, "run_dir": str(run_dir),
-                                              "processes": processes})  # fmt: skip
-
-
-def test_a_launch_json_rewritten_before_the_supervisor_reads_it_runs_nothing(tmp_path):
-    """Whoever may write the run directory rewrites launch.json between submit's write and
-    the supervisor's read: the supervisor ran their command. It now runs only the bytes whose
-    digest submit gave it, and says in one line that the file changed."""
-    from runner.backends.local import launch
-
-    _, bad = _two_runs(tmp_path)
-    (bad / "state.json").unlink()
-    _request(bad, ["true"])
-    submitted = launch.digest((bad / "launch.json").read_bytes())
-    marker = tmp_path / "planted-command-ran"
-    _request(bad, ["sh", "-c", f"touch {marker}"])  # the race, won by the rewrite
-    assert _supervise(bad, tmp_path / "supervisor.out", submitted).returncode == 1
-    assert not marker.exists()
-    state = files.read_json(bad / "state.json")
-    assert state["state"] == "FAILED" and "\n" not in state["reason"]
-    assert state["reason"] == (
-        f"cannot start the run: {bad / 'launch.json'}: is not the request `runner submit` "
-        "wrote (changed since); submit the run again"
-    )
-    result = invoke(tmp_path, "status", "cnn-digits-bad")
-    assert "FAILED" in result.output and "launch.json" in result.output
-    assert "Traceback" not in (tmp_path / "supervisor.out").read_text()
 
 
 # Follows a run's events and a rank log in a process that may not hold 1 GiB (RLIMIT_AS).
@@ -392,59 +259,9 @@ def test_a_huge_events_file_or_log_is_followed_a_chunk_at_a_time(tmp_path):
     assert int(longest) < 2 << 20  # a line that never ends, shown in pieces
 
 
-def test_a_logs_folder_that_links_out_of_the_run_is_never_written_through(tmp_path):
-    """run_dir/logs -> elsewhere: the workers' output would land outside the run directory."""
-    _, bad = _two_runs(tmp_path)
-    (bad / "state.json").unlink()
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    shutil.rmtree(bad / "logs")
-    (bad / "logs").symlink_to(elsewhere)
-    _request(bad, ["sh", "-c", "echo leaked"])
-    assert _supervise(bad, tmp_path / "supervisor.out").returncode == 1
-    state = files.read_json(bad / "state.json")
-    assert state["state"] == "FAILED"
-    assert f"{bad / 'logs'}: is a symbolic link, which is never written through" in state["reason"]
-    assert list(elsewhere.iterdir()) == []
-    assert "Traceback" not in (tmp_path / "supervisor.out").read_text()
-
-
-def test_a_process_that_cannot_start_fails_the_run_and_ends_those_started(tmp_path):
-    """Process 1's working directory is gone: process 0, already started, does not outlive
-    the run, and the run says which process and why."""
-    _, bad = _two_runs(tmp_path)
-    (bad / "state.json").unlink()
-    marker = f"stackbench-started-{tmp_path.name}"
-    _request(bad, ["sh", "-c", f"exec -a {marker} sleep 60"], ["true"])
-    launch = files.read_json(bad / "launch.json")
-    launch["processes"][1]["cwd"] = str(tmp_path / "gone")
-    files.write_json(bad / "launch.json", launch)
-    assert _supervise(bad, tmp_path / "supervisor.out").returncode == 1
-    state = files.read_json(bad / "state.json")
-    assert state["state"] == "FAILED"
-    assert state["reason"].startswith(f"cannot start process 1: {tmp_path / 'gone'}: No such")
-    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
-    assert "Traceback" not in (tmp_path / "supervisor.out").read_text()
-
-
-def test_a_summary_that_links_out_of_the_run_is_no_summary_it_wrote(tmp_path):
-    """Every process exited 0 and summary.json is a link to a file outside: SUCCEEDED would
-    be a record that lies (is_file() followed the link)."""
-    _, bad = _two_runs(tmp_path)
-    (bad / "state.json").unlink()
-    (tmp_path / "outside.json").write_text((bad / "summary.json").read_text())
-    (bad / "summary.json").unlink()
-    (bad / "summary.json").symlink_to(tmp_path / "outside.json")
-    _request(bad, ["true"], ["true"])
-    assert _supervise(bad, tmp_path / "supervisor.out").returncode == 1
-    state = files.read_json(bad / "state.json")
-    assert state["state"] == "FAILED"
-    assert state["reason"] == "every process exited 0 but the run wrote no summary.json"
-
-
 @pytest.mark.parametrize("follow", [(), ("--follow",)])
 def test_logs_never_shows_a_file_through_a_logs_folder_linked_out_of_the_run(tmp_path, follow):
-    _, bad = _two_runs(tmp_path)
+    _, bad = two_runs(tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "rank-0.log").write_text("a secret from outside the run\n")

@@ -1,7 +1,7 @@
 """KubernetesBackend when the API fails: 403 (RBAC), 404 (a missing add-on's CRD), 409 (name
 conflict), 5xx (bounded retries), an unreachable server (and a run whose submit failed there),
 and a server that is not an API server; each error is one line that names the next step.
-(Failures of watches: test_kubernetes_watch.py.)"""
+(Failures of watches: test_kubernetes_watch_faults.py.)"""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from runner.backends.kubernetes.api.limits import ApiLimits
 from runner.errors import RunnerError
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
-from tests.runner.test_kubernetes_backend import SUCCESS, pod_log, rank0_stdout
+from tests.runner.k8s_runlogs import SUCCESS, pod_log, rank0_stdout
 
 pytestmark = pytest.mark.timeout(60)
 APIS = ["trainjob", "pytorchjob"]

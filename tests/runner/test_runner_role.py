@@ -24,7 +24,7 @@ from contract.stack import runner_role_rules
 from runner.job.spec import JobSpec
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
-from tests.runner.test_kubernetes_backend import SUCCESS, UNSCHEDULABLE, run_pods
+from tests.runner.k8s_runlogs import SUCCESS, UNSCHEDULABLE, run_pods
 
 pytestmark = pytest.mark.timeout(60)
 APIS = ["trainjob", "pytorchjob"]

@@ -13,8 +13,9 @@ import pytest
 from celpy import celtypes
 
 from infra.runtime import runtime_manifest
+from runner.backends.kubernetes.render import render
 from runner.job.benchmarks import BENCHMARKS
-from tests.runner.test_render import render, shaped, spec_of
+from tests.runner.manifests import shaped, spec_of
 from tests.schemas import cel
 
 IMAGE = "registry.example/stackbench@sha256:" + "0" * 64

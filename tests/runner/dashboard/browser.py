@@ -1,12 +1,14 @@
 """A real browser and a real `runner dashboard` for end-to-end checks: Debian's chromium,
-headless, driven by selenium through Debian's chromedriver, and the CLI in a subprocess.
-Used by test_browser.py and docs/screenshots.py."""
+headless, driven by selenium through Debian's chromedriver, and the CLI in a subprocess; and
+what the tests do with a page: wait for it, hover a chart, pick an option, read a chart's
+option. Used by the test_browser*.py modules and docs/screenshots.py."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,3 +117,45 @@ def text_overlaps(driver: Any, chart: str) -> list[tuple[str, str]]:
             if min(x1 + w1, x2 + w2) - max(x1, x2) > 1 and min(y1 + h1, y2 + h2) - max(y1, y2) > 1:
                 pairs.append((a, b))
     return pairs
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    """As selenium's WebDriverWait: an element not there yet (the runs table comes a page at
+    a time, after the page) or replaced while read (the table re-rendered) is asked again."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except (NoSuchElementException, StaleElementReferenceException):
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def hover(driver, chart: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    element = driver.find_element("css selector", f"[data-chart='{chart}']")
+    ActionChains(driver).move_to_element(element).perform()
+    time.sleep(0.5)
+
+
+def choose(driver, select: str, text: str) -> None:
+    """Picks the option shown as `text` of the <select> at CSS `select` (Preact sets an
+    option's value as a property, which Selenium's by-value lookup does not see)."""
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("css selector", select)).select_by_visible_text(text)
+
+
+def chart_option(driver, chart: str, script: str):
+    """`script` run on chart `chart`'s option (`o`)."""
+    return driver.execute_script(
+        "const el = document.querySelector(`[data-chart='${arguments[0]}']`);"
+        f"const o = window.echarts.getInstanceByDom(el).getOption(); return {script};",
+        chart,
+    )

@@ -1,5 +1,6 @@
-"""The dashboard's real server on 127.0.0.1 (in a thread of the test process), and plain
-HTTP helpers to talk to it: JSON requests and a server-sent event reader."""
+"""The dashboard's real server on 127.0.0.1 (in a thread of the test process), plain HTTP
+helpers to talk to it (JSON requests and a server-sent event reader), and a headless browser
+for the end-to-end tests (browser.py; skipped with the reason where it cannot run)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 pytest.importorskip("aiohttp", reason="the dashboard needs aiohttp: pip install '.[dashboard]'")
 
 from runner.dashboard.server import DashboardConfig, start
+from tests.runner.dashboard.browser import chromium, missing
 
 
 @contextmanager
@@ -70,6 +72,15 @@ def results(tmp_path: Path) -> Path:
 def dashboard(results: Path) -> Iterator[str]:
     with running_dashboard(results) as url:
         yield url
+
+
+@pytest.fixture
+def browser(tmp_path):
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    with chromium(tmp_path / "profile") as driver:
+        yield driver
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from runner.results import study
 from tests.runner.dashboard.conftest import get_json
+from tests.runner.reporting import link_runs
 from tests.runner.rundirs import make_run
-from tests.runner.test_report import link_runs
 
 
 def test_a_study_page_orders_links_by_rate_and_labels_an_unshaped_run_so(results, dashboard):
