@@ -24,17 +24,8 @@ import pytest
 
 from runner import stamped
 from runner.job import cards
-from tests.workloads.plugin_packages import write_dist_info, write_package
+from tests.workloads.plugin_packages import VARIANT_PLUGIN, write_dist_info, write_package
 from workloads.plugins import points
-
-# A variant of a built-in, as a user's package would declare one (not registered by the
-# module itself: its entry point registers it).
-PLUGIN = """
-    import dataclasses
-    from runner.job.benchmarks import CNN_DIGITS
-
-    MINE = dataclasses.replace(CNN_DIGITS, name="mine", default_runs={runs})
-"""
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +47,7 @@ def _install(root: Path, runs: int = 3) -> None:
     if package.exists():
         shutil.rmtree(package)
     write_package(root / "site", "minebench",
-                  {"__init__.py": PLUGIN.format(runs=runs)})  # fmt: skip
+                  {"__init__.py": VARIANT_PLUGIN.format(runs=runs)})  # fmt: skip
     if not any((root / "site").glob("*.dist-info")):
         write_dist_info(root / "site", "mine-bench", "2.0", """
             [stackbench.benchmarks]

@@ -24,15 +24,7 @@ import pytest
 from runner import stamped
 from tests.runner import startup_runs
 from tests.runner.startup_runs import run
-from tests.workloads.plugin_packages import write_dist_info, write_package
-
-# A variant of a built-in, as a user's package would declare one (its entry point registers it).
-PLUGIN = """
-    import dataclasses
-    from runner.job.benchmarks import CNN_DIGITS
-
-    MINE = dataclasses.replace(CNN_DIGITS, name="mine", default_runs={runs})
-"""
+from tests.workloads.plugin_packages import VARIANT_PLUGIN, write_dist_info, write_package
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +49,9 @@ def _install(site: Path, runs: int, age_s: float) -> None:
     past, as no cache is written from a file changed while it was derived."""
     source = site / "minebench" / "__init__.py"
     if source.exists():
-        source.write_text(textwrap.dedent(PLUGIN.format(runs=runs)).lstrip())
+        source.write_text(textwrap.dedent(VARIANT_PLUGIN.format(runs=runs)).lstrip())
     else:
-        write_package(site, "minebench", {"__init__.py": PLUGIN.format(runs=runs)})
+        write_package(site, "minebench", {"__init__.py": VARIANT_PLUGIN.format(runs=runs)})
     earlier = source.stat().st_mtime - age_s
     os.utime(source, (earlier, earlier))
     if not any(site.glob("*.dist-info")):

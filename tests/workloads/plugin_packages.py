@@ -12,6 +12,15 @@ from pathlib import Path
 
 from workloads.plugins import loading, points
 
+# A variant of a built-in as a user's package declares one: not registered by the module
+# itself, its entry point registers it (the listing tests: cards, cached replies).
+VARIANT_PLUGIN = """
+    import dataclasses
+    from runner.job.benchmarks import CNN_DIGITS
+
+    MINE = dataclasses.replace(CNN_DIGITS, name="mine", default_runs={runs})
+"""
+
 # A benchmark as one folder: model, data set, and the benchmark entry that registers them.
 BENCHMARK_FOLDER = {
     "__init__.py": '''
