@@ -15,11 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from infra_harness import Evaluation, evaluate
+from infra_harness import Evaluation, evaluated
 from kind_fakes import FAKE_DOCKER, FAKE_KIND, NODES
 from stack_reads import STACKS
-
-_CACHE: dict[str, Evaluation] = {}
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +47,4 @@ def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(params=STACKS)
 def ev(request) -> Evaluation:
-    if request.param not in _CACHE:
-        _CACHE[request.param] = evaluate(request.param)
-    return _CACHE[request.param]
+    return evaluated(request.param)

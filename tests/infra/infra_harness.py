@@ -186,3 +186,14 @@ def evaluate(
     program = str(REPO)
     _sync_await(run_in_stack(lambda: runpy.run_path(program, run_name="__main__")))
     return evaluation
+
+
+_EVALUATED: dict[str, Evaluation] = {}
+
+
+def evaluated(stack: str) -> Evaluation:
+    """The stack's evaluation at its stack file's own settings, made once per process and
+    shared by every test that only reads it (a few seconds each)."""
+    if stack not in _EVALUATED:
+        _EVALUATED[stack] = evaluate(stack)
+    return _EVALUATED[stack]

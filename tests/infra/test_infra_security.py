@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from infra_harness import OPERATOR_CIDR, REPO, Evaluation, Secret, evaluate, stack_names
+from infra_harness import OPERATOR_CIDR, REPO, Evaluation, Secret, evaluate, evaluated, stack_names
 from infra_mocks import MOCK_TOKEN
 
 from contract.stack import JOB_SERVICE_ACCOUNT, RUNNER_IDENTITY, runner_role_rules
@@ -19,14 +19,6 @@ from infra import kind_bandwidth, rbac
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CLOUD_STACKS = [s for s in stack_names() if stackfiles.load(REPO, s).provider != "kind"]
-_CACHE: dict[str, Evaluation] = {}
-
-
-@pytest.fixture(params=stack_names())
-def ev(request) -> Evaluation:
-    if request.param not in _CACHE:
-        _CACHE[request.param] = evaluate(request.param)
-    return _CACHE[request.param]
 
 
 def cluster(ev: Evaluation):
@@ -323,7 +315,7 @@ def test_an_eks_region_without_a_known_addon_registry_is_refused_before_anything
 
 @pytest.mark.parametrize("stack", CLOUD_STACKS)
 def test_cloud_clusters_are_deletion_protected_by_default(stack):
-    ev = _CACHE.get(stack) or evaluate(stack)
+    ev = evaluated(stack)
     assert cluster(ev).inputs["deletionProtection"] is True
 
 

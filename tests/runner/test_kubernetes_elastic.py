@@ -6,7 +6,6 @@ conditions set here are the ones the operator sets, with its own messages."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from contract.rundir import JobState, rank_log, read_state
 from runner.errors import RunnerError
 from runner.job.spec import JobSpec, Placement, resolve
 from runner.results import rundir
-from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, pod, submit
 from tests.runner.rundirs import env_manifest
 from tests.runner.rundirs import summary as summary_record
@@ -25,13 +23,6 @@ from workloads.telemetry import mllog
 pytestmark = pytest.mark.timeout(60)
 OPERATOR_FAILED = f"PyTorchJob {RUN_ID} is failed because 1 Worker replica(s) failed."
 OOM_KILLED = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    fake = FakeCluster(namespace="bench")
-    yield fake
-    fake.close()
 
 
 def elastic_spec(low: int = 2, high: int = 3) -> JobSpec:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,13 +19,6 @@ from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, stack_connection, submit
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    fake = FakeCluster(namespace="bench")
-    yield fake
-    fake.close()
 
 
 def test_forbidden_names_rbac_and_how_to_check(cluster, tmp_path):

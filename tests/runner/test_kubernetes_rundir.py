@@ -9,7 +9,6 @@ rebuilt from rank 0's log.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from runner.backends.local.backend import SUPERVISOR_FILE
 from runner.backends.local.launch import LAUNCH_FILE
 from runner.job.spec import JobSpec
 from runner.results import rundir
-from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import make_backend, make_spec, pod, submit
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
@@ -28,13 +26,6 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 # cluster those are in the pod log.
 LOCAL_ONLY = {SUPERVISOR_FILE, LAUNCH_FILE, "logs/supervisor.log", "logs/launcher-0.log",
               "logs/launcher-1.log"}  # fmt: skip
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    fake = FakeCluster(namespace="bench")
-    yield fake
-    fake.close()
 
 
 def file_names(run_dir: Path) -> set[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -30,13 +29,6 @@ pytestmark = pytest.mark.timeout(60)
 APIS = ["trainjob", "pytorchjob"]
 SECRET = secret_name(RUN_ID)
 HEX_SECRET = re.compile(r"^[0-9a-f]{64}$")
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    fake = FakeCluster(namespace="bench")
-    yield fake
-    fake.close()
 
 
 def _containers(manifest: dict) -> list[dict]:

@@ -7,27 +7,17 @@ runner's cap."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from contract.rundir import JobState, read_state
 from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.api.limits import ApiLimits
 from runner.errors import RunnerError
-from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
 from tests.runner.k8s_runlogs import SUCCESS, pod_log, rank0_stdout
 
 pytestmark = pytest.mark.timeout(60)
 APIS = ["trainjob", "pytorchjob"]
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    fake = FakeCluster(namespace="bench")
-    yield fake
-    fake.close()
 
 
 @pytest.mark.parametrize("job_api", APIS)
