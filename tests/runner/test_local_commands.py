@@ -185,7 +185,10 @@ def test_a_run_whose_directory_is_deleted_ends_taking_its_processes_with_it(tmp_
     while not (sleeping := [p for p in sup.children() if p.name() == "sleep"]):
         assert time.monotonic() < deadline, "the run's process never started"
         time.sleep(0.05)
-    assert api.status(tmp_path, run).state is JobState.RUNNING
+    # The supervisor records RUNNING after it has started the process: a moment later.
+    while api.status(tmp_path, run).state is not JobState.RUNNING:
+        assert time.monotonic() < deadline, "the run never said RUNNING"
+        time.sleep(0.05)
     shutil.rmtree(run.run_dir)
     gone([*sleeping, sup])
     assert not run.run_dir.exists()  # not made again to hold a state.json alone
