@@ -159,8 +159,8 @@ class LocalBackend:
     def watch(self, handle: str) -> Iterator[JobStatus]:
         # The supervisor is proven once (its pid file, creation time and membership: psutil
         # reads several /proc files) and then only asked whether it still runs. Proving it at
-        # every poll cost the follower ~23 ms of CPU a second, taken from the workers on a
-        # machine they fill (bench/fair_scaling.py); torchrun's own agent takes ~2.5.
+        # every poll cost the follower about 15 ms of CPU a second, taken from the workers on
+        # a machine they fill (bench/fair_scaling.py); torchrun's own agent takes ~2.5.
         run_dir, last, supervisor = self._run_dir(handle), None, None
         while True:
             if supervisor is not None and _running(supervisor):
