@@ -165,7 +165,6 @@ def test_figures_of_runs_without_a_valid_time_warn_nothing_on_the_terminal(tmp_p
         assert export.write_figures(built, tmp_path / "out")
 
 
-@pytest.mark.filterwarnings("error")  # matplotlib: "Glyph 27 missing from font"
 def test_a_label_from_a_run_directory_is_shown_as_written_never_read_as_markup(tmp_path):
     # A --set value in job.json is the runs' series label: `$\foo$` was read as mathtext by
     # matplotlib (a traceback), `[red]` as rich markup (styled, `[x]` eaten), an escape
@@ -176,7 +175,11 @@ def test_a_label_from_a_run_directory_is_shown_as_written_never_read_as_markup(t
         run_dir = make_run(tmp_path, f"m{i}", 1, 10.0 + i, overrides=(f"seed={i}",))
         job = files.read_json_object(run_dir / "job.json")
         files.write_json(run_dir / "job.json", job | {"overrides": [["note", note]]})
-    result = report_runs(tmp_path, "m0", "m1")
+    # Errors for the report's own warnings (matplotlib: "Glyph 27 missing from font") only:
+    # a mark would also raise, in this test, what an earlier test left for the collector.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = report_runs(tmp_path, "m0", "m1")
     assert result.exit_code == 0, result.output
     shown = "".join(result.output.split())
     assert "note=$\\foo$[red]x[/red]![x](http://evil/t.png)" in shown
