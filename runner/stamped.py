@@ -14,7 +14,8 @@ and the cache replaced, atomically (contract/files.py).
 Caches live beside this module's bytecode, where Python keeps its own (__pycache__, or
 PYTHONPYCACHEPREFIX's tree), and are not written under PYTHONDONTWRITEBYTECODE; a place that
 cannot be written means no cache, never an error. One file per interpreter and sys.path (two
-virtual environments on one checkout see different plugins) and per key.
+virtual environments on one checkout see different plugins) and per key; each write leaves a
+name's KEEP newest files and deletes older ones.
 
 The format is marshal, not JSON, behind a checksum: this module is read on `runner --help`'s
 start-up path (runner/cli/start.py), where importing json, pathlib or hashlib would each cost
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 FORMAT = b"stackbench-stamped-1\n"  # the layout below; another is a miss
 MAX_BYTES = 8 << 20  # a stamp of a few thousand files and a few KiB of payload
+# The caches of one name kept (the newest written): a reply is 50-60 KB, mostly its stamp.
+KEEP = 32
 # The files of a distribution's metadata that decide what it adds and under which version.
 _DIST_FILES = ("entry_points.txt", "METADATA", "PKG-INFO")
 # path -> stamp of every file that a cache this process read was derived from: what this
@@ -103,6 +106,34 @@ def write(path: str, payload: Any, started_ns: int, key: object = None) -> None:
     # A read-only or full disk, a folder not ours, a link in place of it: no cache.
     with contextlib.suppress(OSError):
         write_bytes(Path(path), blob)
+        prune(path, KEEP)
+
+
+def prune(path: str, keep: int) -> None:
+    """Leave the `keep` newest-written caches of the name `path` is one of (one per key:
+    each terminal width `runner --help` was asked at is one), deleting older ones, so that
+    a cache never grows without bound. Only regular files of ours are touched, and one that
+    goes meanwhile (another process pruning) is passed over."""
+    import contextlib  # only a miss prunes
+
+    folder, base = os.path.split(path)
+    name = base.rsplit(".", 2)[0]  # cache_path's f"{name}.{tag:08x}.cache"
+    found: list[tuple[int, str]] = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            parts = entry.name.rsplit(".", 2)
+            if len(parts) != 3 or parts[0] != name or parts[2] != "cache":
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                found.append((st.st_mtime_ns, entry.path))
+    for _, old in sorted(found, reverse=True)[keep:]:
+        if old != path:
+            with contextlib.suppress(OSError):
+                os.unlink(old)
 
 
 def encode(data: Any) -> bytes:
