@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,10 +71,15 @@ def dashboard_process(results: Path, port: int = 0) -> Iterator[str]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "COLUMNS": "300"},
     )  # fmt: skip
+    said: list[str] = []
+    # Read to the end: a pipe nobody reads fills (64 KiB) and then blocks the dashboard's next
+    # write to it, its event loop with it. What it said is printed at the end, for a failure.
+    reader = threading.Thread(target=lambda: said.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         if " at " not in line:
             raise RuntimeError(f"runner dashboard did not start: {line}{proc.stdout.read()}")  # type: ignore[union-attr]
+        reader.start()
         yield line.split(" at ")[1].split(";")[0].strip()
     finally:
         proc.terminate()
@@ -82,6 +88,9 @@ def dashboard_process(results: Path, port: int = 0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if reader.ident is not None:  # started
+            reader.join(timeout=10)
+        print(f"runner dashboard said after its first line ({len(said)} lines):", *said[-50:])
 
 
 def chart_points(driver: Any, chart: str, series: int = 0) -> int:
