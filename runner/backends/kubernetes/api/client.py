@@ -76,6 +76,7 @@ class KubeApi(ApiCalls):
         api_client = self._load(conn)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.apps = client.AppsV1Api(api_client)
         self.host = api_client.configuration.host
         self.errors = ApiErrors(conn, self.host)
         install(api_client.rest_client.pool_manager)  # every call's sockets get its deadline
@@ -170,6 +171,13 @@ class KubeApi(ApiCalls):
         if other is not None:
             raise self.errors.garbage(what, f"{other} instead of {r.kind} {name}")
         return obj
+
+    def get_deployment(self, namespace: str, name: str) -> Any:
+        """The Deployment `name` in `namespace` (the job controller's, not the jobs'), as the
+        server's JSON, asked once: it is only recorded (controller.py checks its fields)."""
+        what = f"get Deployment {namespace}/{name}"
+        get = self.apps.read_namespaced_deployment
+        return self.errors.json(self.answer(what, get, name, namespace, attempts=1), what)
 
     def delete_job(self, name: str, uid: str | None = None) -> None:
         """Delete the job; with `uid`, only that one: a job made again under its name is
