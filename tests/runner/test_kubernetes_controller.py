@@ -5,6 +5,9 @@ hostile Deployment is recorded "unknown" with a short reason, and the submit sti
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,9 @@ import pytest
 from contract import files
 from contract.rundir import JobState
 from contract.stack import JOB_CONTROLLERS
+from runner.backends.kubernetes.api.client import KubeApi
+from runner.backends.kubernetes.api.limits import ApiLimits
+from runner.backends.kubernetes.backend import KubernetesBackend
 from runner.backends.kubernetes.controller import (
     MAX_REASON_CHARS,
     UNKNOWN,
@@ -22,7 +28,8 @@ from runner.backends.kubernetes.controller import (
 from runner.results import rundir
 from tests.runner.k8s_emulator import DEPLOYMENTS
 from tests.runner.k8s_fake import CONTROLLER_IMAGES, FakeCluster, controller_deployment
-from tests.runner.k8s_helpers import make_backend, make_spec, submit
+from tests.runner.k8s_helpers import make_backend, make_spec, stack_connection, submit
+from tests.runner.k8s_socket import RawServer, Request, head
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,3 +125,33 @@ def test_an_image_names_its_tag_else_its_digest():
     for untagged in ("registry:5000/org/ctl", "ghcr.io/ctl@sha256:short"):
         with pytest.raises(Unreadable):
             image_version(untagged)
+
+
+def test_a_deployment_read_that_never_answers_holds_the_submit_only_to_its_deadline(tmp_path):
+    """A real socket that takes the Deployment request and never answers: the read gives up at
+    its deadline (here the call deadline of 1 s, below the read's own 10 s), the version is
+    unknown, and the job is created all the same."""
+
+    def answer(request: Request, conn: socket.socket) -> None:
+        if request.method == "GET":
+            threading.Event().wait(30)  # held open, silent
+            return
+        body = json.dumps({"metadata": {"name": "x", "uid": "uid-1"}}).encode()
+        conn.sendall(head("201 Created", {"Content-Length": str(len(body))}) + body)
+
+    server = RawServer(answer)
+    conn = stack_connection("trainjob", None, kubeconfig=server.kubeconfig())
+    limits = ApiLimits(call_deadline_s=1.0)
+    backend = KubernetesBackend(
+        conn, results_root=tmp_path, api_factory=lambda c: KubeApi(c, limits=limits)
+    )
+    try:
+        with backend:
+            _, run_dir = submit(backend, tmp_path, make_spec())
+    finally:
+        server.close()
+    recorded = files.read_json(run_dir / rundir.JOB)["cluster"]
+    assert recorded["job_uid"] == "uid-1"
+    assert recorded["controller"]["version"] == UNKNOWN
+    assert "deadline of 1 s" in recorded["controller"]["reason"]
+    assert [r.method for r in server.requests] == ["GET", "POST", "POST"]  # job, then Secret

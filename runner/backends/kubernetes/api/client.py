@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 FOLLOW_READ_TIMEOUT_S = 600.0
 COLLECTIONS = ("job", "pods", "events")
 MAX_UID_CHARS = 128  # a uid is a UUID (36); more is garbage, not to be written into job.json
+# A read that only informs a record (the job controller's version) waits at most this long.
+OPTIONAL_READ_DEADLINE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -174,10 +176,16 @@ class KubeApi(ApiCalls):
 
     def get_deployment(self, namespace: str, name: str) -> Any:
         """The Deployment `name` in `namespace` (the job controller's, not the jobs'), as the
-        server's JSON, asked once: it is only recorded (controller.py checks its fields)."""
+        server's JSON, asked once and within OPTIONAL_READ_DEADLINE_S: it is only recorded
+        (controller.py checks its fields), so it may not hold a submit up for long."""
         what = f"get Deployment {namespace}/{name}"
         get = self.apps.read_namespaced_deployment
-        return self.errors.json(self.answer(what, get, name, namespace, attempts=1), what)
+        deadline = Deadline(min(self.limits.call_deadline_s, OPTIONAL_READ_DEADLINE_S))
+        try:
+            body = self.answer(what, get, name, namespace, attempts=1, deadline=deadline)
+        finally:
+            deadline.close()
+        return self.errors.json(body, what)
 
     def delete_job(self, name: str, uid: str | None = None) -> None:
         """Delete the job; with `uid`, only that one: a job made again under its name is
