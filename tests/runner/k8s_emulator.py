@@ -23,6 +23,7 @@ from typing import Any
 
 import kmock
 
+from contract.stack import RUNNER_IDENTITY
 from tests.runner.k8s_streams import Change, WatchStreams
 
 PODS = "v1/pods"
@@ -33,7 +34,7 @@ PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
 JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
 DEPLOYMENTS = "apps/v1/deployments"
 # Who the fake's RBAC answers as: the runner's identity in the jobs' namespace (contract/stack.py).
-RBAC_USER = "system:serviceaccount:{namespace}:stackbench-cli"
+RBAC_USER = "system:serviceaccount:{namespace}:" + RUNNER_IDENTITY
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 JOB_RESOURCES = {"trainjob": TRAINJOBS, "pytorchjob": PYTORCHJOBS}

@@ -23,6 +23,7 @@ from runner.backends.kubernetes.controller import (
     MAX_REASON_CHARS,
     UNKNOWN,
     Unreadable,
+    forbidden,
     image_version,
 )
 from runner.results import rundir
@@ -64,7 +65,13 @@ def test_a_forbidden_deployment_is_recorded_unknown_and_the_submit_succeeds(clus
     cluster.forbid_deployments()
     recorded = submitted(cluster, tmp_path, "trainjob")
     assert recorded["version"] == UNKNOWN and "image" not in recorded
-    assert recorded["reason"].startswith("forbidden:") and "pulumi up" in recorded["reason"]
+    # The connection is stack gke-gpu-8's (k8s_helpers.stack_connection): the Role is missing.
+    assert recorded["reason"].startswith("forbidden:")
+    assert "`pulumi up --stack gke-gpu-8` does" in recorded["reason"]
+
+
+def test_a_forbidden_read_on_a_kubeconfigs_cluster_blames_the_users_permissions():
+    assert "the kubeconfig's user may not get" in forbidden(None)
 
 
 def test_a_missing_deployment_is_recorded_unknown(cluster, tmp_path):

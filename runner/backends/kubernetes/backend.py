@@ -11,7 +11,9 @@ directory first, so a run whose job was never created (its submit failed) needs 
 A job is the run's by its uid too, which submit records in job.json (identity.py): a job
 deleted and made again under the run's name is another, so the run is FAILED. Submit then makes
 the run's own Secret, owned by the job, which the pods read the key of their signed elastic
-records from (runsecret.py); whatever deletes the job deletes it too.
+records from (runsecret.py); whatever deletes the job deletes it too. Before the create, submit
+reads which controller version will run the job, for job.json (controller.py; never a reason
+for a submit to fail).
 
 Results come from the stack's results store when it has one (results_store.py); otherwise, or
 for any file the store lacks or that fails its check, they are rebuilt from rank 0's own lines
@@ -158,7 +160,7 @@ class KubernetesBackend:
         name = self._name(handle)  # the manifest's namespace is this connection's
         # Which controller will run it, read before the job exists: a slow answer delays
         # nothing that runs. Whatever the cluster says, the submit goes on (controller.py).
-        ran_by = controller.read_controller(self.api, self.conn.job_api)
+        ran_by = controller.read_controller(self.api, self.conn.job_api, self.conn.stack)
         try:
             uid = self.api.create_job(dict(request.manifest))
         except RunnerError as err:

@@ -25,10 +25,6 @@ from runner.backends.kubernetes.api.apierrors import Forbidden, NotFound
 from runner.errors import RunnerError
 
 UNKNOWN = "unknown"
-FORBIDDEN = (
-    "forbidden: the runner's identity may not read the Deployment (an identity made before "
-    "stacks granted it: `pulumi up` does)"
-)
 MAX_IMAGE_CHARS = 255  # the registry's limit of a repository name; a reference a bit more
 MAX_REASON_CHARS = 200
 MAX_SHOWN_CHARS = 60  # of a hostile value quoted in a reason
@@ -47,9 +43,10 @@ class Unreadable(Exception):
     """Why the Deployment read says no version (a short reason, ours)."""
 
 
-def read_controller(api: DeploymentReader, job_api: JobApi) -> dict[str, str]:
+def read_controller(api: DeploymentReader, job_api: JobApi, stack: str | None) -> dict[str, str]:
     """job.json's `cluster.controller`: the Deployment read, and its manager's `image` and
-    `version`, or version "unknown" and the `reason`. Never raises a RunnerError."""
+    `version`, or version "unknown" and the `reason`. Never raises a RunnerError. `stack`: the
+    stack the cluster is (None: a kubeconfig's), for what a 403 means."""
     controller = JOB_CONTROLLERS[job_api]
     where = f"{controller.namespace}/{controller.deployment}"
     try:
@@ -57,7 +54,7 @@ def read_controller(api: DeploymentReader, job_api: JobApi) -> dict[str, str]:
         image = manager_image(deployment, controller)
         version = image_version(image)
     except Forbidden:
-        return _unknown(where, FORBIDDEN)
+        return _unknown(where, forbidden(stack))
     except NotFound:
         return _unknown(where, "no such Deployment (the controller is installed elsewhere)")
     except RunnerError as err:
@@ -65,6 +62,14 @@ def read_controller(api: DeploymentReader, job_api: JobApi) -> dict[str, str]:
     except Unreadable as err:
         return _unknown(where, str(err))
     return {"deployment": where, "image": image, "version": version}
+
+
+def forbidden(stack: str | None) -> str:
+    """Why a 403 on the Deployment: the Role a stack grants is missing, or the user's."""
+    if stack:
+        return (f"forbidden: stack {stack}'s runner identity was made before stacks let it "
+                f"read the controller's Deployment; `pulumi up --stack {stack}` does")  # fmt: skip
+    return "forbidden: the kubeconfig's user may not get the controller's Deployment"
 
 
 def manager_image(deployment: Any, controller: JobController) -> str:
