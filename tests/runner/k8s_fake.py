@@ -285,13 +285,14 @@ class FakeCluster:
 
         self._mutate(apply)
 
-    def put_deployment(self, deployment: dict[str, Any]) -> None:
-        """Make (or replace) a Deployment, in the namespace its metadata names."""
+    def put_deployment(self, deployment: dict[str, Any], at: tuple[str, str] | None = None) -> None:
+        """Make (or replace) a Deployment where its metadata says, or serve it at `at`
+        (namespace, name): a broken server or proxy answering with another object."""
         meta = deployment["metadata"]
+        namespace, name = at or (meta["namespace"], meta["name"])
 
         def apply() -> None:
-            key = (DEPLOYMENTS, meta["namespace"], meta["name"])
-            self.emulator.objects[key] = deployment
+            self.emulator.objects[DEPLOYMENTS, namespace, name] = deployment
 
         self._mutate(apply)
 

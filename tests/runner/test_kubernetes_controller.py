@@ -27,7 +27,6 @@ from runner.backends.kubernetes.controller import (
     image_version,
 )
 from runner.results import rundir
-from tests.runner.k8s_emulator import DEPLOYMENTS
 from tests.runner.k8s_fake import CONTROLLER_IMAGES, FakeCluster, controller_deployment
 from tests.runner.k8s_helpers import make_backend, make_spec, stack_connection, submit
 from tests.runner.k8s_socket import RawServer, Request, head
@@ -108,10 +107,7 @@ def test_another_object_than_the_deployment_asked_for_is_not_read_as_it(cluster,
     deployment = controller_deployment("trainjob", "ghcr.io/evil:v9")
     deployment["metadata"]["name"] = "something-else"
     controller = JOB_CONTROLLERS["trainjob"]
-    cluster.put_deployment(deployment)  # under another name: the asked-for one...
-    cluster.emulator.objects[DEPLOYMENTS, controller.namespace, controller.deployment] = (
-        deployment  # ...answers with it
-    )
+    cluster.put_deployment(deployment, at=(controller.namespace, controller.deployment))
     recorded = submitted(cluster, tmp_path, "trainjob")
     assert recorded["version"] == UNKNOWN and "another object" in recorded["reason"]
 
