@@ -4,8 +4,9 @@ infra/outputs.py exports exactly `OUTPUT_NAMES` (marking `SECRET_OUTPUTS` secret
 tests run the Pulumi program under mocks and read what it exported through `parse_outputs`;
 the runner reads `pulumi stack output --json --show-secrets` through the same `parse_outputs`
 (runner/backends/kubernetes/connection.py). One check, so a stack that passes its tests is a
-stack the runner accepts. Also here: the few facts both sides build on (the job APIs, where
-results are mounted, the user the training image runs as, how long a finished job is kept).
+stack the runner accepts. Also here: the few facts both sides build on (the job APIs and where
+their controllers run, where results are mounted, the user the training image runs as, how
+long a finished job is kept).
 
 Not here: how infra computes an output (infra/), what the runner does with it (runner/). The
 stack's *settings* are contract/stackconfig/config.py's. Standard library only.
@@ -77,6 +78,41 @@ def runner_role_rules(job_api: JobApi) -> tuple[dict[str, tuple[str, ...]], ...]
 
 def _rule(group: str, resource: str, *verbs: str) -> dict[str, tuple[str, ...]]:
     return {"apiGroups": (group,), "resources": (resource,), "verbs": verbs}
+
+
+@dataclass(frozen=True)
+class JobController:
+    """The Deployment that runs a job API's controller, as the stack's add-on installs it:
+    where it is, and the container whose image says which version runs."""
+
+    namespace: str
+    deployment: str
+    container: str
+
+
+# Read from the upstream manifests at the versions infra/sources.py pins:
+# - Trainer 2.3.0's chart (charts/kubeflow-trainer/templates/manager/deployment.yaml): the
+#   Deployment `<fullname>-controller-manager` in the release's namespace, container `manager`;
+#   the stack's release is `kubeflow-trainer` in `kubeflow-system` (infra/addons.py), and a
+#   release named like its chart has that name as its fullname.
+# - training-operator v1.9.4 (manifests/base/deployment.yaml, overlays/standalone): the
+#   Deployment `training-operator` in `kubeflow`, container `training-operator`.
+# A cluster made elsewhere may have them elsewhere: the runner then records them as unknown.
+JOB_CONTROLLERS: Mapping[JobApi, JobController] = MappingProxyType({
+    "trainjob": JobController("kubeflow-system", "kubeflow-trainer-controller-manager", "manager"),
+    "pytorchjob": JobController("kubeflow", "training-operator", "training-operator"),
+})  # fmt: skip
+# The name of the runner's second Role (and its RoleBinding), in the controller's namespace:
+# distinct from RUNNER_IDENTITY's, since a stack may put its jobs in that namespace too.
+CONTROLLER_READER = f"{RUNNER_IDENTITY}-controller"
+
+
+def controller_role_rules(job_api: JobApi) -> tuple[dict[str, tuple[str, ...]], ...]:
+    """The rules of the runner's Role in the controller's namespace: `get` of the controller's
+    one Deployment (resourceNames), which submit reads to record the controller's version
+    (runner/backends/kubernetes/controller.py); nothing else there, not even list."""
+    controller = JOB_CONTROLLERS[job_api]
+    return ({**_rule("apps", "deployments", "get"), "resourceNames": (controller.deployment,)},)
 
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

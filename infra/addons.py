@@ -22,7 +22,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from contract.stack import JOB_SERVICE_ACCOUNT, STACK_TRAINING_RUNTIME
+from contract.stack import JOB_CONTROLLERS, JOB_SERVICE_ACCOUNT, STACK_TRAINING_RUNTIME
 from contract.stackconfig.config import StackConfig
 from infra.cluster import ClusterComponent
 from infra.image import TrainingImage
@@ -31,7 +31,10 @@ from infra.results import ResultsStore
 from infra.runtime import runtime_manifest
 from infra.sources import DEVICE_PLUGIN, TRAINER, TRAINING_OPERATOR
 
-TRAINER_NAMESPACE = "kubeflow-system"
+TRAINER_NAMESPACE = JOB_CONTROLLERS["trainjob"].namespace
+# The chart names its controller's Deployment `<release>-controller-manager` when the release is
+# named like the chart: contract/stack.py's JOB_CONTROLLERS holds that name, so keep the two.
+TRAINER_RELEASE = "kubeflow-trainer"
 HELM_TIMEOUT_S = 600
 
 
@@ -39,7 +42,8 @@ class Addons(pulumi.ComponentResource):
     """Operators, device plugin, namespace and the jobs' service account in one cluster.
 
     `training_runtime` is the ClusterTrainingRuntime TrainJobs reference ("" on pytorchjob
-    stacks)."""
+    stacks); `controller_namespace` what makes the job controller's namespace (the Trainer's
+    Namespace, or the training-operator's manifests, which hold theirs)."""
 
     def __init__(
         self,
@@ -76,12 +80,14 @@ class Addons(pulumi.ComponentResource):
         )
         self.training_runtime = ""
         self.operator: k8s.helm.v3.Release | k8s.kustomize.v2.Directory
+        self.controller_namespace: pulumi.Resource
         if cfg.job_api == "trainjob":
-            self.operator = self._trainer(name)
+            self.controller_namespace, self.operator = self._trainer(name)
             self._runtime(name, image)
             self.training_runtime = STACK_TRAINING_RUNTIME
         else:
             self.operator = self._training_operator(name)
+            self.controller_namespace = self.operator
         self.device_plugin = self._device_plugin(name) if needs_device_plugin(cfg) else None
         self.register_outputs(
             {
@@ -93,13 +99,13 @@ class Addons(pulumi.ComponentResource):
             }
         )
 
-    def _trainer(self, name: str) -> k8s.helm.v3.Release:
+    def _trainer(self, name: str) -> tuple[k8s.core.v1.Namespace, k8s.helm.v3.Release]:
         namespace = k8s.core.v1.Namespace(
             f"{name}-trainer-ns", metadata={"name": TRAINER_NAMESPACE}, opts=self._k8s
         )
-        return k8s.helm.v3.Release(
+        return namespace, k8s.helm.v3.Release(
             f"{name}-trainer",
-            name="kubeflow-trainer",
+            name=TRAINER_RELEASE,
             chart=TRAINER.location,
             version=self.cfg.trainer_version,
             namespace=TRAINER_NAMESPACE,

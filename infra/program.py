@@ -30,7 +30,8 @@ def main() -> None:
     image = TrainingImage(f"{cfg.stack}-image", cfg, cluster)
     results = ResultsStore(f"{cfg.stack}-results", cfg, cluster)
     addons = Addons(f"{cfg.stack}-addons", cfg, cluster, results, image)
-    runner = RunnerIdentity(f"{cfg.stack}-runner", cfg, cluster, after=addons)
+    runner = RunnerIdentity(f"{cfg.stack}-runner", cfg, cluster, after=addons,
+                            controller_after=addons.controller_namespace)  # fmt: skip
     job_resources = node_job_resources(cfg)
     export_outputs(
         {

@@ -1,5 +1,7 @@
 """The runner's identity in the cluster: a ServiceAccount, a Role in the jobs' namespace with
-exactly the verbs the runner uses (contract.stack.runner_role_rules), a RoleBinding, and the
+exactly the verbs the runner uses (contract.stack.runner_role_rules), a RoleBinding, a second
+Role and RoleBinding in the job controller's namespace that let it read that one Deployment
+(contract.stack.controller_role_rules: submit records the controller's version), and the
 kubeconfig the runner reads from the stack's `runner_kubeconfig` output.
 
 The kubeconfig is the admin kubeconfig's cluster (server and CA, nothing of its user) with the
@@ -21,7 +23,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from contract.stack import RUNNER_IDENTITY, JobApi, runner_role_rules
+from contract.stack import (
+    CONTROLLER_READER,
+    JOB_CONTROLLERS,
+    RUNNER_IDENTITY,
+    JobApi,
+    controller_role_rules,
+    runner_role_rules,
+)
 from contract.stackconfig.config import StackConfig
 from infra.cluster import ClusterComponent
 
@@ -31,7 +40,8 @@ SERVICE_ACCOUNT_ANNOTATION = "kubernetes.io/service-account.name"
 
 class RunnerIdentity(pulumi.ComponentResource):
     """The runner's ServiceAccount, Role, RoleBinding and token; `kubeconfig` (secret) is the
-    runner's way in. `after`: what makes the jobs' namespace (the add-ons)."""
+    runner's way in. `after`: what makes the jobs' namespace (the add-ons); `controller_after`:
+    what makes the job controller's (Addons.controller_namespace)."""
 
     def __init__(
         self,
@@ -39,6 +49,7 @@ class RunnerIdentity(pulumi.ComponentResource):
         cfg: StackConfig,
         cluster: ClusterComponent,
         after: pulumi.Resource,
+        controller_after: pulumi.Resource,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("stackbench:index:RunnerIdentity", name, None, opts)
@@ -57,19 +68,19 @@ class RunnerIdentity(pulumi.ComponentResource):
         )
         role = k8s.rbac.v1.Role(f"{name}-role", metadata=meta, rules=role_rules(cfg.job_api),
                                 opts=k8s_opts)  # fmt: skip
-        k8s.rbac.v1.RoleBinding(
-            f"{name}-binding",
-            metadata=meta,
-            role_ref={
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": RUNNER_IDENTITY,
-            },
-            subjects=[
-                {"kind": "ServiceAccount", "name": RUNNER_IDENTITY, "namespace": cfg.namespace}
-            ],
-            opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[role])),
+        _bind(f"{name}-binding", meta, cfg.namespace, role, k8s_opts)
+        controller_opts = pulumi.ResourceOptions.merge(
+            k8s_opts, pulumi.ResourceOptions(depends_on=[controller_after])
         )
+        controller_meta: k8s.meta.v1.ObjectMetaArgsDict = {
+            "name": CONTROLLER_READER,
+            "namespace": JOB_CONTROLLERS[cfg.job_api].namespace,
+        }
+        controller_role = k8s.rbac.v1.Role(f"{name}-controller-role", metadata=controller_meta,
+                                           rules=_spelled(controller_role_rules(cfg.job_api)),
+                                           opts=controller_opts)  # fmt: skip
+        _bind(f"{name}-controller-binding", controller_meta, cfg.namespace, controller_role,
+              controller_opts)  # fmt: skip
         token = k8s.core.v1.Secret(
             f"{name}-token",
             metadata={
@@ -93,9 +104,31 @@ class RunnerIdentity(pulumi.ComponentResource):
 
 def role_rules(job_api: JobApi) -> list[dict[str, Any]]:
     """The Role's rules as the Kubernetes API spells them."""
-    return [
-        {key: list(values) for key, values in rule.items()} for rule in runner_role_rules(job_api)
-    ]
+    return _spelled(runner_role_rules(job_api))
+
+
+def _spelled(rules: tuple[dict[str, tuple[str, ...]], ...]) -> list[dict[str, Any]]:
+    return [{key: list(values) for key, values in rule.items()} for rule in rules]
+
+
+def _bind(
+    name: str,
+    meta: k8s.meta.v1.ObjectMetaArgsDict,
+    account_namespace: str,
+    role: k8s.rbac.v1.Role,
+    opts: pulumi.ResourceOptions,
+) -> k8s.rbac.v1.RoleBinding:
+    """A RoleBinding of `meta`'s name and namespace granting the Role of that name to the
+    runner's ServiceAccount (in `account_namespace`, the jobs')."""
+    return k8s.rbac.v1.RoleBinding(
+        name,
+        metadata=meta,
+        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": meta["name"]},
+        subjects=[
+            {"kind": "ServiceAccount", "name": RUNNER_IDENTITY, "namespace": account_namespace}
+        ],
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])),
+    )
 
 
 def _token(data: Any) -> str:

@@ -12,7 +12,14 @@ import pytest
 from infra_harness import OPERATOR_CIDR, REPO, Evaluation, Secret, evaluate, evaluated, stack_names
 from infra_mocks import MOCK_TOKEN
 
-from contract.stack import JOB_SERVICE_ACCOUNT, RUNNER_IDENTITY, runner_role_rules
+from contract.stack import (
+    CONTROLLER_READER,
+    JOB_CONTROLLERS,
+    JOB_SERVICE_ACCOUNT,
+    RUNNER_IDENTITY,
+    controller_role_rules,
+    runner_role_rules,
+)
 from contract.stackconfig import stackfiles
 from contract.stackconfig.config import ConfigError, check_deployable
 from infra import kind_bandwidth, rbac
@@ -54,10 +61,10 @@ def _strings(value):
 
 def test_the_jobs_service_account_has_no_kubernetes_permissions(ev):
     """Jobs need nothing from the API server (peers come from the operator, results go to a
-    volume); the one RoleBinding binds the runner's identity, never the jobs'."""
+    volume); the RoleBindings bind the runner's identity, never the jobs'."""
     bindings = ev.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
     subjects = [s["name"] for b in bindings for s in b.inputs["subjects"]]
-    assert subjects == [RUNNER_IDENTITY]
+    assert subjects == [RUNNER_IDENTITY, RUNNER_IDENTITY]  # the jobs' namespace, the controller's
     assert JOB_SERVICE_ACCOUNT != RUNNER_IDENTITY
     cluster_wide = ("ClusterRole", "ClusterRoleBinding")
     assert not [r for r in ev.resources if r.type.rpartition(":")[2] in cluster_wide]
@@ -76,7 +83,7 @@ def test_no_service_account_mounts_an_api_token(ev):
 
 
 def test_the_runner_role_allows_exactly_what_the_runner_calls_in_the_jobs_namespace(ev):
-    role = ev.one("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    role = ev.one("kubernetes:rbac.authorization.k8s.io/v1:Role", "-runner-role")
     namespace = ev.value("namespace")
     assert role.inputs["metadata"] == {"name": RUNNER_IDENTITY, "namespace": namespace}
     expected = [
@@ -93,13 +100,63 @@ def test_the_runner_role_allows_exactly_what_the_runner_calls_in_the_jobs_namesp
         "bind",
         "impersonate",
     }
-    binding = ev.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    binding = ev.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "-runner-binding")
     assert binding.inputs["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUNNER_IDENTITY
     }  # fmt: skip
     assert binding.inputs["subjects"] == [
         {"kind": "ServiceAccount", "name": RUNNER_IDENTITY, "namespace": namespace}
     ]
+
+
+def check_controller_reader(ev: Evaluation) -> None:
+    """The runner's second Role: `get` of the job controller's one Deployment, in the
+    controller's namespace, bound to the runner's account, made after that namespace is."""
+    job_api = ev.value("job_api")
+    controller = JOB_CONTROLLERS[job_api]
+    role = ev.one("kubernetes:rbac.authorization.k8s.io/v1:Role", "-runner-controller-role")
+    meta = {"name": CONTROLLER_READER, "namespace": controller.namespace}
+    assert role.inputs["metadata"] == meta
+    assert role.inputs["rules"] == [{
+        "apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"],
+        "resourceNames": [controller.deployment],
+    }]  # fmt: skip
+    assert role.inputs["rules"] == [
+        {k: list(v) for k, v in rule.items()} for rule in controller_role_rules(job_api)
+    ]
+    binding = ev.one(
+        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "-runner-controller-binding"
+    )
+    assert binding.inputs["metadata"] == meta
+    assert binding.inputs["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER_READER
+    }  # fmt: skip
+    assert binding.inputs["subjects"] == [
+        {"kind": "ServiceAccount", "name": RUNNER_IDENTITY, "namespace": ev.value("namespace")}
+    ]
+    # Made once its namespace is: the Trainer's Namespace, or the training-operator's manifests.
+    maker = (
+        ev.one("kubernetes:core/v1:Namespace", "-trainer-ns")
+        if job_api == "trainjob"
+        else ev.one("kubernetes:kustomize/v2:Directory")
+    )
+    if job_api == "trainjob":
+        assert maker.inputs["metadata"]["name"] == controller.namespace
+        # The chart names the Deployment after the release (contract/stack.py says how).
+        trainer = ev.one("kubernetes:helm.sh/v3:Release", "-trainer")
+        assert trainer.inputs["namespace"] == controller.namespace
+        assert f"{trainer.inputs['name']}-controller-manager" == controller.deployment
+    assert maker.urn in role.dependencies and maker.urn in binding.dependencies
+
+
+def test_the_runner_may_read_the_job_controllers_deployment_and_nothing_else_there(ev):
+    check_controller_reader(ev)
+
+
+def test_a_pytorchjob_stack_lets_the_runner_read_the_training_operators_deployment():
+    ev = evaluate("kind", {"stackbench:jobApi": "pytorchjob"})
+    assert ev.value("job_api") == "pytorchjob"
+    check_controller_reader(ev)
 
 
 def test_the_runner_kubeconfig_is_a_secret_holding_the_runners_token_and_no_admin_user(ev):

@@ -2,7 +2,15 @@
 versions and the history of changes, injected faults, the API server's create defaults and
 delete preconditions, and the two controllers the fake plays itself: Kubeflow Trainer's (a
 TrainJob's JobSet) and the garbage collector's (what a deleted object owns). Its lists, watches
-and pod logs are in k8s_streams.py."""
+and pod logs are in k8s_streams.py.
+
+RBAC is enforced for Deployments alone (the job controllers', in their own namespaces): a
+request for one is answered as the real authorizer answers a user without a Role allowing it,
+403 Forbidden with the API server's Status object and wording, before whether the object exists
+is looked at (so a missing Deployment without the Role is a 403 too, and with it a 404). What
+it differs in: only `get` of a granted (namespace, name) is allowed, as the runner's
+resourceNames Role allows, never list or watch; every other request is allowed, as to an
+admin (tests/runner/test_runner_role.py checks those against the runner's Role instead)."""
 
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ from typing import Any
 
 import kmock
 
+from contract.stack import RUNNER_IDENTITY
 from tests.runner.k8s_streams import Change, WatchStreams
 
 PODS = "v1/pods"
@@ -23,6 +32,9 @@ SECRETS = "v1/secrets"
 TRAINJOBS = "trainer.kubeflow.org/v1alpha1/trainjobs"
 PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
 JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
+DEPLOYMENTS = "apps/v1/deployments"
+# Who the fake's RBAC answers as: the runner's identity in the jobs' namespace (contract/stack.py).
+RBAC_USER = "system:serviceaccount:{namespace}:" + RUNNER_IDENTITY
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 JOB_RESOURCES = {"trainjob": TRAINJOBS, "pytorchjob": PYTORCHJOBS}
@@ -59,6 +71,9 @@ class Emulator(WatchStreams, kmock.KubernetesEmulator):
         self.oldest_version = 0  # a watch from before this version is told 410 Gone
         self.drops = 0  # bumped to cut every open stream
         self.make_jobsets = True  # Kubeflow Trainer makes a TrainJob's JobSet at once
+        # The Deployments (namespace, name) a Role lets the runner `get` (resourceNames).
+        self.deployment_grants: set[tuple[str, str]] = set()
+        self.user_namespace = "bench"  # the runner's account's, for the 403's wording
         self._tick = asyncio.Event()
 
     # ---- the history of changes --------------------------------------------------------
@@ -90,6 +105,8 @@ class Emulator(WatchStreams, kmock.KubernetesEmulator):
             meta.setdefault("uid", f"uid-{meta.get('name')}-{self.version + 1}")
         if request.action == kmock.action.DELETE:
             await self._check_preconditions(request)
+        if request.resource is not None and request.resource.plural == "deployments":
+            self._authorize_deployment(request)
         for fault in self.faults:
             is_watch = request.params.get("watch") == "true"
             if (
@@ -114,6 +131,26 @@ class Emulator(WatchStreams, kmock.KubernetesEmulator):
                 if request.resource.plural == "trainjobs":
                     self._trainer(request.action, request.namespace, name)
         return response
+
+    def _authorize_deployment(self, request: Any) -> None:
+        """The RBAC authorizer's answer to a Deployment request: allowed only for a `get` of a
+        granted one; otherwise 403 as kube-apiserver words it (its Status: reason Forbidden,
+        details naming the object and the resource, apps' group)."""
+        name, namespace = request.name, request.namespace
+        if request.action == kmock.action.FETCH and (namespace, name) in self.deployment_grants:
+            return
+        verb = {kmock.action.FETCH: "get", kmock.action.LIST: "list"}.get(request.action, "get")
+        if request.params.get("watch") == "true":
+            verb = "watch"
+        user = RBAC_USER.format(namespace=self.user_namespace)
+        what = f'deployments.apps "{name}"' if name else "deployments.apps"
+        raise kmock.KubernetesError(
+            status=403,
+            reason="Forbidden",
+            message=f'{what} is forbidden: User "{user}" cannot {verb} resource "deployments" '
+            f'in API group "apps" in the namespace "{namespace}"',
+            details={"name": name or "", "group": "apps", "kind": "deployments"},
+        )
 
     def _trainer(self, action: Any, namespace: str, name: str) -> None:
         """Kubeflow Trainer's part (under the lock): a TrainJob created gets its JobSet, of the

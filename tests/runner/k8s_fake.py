@@ -8,8 +8,13 @@ The test plays the controllers: it adds pods and sets job conditions the way the
 operators and the kubelet would. The fake plays one itself: Kubeflow Trainer's, which makes a
 JobSet (owned by the TrainJob) as a TrainJob is created and removes it with the job, and JobSet's
 labelling of the pods (add_pod gives a pod that names a JobSet that JobSet's uid); and the garbage
-collector's, which deletes what a deleted object owns (a run's Secret, owned by its job). The
-backend under test talks to it with the official client.
+collector's, which deletes what a deleted object owns (a run's Secret, owned by its job). It
+holds each installed job API's controller Deployment where the stack's add-ons put it
+(contract/stack.py JOB_CONTROLLERS), with the upstream image of the version the stack pins, and
+answers a Deployment request as RBAC does: allowed only where the runner's controller Role
+grants it (forbid_deployments: an identity without that Role; k8s_emulator.py says how the
+fake's RBAC differs from the real one). The backend under test talks to it with the official
+client.
 Every change, through HTTP or through these helpers, gets the next resource version and is kept
 in a history that watches replay from the version they ask for, as the real API server's watch
 cache does.
@@ -30,7 +35,9 @@ from typing import Any
 
 import kmock
 
+from contract.stack import JOB_CONTROLLERS
 from tests.runner.k8s_emulator import (
+    DEPLOYMENTS,
     EVENTS,
     JOB_RESOURCES,
     JOBSET_NAME,
@@ -42,6 +49,14 @@ from tests.runner.k8s_emulator import (
     Fault,
 )
 from tests.runner.k8s_streams import Change
+
+# The controllers' images as the stack's pinned add-ons deploy them: the Trainer 2.3.0 chart's
+# default (values.yaml image, tag v + the chart's version), and training-operator v1.9.4's
+# standalone overlay's (its kustomization pins the image to a commit's tag, not the version).
+CONTROLLER_IMAGES = {
+    "trainjob": "ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0",
+    "pytorchjob": "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489",
+}
 
 
 class FakeCluster:
@@ -69,8 +84,16 @@ class FakeCluster:
             SECRETS,
             *apis,
             *([JOBSETS] if "trainjob" in self._installed else []),
+            DEPLOYMENTS,
         ):
             emulator.resources[resource] = {}
+        emulator.user_namespace = self.namespace
+        for api in self._installed:  # the stack's add-ons, and the Role that reads them
+            controller = JOB_CONTROLLERS[api]  # type: ignore[index]
+            emulator.objects[DEPLOYMENTS, controller.namespace, controller.deployment] = (
+                controller_deployment(api, CONTROLLER_IMAGES[api])
+            )
+            emulator.deployment_grants.add((controller.namespace, controller.deployment))
         await emulator.__aenter__()
         server = kmock.Server(emulator)
         await server.__aenter__()
@@ -262,6 +285,25 @@ class FakeCluster:
 
         self._mutate(apply)
 
+    def put_deployment(self, deployment: dict[str, Any], at: tuple[str, str] | None = None) -> None:
+        """Make (or replace) a Deployment where its metadata says, or serve it at `at`
+        (namespace, name): a broken server or proxy answering with another object."""
+        meta = deployment["metadata"]
+        namespace, name = at or (meta["namespace"], meta["name"])
+
+        def apply() -> None:
+            self.emulator.objects[DEPLOYMENTS, namespace, name] = deployment
+
+        self._mutate(apply)
+
+    def remove_deployment(self, namespace: str, name: str) -> None:
+        self._mutate(lambda: self.emulator.objects[DEPLOYMENTS, namespace, name].delete())
+
+    def forbid_deployments(self) -> None:
+        """No Role lets the runner read a Deployment (an identity made before stacks granted
+        it, or a cluster's own user without the permission): every such request is a 403."""
+        self._mutate(self.emulator.deployment_grants.clear)
+
     def fail(
         self,
         method: str,
@@ -287,3 +329,20 @@ class FakeCluster:
             and pattern.search(r.url.path)
             and watch in (None, r.params.get("watch") == "true")
         )
+
+
+def controller_deployment(
+    job_api: str, image: Any, containers: list[Any] | None = None
+) -> dict[str, Any]:
+    """The job controller's Deployment as its manifests make it (the fields the runner reads):
+    its manager container running `image`, unless `containers` says otherwise."""
+    controller = JOB_CONTROLLERS[job_api]  # type: ignore[index]
+    if containers is None:
+        containers = [{"name": controller.container, "image": image}]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": controller.deployment, "namespace": controller.namespace,
+                     "uid": f"uid-{controller.deployment}"},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": containers}}},
+    }  # fmt: skip

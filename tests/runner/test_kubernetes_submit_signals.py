@@ -72,8 +72,11 @@ def test_a_signal_during_a_hanging_create_is_recorded_and_the_job_withdrawn(tmp_
     state = read_state(run_dir)
     assert state is not None and state.state is JobState.FAILED
     assert state.reason == "interrupted while submitting"
-    assert [r.method for r in server.requests] == ["POST", "DELETE"]
-    assert server.requests[1].path.endswith(f"/trainjobs/{run_dir.name}")
+    # The controller's Deployment is read before the create (controller.py), then the create
+    # that hangs, then the withdrawing delete.
+    assert [r.method for r in server.requests] == ["GET", "POST", "DELETE"]
+    assert "/deployments/" in server.requests[0].path
+    assert server.requests[2].path.endswith(f"/trainjobs/{run_dir.name}")
 
 
 def test_a_create_past_its_deadline_is_recorded_failed_and_withdrawn(tmp_path):
@@ -88,4 +91,4 @@ def test_a_create_past_its_deadline_is_recorded_failed_and_withdrawn(tmp_path):
     state = read_state(run_dir)
     assert state is not None and state.state is JobState.FAILED
     assert state.reason.startswith("submit failed: cannot create TrainJob")
-    assert [r.method for r in server.requests] == ["POST", "DELETE"]
+    assert [r.method for r in server.requests] == ["GET", "POST", "DELETE"]  # the controller

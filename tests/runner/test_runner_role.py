@@ -1,12 +1,13 @@
-"""The runner's Role (contract.stack.runner_role_rules, which the stack grants its identity)
-against what the runner really asks of a cluster: every command (submit, status, follow,
+"""The runner's Roles (contract.stack.runner_role_rules in the jobs' namespace, and
+controller_role_rules in the job controller's, which the stack grants its identity) against
+what the runner really asks of a cluster: every command (submit, status, follow,
 logs, fetch, cancel, the pending timeout) is run against the fake API server for both job APIs,
 each HTTP request it made is turned into the RBAC attributes the API server authorizes
-(verb, API group, resource, subresource, namespace; Kubernetes' request-info rules), and the
-test checks that the Role allows every one of them and holds no rule that none of them used.
+(verb, API group, resource, subresource, namespace, name; Kubernetes' request-info rules), and
+the test checks that the Roles allow every one of them and hold no rule that none of them used.
 
-The fake (tests/runner/k8s_fake.py) mirrors the real server's paths and verbs; it does not
-enforce RBAC itself, so what is checked is the requests, against the Role's rules, here.
+The fake (tests/runner/k8s_fake.py) mirrors the real server's paths and verbs; it enforces RBAC
+for Deployments only, so what is checked is the requests, against the Roles' rules, here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from contract.rundir import JobState
-from contract.stack import runner_role_rules
+from contract.stack import JOB_CONTROLLERS, controller_role_rules, runner_role_rules
 from runner.job.spec import JobSpec
 from tests.runner.k8s_fake import FakeCluster
 from tests.runner.k8s_helpers import RUN_ID, make_backend, make_spec, pod, submit
@@ -39,6 +40,7 @@ class Attributes:
     group: str
     resource: str  # "pods/log" for a subresource
     namespace: str
+    name: str = ""  # of a request for one object (what resourceNames restricts)
 
 
 def attributes(method: str, path: str, params: dict[str, str]) -> Attributes | None:
@@ -59,7 +61,7 @@ def attributes(method: str, path: str, params: dict[str, str]) -> Attributes | N
     else:
         verb = {"POST": "create", "DELETE": "delete" if named else "deletecollection",
                 "PUT": "update", "PATCH": "patch"}[method]  # fmt: skip
-    return Attributes(verb, group, resource, namespace)
+    return Attributes(verb, group, resource, namespace, named[0] if named else "")
 
 
 def recorded(cluster: FakeCluster) -> set[Attributes]:
@@ -72,19 +74,29 @@ def recorded(cluster: FakeCluster) -> set[Attributes]:
     return found
 
 
+def roles(job_api: str) -> dict[str, tuple[dict[str, tuple[str, ...]], ...]]:
+    """The runner's Roles' rules, by the namespace each Role is in."""
+    return {
+        NAMESPACE: runner_role_rules(job_api),  # type: ignore[arg-type]
+        JOB_CONTROLLERS[job_api].namespace: controller_role_rules(job_api),  # type: ignore[index,arg-type]
+    }
+
+
 def allowed(attrs: Attributes, job_api: str) -> bool:
-    return attrs.namespace == NAMESPACE and any(
+    return any(
         attrs.group in rule["apiGroups"]
         and attrs.resource in rule["resources"]
         and attrs.verb in rule["verbs"]
-        for rule in runner_role_rules(job_api)  # type: ignore[arg-type]
+        and ("resourceNames" not in rule or attrs.name in rule["resourceNames"])
+        for rule in roles(job_api).get(attrs.namespace, ())
     )
 
 
-def granted(job_api: str) -> set[tuple[str, str, str]]:
+def granted(job_api: str) -> set[tuple[str, str, str, str]]:
     return {
-        (verb, group, resource)
-        for rule in runner_role_rules(job_api)  # type: ignore[arg-type]
+        (namespace, verb, group, resource)
+        for namespace, rules in roles(job_api).items()
+        for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
@@ -153,7 +165,7 @@ def test_the_role_allows_every_request_of_every_command(calls):
 
 def test_the_role_grants_nothing_the_runner_does_not_ask(calls):
     job_api, found = calls
-    used = {(a.verb, a.group, a.resource) for a in found}
+    used = {(a.namespace, a.verb, a.group, a.resource) for a in found}
     assert granted(job_api) - used == set()
 
 
@@ -162,7 +174,7 @@ def test_request_attributes_follow_the_api_servers_rules():
     pods = "/api/v1/namespaces/bench/pods"
     assert attributes("GET", pods, {}) == Attributes("list", "", "pods", "bench")
     assert attributes("GET", pods, {"watch": "true"}).verb == "watch"  # type: ignore[union-attr]
-    assert attributes("GET", pods + "/p/log", {}) == Attributes("get", "", "pods/log", "bench")
+    assert attributes("GET", pods + "/p/log", {}) == Attributes("get", "", "pods/log", "bench", "p")
     jobs = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/bench/trainjobs"
     assert attributes("POST", jobs, {}) == Attributes("create", "trainer.kubeflow.org",
                                                       "trainjobs", "bench")  # fmt: skip
@@ -170,3 +182,17 @@ def test_request_attributes_follow_the_api_servers_rules():
     assert attributes("GET", "/apis/trainer.kubeflow.org/v1alpha1", {}) is None
     assert not allowed(Attributes("get", "", "secrets", "bench"), "trainjob")
     assert not allowed(Attributes("list", "", "pods", "kube-system"), "trainjob")
+    # The controller's namespace: its one Deployment, by name, and only get.
+    controller = JOB_CONTROLLERS["trainjob"]
+    one = Attributes("get", "apps", "deployments", controller.namespace, controller.deployment)
+    assert allowed(one, "trainjob")
+    assert not allowed(Attributes("get", "apps", "deployments", controller.namespace, "x"),
+                       "trainjob")  # fmt: skip
+    assert not allowed(Attributes("list", "apps", "deployments", controller.namespace),
+                       "trainjob")  # fmt: skip
+    assert not allowed(Attributes("get", "apps", "deployments", NAMESPACE,
+                                  controller.deployment), "trainjob")  # fmt: skip
+    deployment = (
+        f"/apis/apps/v1/namespaces/{controller.namespace}/deployments/{controller.deployment}"
+    )
+    assert attributes("GET", deployment, {}) == one

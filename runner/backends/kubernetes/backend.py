@@ -11,7 +11,9 @@ directory first, so a run whose job was never created (its submit failed) needs 
 A job is the run's by its uid too, which submit records in job.json (identity.py): a job
 deleted and made again under the run's name is another, so the run is FAILED. Submit then makes
 the run's own Secret, owned by the job, which the pods read the key of their signed elastic
-records from (runsecret.py); whatever deletes the job deletes it too.
+records from (runsecret.py); whatever deletes the job deletes it too. Before the create, submit
+reads which controller version will run the job, for job.json (controller.py; never a reason
+for a submit to fail).
 
 Results come from the stack's results store when it has one (results_store.py); otherwise, or
 for any file the store lacks or that fails its check, they are rebuilt from rank 0's own lines
@@ -40,7 +42,7 @@ from typing import Any
 
 from contract.rundir import JobState, JobStatus
 from runner.backends.base import KubernetesRequest, Request, kubernetes_handle
-from runner.backends.kubernetes import cancelling, collect, demux, runsecret
+from runner.backends.kubernetes import cancelling, collect, controller, demux, runsecret
 from runner.backends.kubernetes.api.apierrors import NotFound
 from runner.backends.kubernetes.api.client import KubeApi
 from runner.backends.kubernetes.api.streams import Transient
@@ -54,7 +56,12 @@ from runner.backends.kubernetes.follow.pending import PendingTimeout
 from runner.backends.kubernetes.follow.reflector import WatchConfig
 from runner.backends.kubernetes.follow.states import RunStates
 from runner.backends.kubernetes.follow.watch import Observers, View
-from runner.backends.kubernetes.memory import RunMemory, cluster_reference, record_in, record_uid
+from runner.backends.kubernetes.memory import (
+    RunMemory,
+    cluster_reference,
+    record_in,
+    record_submitted,
+)
 from runner.backends.kubernetes.render import render, to_yaml
 from runner.backends.kubernetes.results_store import StoreLimits
 from runner.errors import RunnerError, SpecError
@@ -151,6 +158,9 @@ class KubernetesBackend:
         request = _kubernetes(request)
         handle = self.handle(request)
         name = self._name(handle)  # the manifest's namespace is this connection's
+        # Which controller will run it, read before the job exists: a slow answer delays
+        # nothing that runs. Whatever the cluster says, the submit goes on (controller.py).
+        ran_by = controller.read_controller(self.api, self.conn.job_api, self.conn.stack)
         try:
             uid = self.api.create_job(dict(request.manifest))
         except RunnerError as err:
@@ -165,8 +175,8 @@ class KubernetesBackend:
         status = JobStatus(JobState.PENDING, SUBMITTED, self._now())
         try:
             runsecret.create(self.api, name, uid)  # the job's pods wait for it
-            if uid is not None:  # before anything follows the job, so that all know it by it
-                record_uid(Path(request.run_dir), uid)
+            # Before anything follows the job, so that all know it by its uid.
+            record_submitted(Path(request.run_dir), uid, ran_by)
             record_in(Path(request.run_dir), status)
         except BaseException as err:
             # The run is recorded FAILED ("submit failed"): its job must not run on unrecorded.

@@ -1,9 +1,10 @@
 """The run directories as the Kubernetes backend's memory of its jobs: state.json, written only
 when the state changes, and read back tolerating damage; the placement job.json records; the
-cluster a run was submitted to (job.json's `cluster`, checked); and the uid of the job submit
+cluster a run was submitted to (job.json's `cluster`, checked); the uid of the job submit
 created (`cluster.job_uid`), which tells it apart from a job deleted and made again under the
-same name. A run recorded before uids were (or whose
-record could not take it) has none, and its job is known by its name, as it always was.
+same name; and which job controller ran it (`cluster.controller`, controller.py). A run
+recorded before uids were (or whose record could not take it) has none, and its job is known
+by its name, as it always was.
 
 A finished state is final, and outlives the job on the cluster (deleted by cancel, the pending
 timeout, a TTL or a complete fetch). Runs are found by name under `results_root`; a backend
@@ -124,11 +125,16 @@ def uid_in(run_dir: Path) -> str | None:
     return None
 
 
-def record_uid(run_dir: Path, uid: str) -> None:
-    """Add the created job's uid to job.json (written atomically, like every record)."""
+CONTROLLER = "controller"  # the key of job.json's `cluster` that says which controller ran it
+
+
+def record_submitted(run_dir: Path, uid: str | None, controller: Mapping[str, str]) -> None:
+    """Add the created job's uid (if the server said one) and the job controller that runs it
+    (controller.py) to job.json's `cluster` (written atomically, like every record)."""
     if not (run_dir / rundir.JOB).is_file():
         return
     record = rundir.read_record(run_dir)
-    cluster = {**(record.cluster or {}), JOB_UID: uid}
+    uid_field = {JOB_UID: uid} if uid is not None else {}
+    cluster = {**(record.cluster or {}), **uid_field, CONTROLLER: dict(controller)}
     updated = rundir.RunRecord(record.spec, record.backend, record.handle, cluster)
     files.write_json(run_dir / rundir.JOB, updated.to_dict())

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 FOLLOW_READ_TIMEOUT_S = 600.0
 COLLECTIONS = ("job", "pods", "events")
 MAX_UID_CHARS = 128  # a uid is a UUID (36); more is garbage, not to be written into job.json
+# A read that only informs a record (the job controller's version) waits at most this long.
+OPTIONAL_READ_DEADLINE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class KubeApi(ApiCalls):
         api_client = self._load(conn)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.apps = client.AppsV1Api(api_client)
         self.host = api_client.configuration.host
         self.errors = ApiErrors(conn, self.host)
         install(api_client.rest_client.pool_manager)  # every call's sockets get its deadline
@@ -170,6 +173,19 @@ class KubeApi(ApiCalls):
         if other is not None:
             raise self.errors.garbage(what, f"{other} instead of {r.kind} {name}")
         return obj
+
+    def get_deployment(self, namespace: str, name: str) -> Any:
+        """The Deployment `name` in `namespace` (the job controller's, not the jobs'), as the
+        server's JSON, asked once and within OPTIONAL_READ_DEADLINE_S: it is only recorded
+        (controller.py checks its fields), so it may not hold a submit up for long."""
+        what = f"get Deployment {namespace}/{name}"
+        get = self.apps.read_namespaced_deployment
+        deadline = Deadline(min(self.limits.call_deadline_s, OPTIONAL_READ_DEADLINE_S))
+        try:
+            body = self.answer(what, get, name, namespace, attempts=1, deadline=deadline)
+        finally:
+            deadline.close()
+        return self.errors.json(body, what)
 
     def delete_job(self, name: str, uid: str | None = None) -> None:
         """Delete the job; with `uid`, only that one: a job made again under its name is
