@@ -12,7 +12,9 @@ process-global: each evaluation resets the root stack and config first.
 
 from __future__ import annotations
 
+import asyncio
 import runpy
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,8 +127,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def __init__(self, mocks: pulumi_mocks.Mocks, evaluation: Evaluation):
         super().__init__(mocks)
         self.evaluation = evaluation
+        self._thread_loops: list[asyncio.AbstractEventLoop] = []
+        self._lock = threading.Lock()
 
     def RegisterResource(self, request):
+        self._thread_loop()
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             inputs = json_format.MessageToDict(request.object)
@@ -147,6 +152,39 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 )
             )
         return response
+
+    def Invoke(self, request):
+        self._thread_loop()
+        return super().Invoke(request)
+
+    def ReadResource(self, request):
+        self._thread_loop()
+        return super().ReadResource(request)
+
+    def _thread_loop(self) -> None:
+        """MockMonitor's Invoke, ReadResource and RegisterResource make an event loop for each thread of Pulumi's pool
+        that it runs on and never closes it: the loop and its two sockets were left to the
+        garbage collector, whose ResourceWarnings then failed whichever later test turned
+        warnings into errors. The loop is made here instead, and closed with the evaluation."""
+        if threading.current_thread() is threading.main_thread():
+            return  # the main thread's loop is the test's (conftest.py)
+        policy = asyncio.get_event_loop_policy()
+        try:
+            if not policy.get_event_loop().is_closed():
+                return
+        except RuntimeError:  # none yet on this thread
+            pass
+        loop = asyncio.new_event_loop()
+        policy.set_event_loop(loop)
+        with self._lock:
+            self._thread_loops.append(loop)
+
+    def close(self) -> None:
+        """Closes the loops made for Pulumi's threads (idle once the program has run)."""
+        with self._lock:
+            loops, self._thread_loops = self._thread_loops, []
+        for loop in loops:
+            loop.close()
 
     def RegisterResourceOutputs(self, request):
         if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
@@ -184,7 +222,10 @@ def evaluate(
     settings.ROOT.set(None)  # run_in_stack makes the root Stack, as the language host does
     pulumi.runtime.set_all_config(cli_config(stack, overrides))
     program = str(REPO)
-    _sync_await(run_in_stack(lambda: runpy.run_path(program, run_name="__main__")))
+    try:
+        _sync_await(run_in_stack(lambda: runpy.run_path(program, run_name="__main__")))
+    finally:
+        monitor.close()
     return evaluation
 
 
