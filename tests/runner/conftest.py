@@ -16,6 +16,7 @@ import pytest
 
 from tests.runner.fake_pulumi import project_copy
 from tests.runner.k8s_fake import FakeCluster
+from tests.runner.k8s_helpers import close_made_backends
 from tests.runner.test_cluster import OUTPUTS
 
 
@@ -44,6 +45,7 @@ def cluster() -> Iterator[FakeCluster]:
     """A fake API server with namespace `bench`, closed after the test."""
     fake = FakeCluster(namespace="bench")
     yield fake
+    close_made_backends()
     fake.close()
 
 

@@ -96,17 +96,29 @@ FAST_WATCH = WatchConfig(
 )
 
 
+# Every backend make_backend made, for the `cluster` fixture to close after its test (their
+# client connections' sockets were otherwise left to the garbage collector).
+MADE: list[KubernetesBackend] = []
+
+
 def make_backend(
     cluster: FakeCluster, root: Path, job_api: str, store: str | None = None, **kwargs: Any
 ) -> KubernetesBackend:
     conn = stack_connection(job_api, store, kubeconfig=cluster.kubeconfig())
     kwargs.setdefault("watch_config", FAST_WATCH)
-    return KubernetesBackend(
+    backend = KubernetesBackend(
         conn,
         results_root=root,
         api_factory=lambda c: KubeApi(c, max_attempts=3, retry_backoff_s=0.001),
         **kwargs,
     )
+    MADE.append(backend)
+    return backend
+
+
+def close_made_backends() -> None:
+    while MADE:
+        MADE.pop().close()
 
 
 def submit(backend: KubernetesBackend, root: Path, spec: JobSpec) -> tuple[str, Path]:

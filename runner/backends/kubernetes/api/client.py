@@ -54,7 +54,8 @@ class Selector:
 
 
 class KubeApi(ApiCalls):
-    """Clients for one cluster connection. close() removes the credentials written to disk."""
+    """Clients for one cluster connection. close() closes their connections and removes the
+    credentials written to disk."""
 
     def __init__(
         self,
@@ -76,6 +77,8 @@ class KubeApi(ApiCalls):
         # Callers that never close() still leave no credentials behind once this is collected.
         weakref.finalize(self, self._files.close)
         api_client = self._load(conn)
+        # Its connection pool's sockets: closed with the credentials, not left to the collector.
+        self._files.callback(api_client.close)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.apps = client.AppsV1Api(api_client)
