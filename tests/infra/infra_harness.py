@@ -162,10 +162,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().ReadResource(request)
 
     def _thread_loop(self) -> None:
-        """MockMonitor's Invoke, ReadResource and RegisterResource make an event loop for each thread of Pulumi's pool
-        that it runs on and never closes it: the loop and its two sockets were left to the
-        garbage collector, whose ResourceWarnings then failed whichever later test turned
-        warnings into errors. The loop is made here instead, and closed with the evaluation."""
+        """MockMonitor's Invoke, ReadResource and RegisterResource make an event loop for each
+        thread of Pulumi's pool that they run on and never close it: the loop and its two
+        sockets were left to the garbage collector, whose ResourceWarnings then failed
+        whichever later test turned warnings into errors. The loop is made here instead, and
+        closed with the evaluation."""
         if threading.current_thread() is threading.main_thread():
             return  # the main thread's loop is the test's (conftest.py)
         policy = asyncio.get_event_loop_policy()
