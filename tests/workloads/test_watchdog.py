@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.job.benchmarks import BENCHMARKS
-from tests.distributed import free_port
+from tests.distributed import HANG_GUARD_S, free_port
 from tests.workloads.entry import torchrun
 
 pytestmark = pytest.mark.slow
@@ -35,10 +35,13 @@ def _rank_pids(launcher: int) -> dict[int, int]:
     return ranks
 
 
-def _wait_for(condition, timeout_s: float = 120.0) -> None:
+def _wait_for(condition, timeout_s: float = HANG_GUARD_S, shown=lambda: "") -> None:
+    """A hang guard, not a speed limit (tests/distributed.py): two ranks importing torch on a
+    loaded machine took past the 120 s this waited once (CI, load 6). `shown`: what the
+    failure prints, the ranks' logs."""
     give_up = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < give_up, "the run never got there"
+        assert time.monotonic() < give_up, f"the run never got there\n{shown()}"
         time.sleep(0.1)
 
 
@@ -153,7 +156,9 @@ def test_a_collective_whose_completion_never_comes_ends_its_rank_without_a_gloo_
     procs, logs = _two_ranks(_STALLED_CALLBACK, tmp_path)
     ended: list[int] = []  # ranks in the order they exited
     try:
-        _wait_for(lambda: _note_exits(procs, ended))  # without a watchdog: rank 1 never
+        _wait_for(lambda: _note_exits(procs, ended),  # without a watchdog: rank 1 never
+                  shown=lambda: "\n".join(f"rank {r}:\n{log.read_text()[-2000:]}"
+                                          for r, log in enumerate(logs)))  # fmt: skip
     finally:
         for p in procs:
             if p.poll() is None:
