@@ -77,17 +77,23 @@ def reply_key(args: list[str]) -> tuple[Any, ...] | None:
         ttys, encodings = (out.isatty(), err.isatty()), (out.encoding, err.encoding)
     except (AttributeError, ValueError, OSError):  # no stream, or a closed one
         return None
-    columns: int | None = None
-    try:  # what shutil.get_terminal_size asks where COLUMNS is not a width
-        if sys.__stdout__ is not None:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-    except (ValueError, OSError):
-        pass
+    columns = _terminal_columns()
     main_package = getattr(sys.modules.get("__main__"), "__package__", None)
     return (
         tuple(args), sys.argv[0], main_package, environ.get("COLUMNS"), columns, ttys,
         encodings, tuple(environ.get(name) for name in _LOCALE), tuple(sys.warnoptions),
     )  # fmt: skip
+
+
+def _terminal_columns() -> int | None:
+    """The terminal's width, as shutil.get_terminal_size asks it where COLUMNS is not a
+    width; None where stdout is no terminal (or none, or closed)."""
+    if sys.__stdout__ is None:
+        return None
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns
+    except (ValueError, OSError):
+        return None
 
 
 def _results_dir_plain(path: str) -> bool:

@@ -171,10 +171,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             return  # the main thread's loop is the test's (conftest.py)
         policy = asyncio.get_event_loop_policy()
         try:
-            if not policy.get_event_loop().is_closed():
-                return
+            current = policy.get_event_loop()
         except RuntimeError:  # none yet on this thread
-            pass
+            current = None
+        if current is not None and not current.is_closed():
+            return
         loop = asyncio.new_event_loop()
         policy.set_event_loop(loop)
         with self._lock:
